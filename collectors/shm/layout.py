@@ -1,0 +1,85 @@
+"""The Python mirror of intercept/alnair_shm.h; tests/abi proves it matches byte for byte."""
+from __future__ import annotations
+
+import ctypes as C
+
+SHM_MAGIC = 0x48535249414E4C41  # b"ALNAIRSH"
+ABI_VERSION = 1
+DEFAULT_DIR = "/dev/shm"
+NAME_PREFIX = "alnair."
+
+KIND_CUDA = 1
+KIND_PYTHON = 2
+KIND_NAMES = {KIND_CUDA: "cuda", KIND_PYTHON: "python"}
+
+CUDA_MAX_DEVICES = 64
+CUDA_DEVICE_MIG = 0x1
+
+
+class ShmHeader(C.LittleEndianStructure):
+    _fields_ = [
+        ("magic", C.c_uint64),
+        ("abi_version", C.c_uint32),
+        ("header_size", C.c_uint32),
+        ("record_kind", C.c_uint32),
+        ("record_size", C.c_uint32),
+        ("writer_pid", C.c_int32),
+        ("flags", C.c_uint32),
+        ("pid_namespace_inode", C.c_uint64),
+        ("start_time_ticks", C.c_uint64),
+        ("seq", C.c_uint64),
+        ("update_time_ns", C.c_uint64),
+        ("pod_uid", C.c_char * 48),
+        ("container_id", C.c_char * 80),
+        ("comm", C.c_char * 16),
+        ("reserved", C.c_uint8 * 48),
+    ]
+
+
+class CudaDevice(C.LittleEndianStructure):
+    _fields_ = [
+        ("device_index", C.c_uint32),
+        ("flags", C.c_uint32),
+        ("uuid", C.c_uint8 * 16),
+        ("kernel_launches", C.c_uint64),
+        ("graph_launches", C.c_uint64),
+        ("bytes_in_use", C.c_uint64),
+        ("peak_bytes", C.c_uint64),
+        ("allocations", C.c_uint64),
+        ("failed_allocations", C.c_uint64),
+        ("limit_denied_allocations", C.c_uint64),
+        ("memory_limit_bytes", C.c_uint64),
+        ("compute_limit_percent", C.c_uint32),
+        ("reserved0", C.c_uint32),
+        ("tokens_available", C.c_int64),
+        ("throttled_ns", C.c_uint64),
+        ("reserved", C.c_uint64 * 2),
+    ]
+
+
+class CudaRecord(C.LittleEndianStructure):
+    _fields_ = [
+        ("device_count", C.c_uint32),
+        ("max_devices", C.c_uint32),
+        ("reserved", C.c_uint64 * 3),
+        ("devices", CudaDevice * CUDA_MAX_DEVICES),
+    ]
+
+
+HEADER_SIZE = C.sizeof(ShmHeader)
+SEQ_OFFSET = ShmHeader.seq.offset
+CUDA_DEVICES_OFFSET = CudaRecord.devices.offset
+CUDA_DEVICE_SIZE = C.sizeof(CudaDevice)
+
+# Every struct the header defines, by its C name: what the ABI test walks.
+STRUCTS = {
+    "alnair_shm_header": ShmHeader,
+    "alnair_cuda_device": CudaDevice,
+    "alnair_cuda_record": CudaRecord,
+}
+
+
+def format_uuid(raw: bytes, mig: bool) -> str:
+    """CUuuid bytes in NVML's spelling, so cuda and nvml series join on it."""
+    h = raw.hex()
+    return f"{'MIG' if mig else 'GPU'}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

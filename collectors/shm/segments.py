@@ -1,0 +1,190 @@
+"""Scanning the segment directory: consistent reads, skip accounting, reclaiming dead writers.
+
+Segments are read with pread, never mmap: a file truncated under a mapping would
+kill the exporter with SIGBUS, while pread just returns short.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import stat
+import struct
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Generic, TypeVar
+
+from . import layout
+
+log = logging.getLogger(__name__)
+
+SKIP_REASONS = ("truncated", "bad_magic", "abi_version", "malformed", "torn", "unreadable")
+TEMP_FILE_GRACE_SECONDS = 60.0  # a writer renames its temp file within microseconds
+
+_FLOCK = struct.Struct("hh4xqqi4x")  # struct flock on Linux (x86-64 and arm64)
+_SEQ = struct.Struct("<Q")
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+T = TypeVar("T")
+
+
+class MalformedRecord(ValueError):
+    """A kind's parser rejects a record whose header looked valid."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One consistent copy of a live writer's segment."""
+
+    name: str
+    header: layout.ShmHeader
+    record: bytes
+    holder_pid: int  # the writer's pid as this process sees it; 0 if not visible
+
+    @property
+    def pod_uid(self) -> str:
+        return self.header.pod_uid.decode(errors="replace")
+
+    @property
+    def container_id(self) -> str:
+        return self.header.container_id.decode(errors="replace")
+
+    @property
+    def comm(self) -> str:
+        return self.header.comm.decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class ParsedSegment(Generic[T]):
+    segment: Segment
+    record: T
+
+
+class _Skip(Exception):
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+def lock_holder(fd: int) -> int | None:
+    """The pid holding the writer's lock (0 if in an invisible pid namespace), or None if no one holds it."""
+    request = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    l_type, _, _, _, l_pid = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, request))
+    return None if l_type == fcntl.F_UNLCK else l_pid
+
+
+class SegmentDirectory:
+    """Reads every segment of one record kind in a directory.
+
+    `read(parse)` returns the parsed records of live writers; the segments it had
+    to skip in that pass are in `skipped` (reason -> count), and `reclaimed`
+    counts dead writers' segments it removed since start.
+    """
+
+    def __init__(self, path: str, kind: int, *, retries: int = 4, reclaim: bool = True):
+        self.path = path
+        self.kind = kind
+        self.retries = retries
+        self.reclaim = reclaim
+        self.prefix = f"{layout.NAME_PREFIX}{layout.KIND_NAMES[kind]}."
+        self.skipped: Counter[str] = Counter()
+        self.reclaimed = 0
+
+    def read(self, parse: Callable[[Segment], T]) -> list[ParsedSegment[T]]:
+        skipped: Counter[str] = Counter()
+        out: list[ParsedSegment[T]] = []
+        with os.scandir(self.path) as entries:
+            names = [e.name for e in entries]
+        for name in names:
+            if name.startswith(self.prefix):
+                try:
+                    segment = self._read_one(name)
+                    if segment is not None:
+                        out.append(ParsedSegment(segment, parse(segment)))
+                except _Skip as skip:
+                    skipped[skip.reason] += 1
+                except MalformedRecord:
+                    skipped["malformed"] += 1
+            elif name.startswith("." + self.prefix) and name.endswith(".tmp"):
+                self._reclaim_abandoned_temp(name)
+        self.skipped = skipped
+        return out
+
+    def _read_one(self, name: str) -> Segment | None:
+        full = os.path.join(self.path, name)
+        try:
+            fd = os.open(full, _OPEN_FLAGS)
+        except FileNotFoundError:
+            return None  # reclaimed or removed since the scan
+        except OSError as e:
+            raise _Skip("unreadable") from e
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _Skip("malformed")
+            header = self._validated_header(fd, st.st_size)
+            holder = lock_holder(fd)
+            if holder is None:
+                self._reclaim(full)
+                return None
+            raw = self._consistent_copy(fd, header.header_size + header.record_size)
+            copy = layout.ShmHeader.from_buffer_copy(raw)
+            return Segment(name, copy, raw[copy.header_size :], holder)
+        finally:
+            os.close(fd)
+
+    def _validated_header(self, fd: int, size: int) -> layout.ShmHeader:
+        raw = os.pread(fd, layout.HEADER_SIZE, 0)
+        if len(raw) < layout.HEADER_SIZE:
+            raise _Skip("truncated")
+        header = layout.ShmHeader.from_buffer_copy(raw)
+        if header.magic != layout.SHM_MAGIC:
+            raise _Skip("bad_magic")
+        if header.abi_version != layout.ABI_VERSION:
+            raise _Skip("abi_version")
+        if header.header_size != layout.HEADER_SIZE or header.record_kind != self.kind:
+            raise _Skip("malformed")
+        if size < header.header_size + header.record_size:
+            raise _Skip("truncated")
+        return header
+
+    def _consistent_copy(self, fd: int, size: int) -> bytes:
+        """The seqlock read: a copy taken while seq stayed even and unchanged."""
+        for attempt in range(self.retries):
+            before = _SEQ.unpack(os.pread(fd, 8, layout.SEQ_OFFSET))[0]
+            if not before & 1:
+                raw = os.pread(fd, size, 0)
+                after = _SEQ.unpack(os.pread(fd, 8, layout.SEQ_OFFSET))[0]
+                if before == after and len(raw) == size:
+                    return raw
+            time.sleep(0.0001 * attempt)  # a publish takes microseconds
+        raise _Skip("torn")
+
+    def _reclaim(self, full: str) -> None:
+        """Removes a segment whose writer is gone: nobody holds its lock any more.
+
+        Names carry pid, pid namespace and start time, so a live writer never
+        reuses a dead one's name and the unlink cannot hit a live segment."""
+        if not self.reclaim:
+            return
+        try:
+            os.unlink(full)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                log.warning("cannot reclaim dead writer's segment %s: %s", full, e)
+            return
+        self.reclaimed += 1
+
+    def _reclaim_abandoned_temp(self, name: str) -> None:
+        full = os.path.join(self.path, name)
+        try:
+            fd = os.open(full, _OPEN_FLAGS)
+        except OSError:
+            return
+        try:
+            old = time.time() - os.fstat(fd).st_mtime > TEMP_FILE_GRACE_SECONDS
+            if old and lock_holder(fd) is None:
+                self._reclaim(full)
+        finally:
+            os.close(fd)

@@ -1,0 +1,1 @@
+"""The Alnair exporter: collector registry, background sampling and the HTTP endpoint."""

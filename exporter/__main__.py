@@ -1,0 +1,4 @@
+"""`python -m alnair.exporter` runs the exporter."""
+from .main import main
+
+main()

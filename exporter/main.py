@@ -1,0 +1,64 @@
+"""alnair-exporter: parse flags, start one sampler per enabled collector, serve HTTP."""
+from __future__ import annotations
+
+import errno
+import logging
+import signal
+import sys
+import threading
+
+from .config import fail, enabled_collectors, parse_options
+from .registry import discover_collectors
+from .sampler import CollectorRunner
+from .scrape import ScrapeAssembler
+from .server import ExporterServer
+from .webconfig import WebConfigError, load_web_config
+
+log = logging.getLogger("alnair.exporter")
+
+
+def listen(options, web, assembler, runners, known) -> ExporterServer:
+    host, port = options.web_listen_address
+    args = (web, assembler, runners, known, options.web_telemetry_path, options.web_max_requests)
+    try:
+        try:
+            return ExporterServer((host, port), *args)
+        except OSError as e:
+            if host or e.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+                raise
+            return ExporterServer(("0.0.0.0", port), *args)  # a host without IPv6
+    except OSError as e:
+        fail(f"cannot listen on {host or '*'}:{port}: {e.strerror or e}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    known = discover_collectors()
+    options = parse_options(argv, known)
+    logging.basicConfig(level=options.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        web = load_web_config(options.web_config_file)
+    except WebConfigError as e:
+        fail(str(e))
+    chosen = enabled_collectors(options, known)
+    runners = [CollectorRunner(c, options, getattr(options, f"collector_{c.name}_interval")) for c in chosen]
+    assembler = ScrapeAssembler(runners, options.node_name)
+    server = listen(options, web, assembler, runners, [c.name for c in known])
+    for runner in runners:
+        runner.start()
+    host, port = server.server_address[:2]
+    log.info("listening on %s:%d (%s), collectors: %s", host, port, "https" if web.ssl_context else "http",
+             ", ".join(r.name for r in runners) or "none")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    stop.wait()
+    log.info("shutting down")
+    server.shutdown()
+    for runner in runners:
+        runner.stop()
+
+
+if __name__ == "__main__":
+    main()

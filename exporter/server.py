@@ -1,0 +1,126 @@
+"""The HTTP endpoint: /metrics, /healthz and an index page, with optional TLS, basic auth
+and a bound on concurrent scrapes."""
+from __future__ import annotations
+
+import html
+import logging
+import socket
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from .sampler import CollectorRunner
+from .scrape import CONTENT_TYPE, ScrapeAssembler
+from .webconfig import WebConfig
+
+log = logging.getLogger(__name__)
+HANDSHAKE_AND_READ_TIMEOUT = 30.0  # a client stalling TLS or headers holds only its own thread
+
+
+class ExporterServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], web: WebConfig, assembler: ScrapeAssembler,
+                 runners: list[CollectorRunner], known: list[str], metrics_path: str, max_requests: int):
+        host, port = address
+        self.address_family = socket.AF_INET6 if ":" in host or host == "" else socket.AF_INET
+        self.web = web
+        self.assembler = assembler
+        self.runners = runners
+        self.known = known
+        self.metrics_path = metrics_path
+        self.scrape_slots = threading.BoundedSemaphore(max_requests) if max_requests else None
+        super().__init__((host or "::", port), Handler)
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6:  # ":port" serves IPv4 too
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+    def get_request(self):
+        conn, addr = super().get_request()
+        conn.settimeout(HANDSHAKE_AND_READ_TIMEOUT)
+        if self.web.ssl_context is not None:
+            # The handshake runs on the request's own thread, not the accept loop.
+            conn = self.web.ssl_context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+        return conn, addr
+
+    def unhealthy(self) -> list[str]:
+        return [r.name for r in self.runners if r.hung()]
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: ExporterServer
+    server_version = "alnair-exporter"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (ssl.SSLError, ConnectionError, TimeoutError) as e:
+            log.debug("connection from %s ended: %s", self.client_address, e)
+
+    def do_GET(self) -> None:
+        if not self.server.web.check_basic_auth(self.headers.get("Authorization")):
+            self._reply(401, b"Unauthorized\n", "text/plain", {"WWW-Authenticate": 'Basic realm="alnair"'})
+        elif self.path.split("?")[0] == self.server.metrics_path:
+            self._metrics()
+        elif self.path == "/healthz":
+            self._healthz()
+        elif self.path == "/":
+            self._reply(200, self._index().encode(), "text/html; charset=utf-8")
+        else:
+            self._reply(404, b"Not Found\n", "text/plain")
+
+    def _metrics(self) -> None:
+        slots = self.server.scrape_slots
+        if slots is not None and not slots.acquire(blocking=False):
+            self.server.assembler.rejected_scrapes += 1
+            self._reply(503, b"Too many concurrent scrapes\n", "text/plain")
+            return
+        try:
+            gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
+            body = self.server.assembler.render(compress=gzipped)
+            self._reply(200, body, CONTENT_TYPE, {"Content-Encoding": "gzip"} if gzipped else {})
+        finally:
+            if slots is not None:
+                slots.release()
+
+    def _healthz(self) -> None:
+        hung = self.server.unhealthy()
+        if hung:
+            self._reply(503, f"collectors not sampling: {', '.join(hung)}\n".encode(), "text/plain")
+        else:
+            self._reply(200, b"ok\n", "text/plain")
+
+    def _index(self) -> str:
+        rows = []
+        for runner in self.server.runners:
+            s = runner.snapshot
+            state = "hung" if runner.hung() else s.state
+            rows.append(f"<tr><td>{runner.name}</td><td>{state}</td><td>{runner.interval:g}s</td>"
+                        f"<td>{s.duration_seconds * 1000:.1f} ms</td><td>{html.escape(s.detail)}</td></tr>")
+        enabled = {r.name for r in self.server.runners}
+        rows += [f"<tr><td>{name}</td><td>disabled</td><td></td><td></td><td></td></tr>"
+                 for name in self.server.known if name not in enabled]
+        path = html.escape(self.server.metrics_path)
+        return ("<!doctype html><html><head><title>Alnair exporter</title></head><body>"
+                f"<h1>Alnair exporter</h1><p><a href=\"{path}\">Metrics</a> &middot; <a href=\"/healthz\">Health</a></p>"
+                "<table><tr><th>collector</th><th>state</th><th>interval</th><th>last sample</th><th>detail</th></tr>"
+                + "".join(rows) + "</table></body></html>\n")
+
+    def _reply(self, status: int, body: bytes, content_type: str, extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in {**self.server.web.headers, **(extra or {})}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_HEAD = do_GET

@@ -1,0 +1,104 @@
+/*
+ * alnair_shm.h - the shared-memory ABI between Alnair's writers and readers.
+ *
+ * This header is the single source of truth for the segment layout. The Python
+ * reader (collectors/shm/layout.py) mirrors it and tests/abi proves the two agree
+ * byte for byte. docs/shm-abi.md explains the rules; the short version:
+ *
+ *   - one segment (file) per writer process and record kind, named
+ *     alnair.<kind>.<pid-namespace-inode>.<pid>.<start-time-ticks>
+ *     in ALNAIR_SHM_DIR (default /dev/shm, the POSIX shared-memory namespace);
+ *   - a fixed 256-byte header, then the kind's record (record_size bytes);
+ *   - the writer holds a POSIX write lock (fcntl F_SETLK) on the file for its
+ *     lifetime: a segment nobody holds a lock on belongs to a dead writer;
+ *   - every publish is bracketed by the seqlock counter `seq` (odd = writing);
+ *   - fields are only ever appended: new kinds and new fields never move an
+ *     existing offset, and abi_version changes only when they would have to.
+ *
+ * All integers are little-endian host order (the writer and reader share a kernel).
+ */
+#ifndef ALNAIR_SHM_H
+#define ALNAIR_SHM_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ALNAIR_SHM_MAGIC 0x48535249414E4C41ULL /* the bytes "ALNAIRSH" read as a little-endian u64 */
+#define ALNAIR_SHM_ABI_VERSION 1u
+#define ALNAIR_SHM_DEFAULT_DIR "/dev/shm"
+#define ALNAIR_SHM_NAME_PREFIX "alnair."
+
+enum alnair_record_kind {
+    ALNAIR_KIND_CUDA = 1,   /* struct alnair_cuda_record, written by the CUDA intercept */
+    ALNAIR_KIND_PYTHON = 2, /* defined by the Python intercept */
+};
+
+#define ALNAIR_POD_UID_LEN 48      /* 36-character UUID, NUL-padded */
+#define ALNAIR_CONTAINER_ID_LEN 80 /* 64 hex digits (or runtime://id), NUL-padded */
+#define ALNAIR_COMM_LEN 16         /* like /proc/<pid>/comm */
+
+/* The fixed header every segment starts with: 256 bytes. */
+struct alnair_shm_header {
+    uint64_t magic;               /* ALNAIR_SHM_MAGIC */
+    uint32_t abi_version;         /* ALNAIR_SHM_ABI_VERSION */
+    uint32_t header_size;         /* sizeof(struct alnair_shm_header) */
+    uint32_t record_kind;         /* enum alnair_record_kind */
+    uint32_t record_size;         /* bytes of the kind's record after the header */
+    int32_t writer_pid;           /* pid as the writer sees it (its own pid namespace) */
+    uint32_t flags;               /* reserved, 0 */
+    uint64_t pid_namespace_inode; /* inode of /proc/self/ns/pid: tells pid namespaces apart */
+    uint64_t start_time_ticks;    /* field 22 of /proc/self/stat: a reused pid has another */
+    uint64_t seq;                 /* seqlock: odd while a publish is in progress */
+    uint64_t update_time_ns;      /* CLOCK_REALTIME of the last publish */
+    char pod_uid[ALNAIR_POD_UID_LEN];             /* when the writer knows it, else empty */
+    char container_id[ALNAIR_CONTAINER_ID_LEN];   /* when the writer knows it, else empty */
+    char comm[ALNAIR_COMM_LEN];                   /* the writer's process name */
+    uint8_t reserved[48];
+};
+
+/* ---- kind ALNAIR_KIND_CUDA ------------------------------------------------ */
+
+#define ALNAIR_CUDA_MAX_DEVICES 64 /* 8 GPUs x 7 MIG instances fit */
+#define ALNAIR_CUDA_DEVICE_MIG 0x1u /* flags: the device is a MIG instance */
+
+/* Counters for one device the process uses: 128 bytes. */
+struct alnair_cuda_device {
+    uint32_t device_index;            /* CUDA ordinal as the process sees it */
+    uint32_t flags;                   /* ALNAIR_CUDA_DEVICE_* */
+    uint8_t uuid[16];                 /* CUuuid bytes (cuDeviceGetUuid) */
+    uint64_t kernel_launches;         /* every kernel launch path */
+    uint64_t graph_launches;          /* cuGraphLaunch */
+    uint64_t bytes_in_use;            /* device memory allocated and not freed */
+    uint64_t peak_bytes;              /* high-water mark of bytes_in_use */
+    uint64_t allocations;             /* successful allocations */
+    uint64_t failed_allocations;      /* allocations the driver refused */
+    uint64_t limit_denied_allocations; /* allocations refused by the memory limit */
+    uint64_t memory_limit_bytes;      /* 0 = no limit */
+    uint32_t compute_limit_percent;   /* 0 = no limit, else 1..100 */
+    uint32_t reserved0;
+    int64_t tokens_available;         /* compute-limit token bucket level */
+    uint64_t throttled_ns;            /* time launches waited for tokens */
+    uint64_t reserved[2];
+};
+
+/* The cuda kind's record: devices[0 .. device_count) are valid. */
+struct alnair_cuda_record {
+    uint32_t device_count;
+    uint32_t max_devices; /* ALNAIR_CUDA_MAX_DEVICES */
+    uint64_t reserved[3];
+    struct alnair_cuda_device devices[ALNAIR_CUDA_MAX_DEVICES];
+};
+
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(struct alnair_shm_header) == 256, "header is 256 bytes");
+_Static_assert(sizeof(struct alnair_cuda_device) == 128, "cuda device entry is 128 bytes");
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ALNAIR_SHM_H */

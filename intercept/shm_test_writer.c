@@ -1,0 +1,170 @@
+/*
+ * shm_test_writer.c - a stand-alone cuda-kind writer for tests and benchmarks.
+ *
+ * It publishes through the same shm_segment.c the CUDA intercept uses, with values
+ * given on the command line, so reader tests check the real writer's bytes.
+ *
+ *   alnair-shm-test-writer [--devices N] [--set FIELD=V]... [--churn] [--period-ms P]
+ *
+ * Device i gets FIELD = V + i. It prints "ready PATH" once published, then waits
+ * until stdin closes or SIGTERM (removing the segment); SIGKILL leaves it behind
+ * as a dead writer's. --churn republishes in a tight loop with every counter equal
+ * to a running count (a torn read shows as unequal counters); --period-ms P
+ * republishes every P ms adding one kernel launch per device, like the intercept.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shm_segment.h"
+
+struct field_spec {
+    const char *name;
+    size_t offset;
+};
+
+#define FIELD(f) {#f, offsetof(struct alnair_cuda_device, f)}
+static const struct field_spec counters[] = {
+    FIELD(kernel_launches), FIELD(graph_launches), FIELD(bytes_in_use),
+    FIELD(peak_bytes), FIELD(allocations), FIELD(failed_allocations),
+    FIELD(limit_denied_allocations), FIELD(memory_limit_bytes), FIELD(tokens_available),
+    FIELD(throttled_ns),
+};
+#define N_COUNTERS (sizeof counters / sizeof counters[0])
+
+static volatile sig_atomic_t stop;
+static void on_term(int sig) { (void)sig; stop = 1; }
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: alnair-shm-test-writer [--devices N] [--set FIELD=V]... "
+                    "[--compute-limit PCT] [--churn] [--period-ms P]\n");
+    exit(2);
+}
+
+static uint64_t *counter(struct alnair_cuda_device *d, size_t i)
+{
+    return (uint64_t *)((char *)d + counters[i].offset);
+}
+
+static int set_field(struct alnair_cuda_record *r, const char *spec)
+{
+    const char *eq = strchr(spec, '=');
+    if (!eq) return -1;
+    for (size_t i = 0; i < N_COUNTERS; i++) {
+        if (strlen(counters[i].name) != (size_t)(eq - spec) ||
+            strncmp(counters[i].name, spec, (size_t)(eq - spec)) != 0)
+            continue;
+        uint64_t v = strtoull(eq + 1, NULL, 10);
+        for (uint32_t d = 0; d < r->max_devices; d++) *counter(&r->devices[d], i) = v + d;
+        return 0;
+    }
+    return -1;
+}
+
+static void init_devices(struct alnair_cuda_record *r, uint32_t n)
+{
+    r->device_count = n;
+    r->max_devices = ALNAIR_CUDA_MAX_DEVICES;
+    for (uint32_t d = 0; d < ALNAIR_CUDA_MAX_DEVICES; d++) {
+        r->devices[d].device_index = d;
+        for (int k = 0; k < 16; k++) r->devices[d].uuid[k] = (uint8_t)(d * 16 + k);
+    }
+}
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void spin_ns(uint64_t ns)
+{
+    for (uint64_t end = monotonic_ns() + ns; monotonic_ns() < end;)
+        ;
+}
+
+static void churn(struct alnair_segment *seg, struct alnair_cuda_record *r)
+{
+    for (uint64_t n = 1; !stop; n++) {
+        alnair_segment_publish_begin(seg);
+        for (uint32_t d = 0; d < r->device_count; d++)
+            for (size_t i = 0; i < N_COUNTERS; i++)
+                __atomic_store_n(counter(&r->devices[d], i), n, __ATOMIC_RELAXED);
+        alnair_segment_publish_end(seg);
+        spin_ns(10000); /* nanosleep would oversleep by the timer slack */
+    }
+}
+
+/* Waits for stdin to close or a signal; with a period, republishes meanwhile. */
+static void hold(struct alnair_segment *seg, struct alnair_cuda_record *r, int period_ms)
+{
+    struct pollfd in = {.fd = 0, .events = POLLIN};
+    char buf[64];
+    while (!stop) {
+        int n = poll(&in, 1, period_ms > 0 ? period_ms : -1);
+        if (n > 0 && read(0, buf, sizeof buf) <= 0) return;
+        if (n == 0) {
+            alnair_segment_publish_begin(seg);
+            for (uint32_t d = 0; d < r->device_count; d++) r->devices[d].kernel_launches++;
+            alnair_segment_publish_end(seg);
+        }
+        if (n < 0 && errno != EINTR) return;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    uint32_t devices = 1;
+    int churn_mode = 0, period_ms = 0;
+    struct alnair_cuda_record staged = {0};
+    init_devices(&staged, devices);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
+            devices = (uint32_t)atoi(argv[++i]);
+            if (devices > ALNAIR_CUDA_MAX_DEVICES) usage();
+        } else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+            if (set_field(&staged, argv[++i]) != 0) usage();
+        } else if (!strcmp(argv[i], "--compute-limit") && i + 1 < argc) {
+            uint32_t pct = (uint32_t)atoi(argv[++i]);
+            for (uint32_t d = 0; d < ALNAIR_CUDA_MAX_DEVICES; d++)
+                staged.devices[d].compute_limit_percent = pct;
+        } else if (!strcmp(argv[i], "--churn")) {
+            churn_mode = 1;
+        } else if (!strcmp(argv[i], "--period-ms") && i + 1 < argc) {
+            period_ms = atoi(argv[++i]);
+        } else {
+            usage();
+        }
+    }
+    staged.device_count = devices;
+
+    struct sigaction sa = {.sa_handler = on_term};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+
+    struct alnair_segment seg;
+    char err[512];
+    if (alnair_segment_create(&seg, ALNAIR_KIND_CUDA, sizeof staged, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    struct alnair_cuda_record *r = seg.record;
+    alnair_segment_publish_begin(&seg);
+    memcpy(r, &staged, sizeof staged);
+    alnair_segment_publish_end(&seg);
+    printf("ready %s\n", seg.path);
+    fflush(stdout);
+
+    if (churn_mode) churn(&seg, r);
+    else hold(&seg, r, period_ms);
+    alnair_segment_close(&seg, 1);
+    return 0;
+}

@@ -1,0 +1,78 @@
+"""The Python reader's layout agrees with intercept/alnair_shm.h byte for byte."""
+from __future__ import annotations
+
+import ctypes
+import re
+import subprocess
+
+import pytest
+
+from alnair.collectors.shm import layout
+from alnair.intercept import ABI_HEADER
+
+CONSTANTS = {
+    "ALNAIR_SHM_MAGIC": layout.SHM_MAGIC,
+    "ALNAIR_SHM_ABI_VERSION": layout.ABI_VERSION,
+    "ALNAIR_KIND_CUDA": layout.KIND_CUDA,
+    "ALNAIR_KIND_PYTHON": layout.KIND_PYTHON,
+    "ALNAIR_CUDA_MAX_DEVICES": layout.CUDA_MAX_DEVICES,
+    "ALNAIR_CUDA_DEVICE_MIG": layout.CUDA_DEVICE_MIG,
+}
+
+
+def header_fields() -> dict[str, list[str]]:
+    """Field names of every struct in the header, in declaration order, read from its text."""
+    text = re.sub(r"/\*.*?\*/", "", ABI_HEADER.read_text(), flags=re.S)
+    structs = {}
+    for name, body in re.findall(r"struct (alnair_\w+) \{(.*?)\};", text, flags=re.S):
+        structs[name] = re.findall(r"(\w+)\s*(?:\[[^\]]*\])?\s*;", body)
+    return structs
+
+
+def probe_source() -> str:
+    """A C program printing sizeof/offsetof of every field the Python layout names."""
+    lines = ["#include <stddef.h>", "#include <stdio.h>", '#include "alnair_shm.h"', "int main(void) {"]
+    for cname, struct in layout.STRUCTS.items():
+        lines.append(f'printf("{cname} . %zu %zu\\n", sizeof(struct {cname}), (size_t)0);')
+        for field, _ in struct._fields_:
+            lines.append(
+                f'printf("{cname} {field} %zu %zu\\n", sizeof(((struct {cname} *)0)->{field}), offsetof(struct {cname}, {field}));'
+            )
+    for const in CONSTANTS:
+        lines.append(f'printf("const {const} %llu 0\\n", (unsigned long long)({const}));')
+    lines.append("return 0; }")
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def c_layout(tmp_path_factory) -> dict[tuple[str, str], tuple[int, int]]:
+    work = tmp_path_factory.mktemp("abi")
+    (work / "probe.c").write_text(probe_source())
+    subprocess.run(["gcc", "-std=c11", "-Wall", "-Werror", "-I", str(ABI_HEADER.parent), "-o", str(work / "probe"), str(work / "probe.c")], check=True)
+    out = subprocess.run([str(work / "probe")], check=True, capture_output=True, text=True).stdout
+    return {(s, f): (int(size), int(offset)) for s, f, size, offset in (line.split() for line in out.splitlines())}
+
+
+@pytest.mark.parametrize("cname", list(layout.STRUCTS))
+def test_struct_size_and_every_offset_match_c(c_layout, cname):
+    struct = layout.STRUCTS[cname]
+    assert c_layout[(cname, ".")][0] == ctypes.sizeof(struct)
+    for field, _ in struct._fields_:
+        descriptor = getattr(struct, field)
+        assert c_layout[(cname, field)] == (descriptor.size, descriptor.offset), f"{cname}.{field}"
+
+
+def test_python_names_every_field_of_the_header_in_order():
+    assert {name: [f for f, _ in s._fields_] for name, s in layout.STRUCTS.items()} == header_fields()
+
+
+def test_constants_match_header(c_layout):
+    for const, value in CONSTANTS.items():
+        assert c_layout[("const", const)][0] == value, const
+
+
+def test_fixed_sizes_documented_in_the_abi():
+    assert layout.HEADER_SIZE == 256
+    assert layout.CUDA_DEVICE_SIZE == 128
+    assert layout.CUDA_DEVICES_OFFSET == 32
+    assert layout.SHM_MAGIC.to_bytes(8, "little") == b"ALNAIRSH"

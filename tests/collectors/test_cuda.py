@@ -1,0 +1,72 @@
+"""The cuda collector turns the C writer's segments into per-process, per-device series."""
+from __future__ import annotations
+
+import argparse
+
+import psutil
+
+from alnair.collectors.cuda import CudaCollector
+from alnair.exporter.sampler import render
+from support import parse_samples
+
+
+def sample(shm_dir) -> dict[str, float]:
+    collector = CudaCollector(argparse.Namespace(shm_dir=str(shm_dir), procfs="/proc"))
+    return parse_samples(render(collector.collect()).decode())
+
+
+def test_device_counters_are_exported_per_pid_and_gpu(start_writer, shm_dir):
+    w = start_writer("--devices", "2", "--set", "kernel_launches=100", "--set", "graph_launches=3",
+                     "--set", "bytes_in_use=1048576", "--set", "peak_bytes=2097152", "--set", "allocations=9",
+                     "--set", "failed_allocations=1", "--set", "limit_denied_allocations=2",
+                     "--set", "throttled_ns=1500000000", "--set", "tokens_available=40")
+    s = sample(shm_dir)
+    gpu0 = f'gpu="0",pid="{w.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"'
+    gpu1 = f'gpu="1",pid="{w.pid}",uuid="GPU-10111213-1415-1617-1819-1a1b1c1d1e1f"'
+    assert s[f"alnair_cuda_kernel_launches_total{{{gpu0}}}"] == 100
+    assert s[f"alnair_cuda_kernel_launches_total{{{gpu1}}}"] == 101
+    assert s[f"alnair_cuda_graph_launches_total{{{gpu0}}}"] == 3
+    assert s[f"alnair_cuda_memory_used_bytes{{{gpu0}}}"] == 1048576
+    assert s[f"alnair_cuda_memory_peak_bytes{{{gpu0}}}"] == 2097152
+    assert s[f"alnair_cuda_allocations_total{{{gpu0}}}"] == 9
+    assert s[f"alnair_cuda_allocation_failures_total{{{gpu0}}}"] == 1
+    assert s[f"alnair_cuda_allocations_denied_total{{{gpu0}}}"] == 2
+    assert s[f"alnair_cuda_throttled_seconds_total{{{gpu0}}}"] == 1.5
+    assert s[f"alnair_cuda_compute_tokens_available{{{gpu1}}}"] == 41
+    assert s["alnair_cuda_segments"] == 1
+
+
+def test_limits_are_exported_only_when_set(start_writer, shm_dir):
+    limited = start_writer("--set", "memory_limit_bytes=8589934592", "--compute-limit", "30")
+    free = start_writer()
+    s = sample(shm_dir)
+    assert s[f'alnair_cuda_memory_limit_bytes{{gpu="0",pid="{limited.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"}}'] == 8589934592
+    assert s[f'alnair_cuda_compute_limit_ratio{{gpu="0",pid="{limited.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"}}'] == 0.3
+    assert not any(f'pid="{free.pid}"' in key for key in s if "limit" in key)
+    assert s["alnair_cuda_segments"] == 2
+
+
+def test_process_identity_and_start_time_are_exported(start_writer, shm_dir):
+    w = start_writer(env={"ALNAIR_POD_UID": "pod-1", "ALNAIR_CONTAINER_ID": "cri-o://c1"})
+    s = sample(shm_dir)
+    info = [k for k in s if k.startswith("alnair_cuda_process_info")]
+    assert len(info) == 1
+    for label in (f'pid="{w.pid}"', 'pod_uid="pod-1"', 'container_id="cri-o://c1"', 'comm="alnair-shm-test"'):
+        assert label in info[0]
+    started = s[f'alnair_cuda_process_start_time_seconds{{pid="{w.pid}"}}']
+    assert abs(started - psutil.Process(w.pid).create_time()) < 1.0
+
+
+def test_dead_writer_series_disappear_and_reclaim_is_counted(start_writer, shm_dir):
+    w = start_writer()
+    w.kill()
+    s = sample(shm_dir)
+    assert s["alnair_cuda_segments"] == 0
+    assert s["alnair_cuda_segments_reclaimed_total"] == 1
+    assert not any(f'pid="{w.pid}"' in key for key in s)
+
+
+def test_empty_directory_yields_no_process_series(shm_dir):
+    s = sample(shm_dir)
+    assert s["alnair_cuda_segments"] == 0
+    assert not any(k.startswith("alnair_cuda_kernel_launches_total{") for k in s)

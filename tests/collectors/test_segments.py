@@ -1,0 +1,192 @@
+"""The segment reader against the C test writer: values, seqlock, skipped and reclaimed segments."""
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+import struct
+import time
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from alnair.collectors.cuda import parse_cuda_record
+from alnair.collectors.shm import layout
+from alnair.collectors.shm.segments import Segment, SegmentDirectory
+
+COUNTERS = ["kernel_launches", "graph_launches", "bytes_in_use", "peak_bytes", "allocations",
+            "failed_allocations", "limit_denied_allocations", "memory_limit_bytes", "throttled_ns"]
+
+
+def read_cuda(shm_dir):
+    directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA)
+    return directory, directory.read(parse_cuda_record)
+
+
+def start_ticks(pid: int) -> int:
+    stat_line = open(f"/proc/{pid}/stat").read()
+    return int(stat_line.rsplit(")", 1)[1].split()[19])
+
+
+def test_reader_returns_exactly_what_the_c_writer_published(start_writer, shm_dir):
+    env = {"ALNAIR_POD_UID": "0b7c5e2a-1111-4222-8333-944455556666", "ALNAIR_CONTAINER_ID": "containerd://abc123"}
+    writer = start_writer("--devices", "3", "--set", "kernel_launches=7", "--set", "bytes_in_use=4096",
+                          "--compute-limit", "30", env=env)
+    directory, segments = read_cuda(shm_dir)
+    assert len(segments) == 1 and directory.skipped.total() == 0
+    segment, process = segments[0].segment, segments[0].record
+    h = segment.header
+    assert segment.holder_pid == writer.pid == h.writer_pid
+    assert h.start_time_ticks == start_ticks(writer.pid)
+    assert h.pid_namespace_inode == os.stat("/proc/self/ns/pid").st_ino
+    assert (segment.pod_uid, segment.container_id, segment.comm) == (env["ALNAIR_POD_UID"], env["ALNAIR_CONTAINER_ID"], "alnair-shm-test")
+    assert h.seq % 2 == 0 and h.seq >= 2
+    assert abs(h.update_time_ns / 1e9 - time.time()) < 60
+    assert [d.device_index for d in process.devices] == [0, 1, 2]
+    assert [d.kernel_launches for d in process.devices] == [7, 8, 9]
+    assert [d.bytes_in_use for d in process.devices] == [4096, 4097, 4098]
+    assert [d.compute_limit_percent for d in process.devices] == [30, 30, 30]
+    assert bytes(process.devices[1].uuid) == bytes(range(16, 32))
+
+
+def test_segment_is_named_by_kind_namespace_pid_and_start_time_and_not_world_readable(start_writer, shm_dir):
+    writer = start_writer()
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    assert writer.path.name == f"alnair.cuda.{ns}.{writer.pid}.{start_ticks(writer.pid)}"
+    mode = stat.S_IMODE(writer.path.stat().st_mode)
+    assert mode & 0o137 == 0, oct(mode)  # owner rw, group r at most
+
+
+def test_reader_never_sees_a_torn_record_while_the_writer_churns(start_writer, shm_dir):
+    writer = start_writer("--devices", "64", "--churn")
+    directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA)
+    consistent = 0
+    for _ in range(2000):
+        for parsed in directory.read(parse_cuda_record):
+            values = {getattr(d, f) for d in parsed.record.devices for f in COUNTERS}
+            assert len(values) == 1, values  # every counter of every device from one publish
+            consistent += 1
+    assert consistent > 1500
+    assert unchecked_copy_tears(writer.path, 64), "the stress never tore a plain copy: the test proves nothing"
+
+
+def unchecked_copy_tears(path, devices: int, tries: int = 50000) -> bool:
+    """A copy taken without the seqlock does tear under this writer."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in range(tries):
+            raw = os.pread(fd, layout.HEADER_SIZE + layout.CUDA_DEVICES_OFFSET + devices * layout.CUDA_DEVICE_SIZE, 0)
+            process = parse_cuda_record(Segment("copy", layout.ShmHeader.from_buffer_copy(raw), raw[layout.HEADER_SIZE:], 0))
+            if len({getattr(d, f) for d in process.devices for f in COUNTERS}) > 1:
+                return True
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_clean_exit_removes_the_segment(start_writer, shm_dir):
+    writer = start_writer()
+    writer.stop()
+    assert not writer.path.exists()
+    assert read_cuda(shm_dir)[1] == []
+
+
+def test_killed_writer_segment_is_reclaimed(start_writer, shm_dir):
+    survivor = start_writer()
+    victim = start_writer()
+    victim.kill()
+    assert victim.path.exists()
+    directory, segments = read_cuda(shm_dir)
+    assert [s.segment.holder_pid for s in segments] == [survivor.pid]
+    assert directory.reclaimed == 1 and not victim.path.exists() and survivor.path.exists()
+
+
+def test_segment_naming_a_live_but_unrelated_pid_is_reclaimed(start_writer, shm_dir):
+    """A reused pid: the header names a live process, but no process holds the lock."""
+    writer = start_writer()
+    data = bytearray(writer.path.read_bytes())
+    struct.pack_into("<i", data, layout.ShmHeader.writer_pid.offset, os.getpid())
+    impostor = shm_dir / f"alnair.cuda.1.{os.getpid()}.1"
+    impostor.write_bytes(bytes(data))
+    directory, segments = read_cuda(shm_dir)
+    assert len(segments) == 1 and directory.reclaimed == 1 and not impostor.exists()
+
+
+def valid_bytes(start_writer, shm_dir) -> bytes:
+    writer = start_writer("--devices", "2")
+    data = writer.path.read_bytes()
+    writer.stop()
+    return data
+
+
+def test_broken_and_foreign_segments_are_skipped_and_counted(start_writer, shm_dir, locker):
+    good = valid_bytes(start_writer, shm_dir)
+    live = start_writer()
+
+    def patched(offset: int, fmt: str, value: int) -> bytes:
+        data = bytearray(good)
+        struct.pack_into(fmt, data, offset, value)
+        return bytes(data)
+
+    files = {
+        "alnair.cuda.short": good[:100],
+        "alnair.cuda.norecord": good[:300],
+        "alnair.cuda.empty": b"",
+        "alnair.cuda.magic": patched(0, "<Q", 0x1234),
+        "alnair.cuda.version": patched(layout.ShmHeader.abi_version.offset, "<I", 2),
+        "alnair.cuda.kind": patched(layout.ShmHeader.record_kind.offset, "<I", layout.KIND_PYTHON),
+        "alnair.cuda.garbage": os.urandom(9000),
+        "alnair.cuda.devices": patched(layout.HEADER_SIZE, "<I", 65),  # device_count over the maximum
+        "unrelated.file": b"not ours",
+    }
+    for name, data in files.items():
+        (shm_dir / name).write_bytes(data)
+    locker.lock(shm_dir / "alnair.cuda.devices")  # a live writer with a bad record
+    (shm_dir / "alnair.cuda.dir").mkdir()
+    os.mkfifo(shm_dir / "alnair.cuda.fifo")  # must not block the reader
+    os.symlink(live.path, shm_dir / "alnair.cuda.link")
+    directory, segments = read_cuda(shm_dir)
+    assert [s.segment.holder_pid for s in segments] == [live.pid]
+    assert dict(directory.skipped) == {"truncated": 3, "bad_magic": 2, "abi_version": 1, "malformed": 4, "unreadable": 1}
+    assert (shm_dir / "unrelated.file").read_bytes() == b"not ours"  # never touched
+    assert all((shm_dir / name).exists() for name in files)  # nothing not understood is deleted
+
+
+def test_abandoned_temp_file_is_removed_after_the_grace_period(shm_dir):
+    old, fresh = shm_dir / ".alnair.cuda.1.2.3.tmp", shm_dir / ".alnair.cuda.1.4.5.tmp"
+    old.write_bytes(b"x")
+    fresh.write_bytes(b"x")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    directory, _ = read_cuda(shm_dir)
+    assert not old.exists() and fresh.exists() and directory.reclaimed == 1
+
+
+def _fuzz_template() -> bytes:
+    header = layout.ShmHeader(magic=layout.SHM_MAGIC, abi_version=layout.ABI_VERSION, header_size=layout.HEADER_SIZE,
+                              record_kind=layout.KIND_CUDA, record_size=ctypes.sizeof(layout.CudaRecord))
+    return bytes(header) + bytes(layout.CudaRecord(device_count=2, max_devices=layout.CUDA_MAX_DEVICES))
+
+
+FUZZ_TEMPLATE = _fuzz_template()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=9000), flips=st.lists(st.tuples(st.integers(0, len(FUZZ_TEMPLATE) - 1), st.integers(0, 255)), max_size=40))
+def test_fuzzed_segment_bytes_never_crash_the_reader(shm_dir, locker, data, flips):
+    random_file, mutated_file = shm_dir / "alnair.cuda.random", shm_dir / "alnair.cuda.mutated"
+    if not mutated_file.exists():
+        random_file.touch()
+        mutated_file.touch()
+        locker.lock(random_file)  # held by a live process: the reader parses instead of reclaiming
+        locker.lock(mutated_file)
+    template = bytearray(FUZZ_TEMPLATE)
+    for offset, value in flips:
+        template[offset] = value
+    random_file.write_bytes(data)  # same inode: the lock stays
+    mutated_file.write_bytes(bytes(template))
+    directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA)
+    segments = directory.read(parse_cuda_record)
+    assert len(segments) + directory.skipped.total() == 2
+    assert directory.reclaimed == 0
+    for parsed in segments:
+        assert len(parsed.record.devices) <= layout.CUDA_MAX_DEVICES

@@ -1,0 +1,68 @@
+"""Shared fixtures: the C test writer built from the ABI header, writer processes, a running exporter."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from support import Exporter, Locker, Writer
+
+ROOT = Path(__file__).resolve().parents[1]
+INTERCEPT = ROOT / "intercept"
+TEST_WRITER = INTERCEPT / "build" / "alnair-shm-test-writer"
+
+
+@pytest.fixture(scope="session")
+def test_writer_binary() -> Path:
+    """The C writer, built with the project's Makefile (the real segment code)."""
+    subprocess.run(["make", "-s", "-C", str(INTERCEPT)], check=True)
+    return TEST_WRITER
+
+
+@pytest.fixture
+def shm_dir(tmp_path) -> Path:
+    d = tmp_path / "shm"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def start_writer(test_writer_binary, shm_dir):
+    writers: list[Writer] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, directory: Path | None = None) -> Writer:
+        writer = Writer(test_writer_binary, directory or shm_dir, list(args), env)
+        writers.append(writer)
+        return writer
+
+    yield start
+    for w in writers:
+        if w.proc.poll() is None:
+            w.proc.kill()
+        w.proc.wait()
+
+
+@pytest.fixture
+def start_exporter(tmp_path):
+    running: list[Exporter] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> Exporter:
+        exporter = Exporter(list(args), tmp_path / f"exporter-{len(running)}.log", env)
+        running.append(exporter)
+        return exporter
+
+    yield start
+    for e in running:
+        if e.proc.poll() is None:
+            e.proc.kill()
+        e.proc.wait()
+
+
+
+
+@pytest.fixture
+def locker():
+    held = Locker()
+    yield held
+    held.close()

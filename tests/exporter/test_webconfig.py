@@ -1,0 +1,259 @@
+"""Tests for alnair.exporter.webconfig: TLS handshakes against a real server, basic auth, errors."""
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import http.client
+import ipaddress
+import itertools
+import ssl
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import bcrypt
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from alnair.exporter.webconfig import WebConfigError, load_web_config
+
+PASSWORD = b"s3cret"
+
+
+def _issue(cn, key, issuer=None, issuer_key=None, *, ca=False, usage=None):
+    """A cert for `key`, self-signed when no issuer is given."""
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer.subject if issuer else name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+            (issuer_key or key).public_key()), critical=False)
+    )
+    if usage is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    if usage == ExtendedKeyUsageOID.SERVER_AUTH:
+        builder = builder.add_extension(x509.SubjectAlternativeName(
+            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+    return builder.sign(issuer_key or key, hashes.SHA256())
+
+
+def _write_key(path, key, encryption=serialization.NoEncryption()):
+    path.write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """CA, server and client certs; configs are written here too so relative paths resolve."""
+    d = tmp_path_factory.mktemp("pki")
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _issue("test-ca", ca_key, ca=True)
+    (d / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    for role, usage in (("server", ExtendedKeyUsageOID.SERVER_AUTH), ("client", ExtendedKeyUsageOID.CLIENT_AUTH)):
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _issue(role, key, ca, ca_key, usage=usage)
+        (d / f"{role}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_key(d / f"{role}.key", key)
+    _write_key(d / "encrypted.key", ca_key, serialization.BestAvailableEncryption(b"pw"))
+    (d / "garbage.pem").write_text("not a certificate\n")
+    return d
+
+
+_names = itertools.count()
+
+
+def load(pki, text):
+    path = pki / f"web{next(_names)}.yml"
+    path.write_text(text)
+    return load_web_config(str(path))
+
+
+TLS = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+MTLS = TLS + "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n"
+
+
+class _Ok(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def serving(ctx):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def client_context(pki, *, cert=False, max_version=None):
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    if cert:
+        ctx.load_cert_chain(str(pki / "client.crt"), str(pki / "client.key"))
+    if max_version:
+        ctx.maximum_version = max_version
+    return ctx
+
+
+def fetch(port, ctx):
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=5)
+    try:
+        conn.request("GET", "/")
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_no_path_means_plain_http_without_auth():
+    for path in (None, ""):
+        config = load_web_config(path)
+        assert config.ssl_context is None
+        assert config.auth_required is False
+        assert dict(config.headers) == {}
+        assert config.check_basic_auth(None) is True
+
+
+def test_relative_paths_resolve_against_config_dir_and_tls_serves(pki):
+    config = load(pki, TLS + "  cipher_suites: [TLS_AES_128_GCM_SHA256]\nhttp_server_config:\n"
+                  "  http2: false\n  headers:\n    X-Frame-Options: deny\n")
+    assert config.ssl_context.verify_mode == ssl.CERT_NONE
+    assert config.ssl_context.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert dict(config.headers) == {"X-Frame-Options": "deny"}
+    with serving(config.ssl_context) as port:
+        assert fetch(port, client_context(pki)) == (200, b"ok")
+
+
+def test_require_and_verify_client_cert(pki):
+    config = load(pki, MTLS)
+    assert config.ssl_context.verify_mode == ssl.CERT_REQUIRED
+    with serving(config.ssl_context) as port:
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            fetch(port, client_context(pki))
+        assert fetch(port, client_context(pki, cert=True)) == (200, b"ok")
+
+
+def test_min_version_tls13_refuses_tls12_client(pki):
+    config = load(pki, TLS + "  min_version: TLS13\n")
+    with serving(config.ssl_context) as port:
+        with pytest.raises(ssl.SSLError):
+            fetch(port, client_context(pki, max_version=ssl.TLSVersion.TLSv1_2))
+        assert fetch(port, client_context(pki)) == (200, b"ok")
+
+
+@pytest.fixture(scope="module")
+def hashed():
+    return bcrypt.hashpw(PASSWORD, bcrypt.gensalt(10)).decode()
+
+
+def basic(user, password):
+    return "Basic " + base64.b64encode(user.encode() + b":" + password).decode()
+
+
+def test_basic_auth(pki, hashed):
+    config = load(pki, f"basic_auth_users:\n  alice: '{hashed}'\n")
+    assert config.auth_required is True
+    assert config.check_basic_auth(basic("alice", PASSWORD)) is True
+    assert config.check_basic_auth(basic("alice", b"wrong")) is False
+    assert config.check_basic_auth(basic("bob", PASSWORD)) is False
+    assert config.check_basic_auth(basic("alice", b"x" * 100)) is False
+    for malformed in ("Bearer abc", "Basic !!!notbase64", "Basic " + base64.b64encode(b"nocolon").decode(), ""):
+        assert config.check_basic_auth(malformed) is False
+    assert config.check_basic_auth(None) is False
+
+
+def _timed(call):
+    start = time.perf_counter()
+    return call(), time.perf_counter() - start
+
+
+def test_successes_are_cached_failures_are_not(pki, hashed):
+    config = load(pki, f"basic_auth_users:\n  alice: '{hashed}'\n")
+    header = basic("alice", PASSWORD)
+    first, first_s = _timed(lambda: config.check_basic_auth(header))
+    second, second_s = _timed(lambda: config.check_basic_auth(header))
+    assert (first, second) == (True, True)
+    assert second_s < first_s / 5
+    for _ in range(2):
+        failed, failed_s = _timed(lambda: config.check_basic_auth(basic("alice", b"wrong")))
+        assert failed is False
+        assert failed_s > first_s / 5
+
+
+def test_check_basic_auth_is_thread_safe(pki, hashed):
+    config = load(pki, f"basic_auth_users:\n  alice: '{hashed}'\n")
+    headers = [basic("alice", PASSWORD), basic("alice", b"wrong")] * 4
+    results = [None] * len(headers)
+
+    def check(i):
+        results[i] = config.check_basic_auth(headers[i])
+
+    threads = [threading.Thread(target=check, args=(i,)) for i in range(len(headers))]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert results == [True, False] * 4
+
+
+@pytest.mark.parametrize("text, offending", [
+    ("tls_server_config: [unclosed\n", "invalid YAML"),
+    ("- a list\n", "top level"),
+    ("rate_limit: {}\n", "rate_limit"),
+    (TLS + "  client_allowed_sans: [a]\n", "tls_server_config.client_allowed_sans"),
+    ("http_server_config:\n  gzip: true\n", "http_server_config.gzip"),
+    ("tls_server_config:\n  key_file: server.key\n", "tls_server_config.cert_file"),
+    ("tls_server_config:\n  cert_file: server.crt\n", "tls_server_config.key_file"),
+    ("tls_server_config:\n  cert_file: missing.crt\n  key_file: server.key\n", "cert_file missing.crt"),
+    ("tls_server_config:\n  cert_file: garbage.pem\n  key_file: server.key\n", "cert_file garbage.pem"),
+    ("tls_server_config:\n  cert_file: server.crt\n  key_file: client.key\n", "key_file client.key"),
+    ("tls_server_config:\n  cert_file: ca.crt\n  key_file: encrypted.key\n", "key_file encrypted.key"),
+    (TLS + "  client_auth_type: Sometimes\n", "client_auth_type"),
+    (TLS + "  client_auth_type: RequireAndVerifyClientCert\n", "client_ca_file"),
+    (TLS + "  client_auth_type: VerifyClientCertIfGiven\n", "client_ca_file"),
+    (TLS + "  client_auth_type: RequireAnyClientCert\n", "client_ca_file"),
+    (TLS + "  client_ca_file: ca.crt\n", "client_ca_file"),
+    (TLS + "  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: garbage.pem\n", "client_ca_file"),
+    (TLS + "  min_version: TLS14\n", "min_version"),
+    (TLS + "  max_version: 1.2\n", "max_version"),
+    (TLS + "  min_version: TLS13\n  max_version: TLS12\n", "min_version"),
+    ("basic_auth_users:\n  alice: plaintext\n", "basic_auth_users.alice"),
+    ("basic_auth_users:\n  yes: '$2b$10$abc'\n", "basic_auth_users"),
+    ("http_server_config:\n  headers:\n    X-Powered-By: me\n", "headers.X-Powered-By"),
+    ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "headers.X-Frame-Options"),
+    ("http_server_config:\n  headers:\n    X-XSS-Protection: \"1\\r\\nSet-Cookie: a\"\n", "headers.X-XSS-Protection"),
+])
+def test_errors_are_one_line_and_name_the_key(pki, text, offending):
+    with pytest.raises(WebConfigError) as raised:
+        load(pki, text)
+    message = str(raised.value)
+    assert message.startswith(f"web config {pki}")
+    assert offending in message
+    assert "\n" not in message
+
+
+def test_unreadable_file(tmp_path):
+    missing = tmp_path / "nope.yml"
+    with pytest.raises(WebConfigError, match=f"^web config {missing}: cannot read file"):
+        load_web_config(str(missing))

@@ -1,0 +1,122 @@
+"""Helpers the tests share: writer and exporter processes, exposition parsing, polling."""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+def read_line(stream, timeout: float) -> str:
+    """One line from a child's pipe, or fail after timeout (no fixed sleeps)."""
+    ready, _, _ = select.select([stream], [], [], timeout)
+    if not ready:
+        raise TimeoutError("child printed nothing")
+    return stream.readline()
+
+
+class Writer:
+    """A running alnair-shm-test-writer; stdin held open keeps it alive."""
+
+    def __init__(self, binary: Path, shm_dir: Path, args: list[str], env: dict[str, str] | None = None):
+        self.proc = subprocess.Popen(
+            [str(binary), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "ALNAIR_SHM_DIR": str(shm_dir), **(env or {})},
+        )
+        line = read_line(self.proc.stdout, 10)
+        assert line.startswith("ready "), line
+        self.path = Path(line.split(" ", 1)[1].strip())
+        self.pid = self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(10)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Exporter:
+    """`python -m alnair.exporter` on a free loopback port; its log goes to a file."""
+
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        with open(log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "alnair.exporter", f"--web.listen-address=127.0.0.1:{self.port}", *args],
+                stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, **(env or {})},
+            )
+        try:
+            wait_until(lambda: "listening on" in self.log() or self.proc.poll() is not None, timeout=20)
+        except AssertionError:
+            pass
+        if self.proc.poll() is not None or "listening on" not in self.log():
+            raise RuntimeError(f"exporter did not start: {self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def parse_samples(text: str) -> dict[str, float]:
+    """`name{labels}` -> value for every sample line of an exposition."""
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            samples[key] = float(value)
+    return samples
+
+
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)
+
+
+class Locker:
+    """A separate process that takes a writer's POSIX lock on files we name: the reader
+    ignores locks its own process holds, so a live writer must be another process."""
+
+    SCRIPT = (
+        "import fcntl, os, sys\n"
+        "fds = []\n"
+        "for line in sys.stdin:\n"
+        "    fd = os.open(line.strip(), os.O_RDWR)\n"
+        "    fcntl.lockf(fd, fcntl.LOCK_EX)\n"
+        "    fds.append(fd)\n"
+        "    print('locked', flush=True)\n"
+    )
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", self.SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def lock(self, path: Path) -> None:
+        self.proc.stdin.write(f"{path}\n")
+        self.proc.stdin.flush()
+        assert read_line(self.proc.stdout, 10).strip() == "locked"
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(10)
