@@ -34,6 +34,19 @@ def env_name(flag: str) -> str:
     return "ALNAIR_" + flag.lstrip("-").upper().replace(".", "_").replace("-", "_")
 
 
+def flag_type(parse: Callable) -> Callable:
+    """argparse shows only ArgumentTypeError's message; let parsers raise ValueError."""
+
+    def checked(text: str):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    checked.__name__ = parse.__name__
+    return checked
+
+
 def parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -43,13 +56,15 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"not a boolean: {text!r}")
 
 
+@flag_type
 def positive_float(text: str) -> float:
     value = float(text)
-    if not value > 0:
+    if not value > 0:  # also rejects NaN
         raise ValueError(f"must be > 0: {text!r}")
     return value
 
 
+@flag_type
 def non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -57,6 +72,7 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+@flag_type
 def parse_listen_address(text: str) -> tuple[str, int]:
     """host:port, [v6]:port or :port (all interfaces)."""
     host, sep, port = text.rpartition(":")
@@ -71,7 +87,7 @@ def add_flag(parser: argparse.ArgumentParser, flag: str, *, type: Callable = str
     if variable in os.environ:
         try:
             default = type(os.environ[variable])
-        except ValueError as e:
+        except (ValueError, argparse.ArgumentTypeError) as e:
             fail(f"{variable}: {e}")
     dest = flag.lstrip("-").replace(".", "_").replace("-", "_")
     parser.add_argument(flag, dest=dest, type=type, default=default, help=f"{help} [env {variable}]")

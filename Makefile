@@ -1,0 +1,15 @@
+# `make test` sets up a fresh Debian machine and runs the whole suite (README, .ci/run).
+PYTHON ?= python3
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+test: system-packages
+	$(PYTHON) -m pip install -q -e '.[test]'
+	$(MAKE) -s -C intercept
+	$(PYTHON) -m pytest
+
+# The tests start a real Prometheus and a real redis-server.
+system-packages:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v redis-server >/dev/null || \
+		$(SUDO) sh -c 'apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus redis-server'
+
+.PHONY: test system-packages

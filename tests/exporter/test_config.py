@@ -1,0 +1,82 @@
+"""Bad flags, bad environment, bad config and a busy port: one clear line and exit code 2."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from support import parse_samples, wait_until
+import requests
+
+
+def run_exporter(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "alnair.exporter", *args], capture_output=True, text=True,
+                          timeout=30, env={**os.environ, **(env or {})})
+
+
+def assert_one_line_exit_2(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("alnair-exporter: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--no-such-flag"], "--no-such-flag"),
+    (["--web.listen-address", "nonsense"], "host:port"),
+    (["--web.listen-address", ":99999"], "host:port"),
+    (["--web.max-requests", "-1"], ">= 0"),
+    (["--collector.cuda.interval", "0"], "> 0"),
+    (["--collector.nosuch"], "--collector.nosuch"),
+    (["--log.level", "loud"], "loud"),
+    (["--shm.dir", "/nonexistent/dir"], "/nonexistent/dir"),
+    (["--web.telemetry-path", "metrics"], "telemetry-path"),
+    (["--web.config.file", "/nonexistent/web.yml"], "/nonexistent/web.yml"),
+])
+def test_bad_flag_exits_2_with_one_line(args, fragment):
+    assert_one_line_exit_2(run_exporter(*args), fragment)
+
+
+@pytest.mark.parametrize("variable, value", [
+    ("ALNAIR_WEB_MAX_REQUESTS", "many"),
+    ("ALNAIR_COLLECTOR_HOST", "perhaps"),
+    ("ALNAIR_COLLECTOR_CUDA_INTERVAL", "-3"),
+])
+def test_bad_environment_value_exits_2_naming_the_variable(variable, value):
+    assert_one_line_exit_2(run_exporter(env={variable: value}), variable)
+
+
+def test_invalid_web_config_exits_2(tmp_path):
+    config = tmp_path / "web.yml"
+    config.write_text("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n")
+    assert_one_line_exit_2(run_exporter("--web.config.file", str(config)), str(config))
+
+
+def test_port_in_use_exits_2():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert_one_line_exit_2(run_exporter(f"--web.listen-address=127.0.0.1:{port}"), f"127.0.0.1:{port}", "in use")
+
+
+def test_environment_sets_flags_and_flags_win(start_exporter, shm_dir):
+    exporter = start_exporter("--collector.host", env={
+        "ALNAIR_COLLECTOR_HOST": "false", "ALNAIR_COLLECTOR_CUDA": "false", "ALNAIR_NODE_NAME": "gpu-node-7",
+        "ALNAIR_SHM_DIR": str(shm_dir),
+    })
+    samples = wait_until(lambda: parse_samples(requests.get(exporter.url + "/metrics").text))
+    assert samples['alnair_node_info{node="gpu-node-7"}'] == 1
+    assert samples['alnair_exporter_collector_success{collector="host"}'] in (0, 1)  # enabled by the flag
+    assert not any('collector="cuda"' in k for k in samples)  # disabled by the environment
+
+
+def test_disable_defaults_keeps_only_named_collectors(start_exporter):
+    exporter = start_exporter("--collector.disable-defaults", "--collector.host")
+    text = requests.get(exporter.url + "/metrics").text
+    assert 'collector="host"' in text and 'collector="cuda"' not in text
