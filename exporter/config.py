@@ -81,7 +81,7 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def add_flag(parser: argparse.ArgumentParser, flag: str, *, type: Callable = str, default=None, help: str = "") -> None:
+def add_flag(parser: argparse.ArgumentParser, flag: str, *, type: Callable = str, default=None, help: str = "", **extra) -> None:
     """A flag whose default comes from its environment variable, checked like the flag."""
     variable = env_name(flag)
     if variable in os.environ:
@@ -90,7 +90,7 @@ def add_flag(parser: argparse.ArgumentParser, flag: str, *, type: Callable = str
         except (ValueError, argparse.ArgumentTypeError) as e:
             fail(f"{variable}: {e}")
     dest = flag.lstrip("-").replace(".", "_").replace("-", "_")
-    parser.add_argument(flag, dest=dest, type=type, default=default, help=f"{help} [env {variable}]")
+    parser.add_argument(flag, dest=dest, type=type, default=default, help=f"{help} [env {variable}]", **extra)
 
 
 def add_collector_flags(parser: argparse.ArgumentParser, collector: type[Collector]) -> None:
@@ -120,7 +120,8 @@ def build_parser(collectors: Iterable[type[Collector]]) -> argparse.ArgumentPars
     add_flag(parser, "--shm.dir", default="/dev/shm", help="Directory of the writers' shared-memory segments.")
     add_flag(parser, "--path.procfs", default="/proc", help="procfs mount point (the host's /proc in a DaemonSet).")
     add_flag(parser, "--log.level", type=str.lower, default="info", help="debug, info, warning or error.")
-    parser.add_argument("--collector.disable-defaults", dest="disable_defaults", action="store_true", help="Disable every collector not enabled by a flag.")
+    add_flag(parser, "--collector.disable-defaults", type=flag_type(parse_bool), default=False, nargs="?", const=True,
+             help="Disable every collector not enabled by a flag.")
     for collector in collectors:
         add_collector_flags(parser, collector)
     return parser
@@ -130,7 +131,7 @@ def enabled_collectors(options: argparse.Namespace, collectors: Iterable[type[Co
     chosen = []
     for collector in collectors:
         explicit = getattr(options, f"collector_{collector.name}")
-        default = False if options.disable_defaults else getattr(options, f"default_collector_{collector.name}")
+        default = False if options.collector_disable_defaults else getattr(options, f"default_collector_{collector.name}")
         if default if explicit is None else explicit:
             chosen.append(collector)
     return chosen

@@ -80,3 +80,9 @@ def test_disable_defaults_keeps_only_named_collectors(start_exporter):
     exporter = start_exporter("--collector.disable-defaults", "--collector.host")
     text = requests.get(exporter.url + "/metrics").text
     assert 'collector="host"' in text and 'collector="cuda"' not in text
+
+
+def test_disable_defaults_from_the_environment(start_exporter):
+    exporter = start_exporter("--collector.cuda", env={"ALNAIR_COLLECTOR_DISABLE_DEFAULTS": "true"})
+    text = requests.get(exporter.url + "/metrics").text
+    assert 'collector="cuda"' in text and 'collector="host"' not in text
