@@ -32,6 +32,10 @@ class ScrapeAssembler:
         self._cached_plain = b""
         self._cached_gzip = b""
 
+    def count_rejected_scrape(self) -> None:
+        with self._lock:
+            self.rejected_scrapes += 1
+
     def render(self, compress: bool) -> bytes:
         collectors_part = self._collectors_part(compress)
         own = render(self._own_metrics())

@@ -17,6 +17,22 @@ log = logging.getLogger(__name__)
 HANDSHAKE_AND_READ_TIMEOUT = 30.0  # a client stalling TLS or headers holds only its own thread
 
 
+def accepts_gzip(accept_encoding: str) -> bool:
+    """True if the Accept-Encoding header allows gzip (and does not give it q=0)."""
+    for item in accept_encoding.split(","):
+        coding, _, params = item.partition(";")
+        if coding.strip().lower() != "gzip":
+            continue
+        weight = params.strip()
+        if not weight.startswith("q="):
+            return True
+        try:
+            return float(weight[2:]) > 0
+        except ValueError:
+            return False
+    return False
+
+
 class ExporterServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -67,11 +83,13 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if not self.server.web.check_basic_auth(self.headers.get("Authorization")):
             self._reply(401, b"Unauthorized\n", "text/plain", {"WWW-Authenticate": 'Basic realm="alnair"'})
-        elif self.path.split("?")[0] == self.server.metrics_path:
+            return
+        path = self.path.split("?", 1)[0]
+        if path == self.server.metrics_path:
             self._metrics()
-        elif self.path == "/healthz":
+        elif path == "/healthz":
             self._healthz()
-        elif self.path == "/":
+        elif path == "/":
             self._reply(200, self._index().encode(), "text/html; charset=utf-8")
         else:
             self._reply(404, b"Not Found\n", "text/plain")
@@ -79,13 +97,14 @@ class Handler(BaseHTTPRequestHandler):
     def _metrics(self) -> None:
         slots = self.server.scrape_slots
         if slots is not None and not slots.acquire(blocking=False):
-            self.server.assembler.rejected_scrapes += 1
+            self.server.assembler.count_rejected_scrape()
             self._reply(503, b"Too many concurrent scrapes\n", "text/plain")
             return
         try:
-            gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
+            gzipped = accepts_gzip(self.headers.get("Accept-Encoding", ""))
             body = self.server.assembler.render(compress=gzipped)
-            self._reply(200, body, CONTENT_TYPE, {"Content-Encoding": "gzip"} if gzipped else {})
+            encoding = {"Content-Encoding": "gzip"} if gzipped else {}
+            self._reply(200, body, CONTENT_TYPE, {"Vary": "Accept-Encoding", **encoding})
         finally:
             if slots is not None:
                 slots.release()
@@ -102,10 +121,10 @@ class Handler(BaseHTTPRequestHandler):
         for runner in self.server.runners:
             s = runner.snapshot
             state = "hung" if runner.hung() else s.state
-            rows.append(f"<tr><td>{runner.name}</td><td>{state}</td><td>{runner.interval:g}s</td>"
+            rows.append(f"<tr><td>{html.escape(runner.name)}</td><td>{state}</td><td>{runner.interval:g}s</td>"
                         f"<td>{s.duration_seconds * 1000:.1f} ms</td><td>{html.escape(s.detail)}</td></tr>")
         enabled = {r.name for r in self.server.runners}
-        rows += [f"<tr><td>{name}</td><td>disabled</td><td></td><td></td><td></td></tr>"
+        rows += [f"<tr><td>{html.escape(name)}</td><td>disabled</td><td></td><td></td><td></td></tr>"
                  for name in self.server.known if name not in enabled]
         path = html.escape(self.server.metrics_path)
         return ("<!doctype html><html><head><title>Alnair exporter</title></head><body>"

@@ -1,0 +1,261 @@
+"""Tests for alnair.exporter.server: the real exporter as a subprocess, plus in-process
+ExporterServer instances where a deterministic hold or a fake clock is needed."""
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import gzip
+import http.client
+import ipaddress
+import socket
+import ssl
+import threading
+from argparse import Namespace
+
+import bcrypt
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from prometheus_client.core import GaugeMetricFamily
+
+from alnair.exporter.collector import Collector
+from alnair.exporter.sampler import CollectorRunner
+from alnair.exporter.scrape import ScrapeAssembler
+from alnair.exporter.server import ExporterServer, accepts_gzip
+from alnair.exporter.webconfig import WebConfig
+from support import parse_samples, wait_until
+
+
+def get(port, path="/", headers=None, context=None):
+    """(status, headers, raw body) of one GET, without proxies or transparent decompression."""
+    if context is None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    else:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.headers, response.read()
+    finally:
+        conn.close()
+
+
+def metric_names(body: bytes, prefix: str) -> set[str]:
+    return {key.split("{")[0] for key in parse_samples(body.decode()) if key.startswith(prefix)}
+
+
+def test_metrics_has_text_content_type_node_info_and_build_info(start_exporter):
+    exporter = start_exporter("--node.name=node-a", "--no-collector.cuda")
+    status, headers, body = get(exporter.port, "/metrics")
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    samples = parse_samples(body.decode())
+    assert samples['alnair_node_info{node="node-a"}'] == 1.0
+    assert any(k.startswith('alnair_exporter_build_info{') and 'version="0.1.0"' in k for k in samples)
+    wait_until(lambda: parse_samples(get(exporter.port, "/metrics")[2].decode()).get(
+        'alnair_exporter_collector_success{collector="host"}') == 1.0)
+
+
+def test_node_name_comes_from_alnair_node_name_env(start_exporter):
+    exporter = start_exporter("--no-collector.cuda", env={"ALNAIR_NODE_NAME": "node-from-env"})
+    samples = parse_samples(get(exporter.port, "/metrics")[2].decode())
+    assert samples['alnair_node_info{node="node-from-env"}'] == 1.0
+
+
+def test_healthz_ok_and_unknown_paths_are_404(start_exporter):
+    exporter = start_exporter("--no-collector.cuda")
+    assert get(exporter.port, "/healthz")[::2] == (200, b"ok\n")
+    assert get(exporter.port, "/nope")[::2] == (404, b"Not Found\n")
+    assert get(exporter.port, "/metrics/extra")[0] == 404
+
+
+def test_index_lists_enabled_and_disabled_collectors(start_exporter):
+    exporter = start_exporter("--no-collector.cuda")
+    status, headers, body = get(exporter.port, "/")
+    page = body.decode()
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert "<tr><td>cuda</td><td>disabled</td>" in page
+    assert "<tr><td>host</td><td>" in page and "<tr><td>host</td><td>disabled</td>" not in page
+    assert '<a href="/metrics">' in page
+
+
+def test_gzip_when_accepted_has_same_host_metrics(start_exporter):
+    exporter = start_exporter("--no-collector.cuda")
+    wait_until(lambda: b"alnair_host_cpus" in get(exporter.port, "/metrics")[2])
+    status, headers, raw = get(exporter.port, "/metrics", {"Accept-Encoding": "gzip"})
+    assert status == 200 and headers["Content-Encoding"] == "gzip"
+    plain = get(exporter.port, "/metrics")
+    assert "Content-Encoding" not in plain[1]
+    names = metric_names(gzip.decompress(raw), "alnair_host_")
+    assert "alnair_host_cpus" in names and "alnair_host_memory_total_bytes" in names
+    assert names == metric_names(plain[2], "alnair_host_")
+
+
+def test_telemetry_path_moves_the_metrics_endpoint(start_exporter):
+    exporter = start_exporter("--no-collector.cuda", "--web.telemetry-path=/m")
+    status, _, body = get(exporter.port, "/m")
+    assert status == 200 and b"alnair_node_info" in body
+    assert get(exporter.port, "/metrics")[0] == 404
+    assert '<a href="/m">' in get(exporter.port, "/")[2].decode()
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def test_basic_auth_from_web_config(start_exporter, tmp_path):
+    hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=4)).decode()
+    (tmp_path / "web.yml").write_text(f"basic_auth_users:\n  alice: '{hashed}'\n")
+    exporter = start_exporter("--no-collector.cuda", f"--web.config.file={tmp_path / 'web.yml'}")
+    status, headers, _ = get(exporter.port, "/metrics")
+    assert status == 401 and headers["WWW-Authenticate"] == 'Basic realm="alnair"'
+    assert get(exporter.port, "/metrics", basic("alice", "wrong"))[0] == 401
+    assert get(exporter.port, "/healthz", basic("bob", "secret"))[0] == 401
+    status, _, body = get(exporter.port, "/metrics", basic("alice", "secret"))
+    assert status == 200 and b"alnair_node_info" in body
+
+
+@pytest.fixture(scope="module")
+def tls_dir(tmp_path_factory):
+    """A CA and a server cert for 127.0.0.1 it signed, plus a web config using them."""
+    d = tmp_path_factory.mktemp("tls")
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def issue(subject, key, issuer, issuer_key, ca, san=None):
+        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if san:
+            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
+    ca = issue(ca_name, ca_key, ca_name, ca_key, True)
+    server = issue(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "server")]), key, ca_name, ca_key,
+                   False, [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    (d / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (d / "server.crt").write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    (d / "server.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                     serialization.NoEncryption()))
+    (d / "web.yml").write_text("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
+    return d
+
+
+def test_tls_serves_https_and_refuses_plain_http(start_exporter, tls_dir):
+    exporter = start_exporter("--no-collector.cuda", f"--web.config.file={tls_dir / 'web.yml'}")
+    trusting = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
+    status, _, body = get(exporter.port, "/metrics", context=trusting)
+    assert status == 200 and b"alnair_node_info" in body
+    with pytest.raises(ssl.SSLCertVerificationError):
+        get(exporter.port, "/metrics", context=ssl.create_default_context())  # CA not trusted
+    with pytest.raises((http.client.HTTPException, ConnectionError)):
+        get(exporter.port, "/metrics")
+
+
+def test_tls_client_sending_nothing_does_not_block_other_clients(start_exporter, tls_dir):
+    exporter = start_exporter("--no-collector.cuda", f"--web.config.file={tls_dir / 'web.yml'}")
+    trusting = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
+    with socket.create_connection(("127.0.0.1", exporter.port), timeout=10) as silent:
+        status, _, body = get(exporter.port, "/healthz", context=trusting)
+        assert (status, body) == (200, b"ok\n")
+        silent.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            silent.recv(1)  # the silent client's connection is still open, waiting on its handshake
+
+
+class HeldAssembler(ScrapeAssembler):
+    """Renders only once `release` is set, announcing each held render on `entered`."""
+
+    def __init__(self):
+        super().__init__([], "node-a")
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def render(self, compress):
+        self.entered.set()
+        assert self.release.wait(10)
+        return super().render(compress)
+
+
+@contextlib.contextmanager
+def serving(assembler, runners=(), known=(), max_requests=0):
+    server = ExporterServer(("127.0.0.1", 0), WebConfig(), assembler, list(runners), list(known), "/metrics", max_requests)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_max_requests_rejects_concurrent_scrape_with_503_and_counts_it():
+    assembler = HeldAssembler()
+    with serving(assembler, max_requests=1) as port:
+        held = {}
+        first = threading.Thread(target=lambda: held.update(result=get(port, "/metrics")))
+        first.start()
+        try:
+            assert assembler.entered.wait(10)
+            status, _, body = get(port, "/metrics")
+            assert (status, body) == (503, b"Too many concurrent scrapes\n")
+            assert get(port, "/healthz")[0] == 200  # only scrapes take a slot
+        finally:
+            assembler.release.set()
+            first.join(10)
+        status, _, body = held["result"]
+        assert status == 200
+        assert parse_samples(body.decode())["alnair_exporter_scrapes_rejected_total"] == 1.0
+        status, _, body = get(port, "/metrics")  # the slot was given back
+        assert status == 200
+        assert parse_samples(body.decode())["alnair_exporter_scrapes_rejected_total"] == 1.0
+
+
+class Blocks(Collector):
+    """Succeeds once, then blocks until options.release is set."""
+
+    name = "blocked"
+
+    def collect(self):
+        if self.options.samples:
+            self.options.entered.set()
+            self.options.release.wait(30)
+        self.options.samples += 1
+        return [GaugeMetricFamily("alnair_blocked_value", "Blocked collector output.", value=1)]
+
+
+def test_healthz_503_names_hung_collector():
+    clock = [1000.0]
+    options = Namespace(samples=0, entered=threading.Event(), release=threading.Event())
+    runner = CollectorRunner(Blocks, options, 0.01, clock=lambda: clock[0])
+    runner.start()
+    try:
+        assert options.entered.wait(10)
+        with serving(ScrapeAssembler([runner], "node-a"), [runner], ["blocked", "cuda"]) as port:
+            assert get(port, "/healthz")[::2] == (200, b"ok\n")
+            assert "<tr><td>blocked</td><td>ok</td>" in get(port, "/")[2].decode()
+            clock[0] += runner.stale_after + 1
+            assert get(port, "/healthz")[::2] == (503, b"collectors not sampling: blocked\n")
+            page = get(port, "/")[2].decode()
+            assert "<tr><td>blocked</td><td>hung</td>" in page
+            assert "<tr><td>cuda</td><td>disabled</td>" in page
+            samples = parse_samples(get(port, "/metrics")[2].decode())
+            assert samples['alnair_exporter_collector_success{collector="blocked"}'] == 0.0
+            assert "alnair_blocked_value" not in samples
+    finally:
+        options.release.set()
+        runner.stop()
+
+
+@pytest.mark.parametrize("header, expected", [
+    ("gzip", True), ("deflate, gzip;q=0.5", True), ("GZIP ; q=1.0", True),
+    ("gzip;q=0", False), ("gzip;q=bad", False), ("identity", False), ("", False),
+])
+def test_gzip_is_used_only_when_accepted(header, expected):
+    assert accepts_gzip(header) is expected
