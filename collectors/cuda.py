@@ -4,30 +4,26 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import Iterator
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
 
 from alnair.exporter.collector import Collector
+from alnair.exporter.exposition import ExpositionBuilder, label_set
+from alnair.exporter.sampler import render
 
 from .shm import layout
 from .shm.metrics import boot_time_seconds, directory_metrics
 from .shm.segments import MalformedRecord, ParsedSegment, Segment, SegmentDirectory
 
-DEVICE_LABELS = ["pid", "gpu", "uuid"]
-
-# (metric suffix, help, counter?, field, scale): one row per exported device field.
+# (metric, kind, help, field, scale): one row per exported device field.
 DEVICE_FIELDS = [
-    ("kernel_launches", "Kernel launches, every launch path.", True, "kernel_launches", 1),
-    ("graph_launches", "CUDA graph launches.", True, "graph_launches", 1),
-    ("memory_used_bytes", "Device memory the process has allocated and not freed.", False, "bytes_in_use", 1),
-    ("memory_peak_bytes", "High-water mark of memory_used_bytes.", False, "peak_bytes", 1),
-    ("allocations", "Successful device memory allocations.", True, "allocations", 1),
-    ("allocation_failures", "Allocations the driver refused.", True, "failed_allocations", 1),
-    ("allocations_denied", "Allocations refused by the memory limit.", True, "limit_denied_allocations", 1),
-    ("compute_tokens_available", "Level of the compute-limit token bucket.", False, "tokens_available", 1),
-    ("throttled_seconds", "Time launches waited for compute-limit tokens.", True, "throttled_ns", 1e-9),
+    ("alnair_cuda_kernel_launches", "counter", "Kernel launches, every launch path.", "kernel_launches", 1),
+    ("alnair_cuda_graph_launches", "counter", "CUDA graph launches.", "graph_launches", 1),
+    ("alnair_cuda_memory_used_bytes", "gauge", "Device memory the process has allocated and not freed.", "bytes_in_use", 1),
+    ("alnair_cuda_memory_peak_bytes", "gauge", "High-water mark of memory_used_bytes.", "peak_bytes", 1),
+    ("alnair_cuda_allocations", "counter", "Successful device memory allocations.", "allocations", 1),
+    ("alnair_cuda_allocation_failures", "counter", "Allocations the driver refused.", "failed_allocations", 1),
+    ("alnair_cuda_allocations_denied", "counter", "Allocations refused by the memory limit.", "limit_denied_allocations", 1),
+    ("alnair_cuda_compute_tokens_available", "gauge", "Level of the compute-limit token bucket.", "tokens_available", 1),
+    ("alnair_cuda_throttled_seconds", "counter", "Time launches waited for compute-limit tokens.", "throttled_ns", 1e-9),
 ]
 
 
@@ -71,47 +67,48 @@ class CudaCollector(Collector):
         self.directory = SegmentDirectory(options.shm_dir, layout.KIND_CUDA)
         self.procfs = options.procfs
         self.clock_ticks = os.sysconf("SC_CLK_TCK")
+        self._label_sets: dict[tuple, str] = {}  # escaped once per process and device
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> bytes:
         processes = self.directory.read(parse_cuda_record)
-        yield from self._device_metrics(processes)
-        yield from self._process_metrics(processes)
-        yield from directory_metrics(self.directory, len(processes))
+        previous, self._label_sets = self._label_sets, {}
+        out = ExpositionBuilder()
+        self._device_families(out, processes, previous)
+        self._process_families(out, processes, previous)
+        return out.text() + render(directory_metrics(self.directory, len(processes)))
 
-    def _device_metrics(self, processes: list[ParsedSegment[CudaProcess]]) -> Iterator[Metric]:
-        families = [
-            (CounterMetricFamily if counter else GaugeMetricFamily)(f"alnair_cuda_{suffix}", text, labels=DEVICE_LABELS)
-            for suffix, text, counter, _, _ in DEVICE_FIELDS
-        ]
-        memory_limit = GaugeMetricFamily("alnair_cuda_memory_limit_bytes", "Memory limit set for the process (absent: none).", labels=DEVICE_LABELS)
-        compute_limit = GaugeMetricFamily("alnair_cuda_compute_limit_ratio", "Share of the GPU the process may use (absent: none).", labels=DEVICE_LABELS)
+    def _cached(self, previous: dict, key: tuple, labels: dict) -> str:
+        text = previous.get(key) or label_set(labels)
+        self._label_sets[key] = text
+        return text
+
+    def _device_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]], previous: dict) -> None:
+        rows = []
         for p in processes:
             pid = pid_label(p.segment)
             for d in p.record.devices:
-                labels = [pid, str(d.device_index), layout.format_uuid(bytes(d.uuid), bool(d.flags & layout.CUDA_DEVICE_MIG))]
-                for family, (_, _, _, field, scale) in zip(families, DEVICE_FIELDS):
-                    family.add_metric(labels, getattr(d, field) * scale)
-                if d.memory_limit_bytes:
-                    memory_limit.add_metric(labels, d.memory_limit_bytes)
-                if d.compute_limit_percent:
-                    compute_limit.add_metric(labels, d.compute_limit_percent / 100)
-        yield from families
-        yield memory_limit
-        yield compute_limit
+                uuid = layout.format_uuid(bytes(d.uuid), bool(d.flags & layout.CUDA_DEVICE_MIG))
+                key = (p.segment.name, pid, d.device_index, uuid)
+                rows.append((self._cached(previous, key, {"pid": pid, "gpu": str(d.device_index), "uuid": uuid}), d))
+        for metric, kind, text, field, scale in DEVICE_FIELDS:
+            out.family(metric, kind, text, ((labels, getattr(d, field) * scale) for labels, d in rows))
+        out.family("alnair_cuda_memory_limit_bytes", "gauge", "Memory limit set for the process (absent: none).",
+                   ((labels, d.memory_limit_bytes) for labels, d in rows if d.memory_limit_bytes))
+        out.family("alnair_cuda_compute_limit_ratio", "gauge", "Share of the GPU the process may use (absent: none).",
+                   ((labels, d.compute_limit_percent / 100) for labels, d in rows if d.compute_limit_percent))
 
-    def _process_metrics(self, processes: list[ParsedSegment[CudaProcess]]) -> Iterator[Metric]:
-        info = GaugeMetricFamily(
-            "alnair_cuda_process_info",
-            "Identity of a process publishing CUDA counters; join on pid.",
-            labels=["pid", "comm", "pod_uid", "container_id", "pid_namespace"],
-        )
-        started = GaugeMetricFamily("alnair_cuda_process_start_time_seconds", "Start time of the process, seconds since the epoch.", labels=["pid"])
-        updated = GaugeMetricFamily("alnair_cuda_last_update_timestamp_seconds", "When the process last published its counters.", labels=["pid"])
+    def _process_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]], previous: dict) -> None:
         boot = boot_time_seconds(self.procfs) if processes else 0.0
+        info, started, updated = [], [], []
         for p in processes:
             s, h = p.segment, p.segment.header
             pid = pid_label(s)
-            info.add_metric([pid, s.comm, s.pod_uid, s.container_id, str(h.pid_namespace_inode)], 1)
-            started.add_metric([pid], boot + h.start_time_ticks / self.clock_ticks)
-            updated.add_metric([pid], h.update_time_ns / 1e9)
-        yield from (info, started, updated)
+            info.append((self._cached(previous, (s.name, pid, "info"), {
+                "pid": pid, "comm": s.comm, "pod_uid": s.pod_uid, "container_id": s.container_id,
+                "pid_namespace": str(h.pid_namespace_inode)}), 1))
+            pid_only = self._cached(previous, (s.name, pid), {"pid": pid})
+            started.append((pid_only, boot + h.start_time_ticks / self.clock_ticks))
+            updated.append((pid_only, h.update_time_ns / 1e9))
+        out.family("alnair_cuda_process_info", "gauge", "Identity of a process publishing CUDA counters; join on pid.", info)
+        out.family("alnair_cuda_process_start_time_seconds", "gauge", "Start time of the process, seconds since the epoch.", started)
+        out.family("alnair_cuda_last_update_timestamp_seconds", "gauge", "When the process last published its counters.", updated)

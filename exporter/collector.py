@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import ClassVar, Iterable
+from typing import ClassVar, Iterable, Union
 
 from prometheus_client.metrics_core import Metric
 
@@ -17,8 +17,10 @@ class Collector:
 
     Subclasses set `name` (used in --collector.NAME and in self-metric labels),
     `default_enabled`, and implement `collect()`, which returns metric families
-    (prometheus_client's GaugeMetricFamily etc.) or raises. `collect()` runs on the
-    collector's own thread, never on a scrape, so it may take its time.
+    (prometheus_client's GaugeMetricFamily etc.), or text already in the exposition
+    format (bytes, see exporter/exposition.py) when there are too many samples for
+    generic rendering, or raises. `collect()` runs on the collector's own thread,
+    never on a scrape, so it may take its time.
     """
 
     name: ClassVar[str]
@@ -33,7 +35,7 @@ class Collector:
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         """Declare collector-specific flags, named --collector.NAME.OPTION."""
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self) -> Union[Iterable[Metric], bytes]:
         raise NotImplementedError
 
     def close(self) -> None:

@@ -44,9 +44,11 @@ class _Families:
         return self.families
 
 
-def render(families: Iterable[Metric]) -> bytes:
-    """Prometheus text exposition of metric families."""
-    return generate_latest(_Families(list(families)))
+def render(collected: Iterable[Metric] | bytes) -> bytes:
+    """Prometheus text exposition of what a collector returned (families, or text already)."""
+    if isinstance(collected, bytes):
+        return collected
+    return generate_latest(_Families(list(collected)))
 
 
 class CollectorRunner:

@@ -70,6 +70,7 @@ class Handler(BaseHTTPRequestHandler):
     server: ExporterServer
     server_version = "alnair-exporter"
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # else a small reply waits for the client's delayed ACK (~40 ms)
 
     def log_message(self, format: str, *args) -> None:
         log.debug("%s " + format, self.address_string(), *args)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import select
 import signal
 import socket
@@ -74,12 +75,19 @@ class Exporter:
         self.proc.wait(10)
 
 
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
 def parse_samples(text: str) -> dict[str, float]:
-    """`name{labels}` -> value for every sample line of an exposition."""
+    """`name{labels}` -> value for every sample line of an exposition, labels sorted by name."""
     samples = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):
             key, value = line.rsplit(" ", 1)
+            name, brace, labels = key.partition("{")
+            if brace:
+                pairs = sorted(LABEL.findall(labels))
+                key = name + "{" + ",".join(f'{k}="{v}"' for k, v in pairs) + "}"
             samples[key] = float(value)
     return samples
 
