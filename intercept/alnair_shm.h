@@ -33,7 +33,7 @@ extern "C" {
 
 enum alnair_record_kind {
     ALNAIR_KIND_CUDA = 1,   /* struct alnair_cuda_record, written by the CUDA intercept */
-    ALNAIR_KIND_PYTHON = 2, /* defined by the Python intercept */
+    ALNAIR_KIND_PYTHON = 2, /* struct alnair_python_record, written by the Python intercept */
 };
 
 #define ALNAIR_POD_UID_LEN 48      /* 36-character UUID, NUL-padded */
@@ -92,9 +92,53 @@ struct alnair_cuda_record {
     struct alnair_cuda_device devices[ALNAIR_CUDA_MAX_DEVICES];
 };
 
+/* ---- kind ALNAIR_KIND_PYTHON ---------------------------------------------- */
+
+#define ALNAIR_PYTHON_NAME_LEN 48      /* UTF-8, NUL-padded: at most 47 bytes */
+#define ALNAIR_PYTHON_MAX_COUNTERS 32
+#define ALNAIR_PYTHON_MAX_PHASES 32
+#define ALNAIR_PYTHON_TORCH 0x1u             /* flags: PyTorch's DataLoader and optimizers are hooked */
+#define ALNAIR_PYTHON_DATALOADER_WORKER 0x2u /* flags: the process is a DataLoader worker */
+
+/* A custom counter (alnair.counter(name).inc()): 64 bytes. */
+struct alnair_python_counter {
+    char name[ALNAIR_PYTHON_NAME_LEN];
+    uint64_t value;
+    uint64_t reserved;
+};
+
+/* A custom phase (with alnair.phase(name): ...): 64 bytes. */
+struct alnair_python_phase {
+    char name[ALNAIR_PYTHON_NAME_LEN];
+    uint64_t count;    /* phases completed */
+    uint64_t total_ns; /* time inside them */
+};
+
+/* The python kind's record. A step is one batch a training loop took from a
+ * DataLoader (an iterator started with autograd enabled); see docs/shm-abi.md. */
+struct alnair_python_record {
+    uint32_t flags;                /* ALNAIR_PYTHON_* */
+    uint32_t counter_count;        /* counters[0 .. counter_count) are valid */
+    uint32_t phase_count;          /* phases[0 .. phase_count) are valid */
+    uint32_t max_counters;         /* ALNAIR_PYTHON_MAX_COUNTERS */
+    uint32_t max_phases;           /* ALNAIR_PYTHON_MAX_PHASES */
+    uint32_t reserved0;
+    uint64_t steps;                /* batches taken by training loops */
+    uint64_t samples;              /* items in those batches (leading dimension) */
+    uint64_t epochs;               /* training loops that ran their iterator to the end */
+    uint64_t optimizer_steps;      /* torch.optim.Optimizer.step calls that completed */
+    uint64_t data_wait_ns;         /* time blocked waiting for the next batch */
+    uint64_t step_ns;              /* time in steps: data wait plus the loop body */
+    uint64_t first_step_ns;        /* process start to the first step; 0 before it */
+    uint64_t reserved[6];
+    struct alnair_python_counter counters[ALNAIR_PYTHON_MAX_COUNTERS];
+    struct alnair_python_phase phases[ALNAIR_PYTHON_MAX_PHASES];
+};
+
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(struct alnair_shm_header) == 256, "header is 256 bytes");
 _Static_assert(sizeof(struct alnair_cuda_device) == 128, "cuda device entry is 128 bytes");
+_Static_assert(sizeof(struct alnair_python_record) == 4224, "python record is 4224 bytes");
 #endif
 
 #ifdef __cplusplus

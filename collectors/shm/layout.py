@@ -15,6 +15,12 @@ KIND_NAMES = {KIND_CUDA: "cuda", KIND_PYTHON: "python"}
 CUDA_MAX_DEVICES = 64
 CUDA_DEVICE_MIG = 0x1
 
+PYTHON_NAME_LEN = 48
+PYTHON_MAX_COUNTERS = 32
+PYTHON_MAX_PHASES = 32
+PYTHON_TORCH = 0x1
+PYTHON_DATALOADER_WORKER = 0x2
+
 
 class ShmHeader(C.LittleEndianStructure):
     _fields_ = [
@@ -66,6 +72,43 @@ class CudaRecord(C.LittleEndianStructure):
     ]
 
 
+class PythonCounter(C.LittleEndianStructure):
+    _fields_ = [
+        ("name", C.c_char * PYTHON_NAME_LEN),
+        ("value", C.c_uint64),
+        ("reserved", C.c_uint64),
+    ]
+
+
+class PythonPhase(C.LittleEndianStructure):
+    _fields_ = [
+        ("name", C.c_char * PYTHON_NAME_LEN),
+        ("count", C.c_uint64),
+        ("total_ns", C.c_uint64),
+    ]
+
+
+class PythonRecord(C.LittleEndianStructure):
+    _fields_ = [
+        ("flags", C.c_uint32),
+        ("counter_count", C.c_uint32),
+        ("phase_count", C.c_uint32),
+        ("max_counters", C.c_uint32),
+        ("max_phases", C.c_uint32),
+        ("reserved0", C.c_uint32),
+        ("steps", C.c_uint64),
+        ("samples", C.c_uint64),
+        ("epochs", C.c_uint64),
+        ("optimizer_steps", C.c_uint64),
+        ("data_wait_ns", C.c_uint64),
+        ("step_ns", C.c_uint64),
+        ("first_step_ns", C.c_uint64),
+        ("reserved", C.c_uint64 * 6),
+        ("counters", PythonCounter * PYTHON_MAX_COUNTERS),
+        ("phases", PythonPhase * PYTHON_MAX_PHASES),
+    ]
+
+
 HEADER_SIZE = C.sizeof(ShmHeader)
 SEQ_OFFSET = ShmHeader.seq.offset
 CUDA_DEVICES_OFFSET = CudaRecord.devices.offset
@@ -76,6 +119,9 @@ STRUCTS = {
     "alnair_shm_header": ShmHeader,
     "alnair_cuda_device": CudaDevice,
     "alnair_cuda_record": CudaRecord,
+    "alnair_python_counter": PythonCounter,
+    "alnair_python_phase": PythonPhase,
+    "alnair_python_record": PythonRecord,
 }
 
 

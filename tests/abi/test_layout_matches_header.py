@@ -17,6 +17,11 @@ CONSTANTS = {
     "ALNAIR_KIND_PYTHON": layout.KIND_PYTHON,
     "ALNAIR_CUDA_MAX_DEVICES": layout.CUDA_MAX_DEVICES,
     "ALNAIR_CUDA_DEVICE_MIG": layout.CUDA_DEVICE_MIG,
+    "ALNAIR_PYTHON_NAME_LEN": layout.PYTHON_NAME_LEN,
+    "ALNAIR_PYTHON_MAX_COUNTERS": layout.PYTHON_MAX_COUNTERS,
+    "ALNAIR_PYTHON_MAX_PHASES": layout.PYTHON_MAX_PHASES,
+    "ALNAIR_PYTHON_TORCH": layout.PYTHON_TORCH,
+    "ALNAIR_PYTHON_DATALOADER_WORKER": layout.PYTHON_DATALOADER_WORKER,
 }
 
 
@@ -76,3 +81,9 @@ def test_fixed_sizes_documented_in_the_abi():
     assert layout.CUDA_DEVICE_SIZE == 128
     assert layout.CUDA_DEVICES_OFFSET == 32
     assert layout.SHM_MAGIC.to_bytes(8, "little") == b"ALNAIRSH"
+
+
+def test_python_record_is_bounded_and_documented_size():
+    assert ctypes.sizeof(layout.PythonRecord) == 4224
+    assert layout.PythonRecord.counters.offset == 128
+    assert ctypes.sizeof(layout.PythonCounter) == ctypes.sizeof(layout.PythonPhase) == 64
