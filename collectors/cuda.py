@@ -6,11 +6,11 @@ import struct
 from dataclasses import dataclass
 
 from alnair.exporter.collector import Collector
-from alnair.exporter.exposition import ExpositionBuilder, label_set
+from alnair.exporter.exposition import ExpositionBuilder
 from alnair.exporter.sampler import render
 
 from .shm import layout
-from .shm.metrics import boot_time_seconds, directory_metrics
+from .shm.metrics import LabelSets, directory_metrics, pid_label, process_families
 from .shm.segments import MalformedRecord, ParsedSegment, Segment, SegmentDirectory
 
 # (metric, kind, help, field, scale): one row per exported device field.
@@ -49,14 +49,6 @@ def parse_cuda_record(segment: Segment) -> CudaProcess:
     )
 
 
-def pid_label(segment: Segment) -> str:
-    """The pid as this exporter (hostPID in Kubernetes) sees it; a writer in a pid
-    namespace we cannot see keeps its own pid, qualified so it cannot collide."""
-    if segment.holder_pid > 0:
-        return str(segment.holder_pid)
-    return f"{segment.header.writer_pid}@{segment.header.pid_namespace_inode}"
-
-
 class CudaCollector(Collector):
     name = "cuda"
     help = "Per-process CUDA counters (launches, memory, limits) from the intercept's shared memory."
@@ -67,48 +59,27 @@ class CudaCollector(Collector):
         self.directory = SegmentDirectory(options.shm_dir, layout.KIND_CUDA)
         self.procfs = options.procfs
         self.clock_ticks = os.sysconf("SC_CLK_TCK")
-        self._label_sets: dict[tuple, str] = {}  # escaped once per process and device
+        self.labels = LabelSets()
 
     def collect(self) -> bytes:
         processes = self.directory.read(parse_cuda_record)
-        previous, self._label_sets = self._label_sets, {}
+        self.labels.new_sample()
         out = ExpositionBuilder()
-        self._device_families(out, processes, previous)
-        self._process_families(out, processes, previous)
+        self._device_families(out, processes)
+        process_families(out, "cuda", processes, self.labels, self.procfs, self.clock_ticks)
         return out.text() + render(directory_metrics(self.directory, len(processes)))
 
-    def _cached(self, previous: dict, key: tuple, labels: dict) -> str:
-        text = previous.get(key) or label_set(labels)
-        self._label_sets[key] = text
-        return text
-
-    def _device_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]], previous: dict) -> None:
+    def _device_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]]) -> None:
         rows = []
         for p in processes:
             pid = pid_label(p.segment)
             for d in p.record.devices:
                 uuid = layout.format_uuid(bytes(d.uuid), bool(d.flags & layout.CUDA_DEVICE_MIG))
                 key = (p.segment.name, pid, d.device_index, uuid)
-                rows.append((self._cached(previous, key, {"pid": pid, "gpu": str(d.device_index), "uuid": uuid}), d))
+                rows.append((self.labels.get(key, {"pid": pid, "gpu": str(d.device_index), "uuid": uuid}), d))
         for metric, kind, text, field, scale in DEVICE_FIELDS:
             out.family(metric, kind, text, ((labels, getattr(d, field) * scale) for labels, d in rows))
         out.family("alnair_cuda_memory_limit_bytes", "gauge", "Memory limit set for the process (absent: none).",
                    ((labels, d.memory_limit_bytes) for labels, d in rows if d.memory_limit_bytes))
         out.family("alnair_cuda_compute_limit_ratio", "gauge", "Share of the GPU the process may use (absent: none).",
                    ((labels, d.compute_limit_percent / 100) for labels, d in rows if d.compute_limit_percent))
-
-    def _process_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]], previous: dict) -> None:
-        boot = boot_time_seconds(self.procfs) if processes else 0.0
-        info, started, updated = [], [], []
-        for p in processes:
-            s, h = p.segment, p.segment.header
-            pid = pid_label(s)
-            info.append((self._cached(previous, (s.name, pid, "info"), {
-                "pid": pid, "comm": s.comm, "pod_uid": s.pod_uid, "container_id": s.container_id,
-                "pid_namespace": str(h.pid_namespace_inode)}), 1))
-            pid_only = self._cached(previous, (s.name, pid), {"pid": pid})
-            started.append((pid_only, boot + h.start_time_ticks / self.clock_ticks))
-            updated.append((pid_only, h.update_time_ns / 1e9))
-        out.family("alnair_cuda_process_info", "gauge", "Identity of a process publishing CUDA counters; join on pid.", info)
-        out.family("alnair_cuda_process_start_time_seconds", "gauge", "Start time of the process, seconds since the epoch.", started)
-        out.family("alnair_cuda_last_update_timestamp_seconds", "gauge", "When the process last published its counters.", updated)

@@ -1,4 +1,4 @@
-"""Self-metrics of a segment directory, shared by the collectors that read segments."""
+"""What the collectors that read segments share: pid labels, escaped label sets, process identity and directory self-metrics."""
 from __future__ import annotations
 
 import os
@@ -7,8 +7,54 @@ from typing import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from alnair.exporter.exposition import ExpositionBuilder, label_set
+
 from . import layout
-from .segments import SKIP_REASONS, SegmentDirectory
+from .segments import SKIP_REASONS, ParsedSegment, Segment, SegmentDirectory
+
+
+def pid_label(segment: Segment) -> str:
+    """The pid as this reader (hostPID in Kubernetes) sees it; a writer in a pid
+    namespace we cannot see keeps its own pid, qualified so it cannot collide."""
+    if segment.holder_pid > 0:
+        return str(segment.holder_pid)
+    return f"{segment.header.writer_pid}@{segment.header.pid_namespace_inode}"
+
+
+class LabelSets:
+    """Escaped label sets kept from one sample to the next, so a live process's labels are escaped once."""
+
+    def __init__(self) -> None:
+        self._previous: dict[tuple, str] = {}
+        self._current: dict[tuple, str] = {}
+
+    def new_sample(self) -> None:
+        """Forget label sets the last sample did not use: those of processes gone."""
+        self._previous, self._current = self._current, {}
+
+    def get(self, key: tuple, labels: dict[str, str]) -> str:
+        text = self._previous.get(key) or label_set(labels)
+        self._current[key] = text
+        return text
+
+
+def process_families(out: ExpositionBuilder, kind: str, processes: list[ParsedSegment], labels: LabelSets,
+                     procfs: str, clock_ticks: int) -> None:
+    """alnair_<kind>_process_info, _process_start_time_seconds and _last_update_timestamp_seconds per process."""
+    boot = boot_time_seconds(procfs) if processes else 0.0
+    info, started, updated = [], [], []
+    for p in processes:
+        s, h = p.segment, p.segment.header
+        pid = pid_label(s)
+        info.append((labels.get((s.name, pid, "info"), {
+            "pid": pid, "comm": s.comm, "pod_uid": s.pod_uid, "container_id": s.container_id,
+            "pid_namespace": str(h.pid_namespace_inode)}), 1))
+        pid_only = labels.get((s.name, pid), {"pid": pid})
+        started.append((pid_only, boot + h.start_time_ticks / clock_ticks))
+        updated.append((pid_only, h.update_time_ns / 1e9))
+    out.family(f"alnair_{kind}_process_info", "gauge", f"Identity of a process publishing {kind} counters; join on pid.", info)
+    out.family(f"alnair_{kind}_process_start_time_seconds", "gauge", "Start time of the process, seconds since the epoch.", started)
+    out.family(f"alnair_{kind}_last_update_timestamp_seconds", "gauge", "When the process last published its counters.", updated)
 
 
 def directory_metrics(directory: SegmentDirectory, live: int) -> Iterator[Metric]:
