@@ -128,3 +128,36 @@ class Locker:
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(10)
+
+
+class PythonProgram:
+    """A Python child running `code` with ALNAIR_SHM_DIR set, as a training program would.
+    `code` prints "ready" when the test may look, then waits for stdin to close."""
+
+    def __init__(self, code: str, shm_dir: Path, env: dict[str, str] | None = None, timeout: float = 60):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env={**os.environ, "ALNAIR_SHM_DIR": str(shm_dir), **(env or {})},
+        )
+        self.pid = self.proc.pid
+        line = read_line(self.proc.stdout, timeout)
+        if not line.startswith("ready"):
+            self.proc.kill()
+            raise AssertionError(f"program did not get ready: {line!r} {self.proc.stderr.read()}")
+        self.ready_line = line.split()[1:]
+
+    def finish(self) -> str:
+        """Close stdin and wait for a clean exit; returns what it wrote on stderr."""
+        self.proc.stdin.close()
+        self.proc.wait(30)
+        return self.proc.stderr.read()
+
+
+def python_records(shm_dir: Path) -> dict[int, object]:
+    """The python records in shm_dir by writer pid, read as the exporter does (without reclaiming)."""
+    from alnair.collectors.python import parse_python_record
+    from alnair.collectors.shm import layout
+    from alnair.collectors.shm.segments import SegmentDirectory
+
+    directory = SegmentDirectory(str(shm_dir), layout.KIND_PYTHON, reclaim=False)
+    return {p.segment.header.writer_pid: p.record for p in directory.read(parse_python_record)}

@@ -113,6 +113,7 @@ HEADER_SIZE = C.sizeof(ShmHeader)
 SEQ_OFFSET = ShmHeader.seq.offset
 CUDA_DEVICES_OFFSET = CudaRecord.devices.offset
 CUDA_DEVICE_SIZE = C.sizeof(CudaDevice)
+PYTHON_RECORD_SIZE = C.sizeof(PythonRecord)
 
 # Every struct the header defines, by its C name: what the ABI test walks.
 STRUCTS = {

@@ -1,0 +1,1 @@
+"""Command-line tools for a GPU node (`alnair top`); the console script is `alnair`."""

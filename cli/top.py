@@ -1,0 +1,183 @@
+"""alnair top's table: the node's live writer processes read straight from shared memory, cuda and
+python segments joined by pid, with rates between two reads. Read only: nothing is ever removed."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from alnair.collectors.cuda import parse_cuda_record
+from alnair.collectors.python import parse_python_record
+from alnair.collectors.shm import layout
+from alnair.collectors.shm.metrics import pid_label
+from alnair.collectors.shm.segments import SegmentDirectory
+
+
+@dataclass
+class ProcessCounters:
+    """What one process has published, as read once; times are the writers' publish times."""
+
+    pid: str
+    comm: str = ""
+    pod_uid: str = ""
+    gpus: list[int] = field(default_factory=list)
+    cuda_time_ns: int = 0
+    kernel_launches: int = 0
+    memory_used: int = 0
+    memory_limit: int = 0
+    throttled_ns: int = 0
+    python_time_ns: int = 0
+    steps: int = 0
+    data_wait_ns: int = 0
+    step_ns: int = 0
+
+
+@dataclass
+class Row:
+    pid: str
+    comm: str
+    pod: str
+    gpus: str
+    launches_per_s: float | None
+    memory_used: int | None
+    memory_limit: int | None
+    throttled_pct: float | None
+    stall_pct: float | None
+    steps_per_s: float | None
+
+
+class NodeReader:
+    """The cuda and python segments of one directory, read without reclaiming anything."""
+
+    def __init__(self, shm_dir: str):
+        self.cuda = SegmentDirectory(shm_dir, layout.KIND_CUDA, reclaim=False)
+        self.python = SegmentDirectory(shm_dir, layout.KIND_PYTHON, reclaim=False)
+
+    def read(self) -> dict[str, ProcessCounters]:
+        processes: dict[str, ProcessCounters] = {}
+
+        def process(segment) -> ProcessCounters:
+            p = processes.setdefault(pid_label(segment), ProcessCounters(pid_label(segment)))
+            p.comm, p.pod_uid = segment.comm, segment.pod_uid
+            return p
+
+        for parsed in self.cuda.read(parse_cuda_record):
+            p = process(parsed.segment)
+            devices = parsed.record.devices
+            p.gpus = [d.device_index for d in devices]
+            p.cuda_time_ns = parsed.segment.header.update_time_ns
+            p.kernel_launches = sum(d.kernel_launches + d.graph_launches for d in devices)
+            p.memory_used = sum(d.bytes_in_use for d in devices)
+            p.memory_limit = sum(d.memory_limit_bytes for d in devices)
+            p.throttled_ns = sum(d.throttled_ns for d in devices)
+        for parsed in self.python.read(parse_python_record):
+            p = process(parsed.segment)
+            r = parsed.record
+            p.python_time_ns = parsed.segment.header.update_time_ns
+            p.steps, p.data_wait_ns, p.step_ns = r.steps, r.data_wait_ns, r.step_ns
+        return processes
+
+    def unreadable(self) -> int:
+        return self.cuda.skipped["unreadable"] + self.python.skipped["unreadable"]
+
+
+def _rate(now: int, before: int, seconds: float) -> float | None:
+    return (now - before) / seconds if seconds > 0 else (0.0 if now == before else None)
+
+
+def _ratio_pct(part: int, whole: int) -> float | None:
+    return 100.0 * part / whole if whole > 0 else None
+
+
+def row(now: ProcessCounters, before: ProcessCounters | None) -> Row:
+    """Rates over the time between the two publishes read; None where there is no earlier read."""
+    has_cuda, has_python = bool(now.cuda_time_ns), bool(now.python_time_ns)
+    launches = throttled = stall = steps = None
+    if before is not None and has_cuda and before.cuda_time_ns:
+        seconds = (now.cuda_time_ns - before.cuda_time_ns) / 1e9
+        launches = _rate(now.kernel_launches, before.kernel_launches, seconds)
+        busy = _rate(now.throttled_ns, before.throttled_ns, seconds * max(1, len(now.gpus)))
+        throttled = None if busy is None else min(100.0, busy / 1e7)  # ns per s -> percent
+    if before is not None and has_python and before.python_time_ns:
+        seconds = (now.python_time_ns - before.python_time_ns) / 1e9
+        steps = _rate(now.steps, before.steps, seconds)
+        stall = _ratio_pct(now.data_wait_ns - before.data_wait_ns, now.step_ns - before.step_ns)
+    return Row(
+        pid=now.pid, comm=now.comm, pod=now.pod_uid[:8] or "-",
+        gpus=",".join(map(str, now.gpus)) or "-",
+        launches_per_s=launches,
+        memory_used=now.memory_used if has_cuda else None,
+        memory_limit=(now.memory_limit or None) if has_cuda else None,
+        throttled_pct=throttled, stall_pct=stall, steps_per_s=steps,
+    )
+
+
+def rows(now: dict[str, ProcessCounters], before: dict[str, ProcessCounters]) -> list[Row]:
+    return [row(p, before.get(pid)) for pid, p in now.items()]
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return "-"
+
+
+def _number(fmt: str) -> Callable[[float | None], str]:
+    return lambda v: "-" if v is None else format(v, fmt)
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    key: str  # the Row field and the --sort name
+    width: int
+    text: Callable[[object], str]
+    numeric: bool = True
+
+
+COLUMNS = [
+    Column("PID", "pid", 9, str, numeric=False),
+    Column("COMM", "comm", 15, str, numeric=False),
+    Column("POD", "pod", 8, str, numeric=False),
+    Column("GPU", "gpus", 5, str, numeric=False),
+    Column("LAUNCH/s", "launches_per_s", 10, _number(".0f")),
+    Column("MEM", "memory_used", 9, _bytes),
+    Column("LIMIT", "memory_limit", 9, _bytes),
+    Column("THR%", "throttled_pct", 6, _number(".1f")),
+    Column("STALL%", "stall_pct", 7, _number(".1f")),
+    Column("STEP/s", "steps_per_s", 8, _number(".1f")),
+]
+SORT_KEYS = [c.key for c in COLUMNS]
+
+
+def _sort_value(r: Row, key: str):
+    value = getattr(r, key)
+    if key == "pid":  # numerically; a pid from an invisible namespace is "pid@namespace"
+        return int(value.split("@")[0])
+    return value
+
+
+def sorted_rows(table: list[Row], key: str, descending: bool) -> list[Row]:
+    """Missing values sort last either way; ties keep pid order."""
+    table = sorted(table, key=lambda r: _sort_value(r, "pid"))
+    present = [r for r in table if getattr(r, key) is not None]
+    missing = [r for r in table if getattr(r, key) is None]
+    return sorted(present, key=lambda r: _sort_value(r, key), reverse=descending) + missing
+
+
+def format_line(cells: list[str]) -> str:
+    return " ".join(
+        cell[: c.width].ljust(c.width) if not c.numeric else cell[: c.width].rjust(c.width)
+        for c, cell in zip(COLUMNS, cells)
+    ).rstrip()
+
+
+def header_line() -> str:
+    return format_line([c.title for c in COLUMNS])
+
+
+def table_lines(table: list[Row]) -> list[str]:
+    return [format_line([c.text(getattr(r, c.key)) for c in COLUMNS]) for r in table]

@@ -1,0 +1,85 @@
+"""The python collector: per-process training-loop counters, custom counters and phases the Python intercept publishes."""
+from __future__ import annotations
+
+import os
+
+from alnair.exporter.collector import Collector
+from alnair.exporter.exposition import ExpositionBuilder
+from alnair.exporter.sampler import render
+
+from .shm import layout
+from .shm.metrics import LabelSets, directory_metrics, pid_label, process_families
+from .shm.segments import MalformedRecord, ParsedSegment, Segment, SegmentDirectory
+
+# (metric, kind, help, field, scale): one row per exported training-loop field.
+LOOP_FIELDS = [
+    ("alnair_python_steps", "counter", "Training steps: batches training loops took from their DataLoaders.", "steps", 1),
+    ("alnair_python_samples", "counter", "Items in those batches (their leading dimension).", "samples", 1),
+    ("alnair_python_epochs", "counter", "Training loops that ran their DataLoader to the end.", "epochs", 1),
+    ("alnair_python_optimizer_steps", "counter", "Completed torch.optim optimizer steps.", "optimizer_steps", 1),
+    ("alnair_python_data_wait_seconds", "counter", "Time training loops waited for their next batch (the data stall).", "data_wait_ns", 1e-9),
+    ("alnair_python_step_seconds", "counter", "Time in training steps, data wait included: stall fraction = data_wait / step.", "step_ns", 1e-9),
+]
+
+
+def parse_python_record(segment: Segment) -> layout.PythonRecord:
+    if len(segment.record) < layout.PYTHON_RECORD_SIZE:
+        raise MalformedRecord("record shorter than the python record")
+    record = layout.PythonRecord.from_buffer_copy(segment.record)
+    if record.counter_count > layout.PYTHON_MAX_COUNTERS or record.phase_count > layout.PYTHON_MAX_PHASES:
+        raise MalformedRecord(f"{record.counter_count} counters, {record.phase_count} phases: over the tables' size")
+    return record
+
+
+def _name(raw: bytes) -> str:
+    return raw.decode(errors="replace")
+
+
+class PythonCollector(Collector):
+    name = "python"
+    help = "Per-process training-loop counters (steps, data stall, phases) from the Python intercept's shared memory."
+    default_interval_seconds = 1.0
+
+    def __init__(self, options):
+        super().__init__(options)
+        self.directory = SegmentDirectory(options.shm_dir, layout.KIND_PYTHON)
+        self.procfs = options.procfs
+        self.clock_ticks = os.sysconf("SC_CLK_TCK")
+        self.labels = LabelSets()
+
+    def collect(self) -> bytes:
+        processes = self.directory.read(parse_python_record)
+        self.labels.new_sample()
+        out = ExpositionBuilder()
+        self._loop_families(out, processes)
+        self._custom_families(out, processes)
+        process_families(out, "python", processes, self.labels, self.procfs, self.clock_ticks)
+        return out.text() + render(directory_metrics(self.directory, len(processes)))
+
+    def _pid(self, segment: Segment) -> str:
+        pid = pid_label(segment)
+        return self.labels.get((segment.name, pid), {"pid": pid})
+
+    def _loop_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[layout.PythonRecord]]) -> None:
+        rows = [(self._pid(p.segment), p.record) for p in processes]
+        for metric, kind, text, field, scale in LOOP_FIELDS:
+            out.family(metric, kind, text, ((labels, getattr(r, field) * scale) for labels, r in rows))
+        out.family("alnair_python_time_to_first_step_seconds", "gauge",
+                   "From process start to its first training step (absent before it).",
+                   ((labels, r.first_step_ns / 1e9) for labels, r in rows if r.first_step_ns))
+        out.family("alnair_python_dataloader_worker", "gauge", "1 for a DataLoader worker process, 0 otherwise.",
+                   ((labels, int(bool(r.flags & layout.PYTHON_DATALOADER_WORKER))) for labels, r in rows))
+
+    def _custom_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[layout.PythonRecord]]) -> None:
+        counters, phase_seconds, phase_count = [], [], []
+        for p in processes:
+            pid, r = pid_label(p.segment), p.record
+            for c in r.counters[: r.counter_count]:
+                counters.append((self.labels.get((p.segment.name, pid, "c", c.name), {"pid": pid, "name": _name(c.name)}), c.value))
+            for ph in r.phases[: r.phase_count]:
+                labels = self.labels.get((p.segment.name, pid, "p", ph.name), {"pid": pid, "name": _name(ph.name)})
+                phase_seconds.append((labels, ph.total_ns / 1e9))
+                phase_count.append((labels, ph.count))
+        out.family("alnair_python_counter", "counter", "Custom counters: alnair.counter(name).inc().", counters)
+        out.family("alnair_python_phase_seconds", "counter", "Time inside `with alnair.phase(name)` blocks.", phase_seconds)
+        out.family("alnair_python_phase_completions", "counter", "Completed `with alnair.phase(name)` blocks.", phase_count)

@@ -1,0 +1,24 @@
+"""Turning the Python intercept on: the environment switch, and hooking PyTorch once it is imported."""
+from __future__ import annotations
+
+import os
+
+ENV_SWITCH = "ALNAIR_PYTHON_INTERCEPT"
+ON_VALUES = ("1", "true", "yes", "on")
+
+
+def switched_on(environ=os.environ) -> bool:
+    return environ.get(ENV_SWITCH, "").strip().lower() in ON_VALUES
+
+
+def activate() -> None:
+    """Hook PyTorch now if it is imported, else as soon as it is; idempotent."""
+    from . import torch_hooks
+
+    torch_hooks.install_when_imported()
+
+
+def activate_from_environment() -> None:
+    """Run at interpreter start by alnair_intercept.pth and by alnair-run's sitecustomize."""
+    if switched_on():
+        activate()

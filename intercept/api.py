@@ -1,0 +1,53 @@
+"""The explicit API training programs call: custom counters and timed phases (`alnair.counter`, `alnair.phase`).
+
+Works without PyTorch and without the environment switch; names that do not fit the
+record's bounded tables are reported once on stderr and ignored, never raised.
+"""
+from __future__ import annotations
+
+import time
+
+from . import publisher  # noqa: F401  starts publishing with the first recorded event
+from .recorder import RECORDER, CounterSlot, PhaseSlot
+
+_clock = time.monotonic_ns
+
+
+class Counter:
+    """A monotonic count exported as alnair_python_counter_total{name}."""
+
+    __slots__ = ("_slot",)
+
+    def __init__(self, slot: CounterSlot | None):
+        self._slot = slot
+
+    def inc(self, amount: int = 1) -> None:
+        if self._slot is None:
+            return
+        if type(amount) is not int or amount < 0:
+            RECORDER.warn_once(f"inc:{self._slot.name}", f"counter {self._slot.name!r}: inc() takes an int >= 0, got {amount!r}; ignored")
+            return
+        RECORDER.add(self._slot, amount)
+
+
+def counter(name: str) -> Counter:
+    return Counter(RECORDER.counter_slot(name))
+
+
+class phase:
+    """`with alnair.phase("preprocess"):` adds the time inside to the phase's total
+    and counts one completion; an exception leaving the block still counts."""
+
+    __slots__ = ("_slot", "_entered_at")
+
+    def __init__(self, name: str):
+        self._slot = RECORDER.phase_slot(name)
+
+    def __enter__(self) -> "phase":
+        self._entered_at = _clock()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self._slot is not None:
+            RECORDER.phase_done(self._slot, _clock() - self._entered_at)
+        return False

@@ -1,0 +1,64 @@
+"""alnair-run: runs a command with the Python intercept switched on and the CUDA intercept preloaded.
+
+    alnair-run python train.py --epochs 3
+    alnair-run torchrun --nproc-per-node 8 train.py
+
+It replaces itself with the command (same pid, same signals), so every Python the
+command starts, children included, inherits the switch through the environment.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import alnair.intercept as intercept
+
+from .activation import ENV_SWITCH
+
+PROG = "alnair-run"
+BOOTSTRAP_DIR = intercept.SOURCE_DIR / "bootstrap"  # holds the sitecustomize that activates each interpreter
+USAGE = f"usage: {PROG} COMMAND [ARG...]   (runs COMMAND with Alnair's Python and CUDA intercepts)"
+
+
+def cuda_library() -> Path | None:
+    """The CUDA intercept library, if it has been built (`make -C intercept`)."""
+    locate = getattr(intercept, "library_path", None)
+    path = Path(locate()) if locate else intercept.SOURCE_DIR / "build" / "libalnair.so"
+    return path if path.is_file() else None
+
+
+def prepend(value: str, existing: str | None, separator: str) -> str:
+    parts = [value] + [p for p in (existing or "").split(separator) if p and p != value]
+    return separator.join(parts)
+
+
+def intercept_environment(environ: dict[str, str], library: Path | None) -> dict[str, str]:
+    env = dict(environ)
+    env[ENV_SWITCH] = "1"
+    env["PYTHONPATH"] = prepend(str(BOOTSTRAP_DIR), env.get("PYTHONPATH"), os.pathsep)
+    if library is not None:
+        env["LD_PRELOAD"] = prepend(str(library), env.get("LD_PRELOAD"), " ")  # ld.so also splits on spaces
+    return env
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stderr if not args else sys.stdout)
+        sys.exit(2 if not args else 0)
+    library = cuda_library()
+    if library is None:
+        print(f"{PROG}: CUDA intercept library not built (make -C {intercept.SOURCE_DIR}); "
+              "running with the Python intercept only", file=sys.stderr)
+    try:
+        os.execvpe(args[0], args, intercept_environment(dict(os.environ), library))
+    except OSError as e:
+        print(f"{PROG}: cannot run {args[0]}: {e.strerror}", file=sys.stderr)
+        sys.exit(127 if isinstance(e, FileNotFoundError) else 126)
+
+
+if __name__ == "__main__":
+    main()

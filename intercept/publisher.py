@@ -1,0 +1,135 @@
+"""Copies the process's counters into its python-kind segment every 10 ms from a daemon thread.
+
+The segment and the thread start with the first recorded event, so processes that
+record nothing (most DataLoader workers) publish nothing. A fork child starts over
+with zeroed counters and, once it records something, its own segment.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+from typing import Callable
+
+from alnair.collectors.shm import layout
+
+from .recorder import RECORDER, Recorder
+from .segment_writer import WriterSegment
+
+PERIOD_SECONDS = 0.010
+
+
+class Publisher:
+    def __init__(self, recorder: Recorder):
+        self.recorder = recorder
+        self.flag_sources: list[Callable[[], int]] = []  # each gives layout.PYTHON_* bits for the record
+        self._start_lock = threading.Lock()
+        self._forget_state()
+
+    def _forget_state(self) -> None:
+        self.segment: WriterSegment | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._record = layout.PythonRecord(max_counters=layout.PYTHON_MAX_COUNTERS, max_phases=layout.PYTHON_MAX_PHASES)
+        self._published_version = -1
+        self._published_ns = (0, 0)  # data wait, step time: published values never go back
+        self._start_ns = 0
+        self._failed = False
+
+    def start(self) -> None:
+        """Create the segment and the thread; if that fails, say so once and carry on without."""
+        with self._start_lock:
+            if self.segment is not None or self._failed:
+                return
+            try:
+                self.segment = WriterSegment(layout.KIND_PYTHON, layout.PYTHON_RECORD_SIZE)
+            except OSError as e:
+                self._failed = True
+                print(f"alnair: python metrics off, cannot create a segment: {e}", file=sys.stderr)
+                return
+            self._record.flags = self._flags()
+            self._start_ns = self.segment.header.start_time_ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+            self.publish()
+            self._thread = threading.Thread(target=self._run, name="alnair-publisher", daemon=True)
+            self._thread.start()
+
+    def _flags(self) -> int:
+        flags = 0
+        for source in self.flag_sources:
+            try:
+                flags |= source()
+            except Exception:  # a flag is not worth failing the program for
+                pass
+        return flags
+
+    def _run(self) -> None:
+        while not self._stop.wait(PERIOD_SECONDS):
+            self.publish()
+
+    def publish(self) -> None:
+        r, record = self.recorder, self._record
+        version = r.version
+        # Totals before the wait marker: a batch landing between the reads is then
+        # missed for one tick instead of counted twice.
+        data_wait, step = r.data_wait_ns, r.step_ns
+        waiting_since = r.waiting_since_ns
+        if version == self._published_version and not waiting_since:
+            return
+        if waiting_since:  # a wait in progress counts now: a hung loader shows as a stall before its batch comes
+            waited = max(0, time.monotonic_ns() - waiting_since)
+            data_wait, step = data_wait + waited, step + waited
+        data_wait, step = max(self._published_ns[0], data_wait), max(self._published_ns[1], step)
+        self._published_ns = (data_wait, step)
+        record.steps, record.samples, record.epochs = r.steps, r.samples, r.epochs
+        record.optimizer_steps, record.data_wait_ns, record.step_ns = r.optimizer_steps, data_wait, step
+        if r.first_step_boottime_ns:
+            record.first_step_ns = max(0, r.first_step_boottime_ns - self._start_ns)
+        self._copy_counters(list(r.counters.values()))
+        self._copy_phases(list(r.phases.values()))
+        try:
+            self.segment.publish(bytes(record))
+        except OSError as e:
+            r.warn_once("publish", f"cannot publish python metrics to {self.segment.path}: {e}")
+        self._published_version = version
+
+    def _copy_counters(self, slots: list) -> None:
+        entries, record = self._record.counters, self._record
+        for i in range(record.counter_count, len(slots)):  # names are written once: slots are only appended
+            entries[i].name = slots[i].name.encode()
+        record.counter_count = len(slots)
+        for entry, slot in zip(entries, slots):
+            entry.value = slot.value
+
+    def _copy_phases(self, slots: list) -> None:
+        entries, record = self._record.phases, self._record
+        for i in range(record.phase_count, len(slots)):
+            entries[i].name = slots[i].name.encode()
+        record.phase_count = len(slots)
+        for entry, slot in zip(entries, slots):
+            entry.count, entry.total_ns = slot.count, slot.total_ns
+
+    def stop(self) -> None:
+        """At exit: a last publish, then remove the segment."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(1.0)
+        if self.segment is not None:
+            self.publish()
+            self.segment.close()
+            self.segment = None
+
+    def after_fork_in_child(self) -> None:
+        """The parent's thread did not survive the fork and its lock is not ours."""
+        if self.segment is not None:
+            self.segment.forget()
+        self._start_lock = threading.Lock()
+        self._forget_state()
+        self.recorder.reset()
+
+
+PUBLISHER = Publisher(RECORDER)
+RECORDER.on_first_event = PUBLISHER.start
+os.register_at_fork(after_in_child=PUBLISHER.after_fork_in_child)
+atexit.register(PUBLISHER.stop)

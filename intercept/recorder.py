@@ -1,0 +1,146 @@
+"""The training program's counters in process memory: the hot paths add to them, the publisher copies them.
+
+A step is one batch a training loop took from its iterator. Step time runs from the
+moment the loop asks for a batch to the moment it asks for the next one (or the
+iterator ends), so it holds the data wait and the loop body; data-stall fraction
+is data wait / step time.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from alnair.collectors.shm import layout
+
+MAX_NAME_BYTES = layout.PYTHON_NAME_LEN - 1  # keep the NUL
+
+
+class CounterSlot:
+    __slots__ = ("name", "value")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.value = 0
+
+
+class PhaseSlot:
+    __slots__ = ("name", "count", "total_ns")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.count = 0
+        self.total_ns = 0
+
+
+class Recorder:
+    """Counters of one process. Updates take `lock` so threads never lose an
+    increment; the publisher reads without it and never blocks the program."""
+
+    def __init__(self) -> None:
+        self.counters: dict[str, CounterSlot] = {}
+        self.phases: dict[str, PhaseSlot] = {}
+        self._warned: set[str] = set()
+        self.on_first_event = lambda: None  # the publisher starts itself here
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero everything (a fork child counts its own work); slots handed out stay valid."""
+        self.lock = threading.Lock()
+        self.version = 0  # bumped by every update: the publisher skips ticks without one
+        self.steps = self.samples = self.epochs = self.optimizer_steps = 0
+        self.data_wait_ns = self.step_ns = 0
+        self.waiting_since_ns = 0  # monotonic ns when the current wait for a batch began; 0: none
+        self.first_step_boottime_ns = 0
+        for slot in self.counters.values():
+            slot.value = 0
+        for slot in self.phases.values():
+            slot.count = slot.total_ns = 0
+        self.idle = True  # nothing recorded yet: no segment, no thread
+
+    def _recorded(self) -> None:
+        if self.idle:
+            self.idle = False
+            self.on_first_event()
+
+    # ---- the training loop's hot path (monotonic ns) ----
+
+    def batch_arrived(self, asked_at: int, arrived_at: int, samples: int, previous_arrival: int) -> None:
+        """A batch asked for at asked_at came at arrived_at; previous_arrival is the
+        loop's previous batch (0 for the first of a pass), whose body ends at asked_at."""
+        with self.lock:
+            self.data_wait_ns += arrived_at - asked_at
+            self.step_ns += arrived_at - (previous_arrival or asked_at)
+            self.steps += 1
+            self.samples += samples
+            self.waiting_since_ns = 0
+            self.version += 1
+            if not self.first_step_boottime_ns:
+                self.first_step_boottime_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+        if self.idle:
+            self._recorded()
+
+    def loop_ended(self, at: int, previous_arrival: int) -> None:
+        """The loop's iterator ran out at `at`: the last step's body ends there, an epoch is done."""
+        with self.lock:
+            self.waiting_since_ns = 0
+            if previous_arrival:
+                self.step_ns += at - previous_arrival
+                self.epochs += 1
+                self.version += 1
+
+    def optimizer_stepped(self) -> None:
+        with self.lock:
+            self.optimizer_steps += 1
+            self.version += 1
+        if self.idle:
+            self._recorded()
+
+    # ---- the explicit API ----
+
+    def counter_slot(self, name: str) -> CounterSlot | None:
+        slot = self.counters.get(name)
+        if slot is None and self._valid_name(name, self.counters, layout.PYTHON_MAX_COUNTERS, "counter"):
+            with self.lock:
+                slot = self.counters.setdefault(name, CounterSlot(name))
+        return slot
+
+    def phase_slot(self, name: str) -> PhaseSlot | None:
+        slot = self.phases.get(name)
+        if slot is None and self._valid_name(name, self.phases, layout.PYTHON_MAX_PHASES, "phase"):
+            with self.lock:
+                slot = self.phases.setdefault(name, PhaseSlot(name))
+        return slot
+
+    def add(self, slot: CounterSlot, amount: int) -> None:
+        with self.lock:
+            slot.value += amount
+            self.version += 1
+        if self.idle:
+            self._recorded()
+
+    def phase_done(self, slot: PhaseSlot, elapsed_ns: int) -> None:
+        with self.lock:
+            slot.count += 1
+            slot.total_ns += elapsed_ns
+            self.version += 1
+        if self.idle:
+            self._recorded()
+
+    def _valid_name(self, name: str, table: dict, limit: int, what: str) -> bool:
+        if not isinstance(name, str) or not name or len(name.encode()) > MAX_NAME_BYTES:
+            self.warn_once(f"{what}:{name!r}", f"{what} name must be 1 to {MAX_NAME_BYTES} bytes of text, got {name!r}; not recorded")
+        elif len(table) >= limit:
+            self.warn_once(f"{what}:full", f"at most {limit} {what}s per process; {name!r} and later ones are not recorded")
+        else:
+            return True
+        return False
+
+    def warn_once(self, key: str, message: str) -> None:
+        """One line on stderr per problem: never an exception into the training program."""
+        if key not in self._warned:
+            self._warned.add(key)
+            print(f"alnair: {message}", file=sys.stderr)
+
+
+RECORDER = Recorder()

@@ -1,0 +1,124 @@
+"""A writer's shared-memory segment from Python: the same protocol as intercept/shm_segment.c.
+
+Publishing uses pwrite on the locked descriptor rather than a mapping, so a file
+truncated or removed under the writer can never SIGBUS the training program.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import time
+
+from alnair.collectors.shm import layout
+
+SEGMENT_MODE = 0o640  # owner read-write, group read at most
+_SEQ = struct.Struct("<Q")
+_UPDATE_TIME_OFFSET = layout.ShmHeader.update_time_ns.offset
+_FIXED_HEADER_TAIL = layout.ShmHeader.pod_uid.offset  # pod_uid .. reserved never change after creation
+
+
+def pid_namespace_inode() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def start_time_ticks() -> int:
+    """Field 22 of /proc/self/stat; the comm field may hold spaces and ')'."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _comm() -> bytes:
+    try:
+        with open("/proc/self/comm", "rb") as f:
+            return f.read().rstrip(b"\n")
+    except OSError:
+        return b""
+
+
+def _from_env(variable: str) -> bytes:
+    return os.environ.get(variable, "").encode(errors="replace")
+
+
+def _nul_terminated(value: bytes, field) -> bytes:
+    return value[: field.size - 1]
+
+
+def build_header(kind: int, record_size: int) -> layout.ShmHeader:
+    h = layout.ShmHeader()
+    h.magic = layout.SHM_MAGIC
+    h.abi_version = layout.ABI_VERSION
+    h.header_size = layout.HEADER_SIZE
+    h.record_kind = kind
+    h.record_size = record_size
+    h.writer_pid = os.getpid()
+    h.pid_namespace_inode = pid_namespace_inode()
+    h.start_time_ticks = start_time_ticks()
+    h.pod_uid = _nul_terminated(_from_env("ALNAIR_POD_UID"), layout.ShmHeader.pod_uid)
+    h.container_id = _nul_terminated(_from_env("ALNAIR_CONTAINER_ID"), layout.ShmHeader.container_id)
+    h.comm = _nul_terminated(_comm(), layout.ShmHeader.comm)
+    h.update_time_ns = time.time_ns()
+    return h
+
+
+class WriterSegment:
+    """One process's segment of one kind: created locked, published under the seqlock.
+
+    Only one thread may publish. The descriptor holds the liveness lock, so this
+    object never opens a second descriptor to its file (closing one would drop it).
+    """
+
+    def __init__(self, kind: int, record_size: int):
+        directory = os.environ.get("ALNAIR_SHM_DIR") or layout.DEFAULT_DIR
+        self.header = build_header(kind, record_size)
+        h = self.header
+        name = f"{layout.NAME_PREFIX}{layout.KIND_NAMES[kind]}.{h.pid_namespace_inode}.{h.writer_pid}.{h.start_time_ticks}"
+        self.path = os.path.join(directory, name)
+        self._seq = 0
+        self._header_tail = bytes(h)[_FIXED_HEADER_TAIL:]
+        self.fd = self._create(os.path.join(directory, f".{name}.tmp"))
+
+    def _create(self, temp_path: str) -> int:
+        """Built under a hidden name and renamed once locked and initialised, so a
+        reader never sees a half-made segment or mistakes it for a dead one."""
+        fd = os.open(temp_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, SEGMENT_MODE)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fcntl(F_SETLK, F_WRLCK) on the whole file
+            os.ftruncate(fd, self.header.header_size + self.header.record_size)
+            os.pwrite(fd, bytes(self.header), 0)
+            os.rename(temp_path, self.path)
+        except OSError:
+            os.unlink(temp_path)
+            os.close(fd)
+            raise
+        return fd
+
+    def publish(self, record: bytes) -> None:
+        """seq odd, the record and update time, seq even: readers retry while it is odd."""
+        self._seq += 1
+        os.pwrite(self.fd, _SEQ.pack(self._seq), layout.SEQ_OFFSET)
+        os.pwrite(self.fd, _SEQ.pack(time.time_ns()) + self._header_tail + record, _UPDATE_TIME_OFFSET)
+        self._seq += 1
+        os.pwrite(self.fd, _SEQ.pack(self._seq), layout.SEQ_OFFSET)
+
+    def forget(self) -> None:
+        """For a fork child: the lock is the parent's, so closing here cannot drop it."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def close(self) -> None:
+        """A clean exit: remove the file, then release the lock."""
+        if self.fd >= 0:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass  # already reclaimed or removed by hand
+            self.forget()

@@ -1,0 +1,138 @@
+"""PyTorch hooks: batches from DataLoaders become steps, samples, epochs and data wait; optimizer steps are counted.
+
+A DataLoader pass is a training loop when its first batch is asked for with autograd
+enabled; passes started under torch.no_grad() or torch.inference_mode()
+(evaluation) are not counted. Hooks are installed once `import torch` finishes, so
+activating the intercept never imports PyTorch itself.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+import time
+from collections.abc import Mapping
+
+from alnair.collectors.shm import layout
+
+from .publisher import PUBLISHER
+from .recorder import RECORDER, Recorder
+
+
+def batch_size(batch) -> int:
+    """The leading dimension of the batch, or of the first tensor directly inside a
+    tuple, list or dict batch; a container holding no tensor counts its items."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return shape[0] if len(shape) else 1
+    if isinstance(batch, Mapping):
+        items = batch.values()
+    elif isinstance(batch, (tuple, list)):
+        items = batch
+    else:
+        return 1
+    for item in items:
+        shape = getattr(item, "shape", None)
+        if shape is not None and len(shape):
+            return shape[0]
+    return len(batch)
+
+
+def timed_next(original, recorder: Recorder, grad_enabled):
+    """Wraps _BaseDataLoaderIter.__next__. Per-pass state lives on the iterator:
+    whether the pass is a training loop, and when its previous batch arrived."""
+    clock = time.monotonic_ns
+
+    def __next__(self):
+        asked_at = clock()
+        if self._num_yielded == 0:  # a new pass over the loader (a new or reset iterator)
+            self._alnair_training = grad_enabled()
+            self._alnair_arrived = 0
+        if not self._alnair_training:
+            return original(self)
+        recorder.waiting_since_ns = asked_at
+        try:
+            batch = original(self)
+        except StopIteration:
+            recorder.loop_ended(asked_at, self._alnair_arrived)
+            self._alnair_training = False  # asking an exhausted iterator again is not another epoch
+            raise
+        except BaseException:
+            recorder.waiting_since_ns = 0
+            raise
+        arrived_at = clock()
+        recorder.batch_arrived(asked_at, arrived_at, batch_size(batch), self._alnair_arrived)
+        self._alnair_arrived = arrived_at
+        return batch
+
+    __next__.alnair_original = original
+    return __next__
+
+
+def _dataloader_worker_flag() -> int:
+    from torch.utils.data import get_worker_info
+
+    return layout.PYTHON_DATALOADER_WORKER if get_worker_info() is not None else 0
+
+
+def install(recorder: Recorder = RECORDER) -> None:
+    """Hook the DataLoader iterator and optimizers of the imported torch; idempotent."""
+    import torch
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    if hasattr(_BaseDataLoaderIter.__next__, "alnair_original"):
+        return
+    _BaseDataLoaderIter._alnair_training = False  # iterators already running when we arrive are left alone
+    _BaseDataLoaderIter._alnair_arrived = 0
+    _BaseDataLoaderIter.__next__ = timed_next(_BaseDataLoaderIter.__next__, recorder, torch.is_grad_enabled)
+    try:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+    except ImportError:
+        recorder.warn_once("optimizer", f"torch {torch.__version__} has no optimizer step hooks; optimizer steps not counted")
+    else:
+        register_optimizer_step_post_hook(lambda optimizer, args, kwargs: recorder.optimizer_stepped())
+    PUBLISHER.flag_sources += [lambda: layout.PYTHON_TORCH, _dataloader_worker_flag]
+
+
+def install_safely() -> None:
+    try:
+        install()
+    except Exception as e:  # a torch we do not understand: run unmeasured rather than not at all
+        RECORDER.warn_once("torch", f"PyTorch hooks not installed: {e!r}")
+
+
+class _CallAfterExec(importlib.abc.Loader):
+    """Delegates to torch's own loader, then hooks the fully imported module."""
+
+    def __init__(self, loader, after):
+        self._loader, self._after = loader, after
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._after()
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class HookTorchOnImport(importlib.abc.MetaPathFinder):
+    """A one-shot meta path finder: when `import torch` starts, wrap its loader."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch" or self not in sys.meta_path:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _CallAfterExec(spec.loader, install_safely)
+        return spec
+
+
+def install_when_imported() -> None:
+    if sys.modules.get("torch") is not None:
+        install_safely()
+    elif not any(isinstance(f, HookTorchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, HookTorchOnImport())

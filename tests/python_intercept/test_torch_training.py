@@ -1,0 +1,144 @@
+"""A real PyTorch CPU training loop under the intercept: steps, samples, epochs, optimizer steps and the data stall."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from alnair.collectors.shm import layout
+from support import PythonProgram, python_records, wait_until
+
+try:
+    import torch  # noqa: F401  only to fail clearly: the programs import it themselves
+except ImportError:
+    pytest.fail("torch is not installed: pip install torch==2.13.0 (the test extra has it)", pytrace=False)
+
+LOADER_DELAY = 0.020  # seconds each batch takes to make, injected in collate_fn
+BODY_TIME = 0.010  # seconds of each training step after its batch came
+ITEMS, BATCH, EPOCHS = 42, 4, 2  # 11 batches per epoch, the last one of 2 items
+
+TRAINING = textwrap.dedent(f"""
+    import sys, time
+    import alnair.auto  # before torch: the hooks go in when torch is imported
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def slow_collate(items):
+        time.sleep({LOADER_DELAY})
+        return torch.utils.data.default_collate(items)
+
+    data = TensorDataset(torch.randn({ITEMS}, 8), torch.randn({ITEMS}, 1))
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range({EPOCHS}):
+        for x, y in DataLoader(data, batch_size={BATCH}, collate_fn=slow_collate):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            time.sleep({BODY_TIME})
+        with torch.no_grad():  # evaluation: not training steps
+            for x, y in DataLoader(data, batch_size=8, collate_fn=slow_collate):
+                model(x)
+    print("ready", flush=True)
+    sys.stdin.read()
+""")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One training run shared by the tests that read its record (torch takes seconds to import)."""
+    shm_dir = tmp_path_factory.mktemp("shm")
+    program = PythonProgram(TRAINING, shm_dir)
+    batches = EPOCHS * -(-ITEMS // BATCH)
+    record = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and r.epochs == EPOCHS and r, timeout=10)
+    yield record, batches
+    assert program.finish() == ""
+
+
+def test_steps_samples_epochs_and_optimizer_steps_are_exact(trained):
+    record, batches = trained
+    assert record.steps == batches == 22
+    assert record.samples == EPOCHS * ITEMS
+    assert record.epochs == EPOCHS
+    assert record.optimizer_steps == batches
+    assert record.flags == layout.PYTHON_TORCH
+
+
+def test_data_stall_is_within_ten_percent_of_the_injected_delay(trained):
+    record, batches = trained
+    injected = batches * LOADER_DELAY
+    assert abs(record.data_wait_ns / 1e9 - injected) <= 0.1 * injected, record.data_wait_ns
+    step_time = batches * (LOADER_DELAY + BODY_TIME)
+    assert step_time <= record.step_ns / 1e9 <= 1.25 * step_time  # plus forward, backward and the optimizer
+    stall = record.data_wait_ns / record.step_ns
+    assert 0.5 <= stall <= LOADER_DELAY / (LOADER_DELAY + BODY_TIME) + 0.02
+
+
+def test_time_to_first_step_is_measured_from_process_start(trained):
+    record, _ = trained
+    assert 0.05 < record.first_step_ns / 1e9 < 60  # torch's import alone takes a while
+
+
+def test_a_hung_loader_shows_as_data_stall_before_its_batch_comes(shm_dir):
+    program = PythonProgram(textwrap.dedent("""
+        import sys, threading, time
+        import torch, alnair.auto  # after torch: hooked at once
+        from torch.utils.data import DataLoader
+        release = threading.Event()
+        def collate(items):
+            if items[0] == 1:
+                print("ready", flush=True)
+                release.wait()
+            return torch.tensor(items)
+        threading.Thread(target=lambda: (sys.stdin.readline(), release.set()), daemon=True).start()
+        for batch in DataLoader(list(range(2)), batch_size=1, collate_fn=collate):
+            pass
+        sys.stdin.read()
+    """), shm_dir)
+    first = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and r.data_wait_ns > 0.3e9 and r)
+    later = wait_until(lambda: (r := python_records(shm_dir)[program.pid]).data_wait_ns > first.data_wait_ns + 0.1e9 and r)
+    assert later.steps == first.steps == 1  # the second batch has not come, yet its wait counts
+    assert later.step_ns - first.step_ns == later.data_wait_ns - first.data_wait_ns  # all of it stall
+    program.proc.stdin.write("go\n")
+    program.proc.stdin.flush()
+    done = wait_until(lambda: (r := python_records(shm_dir)[program.pid]).epochs == 1 and r)
+    assert done.steps == 2 and done.data_wait_ns >= later.data_wait_ns and done.step_ns >= later.step_ns
+    assert program.finish() == ""
+
+
+def test_dataloader_workers_publish_only_what_they_record(shm_dir):
+    """Workers are forked: each starts with zero counters and gets its own segment
+    only when it records something (here a phase in __getitem__)."""
+    program = PythonProgram(textwrap.dedent("""
+        import sys
+        import alnair, alnair.auto, torch
+        from torch.utils.data import DataLoader, Dataset
+        class Decoded(Dataset):
+            def __len__(self):
+                return 24
+            def __getitem__(self, i):
+                with alnair.phase("decode"):
+                    return torch.full((3,), float(i))
+        loader = DataLoader(Decoded(), batch_size=6, num_workers=2, persistent_workers=True)
+        for batch in loader:
+            pass
+        print("ready", flush=True)
+        sys.stdin.read()
+    """), shm_dir)
+
+    def settled():
+        r = python_records(shm_dir)
+        workers = [w for pid, w in r.items() if pid != program.pid]
+        done = len(workers) == 2 and sum(w.phases[0].count for w in workers) == 24
+        return done and r[program.pid].epochs == 1 and r
+
+    records = wait_until(settled)
+    main = records.pop(program.pid)
+    assert (main.steps, main.samples, main.epochs, main.phase_count) == (4, 24, 1, 0)
+    assert main.flags == layout.PYTHON_TORCH
+    for worker in records.values():
+        assert worker.flags == layout.PYTHON_TORCH | layout.PYTHON_DATALOADER_WORKER
+        assert (worker.steps, worker.phase_count, worker.phases[0].name) == (0, 1, b"decode")
+    assert sum(w.phases[0].count for w in records.values()) == 24
+    assert program.finish() == ""
