@@ -156,6 +156,11 @@ void alnair_segment_forget(struct alnair_segment *seg)
     seg->fd = -1;
 }
 
+void alnair_segment_remove_file(struct alnair_segment *seg)
+{
+    if (seg->fd >= 0) unlink(seg->path);
+}
+
 void alnair_segment_close(struct alnair_segment *seg, int remove)
 {
     if (seg->fd < 0) return;

@@ -2,14 +2,36 @@
 from __future__ import annotations
 
 import os
+import queue
 import re
 import select
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+
+class LineReader:
+    """Lines from a child's pipe through a thread: select() cannot see lines that
+    Python has already buffered, so a reader that selects may wait forever."""
+
+    def __init__(self, stream):
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream) -> None:
+        for line in stream:
+            self.lines.put(line)
+        self.lines.put("")  # end of stream
+
+    def read_line(self, timeout: float) -> str:
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError("child printed nothing") from None
+
 
 def read_line(stream, timeout: float) -> str:
     """One line from a child's pipe, or fail after timeout (no fixed sleeps)."""

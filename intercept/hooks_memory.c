@@ -1,0 +1,277 @@
+/*
+ * hooks_memory.c - every allocation and free path: exact bytes in use per device,
+ * peak, failures, and the memory limit.
+ *
+ * Admission reserves the bytes with a compare-and-swap on bytes_in_use before the
+ * driver is asked, so concurrent allocations from any number of threads can never
+ * take the process over its limit; a refused or failed allocation gives them back.
+ */
+#include "alloc_table.h"
+#include "intercept.h"
+
+static struct alloc_table device_pointers; /* cuMemAlloc*, managed, async */
+static struct alloc_table vmm_handles;     /* cuMemCreate */
+static struct alloc_table arrays;          /* arrays and mipmapped arrays */
+
+__attribute__((constructor)) static void init_tables(void)
+{
+    alloc_table_init(&device_pointers);
+    alloc_table_init(&vmm_handles);
+    alloc_table_init(&arrays);
+}
+
+void alnair_memory_fork_prepare(void)
+{
+    alloc_table_lock_all(&device_pointers);
+    alloc_table_lock_all(&vmm_handles);
+    alloc_table_lock_all(&arrays);
+}
+
+void alnair_memory_fork_parent(void)
+{
+    alloc_table_unlock_all(&arrays);
+    alloc_table_unlock_all(&vmm_handles);
+    alloc_table_unlock_all(&device_pointers);
+}
+
+void alnair_memory_fork_child(void)
+{
+    alloc_table_reset_in_child(&arrays);
+    alloc_table_reset_in_child(&vmm_handles);
+    alloc_table_reset_in_child(&device_pointers);
+}
+
+/* Reserves size bytes on d; 0 if the limit refuses them. */
+static int admit(struct alnair_device *d, uint64_t size)
+{
+    uint64_t used = atomic_load(&d->bytes_in_use);
+    do {
+        if (d->memory_limit_bytes && (size > d->memory_limit_bytes || used > d->memory_limit_bytes - size)) {
+            atomic_fetch_add_explicit(&d->limit_denied_allocations, 1, memory_order_relaxed);
+            return 0;
+        }
+    } while (!atomic_compare_exchange_weak(&d->bytes_in_use, &used, used + size));
+    uint64_t peak = atomic_load(&d->peak_bytes), now = used + size;
+    while (peak < now && !atomic_compare_exchange_weak(&d->peak_bytes, &peak, now)) {
+    }
+    return 1;
+}
+
+/* Gives bytes back, never below zero. */
+static void release(struct alnair_device *d, uint64_t size)
+{
+    uint64_t used = atomic_load(&d->bytes_in_use);
+    while (!atomic_compare_exchange_weak(&d->bytes_in_use, &used, used > size ? used - size : 0)) {
+    }
+}
+
+/* After the driver answered an admitted allocation: record it or undo the reservation. */
+static CUresult settle(CUresult r, struct alnair_device *d, struct alloc_table *t, uint64_t key, uint64_t size)
+{
+    if (r != CUDA_SUCCESS) {
+        release(d, size);
+        atomic_fetch_add_explicit(&d->failed_allocations, 1, memory_order_relaxed);
+        return r;
+    }
+    atomic_fetch_add_explicit(&d->allocations, 1, memory_order_relaxed);
+    if (alloc_table_insert(t, key, size, alnair_device_ordinal(d)) != 0) release(d, size);
+    return r;
+}
+
+/* The body every allocation shares: admit on d, ask the driver, record `key`. */
+#define ALLOCATE(d, table, size, real_call, key) \
+    do { \
+        if (!(d)) return real_call; \
+        if (!admit(d, size)) return CUDA_ERROR_OUT_OF_MEMORY; \
+        CUresult r_ = real_call; \
+        return settle(r_, d, table, r_ == CUDA_SUCCESS ? (uint64_t)(key) : 0, size); \
+    } while (0)
+
+static int forget(struct alloc_table *t, uint64_t key, uint64_t *size, int *device)
+{
+    return alnair_active() && alloc_table_remove(t, key, size, device);
+}
+
+static CUresult freed(CUresult r, struct alloc_table *t, int known, uint64_t key, uint64_t size, int device)
+{
+    if (!known) return r;
+    if (r == CUDA_SUCCESS) release(alnair_device_at(device), size);
+    else alloc_table_insert(t, key, size, device);
+    return r;
+}
+
+/* The body every free shares: forget the key before the driver may reuse it,
+ * and put it back if the driver refuses the free. */
+#define FREE(table, key, real_call) \
+    do { \
+        uint64_t size_ = 0; \
+        int device_ = 0; \
+        int known_ = forget(table, key, &size_, &device_); \
+        return freed(real_call, table, known_, key, size_, device_); \
+    } while (0)
+
+static struct alnair_device *thread_device(void)
+{
+    return alnair_active() ? alnair_current_device() : NULL;
+}
+
+ALNAIR_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    struct alnair_device *d = thread_device();
+    ALLOCATE(d, &device_pointers, bytesize, CALL_REAL(cuMemAlloc_v2, (dptr, bytesize)), *dptr);
+}
+
+ALNAIR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    struct alnair_device *d = thread_device();
+    ALLOCATE(d, &device_pointers, bytesize, CALL_REAL(cuMemAllocManaged, (dptr, bytesize, flags)), *dptr);
+}
+
+/* The pitch is known only afterwards: admit the unpadded size, then account the
+ * padding the driver chose (it may pass the limit by at most one row's alignment). */
+ALNAIR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                                          unsigned int ElementSizeBytes)
+{
+    struct alnair_device *d = thread_device();
+    uint64_t estimate = (uint64_t)WidthInBytes * Height;
+    if (!d) return CALL_REAL(cuMemAllocPitch_v2, (dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
+    if (!admit(d, estimate)) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = CALL_REAL(cuMemAllocPitch_v2, (dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
+    uint64_t actual = r == CUDA_SUCCESS ? (uint64_t)*pPitch * Height : estimate;
+    if (actual > estimate) atomic_fetch_add(&d->bytes_in_use, actual - estimate);
+    return settle(r, d, &device_pointers, r == CUDA_SUCCESS ? *dptr : 0, actual);
+}
+
+#define ALLOC_ASYNC(name) \
+    ALNAIR_EXPORT CUresult name(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) \
+    { \
+        struct alnair_device *d = thread_device(); \
+        ALLOCATE(d, &device_pointers, bytesize, CALL_REAL(name, (dptr, bytesize, hStream)), *dptr); \
+    }
+ALLOC_ASYNC(cuMemAllocAsync)
+ALLOC_ASYNC(cuMemAllocAsync_ptsz)
+
+#define ALLOC_FROM_POOL(name) \
+    ALNAIR_EXPORT CUresult name(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) \
+    { \
+        struct alnair_device *d = thread_device(); \
+        ALLOCATE(d, &device_pointers, bytesize, CALL_REAL(name, (dptr, bytesize, pool, hStream)), *dptr); \
+    }
+ALLOC_FROM_POOL(cuMemAllocFromPoolAsync)
+ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz)
+
+ALNAIR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    FREE(&device_pointers, dptr, CALL_REAL(cuMemFree_v2, (dptr)));
+}
+
+#define FREE_ASYNC(name) \
+    ALNAIR_EXPORT CUresult name(CUdeviceptr dptr, CUstream hStream) \
+    { \
+        FREE(&device_pointers, dptr, CALL_REAL(name, (dptr, hStream))); \
+    }
+FREE_ASYNC(cuMemFreeAsync)
+FREE_ASYNC(cuMemFreeAsync_ptsz)
+
+/* Virtual memory management: physical memory on the device the properties name. */
+ALNAIR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                                   unsigned long long flags)
+{
+    struct alnair_device *d = NULL;
+    if (alnair_active())
+        d = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? alnair_device_at(prop->location.id)
+                                                                        : alnair_current_device();
+    ALLOCATE(d, &vmm_handles, size, CALL_REAL(cuMemCreate, (handle, size, prop, flags)), *handle);
+}
+
+ALNAIR_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    FREE(&vmm_handles, handle, CALL_REAL(cuMemRelease, (handle)));
+}
+
+/* Bytes per element of the common array formats; others count as 4 (an estimate:
+ * the driver also pads arrays, so array accounting is approximate). */
+static uint64_t format_bytes(int format)
+{
+    switch (format) {
+    case 0x01: case 0x08: return 1; /* 8-bit integers */
+    case 0x02: case 0x09: case 0x10: return 2; /* 16-bit integers, half */
+    default: return 4;
+    }
+}
+
+static uint64_t array_bytes(size_t w, size_t h, size_t depth, int format, unsigned int channels)
+{
+    return (uint64_t)w * (h ? h : 1) * (depth ? depth : 1) * format_bytes(format) * (channels ? channels : 1);
+}
+
+ALNAIR_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
+{
+    struct alnair_device *d = pAllocateArray ? thread_device() : NULL;
+    uint64_t size = d ? array_bytes(pAllocateArray->Width, pAllocateArray->Height, 1, pAllocateArray->Format,
+                                    pAllocateArray->NumChannels)
+                      : 0;
+    ALLOCATE(d, &arrays, size, CALL_REAL(cuArrayCreate_v2, (pHandle, pAllocateArray)), (uintptr_t)*pHandle);
+}
+
+static uint64_t array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *a, unsigned int levels)
+{
+    uint64_t total = 0;
+    size_t w = a->Width, h = a->Height, depth = a->Depth;
+    for (unsigned int i = 0; i < (levels ? levels : 1); i++) {
+        total += array_bytes(w, h, depth, a->Format, a->NumChannels);
+        w = w > 1 ? w / 2 : 1, h = h > 1 ? h / 2 : h, depth = depth > 1 ? depth / 2 : depth;
+    }
+    return total;
+}
+
+ALNAIR_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
+{
+    struct alnair_device *d = pAllocateArray ? thread_device() : NULL;
+    uint64_t size = d ? array3d_bytes(pAllocateArray, 1) : 0;
+    ALLOCATE(d, &arrays, size, CALL_REAL(cuArray3DCreate_v2, (pHandle, pAllocateArray)), (uintptr_t)*pHandle);
+}
+
+ALNAIR_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+                                              unsigned int numMipmapLevels)
+{
+    struct alnair_device *d = pMipmappedArrayDesc ? thread_device() : NULL;
+    uint64_t size = d ? array3d_bytes(pMipmappedArrayDesc, numMipmapLevels) : 0;
+    ALLOCATE(d, &arrays, size, CALL_REAL(cuMipmappedArrayCreate, (pHandle, pMipmappedArrayDesc, numMipmapLevels)),
+             (uintptr_t)*pHandle);
+}
+
+ALNAIR_EXPORT CUresult cuArrayDestroy(CUarray hArray)
+{
+    FREE(&arrays, (uintptr_t)hArray, CALL_REAL(cuArrayDestroy, (hArray)));
+}
+
+ALNAIR_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
+{
+    FREE(&arrays, (uintptr_t)hMipmappedArray, CALL_REAL(cuMipmappedArrayDestroy, (hMipmappedArray)));
+}
+
+/* ---- what frameworks see: the limit is the device's size ----------------- */
+
+ALNAIR_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    CUresult r = CALL_REAL(cuMemGetInfo_v2, (free, total));
+    struct alnair_device *d = r == CUDA_SUCCESS && free && total ? thread_device() : NULL;
+    if (d && d->memory_limit_bytes) {
+        uint64_t used = atomic_load(&d->bytes_in_use), limit = d->memory_limit_bytes;
+        uint64_t left = used < limit ? limit - used : 0;
+        *total = limit < *total ? limit : *total;
+        *free = left < *free ? left : *free;
+    }
+    return r;
+}
+
+ALNAIR_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    CUresult r = CALL_REAL(cuDeviceTotalMem_v2, (bytes, dev));
+    if (r == CUDA_SUCCESS && bytes && alnair_active() && dev >= 0 && dev < ALNAIR_CUDA_MAX_DEVICES) {
+        uint64_t limit = alnair.devices[dev].memory_limit_bytes;
+        if (limit && limit < *bytes) *bytes = limit;
+    }
+    return r;
+}

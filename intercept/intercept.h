@@ -1,0 +1,120 @@
+/*
+ * intercept.h - shared internals of libalnair: real-function slots, per-device
+ * counters and the calls between the hook, limit and monitor modules.
+ */
+#ifndef ALNAIR_INTERCEPT_H
+#define ALNAIR_INTERCEPT_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "alnair_shm.h"
+#include "cuda_driver.h"
+
+#define ALNAIR_EXPORT __attribute__((visibility("default")))
+#define ALNAIR_TLS __thread __attribute__((tls_model("initial-exec")))
+#define ALNAIR_LIKELY(x) __builtin_expect(!!(x), 1)
+#define ALNAIR_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- real driver functions ---------------------------------------------- */
+
+#define ALNAIR_FN_TYPE(name, params, args) typedef CUresult(*name##_fn) params;
+ALNAIR_HOOKS(ALNAIR_FN_TYPE)
+ALNAIR_HELPERS(ALNAIR_FN_TYPE)
+#undef ALNAIR_FN_TYPE
+
+#define ALNAIR_FN_SLOT(name, params, args) name##_fn name;
+struct alnair_real_fns {
+    ALNAIR_HOOKS(ALNAIR_FN_SLOT)
+    ALNAIR_HELPERS(ALNAIR_FN_SLOT)
+};
+#undef ALNAIR_FN_SLOT
+
+extern struct alnair_real_fns alnair_real;
+
+/* Resolves one real function from the driver; NULL if it has none. */
+void *alnair_resolve_real(const char *name, void **slot);
+
+/* The real function, resolved on first use (one load and a branch after that). */
+#define REAL(name) \
+    ((name##_fn)(__atomic_load_n((void **)&alnair_real.name, __ATOMIC_ACQUIRE) \
+                     ?: alnair_resolve_real(#name, (void **)&alnair_real.name)))
+
+/* Calls the real function, or reports the driver lacks it. */
+#define CALL_REAL(name, args) \
+    ({ \
+        name##_fn real_ = REAL(name); \
+        real_ ? real_ args : CUDA_ERROR_NOT_SUPPORTED; \
+    })
+
+/* ---- per-device state ----------------------------------------------------- */
+
+struct alnair_device {
+    _Atomic uint64_t kernel_launches;
+    _Atomic uint64_t graph_launches;
+    _Atomic uint64_t bytes_in_use;
+    _Atomic uint64_t peak_bytes;
+    _Atomic uint64_t allocations;
+    _Atomic uint64_t failed_allocations;
+    _Atomic uint64_t limit_denied_allocations;
+    _Atomic uint64_t throttled_ns;
+    _Atomic int64_t tokens;      /* compute-limit bucket; launches take one each */
+    _Atomic int seen;            /* the process has used this device */
+    uint64_t memory_limit_bytes; /* 0 = none; fixed after init */
+    uint32_t compute_limit_percent; /* 0 = none; fixed after init */
+} __attribute__((aligned(64)));
+
+enum alnair_mode { ALNAIR_UNCONFIGURED = 0, ALNAIR_PASS_THROUGH = 1, ALNAIR_ACTIVE = 2 };
+
+struct alnair_state {
+    _Atomic int mode;  /* enum alnair_mode; ALNAIR_INTERCEPT=off gives pass-through */
+    int period_ms;     /* monitor publish period */
+    struct alnair_device devices[ALNAIR_CUDA_MAX_DEVICES];
+};
+
+extern struct alnair_state alnair;
+
+/* Reads the configuration once (lazily: constructors of other libraries may
+ * call the driver before ours runs); returns 1 if the library is active. */
+int alnair_configure(void);
+static inline int alnair_active(void)
+{
+    int mode = atomic_load_explicit(&alnair.mode, memory_order_relaxed);
+    if (ALNAIR_LIKELY(mode == ALNAIR_ACTIVE)) return 1;
+    return mode == ALNAIR_UNCONFIGURED ? alnair_configure() : 0;
+}
+
+/* Starts the monitor thread (and the segment) once per process, fork children too. */
+void alnair_start_monitor(void);
+void alnair_monitor_fork_child(void);
+
+/* The calling thread's device, from its current context; NULL if unknown. */
+struct alnair_device *alnair_current_device(void);
+struct alnair_device *alnair_device_at(int ordinal);
+int alnair_device_ordinal(const struct alnair_device *d);
+
+/* Context bookkeeping, called by the context hooks. */
+void alnair_context_bind(CUcontext ctx, CUdevice dev);
+void alnair_context_forget(CUcontext ctx);
+void alnair_thread_context_changed(void); /* current context unknown now */
+void alnair_thread_uses(CUcontext ctx);    /* the thread made ctx current */
+
+/* Compute limit: wait for a token (only when a limit is set). */
+void alnair_take_token_slow(struct alnair_device *d);
+static inline void alnair_take_token(struct alnair_device *d)
+{
+    if (ALNAIR_UNLIKELY(d->compute_limit_percent)) alnair_take_token_slow(d);
+}
+/* Monitor-thread side of the compute limit: refill buckets, adapt the rate. */
+void alnair_compute_limit_tick(uint64_t now_ns);
+void alnair_compute_limit_fork_child(void);
+
+/* Memory accounting, also used by fork handling. */
+void alnair_memory_fork_prepare(void);
+void alnair_memory_fork_parent(void);
+void alnair_memory_fork_child(void);
+
+uint64_t alnair_monotonic_ns(void);
+void alnair_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,115 @@
+/*
+ * monitor.c - the monitoring thread: every period it refills compute-limit
+ * buckets and publishes the process's cuda record into its segment.
+ *
+ * It starts when the process first uses a device, so programs that load the
+ * library but never touch CUDA get no thread and no segment.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+
+#include "intercept.h"
+#include "shm_segment.h"
+
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int started;
+static struct alnair_segment segment = {.fd = -1};
+static CUuuid uuids[ALNAIR_CUDA_MAX_DEVICES];
+static int uuid_known[ALNAIR_CUDA_MAX_DEVICES];
+
+static void copy_device(struct alnair_cuda_device *out, int ordinal)
+{
+    struct alnair_device *d = &alnair.devices[ordinal];
+    if (!uuid_known[ordinal]) {
+        cuDeviceGetUuid_v2_fn get_uuid = REAL(cuDeviceGetUuid_v2);
+        uuid_known[ordinal] = get_uuid && get_uuid(&uuids[ordinal], ordinal) == CUDA_SUCCESS;
+    }
+    out->device_index = (uint32_t)ordinal;
+    memcpy(out->uuid, uuids[ordinal].bytes, sizeof out->uuid);
+    out->kernel_launches = atomic_load_explicit(&d->kernel_launches, memory_order_relaxed);
+    out->graph_launches = atomic_load_explicit(&d->graph_launches, memory_order_relaxed);
+    out->bytes_in_use = atomic_load_explicit(&d->bytes_in_use, memory_order_relaxed);
+    out->peak_bytes = atomic_load_explicit(&d->peak_bytes, memory_order_relaxed);
+    out->allocations = atomic_load_explicit(&d->allocations, memory_order_relaxed);
+    out->failed_allocations = atomic_load_explicit(&d->failed_allocations, memory_order_relaxed);
+    out->limit_denied_allocations = atomic_load_explicit(&d->limit_denied_allocations, memory_order_relaxed);
+    out->memory_limit_bytes = d->memory_limit_bytes;
+    out->compute_limit_percent = d->compute_limit_percent;
+    int64_t tokens = atomic_load_explicit(&d->tokens, memory_order_relaxed);
+    out->tokens_available = d->compute_limit_percent && tokens < INT64_MAX / 4 ? tokens : 0;
+    out->throttled_ns = atomic_load_explicit(&d->throttled_ns, memory_order_relaxed);
+}
+
+static void publish(void)
+{
+    struct alnair_cuda_record *record = segment.record;
+    alnair_segment_publish_begin(&segment);
+    uint32_t count = 0;
+    for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++)
+        if (atomic_load_explicit(&alnair.devices[i].seen, memory_order_relaxed)) copy_device(&record->devices[count++], i);
+    record->device_count = count;
+    record->max_devices = ALNAIR_CUDA_MAX_DEVICES;
+    alnair_segment_publish_end(&segment);
+}
+
+static void *monitor_main(void *arg)
+{
+    int have_segment = arg != NULL;
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    for (;;) {
+        alnair_compute_limit_tick(alnair_monotonic_ns());
+        if (have_segment) publish();
+        next.tv_nsec += (long)alnair.period_ms * 1000000L;
+        while (next.tv_nsec >= 1000000000L) next.tv_nsec -= 1000000000L, next.tv_sec++;
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) != 0) {
+        }
+    }
+    return NULL;
+}
+
+void alnair_start_monitor(void)
+{
+    if (atomic_load_explicit(&started, memory_order_acquire)) return;
+    pthread_mutex_lock(&start_lock);
+    if (!atomic_load(&started)) {
+        /* Made here, once, so a failure is reported before the program goes on. */
+        char err[512];
+        int have_segment = alnair_segment_create(&segment, ALNAIR_KIND_CUDA, sizeof(struct alnair_cuda_record), err,
+                                                 sizeof err) == 0;
+        if (!have_segment) alnair_log("%s (counters are not published; the program runs on)", err);
+        /* The program's signal handlers must never run on our thread. */
+        sigset_t all, saved;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &saved);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_t thread;
+        if (pthread_create(&thread, &attr, monitor_main, have_segment ? &segment : NULL) != 0)
+            alnair_log("alnair: cannot start the monitoring thread; counters are not published");
+        pthread_attr_destroy(&attr);
+        pthread_sigmask(SIG_SETMASK, &saved, NULL);
+        atomic_store_explicit(&started, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&start_lock);
+}
+
+/* The child has no monitor thread and must not write the parent's segment. */
+void alnair_monitor_fork_child(void)
+{
+    alnair_segment_forget(&segment);
+    memset(uuid_known, 0, sizeof uuid_known);
+    pthread_mutex_init(&start_lock, NULL);
+    atomic_store(&started, 0);
+    alnair_compute_limit_fork_child();
+}
+
+/* A clean exit takes the segment away; a crash leaves it for the exporter to reclaim. */
+__attribute__((destructor)) static void remove_segment(void)
+{
+    alnair_segment_remove_file(&segment);
+}

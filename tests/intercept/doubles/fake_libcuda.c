@@ -1,0 +1,476 @@
+/*
+ * fake_libcuda.c - TEST DOUBLE of the NVIDIA driver library, built by the tests
+ * as libcuda.so.1 so programs load it exactly as the CUDA runtime loads the real
+ * one (dlopen "libcuda.so.1", then cuGetProcAddress_v2 for everything else).
+ *
+ * It keeps devices, contexts (per-thread current context, a push/pop stack) and
+ * allocations like the driver does at its API boundary, resolves cuGetProcAddress
+ * queries to _v2/_v4/_ptsz variants by version and flags like the driver, and
+ * counts every call it receives so tests can prove a call reached the driver.
+ *
+ * Environment: FAKE_CUDA_DEVICES (default 4), FAKE_CUDA_DEVICE_BYTES (default
+ * 16 GiB), FAKE_CUDA_LAUNCH_NS (busy time per launch, default 0).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_driver.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_INVALID_DEVICE 101
+#define CUDA_ERROR_INVALID_CONTEXT 201
+#define CUDA_ERROR_INVALID_HANDLE 400
+#define MAX_DEVICES 64
+#define MAX_ALLOCS 65536
+#define MAX_CALLED 128
+
+struct CUctx_st {
+    int device;
+};
+
+static int n_devices = 4;
+static uint64_t device_bytes = 16ull << 30;
+static uint64_t launch_ns;
+static struct CUctx_st primary[MAX_DEVICES];
+static _Atomic uint64_t used[MAX_DEVICES];
+static _Atomic uint64_t next_address[MAX_DEVICES];
+static __thread CUcontext stack[16];
+static __thread int depth;
+
+struct allocation {
+    uint64_t key;
+    uint64_t size;
+    int device;
+};
+static struct allocation allocations[MAX_ALLOCS];
+static pthread_mutex_t allocations_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct called {
+    const char *name;
+    _Atomic uint64_t count;
+};
+static struct called called[MAX_CALLED];
+static pthread_mutex_t called_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((constructor)) static void configure(void)
+{
+    const char *v;
+    if ((v = getenv("FAKE_CUDA_DEVICES"))) n_devices = atoi(v);
+    if ((v = getenv("FAKE_CUDA_DEVICE_BYTES"))) device_bytes = strtoull(v, NULL, 10);
+    if ((v = getenv("FAKE_CUDA_LAUNCH_NS"))) launch_ns = strtoull(v, NULL, 10);
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        primary[i].device = i;
+        next_address[i] = ((uint64_t)i + 1) << 40;
+    }
+}
+
+/* Counts a call by the exported name it arrived through. */
+static void record(const char *name)
+{
+    for (int i = 0; i < MAX_CALLED; i++) {
+        const char *n = __atomic_load_n(&called[i].name, __ATOMIC_ACQUIRE);
+        if (n && strcmp(n, name) == 0) {
+            atomic_fetch_add(&called[i].count, 1);
+            return;
+        }
+        if (!n) {
+            pthread_mutex_lock(&called_lock);
+            if (!called[i].name) __atomic_store_n(&called[i].name, name, __ATOMIC_RELEASE);
+            pthread_mutex_unlock(&called_lock);
+            i--; /* look at this slot again */
+        }
+    }
+}
+
+EXPORT uint64_t fake_cuda_calls(const char *name)
+{
+    for (int i = 0; i < MAX_CALLED && called[i].name; i++)
+        if (strcmp(called[i].name, name) == 0) return atomic_load(&called[i].count);
+    return 0;
+}
+
+EXPORT uint64_t fake_cuda_used_bytes(int device) { return device >= 0 && device < MAX_DEVICES ? used[device] : 0; }
+
+static CUcontext current(void) { return depth ? stack[depth - 1] : NULL; }
+
+static int current_device(void) { return current() ? current()->device : -1; }
+
+static void busy(void)
+{
+    if (!launch_ns) return;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)(t.tv_nsec - t0.tv_nsec) < launch_ns);
+}
+
+/* ---- allocations --------------------------------------------------------- */
+
+static CUresult take(int device, uint64_t size, uint64_t *key)
+{
+    if (device < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (device >= n_devices) return CUDA_ERROR_INVALID_DEVICE;
+    uint64_t u = atomic_load(&used[device]);
+    do {
+        if (u + size > device_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+    } while (!atomic_compare_exchange_weak(&used[device], &u, u + size));
+    *key = atomic_fetch_add(&next_address[device], (size + 0xfff) & ~0xfffull) ?: 1;
+    pthread_mutex_lock(&allocations_lock);
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (!allocations[i].key) {
+            allocations[i] = (struct allocation){*key, size, device};
+            break;
+        }
+    }
+    pthread_mutex_unlock(&allocations_lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult give_back(uint64_t key)
+{
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&allocations_lock);
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (allocations[i].key == key && key) {
+            atomic_fetch_sub(&used[allocations[i].device], allocations[i].size);
+            allocations[i].key = 0;
+            r = CUDA_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&allocations_lock);
+    return r;
+}
+
+/* ---- the entry points ---------------------------------------------------- */
+
+EXPORT CUresult cuInit(unsigned int flags)
+{
+    (void)flags;
+    record("cuInit");
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDriverGetVersion(int *version)
+{
+    *version = 13000;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetCount(int *count)
+{
+    *count = n_devices;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGet(CUdevice *dev, int ordinal)
+{
+    if (ordinal < 0 || ordinal >= n_devices) return CUDA_ERROR_INVALID_DEVICE;
+    *dev = ordinal;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    record("cuDeviceGetUuid_v2");
+    if (dev < 0 || dev >= n_devices) return CUDA_ERROR_INVALID_DEVICE;
+    for (int i = 0; i < 16; i++) uuid->bytes[i] = (char)(0xf0 + i);
+    uuid->bytes[15] = (char)dev;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    record("cuDevicePrimaryCtxRetain");
+    if (dev < 0 || dev >= n_devices) return CUDA_ERROR_INVALID_DEVICE;
+    *pctx = &primary[dev];
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    record("cuCtxSetCurrent");
+    if (!ctx) depth = 0;
+    else if (depth) stack[depth - 1] = ctx;
+    else stack[depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    record("cuCtxGetCurrent");
+    *pctx = current();
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetDevice(CUdevice *dev)
+{
+    record("cuCtxGetDevice");
+    if (!current()) return CUDA_ERROR_INVALID_CONTEXT;
+    *dev = current()->device;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    record("cuCtxPushCurrent_v2");
+    if (!ctx || depth == 16) return CUDA_ERROR_INVALID_VALUE;
+    stack[depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    record("cuCtxPopCurrent_v2");
+    if (!depth) return CUDA_ERROR_INVALID_CONTEXT;
+    CUcontext top = stack[--depth];
+    if (pctx) *pctx = top;
+    return CUDA_SUCCESS;
+}
+
+static CUresult create_context(CUcontext *pctx, CUdevice dev)
+{
+    if (dev < 0 || dev >= n_devices) return CUDA_ERROR_INVALID_DEVICE;
+    if (depth == 16) return CUDA_ERROR_INVALID_VALUE;
+    CUcontext ctx = malloc(sizeof *ctx);
+    ctx->device = dev;
+    stack[depth++] = ctx;
+    *pctx = ctx;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    (void)flags;
+    record("cuCtxCreate_v2");
+    return create_context(pctx, dev);
+}
+
+EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+    (void)params, (void)flags;
+    record("cuCtxCreate_v4");
+    return create_context(pctx, dev);
+}
+
+EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    record("cuCtxDestroy_v2");
+    for (int i = 0; i < depth; i++)
+        if (stack[i] == ctx) stack[i] = NULL;
+    if (ctx < primary || ctx >= primary + MAX_DEVICES) free(ctx);
+    return CUDA_SUCCESS;
+}
+
+/* Streams of this double are contexts (NULL = the current one). */
+EXPORT CUresult cuStreamGetCtx(CUstream stream, CUcontext *pctx)
+{
+    record("cuStreamGetCtx");
+    *pctx = stream ? (CUcontext)stream : current();
+    return *pctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static CUresult launch(const char *name)
+{
+    record(name);
+    if (!current()) return CUDA_ERROR_INVALID_CONTEXT;
+    busy();
+    return CUDA_SUCCESS;
+}
+
+#define LAUNCH(name, params) \
+    EXPORT CUresult name params { return launch(#name); }
+LAUNCH(cuLaunchKernel, ALNAIR_LAUNCH_PARAMS)
+LAUNCH(cuLaunchKernel_ptsz, ALNAIR_LAUNCH_PARAMS)
+LAUNCH(cuLaunchKernelEx, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra))
+LAUNCH(cuLaunchKernelEx_ptsz, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra))
+LAUNCH(cuLaunchCooperativeKernel, ALNAIR_COOP_PARAMS)
+LAUNCH(cuLaunchCooperativeKernel_ptsz, ALNAIR_COOP_PARAMS)
+LAUNCH(cuGraphLaunch, (CUgraphExec hGraphExec, CUstream hStream))
+LAUNCH(cuGraphLaunch_ptsz, (CUgraphExec hGraphExec, CUstream hStream))
+
+EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned int n, unsigned int flags)
+{
+    (void)flags;
+    record("cuLaunchCooperativeKernelMultiDevice");
+    for (unsigned int i = 0; i < n; i++)
+        if (!list[i].hStream) return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_SUCCESS;
+}
+
+#define ALLOC_CURRENT(name, params, size, out) \
+    EXPORT CUresult name params \
+    { \
+        record(#name); \
+        uint64_t key; \
+        CUresult r = take(current_device(), size, &key); \
+        if (r == CUDA_SUCCESS) *(out) = key; \
+        return r; \
+    }
+ALLOC_CURRENT(cuMemAlloc_v2, (CUdeviceptr *dptr, size_t bytesize), bytesize, dptr)
+ALLOC_CURRENT(cuMemAllocManaged, (CUdeviceptr *dptr, size_t bytesize, unsigned int flags), bytesize, dptr)
+ALLOC_CURRENT(cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream s), bytesize, dptr)
+ALLOC_CURRENT(cuMemAllocAsync_ptsz, (CUdeviceptr *dptr, size_t bytesize, CUstream s), bytesize, dptr)
+ALLOC_CURRENT(cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p, CUstream s), bytesize, dptr)
+ALLOC_CURRENT(cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p, CUstream s), bytesize,
+              dptr)
+
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned int elem)
+{
+    (void)elem;
+    record("cuMemAllocPitch_v2");
+    size_t padded = (width + 511) & ~(size_t)511;
+    uint64_t key;
+    CUresult r = take(current_device(), (uint64_t)padded * height, &key);
+    if (r == CUDA_SUCCESS) *dptr = key, *pitch = padded;
+    return r;
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                            unsigned long long flags)
+{
+    (void)flags;
+    record("cuMemCreate");
+    uint64_t key;
+    CUresult r = take(prop->location.id, size, &key);
+    if (r == CUDA_SUCCESS) *handle = key;
+    return r;
+}
+
+static uint64_t array_size(size_t w, size_t h, size_t d, unsigned int channels)
+{
+    return (uint64_t)w * (h ? h : 1) * (d ? d : 1) * 4 * (channels ? channels : 1);
+}
+
+EXPORT CUresult cuArrayCreate_v2(CUarray *handle, const CUDA_ARRAY_DESCRIPTOR *a)
+{
+    record("cuArrayCreate_v2");
+    uint64_t key;
+    CUresult r = take(current_device(), array_size(a->Width, a->Height, 1, a->NumChannels), &key);
+    if (r == CUDA_SUCCESS) *handle = (CUarray)(uintptr_t)key;
+    return r;
+}
+
+EXPORT CUresult cuArray3DCreate_v2(CUarray *handle, const CUDA_ARRAY3D_DESCRIPTOR *a)
+{
+    record("cuArray3DCreate_v2");
+    uint64_t key;
+    CUresult r = take(current_device(), array_size(a->Width, a->Height, a->Depth, a->NumChannels), &key);
+    if (r == CUDA_SUCCESS) *handle = (CUarray)(uintptr_t)key;
+    return r;
+}
+
+EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *handle, const CUDA_ARRAY3D_DESCRIPTOR *a, unsigned int levels)
+{
+    record("cuMipmappedArrayCreate");
+    uint64_t key;
+    CUresult r = take(current_device(), array_size(a->Width, a->Height, a->Depth, a->NumChannels) * levels, &key);
+    if (r == CUDA_SUCCESS) *handle = (CUmipmappedArray)(uintptr_t)key;
+    return r;
+}
+
+#define FREE(name, params, key) \
+    EXPORT CUresult name params \
+    { \
+        record(#name); \
+        return give_back((uint64_t)(key)); \
+    }
+FREE(cuMemFree_v2, (CUdeviceptr dptr), dptr)
+FREE(cuMemFreeAsync, (CUdeviceptr dptr, CUstream s), dptr)
+FREE(cuMemFreeAsync_ptsz, (CUdeviceptr dptr, CUstream s), dptr)
+FREE(cuMemRelease, (CUmemGenericAllocationHandle h), h)
+FREE(cuArrayDestroy, (CUarray a), (uintptr_t)a)
+FREE(cuMipmappedArrayDestroy, (CUmipmappedArray a), (uintptr_t)a)
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+    record("cuMemGetInfo_v2");
+    int dev = current_device();
+    if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    *total = device_bytes;
+    *free_bytes = device_bytes - used[dev];
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    record("cuDeviceTotalMem_v2");
+    if (dev < 0 || dev >= n_devices) return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = device_bytes;
+    return CUDA_SUCCESS;
+}
+
+/* ---- cuGetProcAddress: the driver's own name resolution ------------------ */
+
+CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
+CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+#define ENTRY(name) {#name, (void *)name},
+static const struct {
+    const char *name;
+    void *fn;
+} entries[] = {
+    ENTRY(cuInit) ENTRY(cuDriverGetVersion) ENTRY(cuDeviceGetCount) ENTRY(cuDeviceGet) ENTRY(cuDeviceGetUuid_v2)
+    ENTRY(cuDevicePrimaryCtxRetain) ENTRY(cuCtxSetCurrent) ENTRY(cuCtxGetCurrent) ENTRY(cuCtxGetDevice)
+    ENTRY(cuCtxPushCurrent_v2) ENTRY(cuCtxPopCurrent_v2) ENTRY(cuCtxCreate_v2) ENTRY(cuCtxCreate_v4)
+    ENTRY(cuCtxDestroy_v2) ENTRY(cuStreamGetCtx) ENTRY(cuLaunchKernel) ENTRY(cuLaunchKernel_ptsz)
+    ENTRY(cuLaunchKernelEx) ENTRY(cuLaunchKernelEx_ptsz) ENTRY(cuLaunchCooperativeKernel)
+    ENTRY(cuLaunchCooperativeKernel_ptsz) ENTRY(cuLaunchCooperativeKernelMultiDevice) ENTRY(cuGraphLaunch)
+    ENTRY(cuGraphLaunch_ptsz) ENTRY(cuMemAlloc_v2) ENTRY(cuMemAllocManaged) ENTRY(cuMemAllocAsync)
+    ENTRY(cuMemAllocAsync_ptsz) ENTRY(cuMemAllocFromPoolAsync) ENTRY(cuMemAllocFromPoolAsync_ptsz)
+    ENTRY(cuMemAllocPitch_v2) ENTRY(cuMemCreate) ENTRY(cuArrayCreate_v2) ENTRY(cuArray3DCreate_v2)
+    ENTRY(cuMipmappedArrayCreate) ENTRY(cuMemFree_v2) ENTRY(cuMemFreeAsync) ENTRY(cuMemFreeAsync_ptsz)
+    ENTRY(cuMemRelease) ENTRY(cuArrayDestroy) ENTRY(cuMipmappedArrayDestroy) ENTRY(cuMemGetInfo_v2)
+    ENTRY(cuDeviceTotalMem_v2) ENTRY(cuGetProcAddress) ENTRY(cuGetProcAddress_v2)
+};
+
+static void *entry(const char *name)
+{
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
+        if (strcmp(entries[i].name, name) == 0) return entries[i].fn;
+    return NULL;
+}
+
+/* Per-thread-stream flags pick _ptsz; newer versions pick the newest _vN. */
+static void *resolve(const char *symbol, int version, cuuint64_t flags)
+{
+    char name[128];
+    void *fn = NULL;
+    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
+        snprintf(name, sizeof name, "%s_ptsz", symbol);
+        fn = entry(name);
+    }
+    static const struct {
+        const char *suffix;
+        int since;
+    } versions[] = {{"_v4", 12050}, {"_v2", 3020}};
+    for (size_t i = 0; !fn && i < sizeof versions / sizeof versions[0]; i++) {
+        snprintf(name, sizeof name, "%s%s", symbol, versions[i].suffix);
+        int since = strcmp(name, "cuGetProcAddress_v2") == 0 ? 12000 : versions[i].since;
+        if (version >= since) fn = entry(name);
+    }
+    return fn ? fn : entry(symbol);
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                    CUdriverProcAddressQueryResult *status)
+{
+    record("cuGetProcAddress_v2");
+    *pfn = resolve(symbol, version, flags);
+    if (status) *status = *pfn ? 0 : 1;
+    return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+    record("cuGetProcAddress");
+    *pfn = resolve(symbol, version, flags);
+    return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}

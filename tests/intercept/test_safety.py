@@ -1,0 +1,48 @@
+"""Pass-through mode, fork, and running on when the segment cannot be created."""
+from __future__ import annotations
+
+import os
+
+from conftest import published
+from support import wait_until
+
+
+def test_pass_through_mode_wraps_nothing_and_publishes_nothing(run_client, shm_dir):
+    for lookup in ("gpa", "dlsym"):
+        client = run_client(lookup, "every-entry", env={"ALNAIR_INTERCEPT": "off"})
+        assert set(dict(client.values("wrapped")).values()) == {"no"}
+        assert min(int(n) for _, n in client.values("driver")) >= 1
+    client = run_client("direct", "every-entry", env={"ALNAIR_INTERCEPT": "off"})
+    assert min(int(n) for _, n in client.values("driver")) >= 1  # interposed, but only forwards
+    assert os.listdir(shm_dir) == []
+
+
+def test_without_the_library_nothing_is_published(run_client, shm_dir):
+    client = run_client("gpa", "every-entry", preload=False)
+    assert set(dict(client.values("wrapped")).values()) == {"no"}
+    assert os.listdir(shm_dir) == []
+
+
+def test_fork_child_gets_its_own_segment_and_counts(run_client, shm_dir):
+    client = run_client("gpa", "fork")
+    client.read_until_ready()  # the child's ready line
+    parent, child = int(client.values("parent")[0][0]), int(client.values("child")[0][0])
+    wait_until(lambda: published(shm_dir, parent).get(0) and published(shm_dir, child).get(0))
+    wait_until(lambda: published(shm_dir, parent)[0].kernel_launches == 5 + 2)
+    wait_until(lambda: published(shm_dir, child)[0].kernel_launches == 7)  # none inherited from the parent
+    assert len(os.listdir(shm_dir)) == 2
+
+
+def test_unusable_segment_directory_costs_one_line_and_the_program_runs(run_client, tmp_path):
+    client = run_client("gpa", "launches", "4", "1000", "2", env={"ALNAIR_SHM_DIR": str(tmp_path / "missing")})
+    assert client.values("launches") == [["0", "2000"], ["1", "2000"]]
+    stderr = client.stop()
+    assert client.proc.returncode == 0
+    assert len(stderr.strip().splitlines()) == 1 and "cannot create" in stderr
+
+
+def test_clean_exit_removes_the_segment(run_client, shm_dir):
+    client = run_client("gpa", "launches", "1", "10", "1")
+    wait_until(lambda: published(shm_dir, client.proc.pid))
+    client.stop()
+    assert os.listdir(shm_dir) == []
