@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-import bcrypt
 import yaml
 
 
@@ -125,6 +124,8 @@ def _parse_basic(header: str | None) -> tuple[str, bytes] | None:
 
 
 def _bcrypt_matches(password: bytes, hashed: bytes) -> bool:
+    import bcrypt  # only configs with basic_auth_users need it
+
     try:
         return bcrypt.checkpw(password, hashed)
     except ValueError:  # bcrypt>=5 refuses passwords over 72 bytes, as Go's bcrypt does
