@@ -5,6 +5,7 @@ import os
 import queue
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -12,6 +13,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+import pytest
+import redis
 
 class LineReader:
     """Lines from a child's pipe through a thread: select() cannot see lines that
@@ -183,3 +187,62 @@ def python_records(shm_dir: Path) -> dict[int, object]:
 
     directory = SegmentDirectory(str(shm_dir), layout.KIND_PYTHON, reclaim=False)
     return {p.segment.header.writer_pid: p.record for p in directory.read(parse_python_record)}
+
+
+class RedisServer:
+    """A real redis-server on a free loopback port, without persistence; `args` add settings
+    (`--maxmemory 2mb`...). It can be killed, restarted on the same port, paused and resumed."""
+
+    def __init__(self, directory: Path, *args: str):
+        self.binary = shutil.which("redis-server")
+        if self.binary is None:
+            pytest.fail("redis-server is not installed: .ci/run installs it (apt-get install redis-server)")
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                        "--dir", str(directory), *args]
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = self.client()
+        wait_until(lambda: self.proc.poll() is not None or self._answers(client), timeout=10)
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {self.proc.returncode}: {self.command}")
+
+    @staticmethod
+    def _answers(client) -> bool:
+        try:
+            return client.ping()
+        except redis.ConnectionError:
+            return False
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_timeout=10)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def pause(self) -> None:
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+
+@pytest.fixture
+def start_redis(tmp_path):
+    """Starts RedisServers (import this fixture where needed); all are killed at teardown."""
+    servers: list[RedisServer] = []
+
+    def start(*args: str) -> RedisServer:
+        directory = tmp_path / f"redis-{len(servers)}"
+        directory.mkdir()
+        servers.append(RedisServer(directory, *args))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        if server.proc.poll() is None:
+            server.kill()

@@ -1,0 +1,58 @@
+"""Where the cache keeps things in Redis: key names, manifest entries and counter fields, shared by the
+client library and the cache collector."""
+from __future__ import annotations
+
+import re
+import struct
+
+PREFIX = "alnair:"
+DATASETS = PREFIX + "datasets"  # set of dataset names
+JOBS = PREFIX + "jobs"  # sorted set: job name -> unix time of its last counter flush
+CONTENT = PREFIX + "content"  # hash: raw digest -> size, plus the field CONTENT_TOTAL
+CONTENT_TOTAL = "total"  # bytes of distinct content (a digest field is 32 bytes, never this)
+
+# A manifest is one string: entry i at offset i * ENTRY_SIZE, the 32-byte SHA-256 of sample i's bytes
+# followed by its size (uint64, big-endian). All zero: not known yet.
+ENTRY = struct.Struct(">32sQ")
+ENTRY_SIZE = ENTRY.size
+UNKNOWN_DIGEST = bytes(32)
+
+# Counter fields, the same in a dataset's hash and in a job's hash.
+HITS, MISSES, FALLBACKS, CORRUPT, REDIS_ERRORS = "hits", "misses", "fallbacks", "corrupt", "redis_errors"
+CACHE_BYTES, ORIGIN_BYTES = "cache_bytes", "origin_bytes"
+FETCHES, FETCH_SECONDS = "fetches", "fetch_seconds"
+FETCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Dataset-only fields.
+FINGERPRINT, SAMPLES, LOGICAL_BYTES = "fingerprint", "samples", "logical_bytes"
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}")
+
+
+def bucket_field(upper_bound: float) -> str:
+    """Per-bucket (not cumulative) count of fetches that took at most `upper_bound` seconds."""
+    return f"fetch_le_{upper_bound:g}"
+
+
+FETCH_OVERFLOW = "fetch_le_inf"
+
+
+def check_name(kind: str, name: str) -> str:
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ValueError(f"{kind} name must match {NAME.pattern}: {name!r}")
+    return name
+
+
+def blob(digest: bytes) -> str:
+    return f"{PREFIX}blob:{digest.hex()}"
+
+
+def dataset(name: str) -> str:
+    return f"{PREFIX}dataset:{name}"
+
+
+def manifest(name: str) -> str:
+    return f"{PREFIX}manifest:{name}"
+
+
+def job(name: str) -> str:
+    return f"{PREFIX}job:{name}"

@@ -1,0 +1,156 @@
+"""Wrong bytes in Redis, Redis killed, stalled or absent: the origin's bytes, quickly, and recovery."""
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+
+from alnair.datacache import CachedDataset, DirectoryOrigin
+from alnair.datacache import keys
+from alnair.datacache.singleflight import SingleFlight
+from conftest import sample_bytes
+from support import free_port, wait_until
+
+BATCH = 4
+
+
+def batches(count: int) -> list[list[int]]:
+    return [list(range(i, min(i + BATCH, count))) for i in range(0, count, BATCH)]
+
+
+def stored_counts(client, name: str = "train") -> dict[str, float]:
+    return {k.decode(): float(v) for k, v in client.hgetall(keys.dataset(name)).items() if k != b"fingerprint"}
+
+
+class TimedOrigin(DirectoryOrigin):
+    """Remembers when the origin was first read since `arm()`."""
+
+    def arm(self) -> None:
+        self.first_read = None
+
+    def read(self, index: int) -> bytes:
+        if getattr(self, "first_read", 0) is None:
+            self.first_read = time.monotonic()
+        return super().read(index)
+
+
+def test_corrupted_cached_value_is_never_returned_and_is_repaired(start_redis, make_origin):
+    redis_server = start_redis()
+    samples = sample_bytes(8)
+    dataset = CachedDataset(redis_server.url, "train", make_origin(samples), job="j")
+    assert dataset.__getitems__(list(range(8))) == samples
+    client = redis_server.client()
+    damaged, truncated = keys.blob(hashlib.sha256(samples[2]).digest()), keys.blob(hashlib.sha256(samples[5]).digest())
+    client.set(damaged, samples[2][:-1] + bytes([samples[2][-1] ^ 1]))
+    client.set(truncated, samples[5][:100])
+
+    assert dataset.__getitems__(list(range(8))) == samples
+    assert client.get(damaged) == samples[2] and client.get(truncated) == samples[5]
+    counts = stored_counts(client)
+    assert (counts["corrupt"], counts["misses"], counts["hits"]) == (2, 10, 6)
+    assert dataset.__getitems__(list(range(8))) == samples
+    assert stored_counts(client)["hits"] == 14
+
+
+def test_redis_killed_mid_epoch_then_restarted(start_redis, make_origin):
+    redis_server = start_redis()
+    samples = sample_bytes(24)
+    origin = TimedOrigin(make_origin(samples).root)
+    dataset = CachedDataset(redis_server.url, "train", origin, job="j", retry_seconds=0.3)
+    for indices in batches(24):
+        dataset.__getitems__(indices)  # cached
+    plan = batches(24)
+
+    served = [dataset.__getitems__(indices) for indices in plan[:2]]
+    redis_server.kill()
+    origin.arm()
+    started = time.monotonic()
+    served.append(dataset.__getitems__(plan[2]))
+    assert origin.first_read - started < 0.25
+    served += [dataset.__getitems__(indices) for indices in plan[3:]]
+    assert [s for batch in served for s in batch] == samples
+
+    redis_server.start()  # same port, empty: no persistence
+    client = redis_server.client()
+    asked_since_kill = 16
+    while client.get(keys.blob(hashlib.sha256(samples[0]).digest())) is None:
+        assert dataset.__getitems__(plan[0]) == samples[:BATCH]
+        asked_since_kill += BATCH
+        assert asked_since_kill < 10_000, "never went back to Redis"
+    counts = stored_counts(client)  # what was counted while Redis was away arrived with the first write
+    assert counts["fallbacks"] >= 16 and counts["redis_errors"] >= 1
+    assert counts.get("hits", 0) + counts["misses"] + counts["fallbacks"] == asked_since_kill
+
+
+def test_stalled_redis_falls_back_within_250ms_and_recovers(start_redis, make_origin):
+    redis_server = start_redis()
+    samples = sample_bytes(16)
+    origin = TimedOrigin(make_origin(samples).root)
+    dataset = CachedDataset(redis_server.url, "train", origin, job="j", timeout=0.2, retry_seconds=0.3)
+    assert dataset.__getitems__(list(range(16))) == samples
+
+    redis_server.pause()
+    try:
+        origin.arm()
+        started = time.monotonic()
+        assert dataset.__getitems__(list(range(8))) == samples[:8]
+        assert origin.first_read - started < 0.25
+        origin.arm()
+        started = time.monotonic()
+        assert dataset.__getitems__(list(range(8, 16))) == samples[8:]
+        assert origin.first_read - started < 0.05  # Redis is not asked again until retry_seconds pass
+    finally:
+        redis_server.resume()
+    client = redis_server.client()
+    assert stored_counts(client).get("hits", 0) == 0  # the first 16 were misses
+    wait_until(lambda: dataset.__getitems__(list(range(16))) == samples and stored_counts(client).get("hits", 0) >= 16, timeout=10)
+    assert stored_counts(client)["fallbacks"] >= 16
+
+
+def test_redis_absent_from_the_start_serves_the_origin(make_origin):
+    samples = sample_bytes(6)
+    dataset = CachedDataset(f"redis://127.0.0.1:{free_port()}/0", "train", make_origin(samples), job="j")
+    started = time.monotonic()
+    assert dataset.__getitems__(list(range(6))) == samples
+    assert dataset[5] == samples[5]
+    assert time.monotonic() - started < 1.0
+
+
+def test_one_origin_read_per_key_while_others_wait_for_it():
+    flight = SingleFlight()
+    release, reads, results = threading.Event(), [], []
+
+    def slow_read():
+        reads.append(1)
+        release.wait(10)
+        return b"bytes"
+
+    def ask():
+        results.append(flight.run(7, slow_read))
+
+    leader = threading.Thread(target=ask)
+    leader.start()
+    wait_until(lambda: reads)
+    followers = [threading.Thread(target=ask) for _ in range(3)]
+    for follower in followers:
+        follower.start()
+    wait_until(lambda: len(flight._in_flight[7]._condition._waiters) == 3)  # blocked on a condition, not polling
+    release.set()
+    for thread in (leader, *followers):
+        thread.join(10)
+    assert (len(reads), results) == (1, [b"bytes"] * 4)
+    assert flight.run(7, lambda: b"again") == b"again"  # nothing left in flight
+
+
+def test_origin_errors_reach_every_waiter():
+    flight = SingleFlight()
+
+    def failing_read():
+        raise FileNotFoundError("gone")
+
+    try:
+        flight.run("k", failing_read)
+    except FileNotFoundError as e:
+        assert str(e) == "gone"
+    else:
+        raise AssertionError("the origin's error was swallowed")

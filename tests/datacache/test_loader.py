@@ -1,0 +1,97 @@
+"""CacheLoader and torch's DataLoader over a CachedDataset: order, transforms, workers, bad input."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from alnair.datacache import CachedDataset, CacheLoader
+from alnair.datacache import keys
+from conftest import sample_bytes
+
+
+def require_torch():
+    try:
+        import torch.utils.data
+    except ImportError:
+        pytest.fail("torch is not installed: pip install -e '.[test]' installs it")
+    return torch.utils.data
+
+
+def job_counts(client, job: str) -> dict[str, float]:
+    return {k.decode(): float(v) for k, v in client.hgetall(keys.job(job)).items()}
+
+
+def test_shuffled_epochs_repeat_for_the_same_seed_and_cover_every_sample(start_redis, make_origin):
+    redis_server = start_redis()
+    samples = sample_bytes(30)
+    dataset = CachedDataset(redis_server.url, "train", make_origin(samples), job="j")
+    first, second = CacheLoader(dataset, 7, shuffle=True, seed=3), CacheLoader(dataset, 7, shuffle=True, seed=3)
+    first, second = ([[s for b in loader for s in b] for _ in range(2)] for loader in (first, second))
+    assert first == second
+    assert first[0] != first[1] and sorted(first[0]) == sorted(samples)
+
+
+def test_drop_last_and_collate_shape_the_batches(start_redis, make_origin):
+    redis_server = start_redis()
+    dataset = CachedDataset(redis_server.url, "train", make_origin(sample_bytes(10)), job="j")
+    loader = CacheLoader(dataset, 4, drop_last=True, collate=lambda batch: [len(s) for s in batch])
+    assert len(loader) == 2
+    assert list(loader) == [[4096] * 4, [4096] * 4]
+
+
+def test_transform_runs_on_every_read_of_the_raw_cached_bytes(start_redis, make_origin):
+    redis_server = start_redis()
+    samples = sample_bytes(5)
+    calls = []
+
+    def augment(data: bytes) -> bytes:
+        calls.append(data)
+        return data[::-1]
+
+    dataset = CachedDataset(redis_server.url, "train", make_origin(samples), job="j", transform=augment)
+    for _ in range(2):
+        assert [s for b in CacheLoader(dataset, 2) for s in b] == [s[::-1] for s in samples]
+    assert sorted(calls) == sorted(samples * 2)  # batches run on several threads, in any order
+    assert redis_server.client().get(keys.blob(dataset.manifest.digest(0))) == samples[0]
+
+
+def test_a_consumer_that_stops_early_leaves_no_thread_behind(start_redis, make_origin):
+    redis_server = start_redis()
+    dataset = CachedDataset(redis_server.url, "train", make_origin(sample_bytes(40)), job="j")
+    iterator = iter(CacheLoader(dataset, 2, workers=3))
+    assert len(next(iterator)) == 2
+    iterator.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("cache-loader")]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_torch_dataloader_workers_get_origin_bytes_and_report_their_counters(start_redis, make_origin, context):
+    data = require_torch()
+    redis_server = start_redis()
+    samples = sample_bytes(24)
+    dataset = CachedDataset(redis_server.url, "train", make_origin(samples), job=f"torch-{context}")
+    workers = 2 if context == "fork" else 1  # a spawned worker imports torch anew: keep it to one
+    loader = data.DataLoader(dataset, batch_size=5, num_workers=workers, collate_fn=list, multiprocessing_context=context)
+    for _ in range(2):
+        assert [s for batch in loader for s in batch] == samples
+    counts = job_counts(redis_server.client(), f"torch-{context}")
+    assert (counts["misses"], counts["hits"], counts["fetches"]) == (24, 24, 10)
+
+
+def test_bad_input_is_one_clear_error(start_redis, make_origin):
+    redis_server = start_redis()
+    origin = make_origin(sample_bytes(3))
+    dataset = CachedDataset(redis_server.url, "train", origin, job="j")
+    with pytest.raises(IndexError, match="sample 3 out of range for 'train' \\(3 samples\\)"):
+        dataset[3]
+    with pytest.raises(IndexError, match="sample -1 out of range"):
+        dataset.__getitems__([0, -1])
+    with pytest.raises(ValueError, match="dataset name must match"):
+        CachedDataset(redis_server.url, "bad name", origin)
+    with pytest.raises(ValueError, match="job name must match"):
+        CachedDataset(redis_server.url, "train", origin, job="two words")
+    with pytest.raises(ValueError, match="batch_size, workers and prefetch must be >= 1"):
+        CacheLoader(dataset, 0)
+    with pytest.raises(ValueError, match="origin directory does not exist"):
+        type(origin)(origin.root / "missing")
