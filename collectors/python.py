@@ -80,6 +80,6 @@ class PythonCollector(Collector):
                 labels = self.labels.get((p.segment.name, pid, "p", ph.name), {"pid": pid, "name": _name(ph.name)})
                 phase_seconds.append((labels, ph.total_ns / 1e9))
                 phase_count.append((labels, ph.count))
-        out.family("alnair_python_counter", "counter", "Custom counters: alnair.counter(name).inc().", counters)
+        out.family("alnair_python_custom", "counter", "Custom counts: alnair.counter(name).inc().", counters)
         out.family("alnair_python_phase_seconds", "counter", "Time inside `with alnair.phase(name)` blocks.", phase_seconds)
         out.family("alnair_python_phase_completions", "counter", "Completed `with alnair.phase(name)` blocks.", phase_count)

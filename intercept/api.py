@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 
-from . import publisher  # noqa: F401  starts publishing with the first recorded event
 from .recorder import RECORDER, CounterSlot, PhaseSlot
 
 _clock = time.monotonic_ns

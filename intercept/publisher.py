@@ -130,6 +130,5 @@ class Publisher:
 
 
 PUBLISHER = Publisher(RECORDER)
-RECORDER.on_first_event = PUBLISHER.start
 os.register_at_fork(after_in_child=PUBLISHER.after_fork_in_child)
 atexit.register(PUBLISHER.stop)

@@ -41,7 +41,6 @@ class Recorder:
         self.counters: dict[str, CounterSlot] = {}
         self.phases: dict[str, PhaseSlot] = {}
         self._warned: set[str] = set()
-        self.on_first_event = lambda: None  # the publisher starts itself here
         self.reset()
 
     def reset(self) -> None:
@@ -59,9 +58,12 @@ class Recorder:
         self.idle = True  # nothing recorded yet: no segment, no thread
 
     def _recorded(self) -> None:
+        """The first event: start publishing (imported here, as the publisher imports this module)."""
         if self.idle:
             self.idle = False
-            self.on_first_event()
+            from .publisher import PUBLISHER
+
+            PUBLISHER.start()
 
     # ---- the training loop's hot path (monotonic ns) ----
 

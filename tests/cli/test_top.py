@@ -1,0 +1,177 @@
+"""alnair top: live writers read straight from shared memory, under a real pseudo-terminal and piped."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import pexpect
+import pyte
+import pytest
+
+from support import PythonProgram, wait_until
+
+# One process with both records: a training loop stalled 60% of each 10 ms step, and a
+# cuda segment on GPU 3 launching 5000 kernels/s, throttled 25%, 3 of 8 GiB in use.
+TRAINER = textwrap.dedent("""
+    import ctypes, sys, threading, time
+    from alnair.collectors.shm import layout
+    from alnair.intercept.recorder import RECORDER
+    from alnair.intercept.segment_writer import WriterSegment
+
+    stop = threading.Event()
+
+    def train():
+        previous = 0
+        while not stop.is_set():
+            asked = time.monotonic_ns()
+            time.sleep(0.006)
+            arrived = time.monotonic_ns()
+            RECORDER.batch_arrived(asked, arrived, 8, previous)
+            previous = arrived
+            time.sleep(0.004)
+
+    def gpu(segment):
+        record = layout.CudaRecord(device_count=1, max_devices=layout.CUDA_MAX_DEVICES)
+        device = record.devices[0]
+        device.device_index, device.bytes_in_use, device.memory_limit_bytes = 3, 3 << 30, 8 << 30
+        start = time.time_ns()
+        while not stop.wait(0.01):
+            elapsed = time.time_ns() - start
+            device.kernel_launches, device.throttled_ns = elapsed * 5 // 1_000_000, elapsed // 4
+            segment.publish(bytes(record))
+
+    cuda = WriterSegment(layout.KIND_CUDA, ctypes.sizeof(layout.CudaRecord))
+    threads = [threading.Thread(target=train), threading.Thread(target=gpu, args=(cuda,))]
+    for t in threads:
+        t.start()
+    print("ready", flush=True)
+    sys.stdin.read()
+    stop.set()
+    for t in threads:
+        t.join()
+    cuda.close()
+""")
+
+
+def alnair_command() -> str:
+    return shutil.which("alnair") or pytest.fail("the alnair console script is not installed: pip install -e '.[test]'")
+
+
+@pytest.fixture
+def writers(shm_dir, start_writer):
+    """The trainer above, and a C test writer (cuda only, 2 GPUs, 100 launches/s each)."""
+    trainer = PythonProgram(TRAINER, shm_dir)
+    c_writer = start_writer("--devices", "2", "--period-ms", "10", "--set", "bytes_in_use=1048576")
+    yield trainer, c_writer
+    trainer.finish()
+
+
+def piped_table(shm_dir, *args: str) -> list[list[str]]:
+    out = subprocess.run([alnair_command(), "top", f"--shm-dir={shm_dir}", *args],
+                         capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    return [line.split() for line in out.stdout.splitlines()]
+
+
+def test_piped_top_prints_one_table_with_rates_joined_by_pid(shm_dir, writers):
+    trainer, c_writer = writers
+    wait_until(lambda: len(list(shm_dir.glob("alnair.*"))) == 3)
+    header, *rows = piped_table(shm_dir, "--interval=1", "--sort=pid", "--ascending")
+    assert header == ["PID", "COMM", "POD", "GPU", "LAUNCH/s", "MEM", "LIMIT", "THR%", "STALL%", "STEP/s"]
+    by_pid = {int(r[0]): dict(zip(header, r)) for r in rows}
+    assert list(by_pid) == sorted([trainer.pid, c_writer.pid])
+    t = by_pid[trainer.pid]
+    assert (t["GPU"], t["MEM"], t["LIMIT"]) == ("3", "3.0GiB", "8.0GiB")
+    assert 4500 <= float(t["LAUNCH/s"]) <= 5500
+    assert 22 <= float(t["THR%"]) <= 28
+    assert 50 <= float(t["STALL%"]) <= 70
+    assert 50 <= float(t["STEP/s"]) <= 105
+    c = by_pid[c_writer.pid]
+    assert (c["COMM"], c["GPU"], c["MEM"], c["LIMIT"], c["STALL%"], c["STEP/s"]) == ("alnair-shm-test", "0,1", "2.0MiB", "-", "-", "-")
+    assert 120 <= float(c["LAUNCH/s"]) <= 210  # 2 devices x 100/s, less the writer's poll overhead
+
+
+def test_top_never_removes_segments_not_even_a_dead_writers(shm_dir, start_writer):
+    dead = start_writer()
+    dead.kill()
+    alive = start_writer()
+    header, *rows = piped_table(shm_dir, "--interval=0.1")
+    assert [int(r[0]) for r in rows] == [alive.pid]
+    assert dead.path.exists() and alive.path.exists()
+
+
+def test_top_rejects_a_missing_directory_in_one_line(tmp_path):
+    out = subprocess.run([alnair_command(), "top", f"--shm-dir={tmp_path / 'nope'}"], capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.strip() == f"alnair top: not a directory: {tmp_path / 'nope'}"
+
+
+class Terminal:
+    """alnair top under a real pseudo-terminal; what it draws goes through a VT100 emulator."""
+
+    def __init__(self, args: list[str], rows: int = 20, columns: int = 160):
+        self.screen = pyte.Screen(columns, rows)
+        self.stream = pyte.ByteStream(self.screen)
+        self.child = pexpect.spawn(alnair_command(), args, dimensions=(rows, columns), env={**os.environ, "TERM": "xterm"})
+
+    def lines(self) -> list[str]:
+        try:
+            while True:
+                self.stream.feed(self.child.read_nonblocking(65536, timeout=0.05))
+        except (pexpect.TIMEOUT, pexpect.EOF):
+            pass
+        return [line.rstrip() for line in self.screen.display]
+
+    def rows_once(self, predicate, timeout: float = 15) -> list[str]:
+        return wait_until(lambda: (lines := self.lines()) and predicate(lines) and lines, timeout=timeout)
+
+    def close(self) -> None:
+        if self.child.isalive():
+            self.child.terminate(force=True)
+
+
+def pids_shown(lines: list[str]) -> list[int]:
+    return [int(line.split()[0]) for line in lines[2:] if line.split() and line.split()[0].isdigit()]
+
+
+def test_top_under_a_terminal_refreshes_sorts_and_quits(shm_dir, writers):
+    trainer, c_writer = writers
+    wait_until(lambda: len(list(shm_dir.glob("alnair.*"))) == 3)
+    term = Terminal(["top", f"--shm-dir={shm_dir}", "--interval=0.2", "--sort=pid", "--ascending"])
+    try:
+        ascending = sorted([trainer.pid, c_writer.pid])
+
+        def trainer_row_has_rates(lines):
+            row = next((line.split() for line in lines if line.startswith(str(trainer.pid))), None)
+            return row is not None and row[-1] != "-" and float(row[-1]) > 0 and pids_shown(lines) == ascending
+
+        lines = term.rows_once(trainer_row_has_rates)
+        assert lines[0].startswith("alnair top: 2 processes  sort: PID ascending")
+        assert lines[1].split() == ["PID", "COMM", "POD", "GPU", "LAUNCH/s", "MEM", "LIMIT", "THR%", "STALL%", "STEP/s"]
+        first_steps = float(next(line for line in lines if line.startswith(str(trainer.pid))).split()[-1])
+
+        term.child.send("r")
+        lines = term.rows_once(lambda lines: pids_shown(lines) == ascending[::-1])
+        assert "sort: PID descending" in lines[0]
+
+        term.child.send(">")
+        term.rows_once(lambda lines: "sort: COMM descending" in lines[0])
+
+        # Rates keep refreshing: the trainer's steps/s is recomputed every interval.
+        deadline = time.monotonic() + 5
+        seen = {first_steps}
+        while len(seen) < 2 and time.monotonic() < deadline:
+            row = next((line.split() for line in term.lines() if line.startswith(str(trainer.pid))), None)
+            if row and row[-1] != "-":
+                seen.add(float(row[-1]))
+        assert len(seen) >= 2
+
+        term.child.send("q")
+        term.child.expect(pexpect.EOF, timeout=10)
+        term.child.close()
+        assert term.child.exitstatus == 0
+    finally:
+        term.close()

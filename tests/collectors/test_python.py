@@ -1,0 +1,77 @@
+"""The python collector exports a Python writer's record per pid, named so the data stall is one division."""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import textwrap
+
+import pytest
+import requests
+
+from alnair.collectors.python import PythonCollector
+from alnair.exporter.sampler import render
+from support import PythonProgram, parse_samples, wait_until
+
+PROGRAM = textwrap.dedent("""
+    import sys
+    import alnair
+    from alnair.intercept.recorder import RECORDER
+    # A training loop's counters, driven directly: 10 steps of 4 samples, 0.25 s waiting in 1 s of steps.
+    for i in range(10):
+        RECORDER.batch_arrived(i * 100_000_000, i * 100_000_000 + 25_000_000, 4, i * 100_000_000 - 75_000_000 if i else 0)
+    RECORDER.loop_ended(1_000_000_000, 925_000_000)
+    RECORDER.optimizer_stepped()
+    alnair.counter('tokens "in"').inc(512)
+    with alnair.phase("preprocess"):
+        pass
+    print("ready", flush=True)
+    sys.stdin.read()
+""")
+
+
+def sample(shm_dir) -> dict[str, float]:
+    collector = PythonCollector(argparse.Namespace(shm_dir=str(shm_dir), procfs="/proc"))
+    return parse_samples(render(collector.collect()).decode())
+
+
+def test_training_counters_custom_counters_and_phases_are_exported_per_pid(shm_dir):
+    p = PythonProgram(PROGRAM, shm_dir, env={"ALNAIR_POD_UID": "pod-9"})
+    s = wait_until(lambda: (s := sample(shm_dir)).get(f'alnair_python_epochs_total{{pid="{p.pid}"}}') == 1 and s)
+    pid = f'{{pid="{p.pid}"}}'
+    assert s[f"alnair_python_steps_total{pid}"] == 10
+    assert s[f"alnair_python_samples_total{pid}"] == 40
+    assert s[f"alnair_python_optimizer_steps_total{pid}"] == 1
+    assert s[f"alnair_python_data_wait_seconds_total{pid}"] == 0.25
+    assert s[f"alnair_python_step_seconds_total{pid}"] == 1.0
+    assert s[f"alnair_python_dataloader_worker{pid}"] == 0
+    assert s[f'alnair_python_custom_total{{name="tokens \\"in\\"",pid="{p.pid}"}}'] == 512
+    assert s[f'alnair_python_phase_completions_total{{name="preprocess",pid="{p.pid}"}}'] == 1
+    assert 0 <= s[f'alnair_python_phase_seconds_total{{name="preprocess",pid="{p.pid}"}}'] < 0.1
+    assert 0 < s[f"alnair_python_time_to_first_step_seconds{pid}"] < 30
+    info = [k for k in s if k.startswith("alnair_python_process_info")]
+    assert len(info) == 1 and 'pod_uid="pod-9"' in info[0] and f'pid="{p.pid}"' in info[0]
+    assert s["alnair_python_segments"] == 1
+    p.finish()
+    assert sample(shm_dir)["alnair_python_segments"] == 0
+
+
+def test_killed_writer_is_reclaimed_and_its_series_disappear(shm_dir):
+    p = PythonProgram(PROGRAM, shm_dir)
+    wait_until(lambda: f'alnair_python_steps_total{{pid="{p.pid}"}}' in sample(shm_dir))
+    p.proc.kill()
+    p.proc.wait()
+    s = sample(shm_dir)
+    assert s["alnair_python_segments_reclaimed_total"] == 1
+    assert not any(f'pid="{p.pid}"' in key for key in s)
+
+
+def test_exporter_serves_python_metrics_that_promtool_accepts(shm_dir, start_exporter):
+    p = PythonProgram(PROGRAM, shm_dir)
+    exporter = start_exporter(f"--shm.dir={shm_dir}", "--collector.python.interval=0.2")
+    body = wait_until(lambda: (t := requests.get(exporter.url + "/metrics").text) and "alnair_python_phase_seconds_total{" in t and t)
+    assert 'alnair_exporter_collector_success{collector="python"} 1.0' in body
+    promtool = shutil.which("promtool") or pytest.fail("promtool is not installed: .ci/run installs it (apt-get install prometheus)")
+    result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, text=True)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+    p.finish()
