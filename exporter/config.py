@@ -81,6 +81,26 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def comma_separated(parse: Callable) -> Callable:
+    """A list flag type: `a,b` gives [parse('a'), parse('b')], so one environment variable can hold many."""
+
+    @flag_type
+    def items(text: str) -> list:
+        return [parse(item.strip()) for item in text.split(",") if item.strip()]
+
+    items.__name__ = f"list of {parse.__name__}"
+    return items
+
+
+class RepeatedList(argparse.Action):
+    """action= for a repeatable comma_separated flag: the flags' items replace the environment's list
+    (flags win over the environment) instead of being added to it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = getattr(namespace, self.dest)
+        setattr(namespace, self.dest, [*([] if given is self.default else given), *values])
+
+
 def add_flag(parser: argparse.ArgumentParser, flag: str, *, type: Callable = str, default=None, help: str = "", **extra) -> None:
     """A flag whose default comes from its environment variable, checked like the flag."""
     variable = env_name(flag)

@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
+
+
 class LineReader:
     """Lines from a child's pipe through a thread: select() cannot see lines that
     Python has already buffered, so a reader that selects may wait forever."""
@@ -214,6 +217,8 @@ class RedisServer:
     def _answers(client) -> bool:
         try:
             return client.ping()
+        except redis.AuthenticationError:  # --requirepass: it answers, refusing
+            return True
         except redis.ConnectionError:
             return False
 
@@ -246,3 +251,14 @@ def start_redis(tmp_path):
     for server in servers:
         if server.proc.poll() is None:
             server.kill()
+
+
+def fill_cache(url: str, root: Path, datasets: list[tuple[str, str, range]], size: int) -> None:
+    """One epoch of each (dataset, job, sample numbers) through the dataset cache; sample n is
+    `size` bytes of n, so numbers shared between datasets are shared content."""
+    for dataset, job, numbers in datasets:
+        directory = root / dataset
+        directory.mkdir()
+        for position, number in enumerate(numbers):
+            (directory / f"{position:05d}").write_bytes(bytes([number]) * size)
+        list(CacheLoader(CachedDataset(url, dataset, DirectoryOrigin(directory), job=job), 4))

@@ -1,0 +1,118 @@
+"""The cache collector against real redis-servers: INFO, keys per database, the dataset cache's
+counters and dedupe bytes; an unreachable Redis is up 0 and costs at most its timeout."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from alnair.collectors.cache import CacheCollector
+from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
+from alnair.exporter.collector import CollectorUnavailable
+from alnair.exporter.config import parse_options
+from alnair.exporter.sampler import render
+from support import fill_cache, free_port, parse_samples, start_redis  # noqa: F401  (start_redis is a fixture)
+
+SIZE = 1000
+
+
+def options(*argv: str, env: dict[str, str] | None = None, monkeypatch=None):
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    return parse_options(["--collector.cache", *argv], [CacheCollector])
+
+
+def scrape(collector: CacheCollector) -> dict[str, float]:
+    return parse_samples(render(collector.collect()).decode())
+
+
+def series(name: str, **labels: str) -> str:
+    """A sample's key as the exposition writes it: labels sorted by name."""
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def test_collector_reports_server_cache_counters_and_dedupe(start_redis, tmp_path):
+    server = start_redis("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
+    fill_cache(server.url, tmp_path, [("a", "job-1", range(10)), ("b", "job-2", range(5, 15))], SIZE)
+    collector = CacheCollector(options(f"--collector.cache.redis-url={server.url}"))
+
+    samples = scrape(collector)
+
+    assert samples[series("alnair_cache_up", redis=server.url)] == 1
+    assert samples[series("alnair_cache_memory_max_bytes", redis=server.url)] == 64 * 1024 * 1024
+    assert samples[series("alnair_cache_db_keys", redis=server.url, db="0")] == server.client().dbsize()
+    stats = server.client().info("stats")  # read after the collector's INFO, so at least as high
+    assert 0 < samples[series("alnair_cache_keyspace_misses_total", redis=server.url)] <= stats["keyspace_misses"]
+    assert 0 < samples[series("alnair_cache_commands_processed_total", redis=server.url)] <= stats["total_commands_processed"]
+    assert any(k.startswith("alnair_cache_redis_info{") and 'maxmemory_policy="allkeys-lru"' in k for k in samples)
+    for dataset, job in (("a", "job-1"), ("b", "job-2")):
+        assert samples[series("alnair_cache_dataset_misses_total", redis=server.url, dataset=dataset)] == 10
+        assert samples[series("alnair_cache_dataset_origin_read_bytes_total", redis=server.url, dataset=dataset)] == 10 * SIZE
+        assert samples[series("alnair_cache_dataset_logical_bytes", redis=server.url, dataset=dataset)] == 10 * SIZE
+        assert samples[series("alnair_cache_dataset_samples", redis=server.url, dataset=dataset)] == 10
+        assert samples[series("alnair_cache_job_misses_total", redis=server.url, job_name=job)] == 10
+        assert samples[series("alnair_cache_job_fetch_duration_seconds_count", redis=server.url, job_name=job)] == 3
+        assert samples[series("alnair_cache_job_fetch_duration_seconds_bucket", redis=server.url, job_name=job, le="+Inf")] == 3
+    assert samples[series("alnair_cache_physical_bytes", redis=server.url)] == 15 * SIZE  # samples 5-9 are shared
+
+    list(CacheLoader(CachedDataset(server.url, "a", DirectoryOrigin(tmp_path / "a"), job="job-3"), 4))
+    samples = scrape(collector)
+    assert samples[series("alnair_cache_dataset_hits_total", redis=server.url, dataset="a")] == 10
+    assert samples[series("alnair_cache_dataset_cache_read_bytes_total", redis=server.url, dataset="a")] == 10 * SIZE
+    assert samples[series("alnair_cache_job_hits_total", redis=server.url, job_name="job-3")] == 10
+    assert samples[series("alnair_cache_keyspace_hits_total", redis=server.url)] >= 10
+
+
+def test_unreachable_and_stalled_redis_are_up_0_within_the_timeout(start_redis):
+    live, stalled = start_redis(), start_redis()
+    refused = f"redis://127.0.0.1:{free_port()}/0"
+    collector = CacheCollector(options(f"--collector.cache.redis-url={live.url},{refused}",
+                                       f"--collector.cache.redis-url={stalled.url}", "--collector.cache.timeout=0.3"))
+    stalled.pause()
+    try:
+        started = time.monotonic()
+        samples = scrape(collector)
+        elapsed = time.monotonic() - started
+    finally:
+        stalled.resume()
+    assert elapsed < 0.3 * 2  # targets are read in parallel, each bounded by the timeout
+    assert samples[series("alnair_cache_up", redis=live.url)] == 1
+    assert samples[series("alnair_cache_up", redis=refused)] == 0
+    assert samples[series("alnair_cache_up", redis=stalled.url)] == 0
+    assert series("alnair_cache_memory_used_bytes", redis=stalled.url) not in samples
+    assert scrape(collector)[series("alnair_cache_up", redis=stalled.url)] == 1  # and back when it answers
+
+
+def test_credentials_never_reach_a_label(start_redis):
+    server = start_redis("--requirepass", "s3cret")
+    url = f"redis://:s3cret@127.0.0.1:{server.port}/0"
+    samples = scrape(CacheCollector(options(f"--collector.cache.redis-url={url}")))
+    assert samples[series("alnair_cache_up", redis=f"redis://127.0.0.1:{server.port}/0")] == 1
+    assert not [k for k in samples if "s3cret" in k]
+
+
+def test_without_a_redis_url_the_collector_is_unavailable():
+    with pytest.raises(CollectorUnavailable, match="set --collector.cache.redis-url"):
+        CacheCollector(options())
+
+
+def test_urls_come_from_the_environment_comma_separated_and_flags_replace_them(monkeypatch):
+    env = {"ALNAIR_COLLECTOR_CACHE_REDIS_URL": "redis://a:6379/0, redis://b:6379/1"}
+    assert options(env=env, monkeypatch=monkeypatch).collector_cache_redis_url == ["redis://a:6379/0", "redis://b:6379/1"]
+    given = options("--collector.cache.redis-url=redis://c:1/0", "--collector.cache.redis-url", "unix:///run/r.sock",
+                    env=env, monkeypatch=monkeypatch)
+    assert given.collector_cache_redis_url == ["redis://c:1/0", "unix:///run/r.sock"]
+
+
+@pytest.mark.parametrize("args, env", [
+    (["--collector.cache.redis-url", "localhost:6379"], {}),
+    ([], {"ALNAIR_COLLECTOR_CACHE_REDIS_URL": "redis://ok:1/0,http://nope"}),
+])
+def test_a_bad_redis_url_exits_2_with_one_line(args, env):
+    result = subprocess.run([sys.executable, "-m", "alnair.exporter", "--collector.cache", *args], capture_output=True,
+                            text=True, timeout=30, env={**__import__("os").environ, **env})
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "not a Redis URL" in result.stderr
