@@ -9,11 +9,12 @@
  *      the program reaches unthrottled, and its GPU utilization if NVML can see it;
  *   2. start at rate = launch rate x limit / utilization (utilization taken as
  *      100% when NVML cannot see this process, e.g. in another pid namespace);
- *   3. every FEEDBACK_NS, if the process was held back in that window, scale the
- *      rate by sqrt(limit / measured utilization), clamped to [0.7, 1.4]: damped
- *      multiplicative feedback that converges without oscillating on NVML's
- *      coarse samples. When the process was not held back it is below its share
- *      by its own choice, and the rate is left alone (no wind-up).
+ *   3. every FEEDBACK_NS, scale by sqrt(limit / measured utilization), clamped to
+ *      [0.7, 1.4]: damped multiplicative feedback that converges without
+ *      oscillating on NVML's coarse samples. Over its share, the rate is first
+ *      brought down to what the process really launched (a rate above that does
+ *      not bind); under its share, the rate grows only if we held the process
+ *      back, since otherwise it is below its share by its own choice (no wind-up).
  *
  * NVML (libnvidia-ml.so.1) is loaded lazily on the monitor thread, only when a
  * compute limit is set; nvmlDeviceGetProcessUtilization gives this pid's SM use.
@@ -97,7 +98,8 @@ static uint64_t launches(struct alnair_device *d)
     return atomic_load(&d->kernel_launches) + atomic_load(&d->graph_launches);
 }
 
-/* Average SM utilization of this process since the last call; -1 if unknown. */
+/* Average SM utilization of this process since the last call; -1 if NVML is
+ * unavailable or reported no sample of this process in the window. */
 static double measured_utilization(struct controller *c, int ordinal)
 {
     if (!nvml.tried) load_nvml();
@@ -148,13 +150,22 @@ static void finish_ramp(struct controller *c, struct alnair_device *d, int ordin
 
 static void feedback(struct controller *c, struct alnair_device *d, int ordinal, uint64_t now)
 {
+    double seconds = (double)(now - c->phase_start_ns) / 1e9;
+    double launched = (double)(launches(d) - c->launches_at_start) / seconds;
     uint64_t throttled = atomic_load(&d->throttled_ns);
+    int held_back = throttled > c->throttled_at_start;
     double utilization = measured_utilization(c, ordinal);
-    if (throttled > c->throttled_at_start && utilization > 0) {
-        double scale = sqrt(d->compute_limit_percent / utilization);
-        c->rate = fmax(c->rate * fmin(fmax(scale, 0.7), 1.4), 1.0);
+    if (utilization < 0 && nvml.ok && held_back) utilization = 1; /* NVML saw no kernel of ours: starved */
+    if (utilization > 0) {
+        double limit = d->compute_limit_percent;
+        double scale = fmin(fmax(sqrt(limit / utilization), 0.7), 1.4);
+        if (utilization > limit) /* over its share: bind to what it really launched, then cut */
+            c->rate = fmax(fmin(c->rate, launched) * scale, 1.0);
+        else if (held_back) /* under it because we held it back */
+            c->rate *= scale;
     }
     c->phase_start_ns = now;
+    c->launches_at_start = launches(d);
     c->throttled_at_start = throttled;
 }
 

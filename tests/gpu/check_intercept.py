@@ -1,0 +1,198 @@
+"""The CUDA intercept on a real GPU: what the issue asks it to show, measured and printed.
+
+    python tests/gpu/check_intercept.py PART [PART...]   (PART: counts torch oom share bench)
+
+Run by tests/gpu/run_intercept.sh on the GPU machine; results also go to $OUT/intercept.json.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pynvml
+
+from alnair.collectors.cuda import parse_cuda_record
+from alnair.collectors.shm import layout
+from alnair.collectors.shm.segments import SegmentDirectory
+
+HERE = Path(__file__).resolve().parent
+LIBRARY = HERE.parent.parent / "intercept" / "build" / "libalnair.so"
+KERNELS = Path(os.environ.get("KERNELS_BINARY", "/tmp/alnair-gpu/kernels"))
+SHM = Path(tempfile.mkdtemp(prefix="alnair-shm-"))
+RESULTS: dict[str, object] = {}
+
+
+def env(preload: bool = True, **extra: str) -> dict[str, str]:
+    e = {**os.environ, "ALNAIR_SHM_DIR": str(SHM), **extra}
+    if preload:
+        e["LD_PRELOAD"] = str(LIBRARY)
+    return e
+
+
+def spawn(argv: list[str], **kw) -> subprocess.Popen:
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, **kw)
+
+
+def read_until(proc: subprocess.Popen, prefix: str) -> dict[str, str]:
+    """Reads `key value` lines until one starts with prefix; returns them all."""
+    seen = {}
+    for line in proc.stdout:
+        key, _, value = line.strip().partition(" ")
+        seen[key] = value
+        if line.startswith(prefix):
+            return seen
+    raise RuntimeError(f"child ended before {prefix!r}: {proc.wait()}")
+
+
+def published(pid: int) -> dict[int, layout.CudaDevice]:
+    for parsed in SegmentDirectory(str(SHM), layout.KIND_CUDA, reclaim=False).read(parse_cuda_record):
+        if parsed.segment.holder_pid == pid:
+            return {d.device_index: d for d in parsed.record.devices}
+    return {}
+
+
+def settled(pid: int) -> dict[int, layout.CudaDevice]:
+    time.sleep(0.05)  # > 2 publish periods of 10 ms
+    return published(pid)
+
+
+def check(name: str, ok: bool, **numbers) -> None:
+    RESULTS[name] = {"ok": ok, **numbers}
+    print(f"{'PASS' if ok else 'FAIL'} {name}: " + ", ".join(f"{k}={v}" for k, v in numbers.items()), flush=True)
+
+
+def part_counts() -> None:
+    n, b, k = 12345, 3 * 2**30 + 12345, 7
+    proc = spawn([str(KERNELS), "count", str(n), str(b), str(k)], env=env())
+    read_until(proc, "ready")
+    d = settled(proc.pid)[0]
+    proc.stdin.close()
+    proc.wait()
+    check("a_kernels_and_bytes", d.kernel_launches == n and d.bytes_in_use == b and d.allocations == k,
+          launches=d.kernel_launches, expected_launches=n, bytes=d.bytes_in_use, expected_bytes=b, allocations=d.allocations)
+
+
+def part_torch() -> None:
+    proc = spawn([sys.executable, str(HERE / "torch_workloads.py"), "profile", "50"], env=env())
+    trained = read_until(proc, "mark trained")
+    in_use = settled(proc.pid)[0].bytes_in_use
+    reserved = int(trained["memory_reserved_trained"])
+    check("b_torch_bytes_match_memory_reserved", in_use == reserved, intercept=in_use, memory_reserved=reserved)
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    read_until(proc, "mark before")
+    before = settled(proc.pid)[0].kernel_launches
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    report = read_until(proc, "mark after")
+    d = settled(proc.pid)[0]
+    proc.stdin.write("go\n")
+    proc.stdin.close()
+    proc.wait()
+    counted = d.kernel_launches - before
+    profiler = int(report["profiler_kernels"])
+    check("b_torch_launches_match_profiler", counted == profiler, intercept=counted, profiler=profiler,
+          bytes_while_profiling=d.bytes_in_use, memory_reserved_while_profiling=int(report["memory_reserved"]))
+
+
+def part_oom() -> None:
+    limit = 4 * 2**30
+    proc = spawn([sys.executable, str(HERE / "torch_workloads.py"), "oom"], env=env(ALNAIR_MEMORY_LIMIT="4Gi"))
+    report = read_until(proc, "mark done")
+    d = settled(proc.pid)[0]
+    proc.stdin.close()
+    code = proc.wait()
+    held = int(report["oom_after_bytes"])
+    check("c_memory_limit_oom", float(report["alive_result"]) == 1024 and code == 0 and held <= limit
+          and int(report["mem_get_info_total"]) == limit and d.limit_denied_allocations > 0,
+          mem_get_info_total=report["mem_get_info_total"], held_at_oom=held, denied=d.limit_denied_allocations,
+          peak=d.peak_bytes, message=report["oom_message"], exit_code=code)
+
+
+def sample_utilization(pids: list[int], stop: threading.Event, out: dict[int, list[int]]) -> None:
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    last = 0
+    while not stop.wait(1.0):
+        try:
+            samples = pynvml.nvmlDeviceGetProcessUtilization(handle, last)
+        except pynvml.NVMLError:
+            continue
+        for s in samples:
+            last = max(last, s.timeStamp)
+            if s.pid in out:
+                out[s.pid].append(s.smUtil)
+
+
+def part_share() -> None:
+    seconds = 40
+    procs = {limit: spawn([sys.executable, str(HERE / "torch_workloads.py"), "matmul", str(seconds)],
+                          env=env(ALNAIR_COMPUTE_LIMIT=str(limit))) for limit in (30, 70)}
+    for p in procs.values():
+        read_until(p, "started")
+    utilization: dict[int, list[int]] = {p.pid: [] for p in procs.values()}
+    stop = threading.Event()
+    time.sleep(seconds * 0.25)  # ramp-up and first corrections
+    sampler = threading.Thread(target=sample_utilization, args=(list(utilization), stop, utilization))
+    sampler.start()
+    rates = {limit: float(read_until(p, "iterations_per_second")["iterations_per_second"]) for limit, p in procs.items()}
+    stop.set()
+    sampler.join()
+    for p in procs.values():
+        p.wait()
+    util = {limit: statistics.mean(utilization[p.pid]) if utilization[p.pid] else -1 for limit, p in procs.items()}
+    share = rates[30] / (rates[30] + rates[70])
+    ok = abs(util[30] - 30) <= 5 and abs(util[70] - 70) <= 5 and abs(share / 0.3 - 1) <= 0.15
+    check("d_compute_limit_30_70", ok, util_30=round(util[30], 1), util_70=round(util[70], 1),
+          rate_30=round(rates[30], 1), rate_70=round(rates[70], 1), share_of_30=round(share, 3),
+          util_trace_30=utilization[procs[30].pid], util_trace_70=utilization[procs[70].pid])
+
+
+def alternate(run_once, rounds: int) -> dict[str, list[float]]:
+    """A B A B ...: each variant's values, both exposed to the same drift."""
+    values: dict[str, list[float]] = {"without": [], "with": []}
+    for _ in range(rounds):
+        for variant in values:
+            values[variant].extend(run_once(variant == "with"))
+    return values
+
+
+def summary(values: dict[str, list[float]]) -> dict[str, float]:
+    a, b = statistics.median(values["without"]), statistics.median(values["with"])
+    spread = lambda v: round(statistics.quantiles(v, n=10)[-1] - statistics.quantiles(v, n=10)[0], 2)
+    return {"median_without": round(a, 2), "median_with": round(b, 2), "added": round(b - a, 2),
+            "ratio": round(b / a, 4), "p10_p90_spread_without": spread(values["without"]),
+            "p10_p90_spread_with": spread(values["with"]), "n": len(values["with"])}
+
+
+def part_bench() -> None:
+    launches = alternate(lambda preload: [float(x) for x in subprocess.run(
+        ["taskset", "-c", "2", str(KERNELS), "bench", "20000", "15"], env=env(preload), capture_output=True,
+        text=True, check=True).stdout.split()], rounds=8)
+    stats = summary(launches)
+    check("bench_launch_ns", stats["ratio"] < 1.02 and stats["added"] < 50, **stats)
+    train = alternate(lambda preload: [float(read_until(spawn(
+        [sys.executable, str(HERE / "torch_workloads.py"), "train", "400"], env=env(preload)), "seconds")["seconds"])],
+        rounds=6)
+    stats = summary(train)
+    check("bench_torch_train_seconds", stats["ratio"] < 1.01, **stats)
+
+
+PARTS = {"counts": part_counts, "torch": part_torch, "oom": part_oom, "share": part_share, "bench": part_bench}
+
+if __name__ == "__main__":
+    pynvml.nvmlInit()
+    for part in sys.argv[1:]:
+        try:
+            PARTS[part]()
+        except Exception as e:  # report and go on with the other parts
+            check(part, False, error=f"{type(e).__name__}: {e}")
+    out = Path(os.environ.get("OUT", "/tmp"))
+    previous = json.loads((out / "intercept.json").read_text()) if (out / "intercept.json").exists() else {}
+    (out / "intercept.json").write_text(json.dumps({**previous, **RESULTS}, indent=1))

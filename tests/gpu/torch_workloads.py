@@ -1,0 +1,106 @@
+"""PyTorch workloads for the GPU checks, run as child processes (under LD_PRELOAD or not).
+
+    torch_workloads.py profile STEPS   train; at each "mark" wait for a line on stdin so the
+                                       parent can read the segment; report the profiler's kernels
+    torch_workloads.py oom             allocate until PyTorch's out-of-memory error, then go on
+    torch_workloads.py matmul SECONDS  a matmul loop; report iterations per second
+    torch_workloads.py train STEPS     time STEPS training steps; report seconds
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+from torch.autograd import DeviceType
+
+
+def say(*words) -> None:
+    print(*words, flush=True)
+
+
+def mark(name: str) -> None:
+    torch.cuda.synchronize()
+    say("mark", name)
+    sys.stdin.readline()
+
+
+def model_and_data():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(256, 1024, device="cuda"), torch.randn(256, 1024, device="cuda")
+    return model, optimizer, x, y
+
+
+def step(model, optimizer, x, y) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+
+
+def profile(steps: int) -> None:
+    model, optimizer, x, y = model_and_data()
+    for _ in range(5):
+        step(model, optimizer, x, y)  # warm-up: allocator, cuBLAS handles
+    say("memory_reserved_trained", torch.cuda.memory_reserved())
+    mark("trained")  # before the profiler, which takes device memory of its own
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        mark("before")
+        for _ in range(steps):
+            step(model, optimizer, x, y)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
+    say("profiler_kernels", len(kernels))
+    say("memory_reserved", torch.cuda.memory_reserved())
+    mark("after")
+
+
+def oom() -> None:
+    free, total = torch.cuda.mem_get_info()
+    say("mem_get_info_total", total)
+    held = []
+    try:
+        while True:
+            held.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+    except torch.cuda.OutOfMemoryError as e:
+        say("oom_after_bytes", sum(t.numel() for t in held))
+        say("oom_message", str(e).splitlines()[0][:120])
+    held.clear()
+    torch.cuda.empty_cache()
+    after = torch.ones(1024, device="cuda").sum().item()  # the process is alive and computes
+    say("alive_result", after)
+    mark("done")
+
+
+def matmul(seconds: float) -> None:
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    say("started", time.time())
+    end, n, window_start, window_n = time.time() + seconds, 0, None, 0
+    while time.time() < end:
+        for _ in range(10):
+            a @ b
+        torch.cuda.synchronize()
+        n += 10
+        if window_start is None and time.time() > end - seconds * 0.75:
+            window_start, window_n = time.time(), n  # the last 3/4: after ramp-up
+    say("iterations_per_second", (n - window_n) / (time.time() - window_start))
+
+
+def train(steps: int) -> None:
+    model, optimizer, x, y = model_and_data()
+    for _ in range(20):
+        step(model, optimizer, x, y)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step(model, optimizer, x, y)
+    torch.cuda.synchronize()
+    say("seconds", time.perf_counter() - start)
+
+
+if __name__ == "__main__":
+    mode, arg = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "0"
+    {"profile": lambda: profile(int(arg)), "oom": oom, "matmul": lambda: matmul(float(arg)),
+     "train": lambda: train(int(arg))}[mode]()
