@@ -1,25 +1,24 @@
-"""Metadata lives in pyproject.toml; this only ships alnair_intercept.pth, which pyproject.toml cannot place.
-
-The .pth file sits at the top of site-packages, where Python runs its import line at
-start-up: it reads one environment variable and, only when ALNAIR_PYTHON_INTERCEPT is
-set, activates the Python intercept (the mechanism coverage.py uses for subprocesses).
-Editable installs skip it; alnair-run works without it.
-"""
+"""Builds the CUDA intercept library into the package, so `pip install .` carries it."""
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-PTH = "alnair_intercept.pth"
 
-
-class BuildPyWithPth(build_py):
-    def run(self):
+class BuildWithIntercept(build_py):
+    def run(self) -> None:
         super().run()
-        self.copy_file(PTH, str(Path(self.build_lib) / PTH))
+        try:
+            subprocess.run(["make", "-s", "-C", "intercept", "build/libalnair.so"], check=True)
+        except (OSError, subprocess.CalledProcessError) as e:  # the exporter works without it
+            print(f"warning: CUDA intercept library not built ({e}); needs make and gcc", file=sys.stderr)
+            return
+        target = Path(self.build_lib, "alnair", "intercept")
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy2("intercept/build/libalnair.so", target / "libalnair.so")
 
-    def get_outputs(self, include_bytecode=True):
-        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / PTH)]
 
-
-setup(cmdclass={"build_py": BuildPyWithPth})
+setup(cmdclass={"build_py": BuildWithIntercept})
