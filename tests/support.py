@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 
@@ -223,7 +225,8 @@ class RedisServer:
             return False
 
     def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, socket_timeout=10)
+        """A client that reports failures at once (redis-py retries with backoff by default)."""
+        return redis.Redis(port=self.port, socket_timeout=10, retry=Retry(NoBackoff(), 0))
 
     def kill(self) -> None:
         self.proc.kill()
