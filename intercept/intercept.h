@@ -88,9 +88,23 @@ static inline int alnair_active(void)
 void alnair_start_monitor(void);
 void alnair_monitor_fork_child(void);
 
-/* The calling thread's device, from its current context; NULL if unknown. */
-struct alnair_device *alnair_current_device(void);
 struct alnair_device *alnair_device_at(int ordinal);
+struct alnair_device *alnair_current_device_slow(void);
+void alnair_device_first_seen(struct alnair_device *d);
+
+/* The calling thread's device ordinal; -1: look it up on next use. */
+extern ALNAIR_TLS int alnair_thread_device;
+
+/* The calling thread's device, from its current context; NULL if unknown. Inline:
+ * it is on every launch. */
+static inline struct alnair_device *alnair_current_device(void)
+{
+    int ordinal = alnair_thread_device;
+    if (ALNAIR_UNLIKELY(ordinal < 0 || ordinal >= ALNAIR_CUDA_MAX_DEVICES)) return alnair_current_device_slow();
+    struct alnair_device *d = &alnair.devices[ordinal];
+    if (ALNAIR_UNLIKELY(!atomic_load_explicit(&d->seen, memory_order_relaxed))) alnair_device_first_seen(d);
+    return d;
+}
 int alnair_device_ordinal(const struct alnair_device *d);
 
 /* Context bookkeeping, called by the context hooks. */

@@ -175,8 +175,7 @@ struct context_binding {
 };
 static struct context_binding contexts[MAX_CONTEXTS];
 
-/* -1: unknown, refresh from the driver on next use. */
-static ALNAIR_TLS int thread_device = -1;
+ALNAIR_TLS int alnair_thread_device = -1;
 
 void alnair_context_bind(CUcontext ctx, CUdevice dev)
 {
@@ -212,9 +211,9 @@ void alnair_context_forget(CUcontext ctx)
     }
 }
 
-void alnair_thread_context_changed(void) { thread_device = -1; }
+void alnair_thread_context_changed(void) { alnair_thread_device = -1; }
 
-void alnair_thread_uses(CUcontext ctx) { thread_device = context_device(ctx); }
+void alnair_thread_uses(CUcontext ctx) { alnair_thread_device = context_device(ctx); }
 
 /* Asks the driver which device the current context is on: only after this thread
  * switched contexts, never per launch. */
@@ -232,21 +231,25 @@ static int refresh_thread_device(void)
     return dev;
 }
 
+void alnair_device_first_seen(struct alnair_device *d)
+{
+    atomic_store(&d->seen, 1);
+    alnair_start_monitor();
+}
+
 struct alnair_device *alnair_device_at(int ordinal)
 {
     if (ordinal < 0 || ordinal >= ALNAIR_CUDA_MAX_DEVICES) return NULL;
     struct alnair_device *d = &alnair.devices[ordinal];
-    if (ALNAIR_UNLIKELY(!atomic_load_explicit(&d->seen, memory_order_relaxed))) {
-        atomic_store(&d->seen, 1);
-        alnair_start_monitor();
-    }
+    if (ALNAIR_UNLIKELY(!atomic_load_explicit(&d->seen, memory_order_relaxed))) alnair_device_first_seen(d);
     return d;
 }
 
 int alnair_device_ordinal(const struct alnair_device *d) { return (int)(d - alnair.devices); }
 
-struct alnair_device *alnair_current_device(void)
+/* After a context switch on this thread: ask which device, once. */
+struct alnair_device *alnair_current_device_slow(void)
 {
-    if (ALNAIR_UNLIKELY(thread_device < 0)) thread_device = refresh_thread_device();
-    return alnair_device_at(thread_device);
+    alnair_thread_device = refresh_thread_device();
+    return alnair_device_at(alnair_thread_device);
 }

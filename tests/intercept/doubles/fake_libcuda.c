@@ -9,7 +9,8 @@
  * counts every call it receives so tests can prove a call reached the driver.
  *
  * Environment: FAKE_CUDA_DEVICES (default 4), FAKE_CUDA_DEVICE_BYTES (default
- * 16 GiB), FAKE_CUDA_LAUNCH_NS (busy time per launch, default 0).
+ * 16 GiB), FAKE_CUDA_LAUNCH_NS (busy time per launch, default 0), FAKE_CUDA_BARE
+ * (launches return at once, uncounted: for measuring the intercept's own cost).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -38,6 +39,7 @@ struct CUctx_st {
 static int n_devices = 4;
 static uint64_t device_bytes = 16ull << 30;
 static uint64_t launch_ns;
+static int bare_launches;
 static struct CUctx_st primary[MAX_DEVICES];
 static _Atomic uint64_t used[MAX_DEVICES];
 static _Atomic uint64_t next_address[MAX_DEVICES];
@@ -65,6 +67,7 @@ __attribute__((constructor)) static void configure(void)
     if ((v = getenv("FAKE_CUDA_DEVICES"))) n_devices = atoi(v);
     if ((v = getenv("FAKE_CUDA_DEVICE_BYTES"))) device_bytes = strtoull(v, NULL, 10);
     if ((v = getenv("FAKE_CUDA_LAUNCH_NS"))) launch_ns = strtoull(v, NULL, 10);
+    bare_launches = getenv("FAKE_CUDA_BARE") != NULL;
     for (int i = 0; i < MAX_DEVICES; i++) {
         primary[i].device = i;
         next_address[i] = ((uint64_t)i + 1) << 40;
@@ -279,6 +282,7 @@ EXPORT CUresult cuStreamGetCtx(CUstream stream, CUcontext *pctx)
 
 static CUresult launch(const char *name)
 {
+    if (bare_launches) return CUDA_SUCCESS;
     record(name);
     if (!current()) return CUDA_ERROR_INVALID_CONTEXT;
     busy();
