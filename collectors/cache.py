@@ -68,12 +68,14 @@ class Reading:
 
 
 def numbers(fields: dict[bytes, bytes]) -> dict[str, float]:
+    """A counter hash's numeric fields (not the fingerprint, nor anything else a writer put there)."""
     values = {}
     for name, value in fields.items():
         try:
             values[name.decode()] = float(value)
         except ValueError:
-            pass  # the fingerprint
+            pass
+    values.pop(keys.FINGERPRINT, None)
     return values
 
 
@@ -83,8 +85,8 @@ def read_target(label: str, client: redis.Redis) -> Reading:
         pipe = client.pipeline(transaction=False)
         pipe.smembers(keys.DATASETS).zrange(keys.JOBS, 0, -1).hget(keys.CONTENT, keys.CONTENT_TOTAL)
         dataset_names, job_names, physical = pipe.execute()
-        dataset_names = sorted(n.decode() for n in dataset_names)
-        job_names = [n.decode() for n in job_names]
+        dataset_names = sorted(n.decode(errors="replace") for n in dataset_names)
+        job_names = [n.decode(errors="replace") for n in job_names]
         for name in dataset_names:
             pipe.hgetall(keys.dataset(name))
         for name in job_names:

@@ -24,6 +24,12 @@ class Manifest:
     def merge(self, stored: bytes) -> None:
         """Take the entries Redis knows and this process does not (entries it knows came from the origin)."""
         size = keys.ENTRY_SIZE
-        for start in range(0, min(len(stored), len(self._entries)) - size + 1, size):
+        stored = stored[:len(self._entries)]
+        if self._entries.count(0) == len(self._entries):  # nothing known here yet: a process's first open
+            self._entries[:len(stored)] = stored
+            return
+        if self._entries[:len(stored)] == stored:  # nothing new: a forked worker holds what its parent read
+            return
+        for start in range(0, len(stored) - size + 1, size):
             if stored[start:start + 32] != keys.UNKNOWN_DIGEST and self._entries[start:start + 32] == keys.UNKNOWN_DIGEST:
                 self._entries[start:start + size] = stored[start:start + size]
