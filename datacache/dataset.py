@@ -126,6 +126,8 @@ class CachedDataset:
             self._redis_failed(runtime, e)
 
     def _fetch(self, runtime: _Runtime, indices: list[int]) -> tuple[list[bytes], Writes]:
+        if not runtime.opened and runtime.health.available():
+            self._open(runtime)  # Redis was away when this process started
         digests = [self.manifest.digest(i) for i in indices]
         samples: list[bytes | None] = [None] * len(indices)
         redis_up = runtime.health.available()
@@ -175,10 +177,6 @@ class CachedDataset:
         Redis is away."""
         if not runtime.health.available():
             return
-        if not runtime.opened:
-            self._open(runtime)
-            if not runtime.opened:
-                return
         deltas = runtime.counters.take()
         try:
             refused = runtime.store.write(self.name, self.fingerprint, writes, self.job, self.job_ttl_seconds, deltas)

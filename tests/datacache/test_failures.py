@@ -107,6 +107,26 @@ def test_stalled_redis_falls_back_within_250ms_and_recovers(start_redis, make_or
     assert stored_counts(client)["fallbacks"] >= 16
 
 
+def test_redis_stalled_when_the_dataset_opens_is_used_once_it_answers(start_redis, make_origin):
+    redis_server = start_redis()
+    samples = sample_bytes(8)
+    origin = make_origin(samples)
+    CachedDataset(redis_server.url, "train", origin, job="first").__getitems__(list(range(8)))
+
+    class NoOrigin(DirectoryOrigin):
+        def read(self, index: int) -> bytes:
+            raise AssertionError(f"origin read for sample {index}: Redis had it")
+
+    redis_server.pause()
+    try:
+        dataset = CachedDataset(redis_server.url, "train", NoOrigin(origin.root), job="second", retry_seconds=0.3)
+    finally:
+        redis_server.resume()
+    wait_until(dataset._runtime_here().health.available, timeout=10)  # retry_seconds after the failed open
+    assert dataset.__getitems__(list(range(8))) == samples  # the manifest is read first, then the blobs
+    assert float(redis_server.client().hget(keys.job("second"), "hits")) == 8
+
+
 def test_redis_absent_from_the_start_serves_the_origin(make_origin):
     samples = sample_bytes(6)
     dataset = CachedDataset(f"redis://127.0.0.1:{free_port()}/0", "train", make_origin(samples), job="j")
