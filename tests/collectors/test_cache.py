@@ -13,7 +13,7 @@ from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.exporter.collector import CollectorUnavailable
 from alnair.exporter.config import parse_options
 from alnair.exporter.sampler import render
-from support import fill_cache, free_port, parse_samples, start_redis  # noqa: F401  (start_redis is a fixture)
+from support import fill_cache, free_port, parse_samples, start_redis, wait_until  # noqa: F401  (start_redis is a fixture)
 
 SIZE = 1000
 
@@ -116,3 +116,16 @@ def test_a_bad_redis_url_exits_2_with_one_line(args, env):
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert "not a Redis URL" in result.stderr
+
+
+def test_a_job_leaves_the_metrics_when_its_ttl_passes_and_its_dataset_stays(start_redis, tmp_path):
+    server = start_redis()
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "0").write_bytes(b"sample")
+    CachedDataset(server.url, "d", DirectoryOrigin(tmp_path / "d"), job="short", job_ttl_seconds=1)[0]
+    collector = CacheCollector(options(f"--collector.cache.redis-url={server.url}"))
+    job_misses = series("alnair_cache_job_misses_total", redis=server.url, job_name="short")
+    assert scrape(collector)[job_misses] == 1
+
+    wait_until(lambda: job_misses not in scrape(collector), timeout=10)
+    assert scrape(collector)[series("alnair_cache_dataset_misses_total", redis=server.url, dataset="d")] == 1
