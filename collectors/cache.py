@@ -117,7 +117,7 @@ class CacheCollector(Collector):
         urls = options.collector_cache_redis_url
         if not urls:
             raise CollectorUnavailable("no Redis to read: set --collector.cache.redis-url")
-        self.targets = [(url_label(url), connect(url, options.collector_cache_timeout)) for url in urls]
+        self.targets = [(url_label(url), connect(url, options.collector_cache_timeout, read_size=65536)) for url in urls]
         self.pool = ThreadPoolExecutor(len(self.targets), thread_name_prefix="cache-collector")
 
     def collect(self) -> Iterator[Metric]:

@@ -49,11 +49,11 @@ return 0
 """
 
 
-def connect(url: str, timeout: float) -> redis.Redis:
+def connect(url: str, timeout: float, read_size: int = SOCKET_READ_SIZE) -> redis.Redis:
     """A client that gives up within `timeout` (connect or any read) and never retries on its own:
-    the caller falls back to the origin instead."""
+    the caller falls back to the origin instead. Each connection holds a `read_size` buffer."""
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                retry=Retry(NoBackoff(), 0), socket_read_size=SOCKET_READ_SIZE)
+                                retry=Retry(NoBackoff(), 0), socket_read_size=read_size)
 
 
 @dataclass
