@@ -211,7 +211,11 @@ class RedisServer:
     def start(self) -> None:
         self.proc = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = self.client()
-        wait_until(lambda: self.proc.poll() is not None or self._answers(client), timeout=10)
+        try:
+            wait_until(lambda: self.proc.poll() is not None or self._answers(client), timeout=10)
+        except AssertionError:  # never leave behind a server the fixture does not know of
+            self.kill()
+            raise
         if self.proc.poll() is not None:
             raise RuntimeError(f"redis-server exited with {self.proc.returncode}: {self.command}")
 
