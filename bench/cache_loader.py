@@ -63,6 +63,7 @@ def start_redis(port: int, directory: Path) -> subprocess.Popen:
             return server
         except redis.ConnectionError:
             if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.05)
 
