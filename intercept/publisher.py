@@ -33,7 +33,7 @@ class Publisher:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._record = layout.PythonRecord(max_counters=layout.PYTHON_MAX_COUNTERS, max_phases=layout.PYTHON_MAX_PHASES)
-        self._published_version = -1
+        self._published_version: tuple = ()
         self._published_ns = (0, 0)  # data wait, step time: published values never go back
         self._start_ns = 0
         self._failed = False
@@ -45,7 +45,7 @@ class Publisher:
                 return
             try:
                 self.segment = WriterSegment(layout.KIND_PYTHON, layout.PYTHON_RECORD_SIZE)
-            except OSError as e:
+            except Exception as e:  # OSError mostly; whatever it is, the program runs on without metrics
                 self._failed = True
                 print(f"alnair: python metrics off, cannot create a segment: {e}", file=sys.stderr)
                 return
@@ -69,8 +69,14 @@ class Publisher:
             self.publish()
 
     def publish(self) -> None:
+        try:
+            self._publish()
+        except Exception as e:  # a bug or a full disk must never reach the training program
+            self.recorder.warn_once("publish", f"cannot publish python metrics: {e!r}")
+
+    def _publish(self) -> None:
         r, record = self.recorder, self._record
-        version = r.version
+        version = (r.version, r.steps, r.epochs, r.optimizer_steps)  # anything new since the last publish?
         # Totals before the wait marker: a batch landing between the reads is then
         # missed for one tick instead of counted twice.
         data_wait, step = r.data_wait_ns, r.step_ns
@@ -88,10 +94,7 @@ class Publisher:
             record.first_step_ns = max(0, r.first_step_boottime_ns - self._start_ns)
         self._copy_counters(list(r.counters.values()))
         self._copy_phases(list(r.phases.values()))
-        try:
-            self.segment.publish(bytes(record))
-        except OSError as e:
-            r.warn_once("publish", f"cannot publish python metrics to {self.segment.path}: {e}")
+        self.segment.publish(bytes(record))
         self._published_version = version
 
     def _copy_counters(self, slots: list) -> None:

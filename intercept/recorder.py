@@ -34,8 +34,12 @@ class PhaseSlot:
 
 
 class Recorder:
-    """Counters of one process. Updates take `lock` so threads never lose an
-    increment; the publisher reads without it and never blocks the program."""
+    """Counters of one process; the publisher reads them without a lock and never blocks the program.
+
+    The training loop's counters are written by the thread running the loop, without
+    a lock (the per-step cost budget is 2 µs); the explicit API may be called from any
+    thread, so its updates take `lock` and bump `version`.
+    """
 
     def __init__(self) -> None:
         self.counters: dict[str, CounterSlot] = {}
@@ -46,11 +50,11 @@ class Recorder:
     def reset(self) -> None:
         """Zero everything (a fork child counts its own work); slots handed out stay valid."""
         self.lock = threading.Lock()
-        self.version = 0  # bumped by every update: the publisher skips ticks without one
+        self.version = 0  # bumped by every explicit-API update
         self.steps = self.samples = self.epochs = self.optimizer_steps = 0
         self.data_wait_ns = self.step_ns = 0
         self.waiting_since_ns = 0  # monotonic ns when the current wait for a batch began; 0: none
-        self.first_step_boottime_ns = 0
+        self.first_step_boottime_ns = 0  # CLOCK_BOOTTIME of the first step, like the process start time
         for slot in self.counters.values():
             slot.value = 0
         for slot in self.phases.values():
@@ -70,31 +74,25 @@ class Recorder:
     def batch_arrived(self, asked_at: int, arrived_at: int, samples: int, previous_arrival: int) -> None:
         """A batch asked for at asked_at came at arrived_at; previous_arrival is the
         loop's previous batch (0 for the first of a pass), whose body ends at asked_at."""
-        with self.lock:
-            self.data_wait_ns += arrived_at - asked_at
-            self.step_ns += arrived_at - (previous_arrival or asked_at)
-            self.steps += 1
-            self.samples += samples
-            self.waiting_since_ns = 0
-            self.version += 1
-            if not self.first_step_boottime_ns:
-                self.first_step_boottime_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-        if self.idle:
-            self._recorded()
+        self.data_wait_ns += arrived_at - asked_at
+        self.step_ns += arrived_at - (previous_arrival or asked_at)
+        self.samples += samples
+        self.steps += 1
+        self.waiting_since_ns = 0
+        if not self.first_step_boottime_ns:
+            self.first_step_boottime_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+            if self.idle:
+                self._recorded()
 
     def loop_ended(self, at: int, previous_arrival: int) -> None:
         """The loop's iterator ran out at `at`: the last step's body ends there, an epoch is done."""
-        with self.lock:
-            self.waiting_since_ns = 0
-            if previous_arrival:
-                self.step_ns += at - previous_arrival
-                self.epochs += 1
-                self.version += 1
+        self.waiting_since_ns = 0
+        if previous_arrival:
+            self.step_ns += at - previous_arrival
+            self.epochs += 1
 
     def optimizer_stepped(self) -> None:
-        with self.lock:
-            self.optimizer_steps += 1
-            self.version += 1
+        self.optimizer_steps += 1
         if self.idle:
             self._recorded()
 

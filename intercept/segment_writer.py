@@ -1,11 +1,16 @@
 """A writer's shared-memory segment from Python: the same protocol as intercept/shm_segment.c.
 
-Publishing uses pwrite on the locked descriptor rather than a mapping, so a file
-truncated or removed under the writer can never SIGBUS the training program.
+A publish writes into a shared mapping: no system call inside the seqlock window, so
+the thread never lets go of the GIL there and readers never wait on the training
+loop. Like the C writer, it relies on the CPU keeping stores in order (x86-64 does).
+The mapping is made through libc: Python's mmap module keeps a duplicate descriptor
+(before 3.13), and closing that one would drop the process's liveness lock.
 """
 from __future__ import annotations
 
+import ctypes
 import fcntl
+import mmap
 import os
 import struct
 import time
@@ -13,9 +18,13 @@ import time
 from alnair.collectors.shm import layout
 
 SEGMENT_MODE = 0o640  # owner read-write, group read at most
-_SEQ = struct.Struct("<Q")
+_U64 = struct.Struct("<Q")
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
 _UPDATE_TIME_OFFSET = layout.ShmHeader.update_time_ns.offset
-_FIXED_HEADER_TAIL = layout.ShmHeader.pod_uid.offset  # pod_uid .. reserved never change after creation
 
 
 def pid_namespace_inode() -> int:
@@ -82,7 +91,6 @@ class WriterSegment:
         name = f"{layout.NAME_PREFIX}{layout.KIND_NAMES[kind]}.{h.pid_namespace_inode}.{h.writer_pid}.{h.start_time_ticks}"
         self.path = os.path.join(directory, name)
         self._seq = 0
-        self._header_tail = bytes(h)[_FIXED_HEADER_TAIL:]
         self.fd = self._create(os.path.join(directory, f".{name}.tmp"))
 
     def _create(self, temp_path: str) -> int:
@@ -93,6 +101,7 @@ class WriterSegment:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fcntl(F_SETLK, F_WRLCK) on the whole file
             os.ftruncate(fd, self.header.header_size + self.header.record_size)
             os.pwrite(fd, bytes(self.header), 0)
+            self._map_shared(fd)
             os.rename(temp_path, self.path)
         except OSError:
             os.unlink(temp_path)
@@ -100,17 +109,30 @@ class WriterSegment:
             raise
         return fd
 
+    def _map_shared(self, fd: int) -> None:
+        self._size = self.header.header_size + self.header.record_size
+        address = _libc.mmap(None, self._size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+        if address == _MAP_FAILED:
+            error = ctypes.get_errno()
+            raise OSError(error, f"cannot map the segment: {os.strerror(error)}")
+        self._address = address
+        self._view = (ctypes.c_char * self._size).from_address(address)
+
     def publish(self, record: bytes) -> None:
         """seq odd, the record and update time, seq even: readers retry while it is odd."""
+        view = self._view
         self._seq += 1
-        os.pwrite(self.fd, _SEQ.pack(self._seq), layout.SEQ_OFFSET)
-        os.pwrite(self.fd, _SEQ.pack(time.time_ns()) + self._header_tail + record, _UPDATE_TIME_OFFSET)
+        _U64.pack_into(view, layout.SEQ_OFFSET, self._seq)
+        ctypes.memmove(self._address + self.header.header_size, record, len(record))
+        _U64.pack_into(view, _UPDATE_TIME_OFFSET, time.time_ns())
         self._seq += 1
-        os.pwrite(self.fd, _SEQ.pack(self._seq), layout.SEQ_OFFSET)
+        _U64.pack_into(view, layout.SEQ_OFFSET, self._seq)
 
     def forget(self) -> None:
         """For a fork child: the lock is the parent's, so closing here cannot drop it."""
         if self.fd >= 0:
+            self._view = None
+            _libc.munmap(self._address, self._size)
             os.close(self.fd)
             self.fd = -1
 

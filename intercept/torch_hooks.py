@@ -22,15 +22,14 @@ from .recorder import RECORDER, Recorder
 def batch_size(batch) -> int:
     """The leading dimension of the batch, or of the first tensor directly inside a
     tuple, list or dict batch; a container holding no tensor counts its items."""
-    shape = getattr(batch, "shape", None)
-    if shape is not None:
-        return shape[0] if len(shape) else 1
-    if isinstance(batch, Mapping):
-        items = batch.values()
-    elif isinstance(batch, (tuple, list)):
+    kind = type(batch)
+    if kind is tuple or kind is list:  # the common cases first: an ABC isinstance costs ~0.3 µs
         items = batch
+    elif kind is dict or isinstance(batch, Mapping):
+        items = batch.values()
     else:
-        return 1
+        shape = getattr(batch, "shape", None)
+        return (shape[0] if len(shape) else 1) if shape is not None else 1
     for item in items:
         shape = getattr(item, "shape", None)
         if shape is not None and len(shape):
