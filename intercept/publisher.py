@@ -54,6 +54,16 @@ class Publisher:
             self.publish()
             self._thread = threading.Thread(target=self._run, name="alnair-publisher", daemon=True)
             self._thread.start()
+            self._stop_with_multiprocessing_child()
+
+    def _stop_with_multiprocessing_child(self) -> None:
+        """multiprocessing children (DataLoader workers) end in os._exit, past atexit: remove the
+        segment in multiprocessing's own exit hook instead of leaving it for the exporter to reclaim."""
+        multiprocessing = sys.modules.get("multiprocessing")
+        if multiprocessing is not None and multiprocessing.parent_process() is not None:
+            import multiprocessing.util
+
+            multiprocessing.util.Finalize(None, self.stop, exitpriority=0)
 
     def _flags(self) -> int:
         flags = 0
@@ -92,26 +102,20 @@ class Publisher:
         record.optimizer_steps, record.data_wait_ns, record.step_ns = r.optimizer_steps, data_wait, step
         if r.first_step_boottime_ns:
             record.first_step_ns = max(0, r.first_step_boottime_ns - self._start_ns)
-        self._copy_counters(list(r.counters.values()))
-        self._copy_phases(list(r.phases.values()))
+        self._copy_table(record.counters, "counter_count", list(r.counters.values()), ("value",))
+        self._copy_table(record.phases, "phase_count", list(r.phases.values()), ("count", "total_ns"))
         self.segment.publish(bytes(record))
         self._published_version = version
 
-    def _copy_counters(self, slots: list) -> None:
-        entries, record = self._record.counters, self._record
-        for i in range(record.counter_count, len(slots)):  # names are written once: slots are only appended
+    def _copy_table(self, entries, valid: str, slots: list, fields: tuple[str, ...]) -> None:
+        """Slots into the record's table; names are written once, as slots are only ever appended."""
+        record = self._record
+        for i in range(getattr(record, valid), len(slots)):
             entries[i].name = slots[i].name.encode()
-        record.counter_count = len(slots)
+        setattr(record, valid, len(slots))
         for entry, slot in zip(entries, slots):
-            entry.value = slot.value
-
-    def _copy_phases(self, slots: list) -> None:
-        entries, record = self._record.phases, self._record
-        for i in range(record.phase_count, len(slots)):
-            entries[i].name = slots[i].name.encode()
-        record.phase_count = len(slots)
-        for entry, slot in zip(entries, slots):
-            entry.count, entry.total_ns = slot.count, slot.total_ns
+            for field in fields:
+                setattr(entry, field, getattr(slot, field))
 
     def stop(self) -> None:
         """At exit: a last publish, then remove the segment."""

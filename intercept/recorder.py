@@ -99,17 +99,17 @@ class Recorder:
     # ---- the explicit API ----
 
     def counter_slot(self, name: str) -> CounterSlot | None:
-        slot = self.counters.get(name)
-        if slot is None and self._valid_name(name, self.counters, layout.PYTHON_MAX_COUNTERS, "counter"):
-            with self.lock:
-                slot = self.counters.setdefault(name, CounterSlot(name))
-        return slot
+        return self._slot(self.counters, name, CounterSlot, layout.PYTHON_MAX_COUNTERS, "counter")
 
     def phase_slot(self, name: str) -> PhaseSlot | None:
-        slot = self.phases.get(name)
-        if slot is None and self._valid_name(name, self.phases, layout.PYTHON_MAX_PHASES, "phase"):
+        return self._slot(self.phases, name, PhaseSlot, layout.PYTHON_MAX_PHASES, "phase")
+
+    def _slot(self, table: dict, name: str, make, limit: int, what: str):
+        """The named slot, made on first use; None (reported once) for a bad name or a full table."""
+        slot = table.get(name) if isinstance(name, str) else None
+        if slot is None and self._valid_name(name, table, limit, what):
             with self.lock:
-                slot = self.phases.setdefault(name, PhaseSlot(name))
+                slot = table.setdefault(name, make(name))
         return slot
 
     def add(self, slot: CounterSlot, amount: int) -> None:

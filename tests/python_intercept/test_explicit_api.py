@@ -44,6 +44,7 @@ def test_bad_names_and_amounts_warn_once_and_the_program_carries_on(shm_dir):
             alnair.counter("").inc()
             alnair.counter("x" * 48).inc()
             alnair.counter(None).inc()
+            alnair.counter(["unhashable"]).inc()
             alnair.counter("ok").inc(-1)
             alnair.counter("ok").inc(1.5)
         for i in range(40):
@@ -56,7 +57,7 @@ def test_bad_names_and_amounts_warn_once_and_the_program_carries_on(shm_dir):
     assert [ph.name for ph in record.phases[:32]] == [f"phase{i}".encode() for i in range(32)]
     errors = p.finish().splitlines()
     assert p.proc.returncode == 0
-    assert len(errors) == 5, errors  # one line per problem (the bad amounts share one), not per call
+    assert len(errors) == 6, errors  # one line per problem (the bad amounts share one), not per call
     assert all(line.startswith("alnair: ") for line in errors)
     assert any("at most 32 phases" in line for line in errors)
 

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from alnair.collectors.shm import layout
-from support import PythonProgram, python_records, wait_until
+from support import PythonProgram, python_records, read_line, wait_until
 
 try:
     import torch  # noqa: F401  only to fail clearly: the programs import it themselves
@@ -124,6 +124,9 @@ def test_dataloader_workers_publish_only_what_they_record(shm_dir):
         for batch in loader:
             pass
         print("ready", flush=True)
+        sys.stdin.readline()
+        del loader  # shuts the workers down cleanly
+        print("released", flush=True)
         sys.stdin.read()
     """), shm_dir)
 
@@ -141,4 +144,9 @@ def test_dataloader_workers_publish_only_what_they_record(shm_dir):
         assert worker.flags == layout.PYTHON_TORCH | layout.PYTHON_DATALOADER_WORKER
         assert (worker.steps, worker.phase_count, worker.phases[0].name) == (0, 1, b"decode")
     assert sum(w.phases[0].count for w in records.values()) == 24
+    program.proc.stdin.write("go\n")
+    program.proc.stdin.flush()
+    assert read_line(program.proc.stdout, 30) == "released\n"
+    # Workers end in os._exit, past atexit: they remove theirs in multiprocessing's exit hook.
+    wait_until(lambda: list(python_records(shm_dir)) == [program.pid] and len(list(shm_dir.iterdir())) == 1)
     assert program.finish() == ""
