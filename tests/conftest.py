@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from support import Exporter, Locker, Writer
+from support import Exporter, Locker, Writer, end_all
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERCEPT = ROOT / "intercept"
@@ -37,10 +37,7 @@ def start_writer(test_writer_binary, shm_dir):
         return writer
 
     yield start
-    for w in writers:
-        if w.proc.poll() is None:
-            w.proc.kill()
-        w.proc.wait()
+    end_all(w.proc for w in writers)
 
 
 @pytest.fixture
@@ -53,10 +50,7 @@ def start_exporter(tmp_path):
         return exporter
 
     yield start
-    for e in running:
-        if e.proc.poll() is None:
-            e.proc.kill()
-        e.proc.wait()
+    end_all(e.proc for e in running)
 
 
 

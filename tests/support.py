@@ -73,6 +73,14 @@ class Writer:
         self.proc.wait(10)
 
 
+def end_all(procs) -> None:
+    """Kills the child processes a test left running, and reaps them all."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

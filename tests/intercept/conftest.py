@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from support import LineReader
+from support import LineReader, end_all
 
 ROOT = Path(__file__).resolve().parents[2]
 INTERCEPT = ROOT / "intercept"
@@ -83,10 +83,7 @@ def run_client(intercept_library, fake_driver_dir, client_programs, shm_dir):
         return client
 
     yield run
-    for c in clients:
-        if c.proc.poll() is None:
-            c.proc.kill()
-            c.proc.wait()
+    end_all(c.proc for c in clients)
 
 
 def published(shm_dir: Path, pid: int) -> dict[int, object]:
