@@ -81,7 +81,7 @@ class Publisher:
     def publish(self) -> None:
         try:
             self._publish()
-        except Exception as e:  # a bug or a full disk must never reach the training program
+        except Exception as e:  # not even a bug of ours may reach the training program
             self.recorder.warn_once("publish", f"cannot publish python metrics: {e!r}")
 
     def _publish(self) -> None:

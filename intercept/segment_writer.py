@@ -99,7 +99,8 @@ class WriterSegment:
         fd = os.open(temp_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, SEGMENT_MODE)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fcntl(F_SETLK, F_WRLCK) on the whole file
-            os.ftruncate(fd, self.header.header_size + self.header.record_size)
+            # Allocated now, not on first touch: a full /dev/shm fails here, not as SIGBUS in a publish.
+            os.posix_fallocate(fd, 0, self.header.header_size + self.header.record_size)
             os.pwrite(fd, bytes(self.header), 0)
             self._map_shared(fd)
             os.rename(temp_path, self.path)

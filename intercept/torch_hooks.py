@@ -24,15 +24,19 @@ def batch_size(batch) -> int:
     tuple, list or dict batch; a container holding no tensor counts its items."""
     kind = type(batch)
     if kind is tuple or kind is list:  # the common cases first: an ABC isinstance costs ~0.3 µs
+        if batch:
+            shape = getattr(batch[0], "shape", None)  # (inputs, targets): the usual batch
+            if shape:
+                return shape[0]
         items = batch
     elif kind is dict or isinstance(batch, Mapping):
         items = batch.values()
     else:
         shape = getattr(batch, "shape", None)
-        return (shape[0] if len(shape) else 1) if shape is not None else 1
+        return (shape[0] if shape else 1) if shape is not None else 1
     for item in items:
         shape = getattr(item, "shape", None)
-        if shape is not None and len(shape):
+        if shape:
             return shape[0]
     return len(batch)
 
@@ -41,6 +45,7 @@ def timed_next(original, recorder: Recorder, grad_enabled):
     """Wraps _BaseDataLoaderIter.__next__. Per-pass state lives on the iterator:
     whether the pass is a training loop, and when its previous batch arrived."""
     clock = time.monotonic_ns
+    arrived = recorder.batch_arrived
 
     def __next__(self):
         asked_at = clock()
@@ -60,7 +65,7 @@ def timed_next(original, recorder: Recorder, grad_enabled):
             recorder.waiting_since_ns = 0
             raise
         arrived_at = clock()
-        recorder.batch_arrived(asked_at, arrived_at, batch_size(batch), self._alnair_arrived)
+        arrived(asked_at, arrived_at, batch_size(batch), self._alnair_arrived)
         self._alnair_arrived = arrived_at
         return batch
 
