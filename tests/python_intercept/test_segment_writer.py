@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import stat
 import textwrap
+from pathlib import Path
 
 from alnair.collectors.shm import layout
 from alnair.collectors.shm.segments import lock_holder
@@ -40,7 +41,8 @@ def test_segment_is_named_locked_and_private_like_the_c_writers(shm_dir):
     finally:
         os.close(fd)
     assert (header.record_kind, header.record_size, header.writer_pid) == (layout.KIND_PYTHON, layout.PYTHON_RECORD_SIZE, p.pid)
-    assert (header.pod_uid, header.container_id, header.comm) == (b"0f0e-pod", b"containerd://abc", b"python")
+    comm = Path(f"/proc/{p.pid}/comm").read_bytes().strip()  # python or python3, as the interpreter is named
+    assert (header.pod_uid, header.container_id, header.comm) == (b"0f0e-pod", b"containerd://abc", comm)
     assert header.seq % 2 == 0 and header.seq >= 2
     # One descriptor on its own segment: closing a second would drop the process's lock.
     fds = [os.readlink(f"/proc/{p.pid}/fd/{n}") for n in os.listdir(f"/proc/{p.pid}/fd")]
