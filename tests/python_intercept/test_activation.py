@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import site
 import subprocess
 import sys
 import textwrap
@@ -74,6 +75,10 @@ def installed_python(tmp_path_factory) -> str:
     venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
+    if sys.prefix != sys.base_prefix:  # run from a venv: --system-site-packages reaches the base, not that venv
+        own = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        Path(own, "outer-venv.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(ROOT)],
                    check=True, capture_output=True, cwd=venv)
     return python
