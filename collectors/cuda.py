@@ -1,17 +1,15 @@
 """The cuda collector: per-process, per-device counters the CUDA intercept publishes in shared memory."""
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 
-from alnair.exporter.collector import Collector
 from alnair.exporter.exposition import ExpositionBuilder
-from alnair.exporter.sampler import render
 
 from .shm import layout
-from .shm.metrics import LabelSets, directory_metrics, pid_label, process_families
-from .shm.segments import MalformedRecord, ParsedSegment, Segment, SegmentDirectory
+from .shm.collector import SegmentCollector
+from .shm.metrics import pid_label
+from .shm.segments import MalformedRecord, ParsedSegment, Segment
 
 # (metric, kind, help, field, scale): one row per exported device field.
 DEVICE_FIELDS = [
@@ -49,27 +47,13 @@ def parse_cuda_record(segment: Segment) -> CudaProcess:
     )
 
 
-class CudaCollector(Collector):
+class CudaCollector(SegmentCollector):
     name = "cuda"
     help = "Per-process CUDA counters (launches, memory, limits) from the intercept's shared memory."
-    default_interval_seconds = 1.0
+    kind = layout.KIND_CUDA
+    parse = staticmethod(parse_cuda_record)
 
-    def __init__(self, options):
-        super().__init__(options)
-        self.directory = SegmentDirectory(options.shm_dir, layout.KIND_CUDA)
-        self.procfs = options.procfs
-        self.clock_ticks = os.sysconf("SC_CLK_TCK")
-        self.labels = LabelSets()
-
-    def collect(self) -> bytes:
-        processes = self.directory.read(parse_cuda_record)
-        self.labels.new_sample()
-        out = ExpositionBuilder()
-        self._device_families(out, processes)
-        process_families(out, "cuda", processes, self.labels, self.procfs, self.clock_ticks)
-        return out.text() + render(directory_metrics(self.directory, len(processes)))
-
-    def _device_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]]) -> None:
+    def record_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]]) -> None:
         rows = []
         for p in processes:
             pid = pid_label(p.segment)

@@ -1,15 +1,12 @@
 """The python collector: per-process training-loop counters, custom counters and phases the Python intercept publishes."""
 from __future__ import annotations
 
-import os
-
-from alnair.exporter.collector import Collector
 from alnair.exporter.exposition import ExpositionBuilder
-from alnair.exporter.sampler import render
 
 from .shm import layout
-from .shm.metrics import LabelSets, directory_metrics, pid_label, process_families
-from .shm.segments import MalformedRecord, ParsedSegment, Segment, SegmentDirectory
+from .shm.collector import SegmentCollector
+from .shm.metrics import pid_label
+from .shm.segments import MalformedRecord, ParsedSegment, Segment
 
 # (metric, kind, help, field, scale): one row per exported training-loop field.
 LOOP_FIELDS = [
@@ -35,26 +32,15 @@ def _name(raw: bytes) -> str:
     return raw.decode(errors="replace")
 
 
-class PythonCollector(Collector):
+class PythonCollector(SegmentCollector):
     name = "python"
     help = "Per-process training-loop counters (steps, data stall, phases) from the Python intercept's shared memory."
-    default_interval_seconds = 1.0
+    kind = layout.KIND_PYTHON
+    parse = staticmethod(parse_python_record)
 
-    def __init__(self, options):
-        super().__init__(options)
-        self.directory = SegmentDirectory(options.shm_dir, layout.KIND_PYTHON)
-        self.procfs = options.procfs
-        self.clock_ticks = os.sysconf("SC_CLK_TCK")
-        self.labels = LabelSets()
-
-    def collect(self) -> bytes:
-        processes = self.directory.read(parse_python_record)
-        self.labels.new_sample()
-        out = ExpositionBuilder()
+    def record_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[layout.PythonRecord]]) -> None:
         self._loop_families(out, processes)
         self._custom_families(out, processes)
-        process_families(out, "python", processes, self.labels, self.procfs, self.clock_ticks)
-        return out.text() + render(directory_metrics(self.directory, len(processes)))
 
     def _pid(self, segment: Segment) -> str:
         pid = pid_label(segment)

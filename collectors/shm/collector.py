@@ -1,0 +1,43 @@
+"""The skeleton every collector of one segment kind shares: read the directory each sample, render its
+record's families, then the per-process identity and the directory's self-metrics."""
+from __future__ import annotations
+
+import os
+from typing import ClassVar
+
+from alnair.exporter.collector import Collector
+from alnair.exporter.exposition import ExpositionBuilder
+from alnair.exporter.sampler import render
+
+from . import layout
+from .metrics import LabelSets, directory_metrics, process_families
+from .segments import ParsedSegment, Segment, SegmentDirectory
+
+
+class SegmentCollector(Collector):
+    """Subclasses set `kind` and implement `parse` (a segment's record) and `record_families`."""
+
+    kind: ClassVar[int]
+    default_interval_seconds = 1.0
+
+    def __init__(self, options):
+        super().__init__(options)
+        self.directory = SegmentDirectory(options.shm_dir, self.kind)
+        self.procfs = options.procfs
+        self.clock_ticks = os.sysconf("SC_CLK_TCK")
+        self.labels = LabelSets()  # escaped once per process and series, kept while the process lives
+
+    @staticmethod
+    def parse(segment: Segment):
+        raise NotImplementedError
+
+    def record_families(self, out: ExpositionBuilder, processes: list[ParsedSegment]) -> None:
+        raise NotImplementedError
+
+    def collect(self) -> bytes:
+        processes = self.directory.read(self.parse)
+        self.labels.new_sample()
+        out = ExpositionBuilder()
+        self.record_families(out, processes)
+        process_families(out, layout.KIND_NAMES[self.kind], processes, self.labels, self.procfs, self.clock_ticks)
+        return out.text() + render(directory_metrics(self.directory, len(processes)))
