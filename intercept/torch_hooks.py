@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import operator
 import sys
 import time
 from collections.abc import Mapping
@@ -46,6 +47,7 @@ def timed_next(original, recorder: Recorder, grad_enabled):
     whether the pass is a training loop, and when its previous batch arrived."""
     clock = time.monotonic_ns
     arrived = recorder.batch_arrived
+    index = operator.index
 
     def __next__(self):
         asked_at = clock()
@@ -65,7 +67,11 @@ def timed_next(original, recorder: Recorder, grad_enabled):
             recorder.waiting_since_ns = 0
             raise
         arrived_at = clock()
-        arrived(asked_at, arrived_at, batch_size(batch), self._alnair_arrived)
+        try:
+            samples = index(batch_size(batch))
+        except Exception:  # a batch we cannot size (a shape of None...) must not stop the training
+            samples = 0
+        arrived(asked_at, arrived_at, samples, self._alnair_arrived)
         self._alnair_arrived = arrived_at
         return batch
 

@@ -150,3 +150,23 @@ def test_dataloader_workers_publish_only_what_they_record(shm_dir):
     # Workers end in os._exit, past atexit: they remove theirs in multiprocessing's exit hook.
     wait_until(lambda: list(python_records(shm_dir)) == [program.pid] and len(list(shm_dir.iterdir())) == 1)
     assert program.finish() == ""
+
+
+def test_batches_of_any_shape_are_counted_and_never_break_the_loop(shm_dir):
+    program = PythonProgram(textwrap.dedent("""
+        import sys
+        import alnair.auto, torch
+        from torch.utils.data import DataLoader
+
+        class Odd:
+            shape = (None, 3)  # a leading dimension nobody can count
+
+        batches = [{"input_ids": torch.zeros(5, 7)}, [torch.tensor(1.0), "label"], ["a", "b", "c"], Odd(), torch.zeros(4, 2)]
+        for batch in DataLoader(batches, batch_size=None, collate_fn=lambda b: b):
+            pass
+        print("ready", flush=True)
+        sys.stdin.read()
+    """), shm_dir)
+    record = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and r.epochs == 1 and r)
+    assert (record.steps, record.samples) == (5, 5 + 2 + 3 + 0 + 4)
+    assert program.finish() == ""
