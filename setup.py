@@ -1,4 +1,7 @@
-"""Builds the CUDA intercept library into the package, so `pip install .` carries it."""
+"""Builds the CUDA intercept library into the package, so `pip install .` carries it, and ships
+alnair_intercept.pth, which pyproject.toml cannot place: at the top of site-packages Python runs its
+import line at start-up, which activates the Python intercept only when ALNAIR_PYTHON_INTERCEPT is set
+(the mechanism coverage.py uses for subprocesses). Editable installs skip both; alnair-run needs neither."""
 import shutil
 import subprocess
 import sys
@@ -7,10 +10,13 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
+PTH = "alnair_intercept.pth"
+
 
 class BuildWithIntercept(build_py):
     def run(self) -> None:
         super().run()
+        self.copy_file(PTH, str(Path(self.build_lib) / PTH))
         try:
             subprocess.run(["make", "-s", "-C", "intercept", "build/libalnair.so"], check=True)
         except (OSError, subprocess.CalledProcessError) as e:  # the exporter works without it
@@ -19,6 +25,9 @@ class BuildWithIntercept(build_py):
         target = Path(self.build_lib, "alnair", "intercept")
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy2("intercept/build/libalnair.so", target / "libalnair.so")
+
+    def get_outputs(self, include_bytecode=True):
+        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / PTH)]
 
 
 setup(cmdclass={"build_py": BuildWithIntercept})

@@ -79,9 +79,21 @@ def installed_python(tmp_path_factory) -> str:
         own = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True,
                              text=True, check=True).stdout.strip()
         Path(own, "outer-venv.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(ROOT)],
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(tracked_tree(tmp_path_factory))],
                    check=True, capture_output=True, cwd=venv)
     return python
+
+
+def tracked_tree(tmp_path_factory) -> Path:
+    """The checkout's tracked files alone, as CI's clone has them: a build/ left in the working tree
+    by an earlier install must not supply files the package no longer ships."""
+    tree = tmp_path_factory.mktemp("src")
+    names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, names):
+        if (ROOT / name).is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, tree / name)
+    return tree
 
 
 def test_installed_package_ships_the_pth_and_the_switch_works_in_any_python(installed_python, tmp_path):
