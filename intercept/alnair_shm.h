@@ -124,7 +124,7 @@ struct alnair_python_record {
     uint32_t max_phases;           /* ALNAIR_PYTHON_MAX_PHASES */
     uint32_t reserved0;
     uint64_t steps;                /* batches taken by training loops */
-    uint64_t samples;              /* items in those batches (leading dimension) */
+    uint64_t samples;              /* dataset items in those batches */
     uint64_t epochs;               /* training loops that ran their iterator to the end */
     uint64_t optimizer_steps;      /* torch.optim.Optimizer.step calls that completed */
     uint64_t data_wait_ns;         /* time blocked waiting for the next batch */

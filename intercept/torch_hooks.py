@@ -42,9 +42,26 @@ def batch_size(batch) -> int:
     return len(batch)
 
 
+def sampler_batches(iterator) -> tuple[int, int, int]:
+    """(items per batch, how many batches hold that many, items in the last batch after them) when a
+    map-style dataset is batched by a BatchSampler: no batch then needs sizing. Else (0, 0, 0)."""
+    from torch.utils.data import BatchSampler
+    from torch.utils.data.dataloader import _DatasetKind
+
+    sampler = iterator._index_sampler
+    if iterator._dataset_kind != _DatasetKind.Map or not iterator._auto_collation or not isinstance(sampler, BatchSampler):
+        return 0, 0, 0
+    try:
+        full, rest = divmod(len(sampler.sampler), sampler.batch_size)
+    except TypeError:  # a sampler without a length
+        return 0, 0, 0
+    return sampler.batch_size, full, 0 if sampler.drop_last else rest
+
+
 def timed_next(original, recorder: Recorder, grad_enabled):
     """Wraps _BaseDataLoaderIter.__next__. Per-pass state lives on the iterator:
-    whether the pass is a training loop, and when its previous batch arrived."""
+    whether the pass is a training loop, when its previous batch arrived, and the items
+    its sampler puts in each batch (`sampler_batches`)."""
     clock = time.monotonic_ns
     arrived = recorder.batch_arrived
     index = operator.index
@@ -54,6 +71,7 @@ def timed_next(original, recorder: Recorder, grad_enabled):
         if self._num_yielded == 0:  # a new pass over the loader (a new or reset iterator)
             self._alnair_training = grad_enabled()
             self._alnair_arrived = 0
+            self._alnair_items, self._alnair_full_batches, self._alnair_rest = sampler_batches(self) if self._alnair_training else (0, 0, 0)
         if not self._alnair_training:
             return original(self)
         recorder.waiting_since_ns = asked_at
@@ -67,10 +85,15 @@ def timed_next(original, recorder: Recorder, grad_enabled):
             recorder.waiting_since_ns = 0
             raise
         arrived_at = clock()
-        try:
-            samples = index(batch_size(batch))
-        except Exception:  # a batch we cannot size (a shape of None...) must not stop the training
-            samples = 0
+        if self._num_yielded <= self._alnair_full_batches:  # counted after the batch came, from 1
+            samples = self._alnair_items
+        elif self._alnair_rest and self._num_yielded == self._alnair_full_batches + 1:
+            samples = self._alnair_rest
+        else:
+            try:
+                samples = index(batch_size(batch))
+            except Exception:  # a batch we cannot size (a shape of None...) must not stop the training
+                samples = 0
         arrived(asked_at, arrived_at, samples, self._alnair_arrived)
         self._alnair_arrived = arrived_at
         return batch
@@ -94,6 +117,7 @@ def install(recorder: Recorder = RECORDER) -> None:
         return
     _BaseDataLoaderIter._alnair_training = False  # iterators already running when we arrive are left alone
     _BaseDataLoaderIter._alnair_arrived = 0
+    _BaseDataLoaderIter._alnair_full_batches = 0
     _BaseDataLoaderIter.__next__ = timed_next(_BaseDataLoaderIter.__next__, recorder, torch.is_grad_enabled)
     try:
         from torch.optim.optimizer import register_optimizer_step_post_hook

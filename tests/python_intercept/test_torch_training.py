@@ -170,3 +170,20 @@ def test_batches_of_any_shape_are_counted_and_never_break_the_loop(shm_dir):
     record = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and r.epochs == 1 and r)
     assert (record.steps, record.samples) == (5, 5 + 2 + 3 + 0 + 4)
     assert program.finish() == ""
+
+
+def test_samples_are_the_items_the_sampler_batched_whatever_collate_makes_of_them(shm_dir):
+    program = PythonProgram(textwrap.dedent("""
+        import sys
+        import alnair.auto, torch
+        from torch.utils.data import DataLoader
+        pairs = lambda items: torch.zeros(2 * len(items), 3)  # a collate that doubles the leading dimension
+        for drop_last in (False, True):
+            for batch in DataLoader(list(range(10)), batch_size=4, collate_fn=pairs, drop_last=drop_last):
+                pass
+        print("ready", flush=True)
+        sys.stdin.read()
+    """), shm_dir)
+    record = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and r.epochs == 2 and r)
+    assert (record.steps, record.samples) == (3 + 2, 10 + 8)
+    assert program.finish() == ""
