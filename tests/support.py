@@ -277,3 +277,11 @@ def fill_cache(url: str, root: Path, datasets: list[tuple[str, str, range]], siz
         for position, number in enumerate(numbers):
             (directory / f"{position:05d}").write_bytes(bytes([number]) * size)
         list(CacheLoader(CachedDataset(url, dataset, DirectoryOrigin(directory), job=job), 4))
+
+
+def require_binary(name: str) -> str:
+    """The path of an installed program the test needs; a clear failure (never a skip) without it."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: .ci/run installs it")
+    return path

@@ -1,0 +1,261 @@
+"""The nvml collector: per-GPU (MIG instances included) and per-process GPU metrics from NVML,
+initialised once; processes carry pod identity through an _info series."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from alnair.exporter.collector import Collector, CollectorUnavailable
+from alnair.exporter.exposition import ExpositionBuilder
+
+from .pods.identity import pod_identity
+from .shm.metrics import LabelSets
+
+log = logging.getLogger(__name__)
+
+# (metric, kind, help, field of GpuSample): per-GPU values, absent when the GPU does not support them.
+GPU_FIELDS = [
+    ("alnair_nvml_sm_utilization_ratio", "gauge", "Share of the last sample period a kernel ran on the GPU.", "sm_util"),
+    ("alnair_nvml_memory_utilization_ratio", "gauge", "Share of the last sample period device memory was read or written.", "mem_util"),
+    ("alnair_nvml_memory_used_bytes", "gauge", "Device memory in use.", "memory_used"),
+    ("alnair_nvml_memory_total_bytes", "gauge", "Device memory installed.", "memory_total"),
+    ("alnair_nvml_temperature_celsius", "gauge", "GPU core temperature.", "temperature"),
+    ("alnair_nvml_power_watts", "gauge", "Power draw.", "power"),
+    ("alnair_nvml_energy_joules", "counter", "Energy used since the driver loaded.", "energy"),
+    ("alnair_nvml_sm_clock_hertz", "gauge", "SM clock.", "sm_clock"),
+    ("alnair_nvml_memory_clock_hertz", "gauge", "Memory clock.", "mem_clock"),
+    ("alnair_nvml_pcie_transmit_bytes_per_second", "gauge", "PCIe transmit throughput (20 ms window).", "pcie_tx"),
+    ("alnair_nvml_pcie_receive_bytes_per_second", "gauge", "PCIe receive throughput (20 ms window).", "pcie_rx"),
+    ("alnair_nvml_remapped_rows_pending", "gauge", "1 while a row remapping waits for a GPU reset.", "remap_pending"),
+    ("alnair_nvml_remapped_rows_failed", "gauge", "1 if a row remapping failed.", "remap_failed"),
+]
+# (metric, kind, help, label name, field of GpuSample holding {label value: number}).
+GPU_LABELLED_FIELDS = [
+    ("alnair_nvml_throttle_reason_active", "gauge", "1 while the reason holds the clocks down.", "reason", "throttle"),
+    ("alnair_nvml_ecc_errors", "counter", "ECC errors since the GPU's manufacture.", "type", "ecc"),
+    ("alnair_nvml_retired_pages", "gauge", "Pages retired for ECC errors.", "cause", "retired"),
+    ("alnair_nvml_remapped_rows", "gauge", "Rows remapped for ECC errors.", "type", "remapped"),
+]
+THROTTLE_REASONS = {  # pynvml constant -> label value
+    "nvmlClocksThrottleReasonGpuIdle": "gpu_idle",
+    "nvmlClocksThrottleReasonApplicationsClocksSetting": "applications_clocks_setting",
+    "nvmlClocksThrottleReasonSwPowerCap": "sw_power_cap",
+    "nvmlClocksThrottleReasonHwSlowdown": "hw_slowdown",
+    "nvmlClocksThrottleReasonSyncBoost": "sync_boost",
+    "nvmlClocksThrottleReasonSwThermalSlowdown": "sw_thermal_slowdown",
+    "nvmlClocksThrottleReasonHwThermalSlowdown": "hw_thermal_slowdown",
+    "nvmlClocksThrottleReasonHwPowerBrakeSlowdown": "hw_power_brake_slowdown",
+    "nvmlClocksThrottleReasonDisplayClockSetting": "display_clock_setting",
+}
+
+
+@dataclass
+class Device:
+    """A GPU, or a MIG instance of one (`parent_uuid` set), with what its samples keep between them."""
+
+    handle: object
+    index: str  # the NVML index (nvidia-smi's); a MIG instance has its parent's
+    uuid: str
+    name: str
+    parent_uuid: str = ""
+    last_seen_us: int = 0  # newest process-utilization sample already read
+    unsupported: set[str] = field(default_factory=set)  # optional queries this device refused
+    instances: list["Device"] = field(default_factory=list)  # MIG instances last seen, with their timestamps
+
+
+@dataclass
+class GpuSample:
+    values: dict[str, float] = field(default_factory=dict)
+    labelled: dict[str, dict[str, float]] = field(default_factory=dict)
+    processes: dict[int, tuple[float | None, float | None, int | None]] = field(default_factory=dict)  # pid -> sm, mem, bytes
+
+
+class NvmlCollector(Collector):
+    name = "nvml"
+    help = "Per-GPU and per-process GPU utilization, memory, power, clocks and errors from NVML."
+    default_interval_seconds = 2.0
+
+    def __init__(self, options, nvml=None):
+        super().__init__(options)
+        self.nvml = nvml or import_pynvml()
+        try:
+            self.nvml.nvmlInit()
+            self.driver_version = text(self.nvml.nvmlSystemGetDriverVersion())
+            count = self.nvml.nvmlDeviceGetCount()
+        except self.nvml.NVMLError as e:
+            raise CollectorUnavailable(f"NVML: {e}") from None
+        if count == 0:
+            self.nvml.nvmlShutdown()
+            raise CollectorUnavailable("NVML sees no GPU")
+        self.gpus = [self._gpu(i) for i in range(count)]
+        self.identity = pod_identity(options)
+        self.labels = LabelSets()
+
+    def _gpu(self, index: int) -> Device | None:
+        """None for a GPU NVML lists but cannot open (it stays down: its uuid is unknown)."""
+        try:
+            handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
+            return Device(handle, str(index), text(self.nvml.nvmlDeviceGetUUID(handle)), text(self.nvml.nvmlDeviceGetName(handle)))
+        except self.nvml.NVMLError as e:
+            log.warning("GPU %d cannot be opened: %s", index, e)
+            return None
+
+    def close(self) -> None:
+        self.nvml.nvmlShutdown()
+
+    def collect(self) -> bytes:
+        self.labels.new_sample()
+        up, samples = [], []
+        for gpu in self.gpus:
+            if gpu is None:
+                continue
+            try:
+                devices = [gpu, *self._mig_instances(gpu)]
+                sampled = [(d, self._sample(d)) for d in devices]
+            except self.nvml.NVMLError as e:
+                log.debug("GPU %s failed: %s", gpu.uuid, e)
+                up.append((self._labels(gpu), 0))
+                continue
+            up.extend((self._labels(d), 1) for d, _ in sampled)
+            samples.extend(sampled)
+        out = ExpositionBuilder()
+        out.family("alnair_nvml_up", "gauge", "1 if NVML answered for the GPU this sample; 0 and no other series for it otherwise.", up)
+        self._gpu_families(out, samples)
+        self._process_families(out, samples)
+        return out.text()
+
+    def _mig_instances(self, gpu: Device) -> list[Device]:
+        mode = self._optional(gpu, "mig", self.nvml.nvmlDeviceGetMigMode, gpu.handle)
+        if mode is None or mode[0] != self.nvml.NVML_DEVICE_MIG_ENABLE:  # (current, pending)
+            return []
+        instances = []
+        for slot in range(self.nvml.nvmlDeviceGetMaxMigDeviceCount(gpu.handle)):
+            try:
+                handle = self.nvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, slot)
+            except self.nvml.NVMLError_NotFound:
+                continue
+            uuid = text(self.nvml.nvmlDeviceGetUUID(handle))
+            known = next((d for d in gpu.instances if d.uuid == uuid), None)
+            instances.append(known or Device(handle, gpu.index, uuid, text(self.nvml.nvmlDeviceGetName(handle)), gpu.uuid))
+        gpu.instances = instances
+        return instances
+
+    def _optional(self, device: Device, query: str, function, *args):
+        """function(*args), or None when the device does not support it (remembered: not asked again)."""
+        if query in device.unsupported:
+            return None
+        try:
+            return function(*args)
+        except (self.nvml.NVMLError_NotSupported, self.nvml.NVMLError_NoPermission, self.nvml.NVMLError_FunctionNotFound):
+            device.unsupported.add(query)
+            return None
+
+    def _sample(self, d: Device) -> GpuSample:
+        nvml, h, s = self.nvml, d.handle, GpuSample()
+        memory = nvml.nvmlDeviceGetMemoryInfo(h)  # every device answers this; an error means the GPU is in trouble
+        s.values["memory_used"], s.values["memory_total"] = memory.used, memory.total
+        if (rates := self._optional(d, "utilization", nvml.nvmlDeviceGetUtilizationRates, h)) is not None:
+            s.values["sm_util"], s.values["mem_util"] = rates.gpu / 100, rates.memory / 100
+        scaled = [("temperature", 1, nvml.nvmlDeviceGetTemperature, (h, nvml.NVML_TEMPERATURE_GPU)),
+                  ("power", 1e-3, nvml.nvmlDeviceGetPowerUsage, (h,)),
+                  ("energy", 1e-3, nvml.nvmlDeviceGetTotalEnergyConsumption, (h,)),
+                  ("sm_clock", 1e6, nvml.nvmlDeviceGetClockInfo, (h, nvml.NVML_CLOCK_SM)),
+                  ("mem_clock", 1e6, nvml.nvmlDeviceGetClockInfo, (h, nvml.NVML_CLOCK_MEM)),
+                  ("pcie_tx", 1024, nvml.nvmlDeviceGetPcieThroughput, (h, nvml.NVML_PCIE_UTIL_TX_BYTES)),
+                  ("pcie_rx", 1024, nvml.nvmlDeviceGetPcieThroughput, (h, nvml.NVML_PCIE_UTIL_RX_BYTES))]
+        for key, scale, function, args in scaled:
+            if (value := self._optional(d, key, function, *args)) is not None:
+                s.values[key] = value * scale
+        self._errors(d, s)
+        s.processes = self._processes(d)
+        return s
+
+    def _errors(self, d: Device, s: GpuSample) -> None:
+        nvml, h = self.nvml, d.handle
+        if (reasons := self._optional(d, "throttle", nvml.nvmlDeviceGetCurrentClocksThrottleReasons, h)) is not None:
+            s.labelled["throttle"] = {label: int(bool(reasons & getattr(nvml, constant))) for constant, label in THROTTLE_REASONS.items()}
+        ecc = {kind: self._optional(d, "ecc", nvml.nvmlDeviceGetTotalEccErrors, h, error_type, nvml.NVML_AGGREGATE_ECC)
+               for kind, error_type in (("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED), ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED))}
+        if None not in ecc.values():
+            s.labelled["ecc"] = ecc
+        retired = {cause: self._optional(d, "retired", nvml.nvmlDeviceGetRetiredPages, h, constant)
+                   for cause, constant in (("single_bit_ecc", nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+                                           ("double_bit_ecc", nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR))}
+        if None not in retired.values():
+            s.labelled["retired"] = {cause: len(pages) for cause, pages in retired.items()}
+        if (rows := self._optional(d, "remapped", nvml.nvmlDeviceGetRemappedRows, h)) is not None:
+            corrected, uncorrected, pending, failed = rows
+            s.labelled["remapped"] = {"correctable": corrected, "uncorrectable": uncorrected}
+            s.values["remap_pending"], s.values["remap_failed"] = int(bool(pending)), int(bool(failed))
+
+    def _processes(self, d: Device) -> dict[int, tuple[float | None, float | None, int | None]]:
+        """pid -> (SM share, memory share, bytes): every process holding memory on the device; the shares are
+        the mean of NVML's samples since the last read (0 with none: the process launched nothing meanwhile)."""
+        running = self._optional(d, "processes", self.nvml.nvmlDeviceGetComputeRunningProcesses, d.handle) or []
+        utilization = self._utilization(d)
+        idle = (None, None) if utilization is None else (0.0, 0.0)  # None: not supported (MIG instances)
+        processes = {}
+        for p in running:
+            memory = p.usedGpuMemory if isinstance(p.usedGpuMemory, int) else None  # None: hidden (MIG, no privilege)
+            processes[p.pid] = (*(utilization or {}).get(p.pid, idle), memory)
+        return processes
+
+    def _utilization(self, d: Device) -> dict[int, tuple[float, float]] | None:
+        try:
+            samples = self._optional(d, "process_utilization", self.nvml.nvmlDeviceGetProcessUtilization, d.handle, d.last_seen_us)
+        except self.nvml.NVMLError as e:
+            if e.value not in (self.nvml.NVML_ERROR_NOT_FOUND, self.nvml.NVML_SUCCESS):
+                raise
+            return {}  # no sample since last_seen: nothing ran
+        if samples is None:
+            return None
+        sums: dict[int, list[float]] = {}
+        for sample in samples:
+            total = sums.setdefault(sample.pid, [0.0, 0.0, 0])
+            total[0] += sample.smUtil
+            total[1] += sample.memUtil
+            total[2] += 1
+            d.last_seen_us = max(d.last_seen_us, sample.timeStamp)
+        return {pid: (sm / n / 100, mem / n / 100) for pid, (sm, mem, n) in sums.items()}
+
+    def _labels(self, d: Device, pid: int | None = None) -> str:
+        labels = {"gpu": d.index, "uuid": d.uuid} if pid is None else {"gpu": d.index, "pid": str(pid), "uuid": d.uuid}
+        return self.labels.get((d.uuid, pid), labels)
+
+    def _gpu_families(self, out: ExpositionBuilder, samples: list[tuple[Device, GpuSample]]) -> None:
+        out.family("alnair_nvml_gpu_info", "gauge", "Identity of a GPU or MIG instance; join on uuid.",
+                   ((self.labels.get((d.uuid, "info"), {"gpu": d.index, "uuid": d.uuid, "name": d.name,
+                                                        "driver_version": self.driver_version, "parent_uuid": d.parent_uuid}), 1)
+                    for d, _ in samples))
+        for metric, kind, help_text, key in GPU_FIELDS:
+            out.family(metric, kind, help_text, ((self._labels(d), s.values[key]) for d, s in samples if key in s.values))
+        for metric, kind, help_text, label, key in GPU_LABELLED_FIELDS:
+            out.family(metric, kind, help_text, (
+                (self.labels.get((d.uuid, key, value), {"gpu": d.index, label: value, "uuid": d.uuid}), number)
+                for d, s in samples for value, number in s.labelled.get(key, {}).items()))
+
+    def _process_families(self, out: ExpositionBuilder, samples: list[tuple[Device, GpuSample]]) -> None:
+        rows = [(self._labels(d, pid), values) for d, s in samples for pid, values in s.processes.items()]
+        for position, (metric, help_text) in enumerate([
+                ("alnair_nvml_process_sm_utilization_ratio", "Share of the sample period the process's kernels ran on the GPU."),
+                ("alnair_nvml_process_memory_utilization_ratio", "Share of the sample period the process read or wrote device memory."),
+                ("alnair_nvml_process_memory_used_bytes", "Device memory the process holds.")]):
+            out.family(metric, "gauge", help_text, ((labels, values[position]) for labels, values in rows if values[position] is not None))
+        pids = sorted({pid for _, s in samples for pid in s.processes})
+        self.identity.retain(pids)
+        out.family("alnair_nvml_process_info", "gauge", "Pod identity of a process using a GPU; join on pid.",
+                   ((self.labels.get((pid, "identity", who := self.identity.of_pid(pid)), {"pid": str(pid), **who.labels()}), 1)
+                    for pid in pids))
+
+
+def import_pynvml():
+    try:
+        import pynvml
+    except ImportError:
+        raise CollectorUnavailable("nvidia-ml-py is not installed") from None
+    return pynvml
+
+
+def text(value) -> str:
+    """NVML strings: bytes in old bindings, str in new ones."""
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,74 @@
+"""Who a pid is: its pod UID and container id from its cgroup, its pod, namespace and container names
+from the pod watch when known; one resolver per exporter, shared by every collector that labels pids."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from .cgroup import CgroupIdentity, cgroup_identity
+from .watcher import PodWatcher, start_pod_watcher
+
+NOT_IN_POD = "<none>"  # not a valid Kubernetes name, so it cannot be mistaken for one
+UNKNOWN = "<unknown>"  # in a pod whose names the exporter has not learned (no API access, or not yet)
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    pod_uid: str
+    container_id: str
+    pod: str
+    namespace: str
+    container: str
+
+    def labels(self) -> dict[str, str]:
+        return {"pod_uid": self.pod_uid, "container_id": self.container_id, "pod": self.pod,
+                "namespace": self.namespace, "container": self.container}
+
+
+class PodIdentity:
+    """Resolves pids; a pid's cgroup is read once while the caller keeps asking for it (see `retain`)."""
+
+    def __init__(self, procfs: str, watcher: PodWatcher | None = None):
+        self.procfs = procfs
+        self.watcher = watcher
+        self._cgroups: dict[int, CgroupIdentity] = {}
+
+    def of_pid(self, pid: int | None, pod_uid: str = "", container_id: str = "") -> ProcessIdentity:
+        """`pod_uid`/`container_id`: what the process said of itself (segment header), preferred when set."""
+        if pid is not None and not (pod_uid and container_id):
+            found = self._cgroups.get(pid) or cgroup_identity(self.procfs, pid)
+            if found is not None:
+                self._cgroups[pid] = found
+                pod_uid, container_id = pod_uid or found.pod_uid, container_id or found.container_id
+        return self.named(pod_uid, container_id)
+
+    def named(self, pod_uid: str, container_id: str) -> ProcessIdentity:
+        if not pod_uid:
+            return ProcessIdentity(NOT_IN_POD, container_id, NOT_IN_POD, NOT_IN_POD, NOT_IN_POD)
+        names = self.watcher.lookup(pod_uid) if self.watcher else None
+        if names is None:
+            return ProcessIdentity(pod_uid, container_id, UNKNOWN, UNKNOWN, UNKNOWN)
+        container = names.containers.get(container_id.rpartition("://")[2], UNKNOWN)
+        return ProcessIdentity(pod_uid, container_id, names.name, names.namespace, container)
+
+    def retain(self, pids) -> None:
+        """Forget the cgroups of pids the caller no longer sees (a reused pid is read afresh)."""
+        keep = set(pids)
+        self._cgroups = {pid: found for pid, found in self._cgroups.items() if pid in keep}
+
+
+_shared: dict[str, PodWatcher | None] = {}  # node name -> its watcher
+_shared_lock = threading.Lock()
+
+
+def pod_identity(options) -> PodIdentity:
+    """A resolver for one collector, over the exporter's one pod watcher (started by the first caller).
+    Options without a node name (tests, tools) get cgroup-derived identity only."""
+    node_name = getattr(options, "node_name", None)
+    watcher = None
+    if node_name:
+        with _shared_lock:
+            if node_name not in _shared:
+                _shared[node_name] = start_pod_watcher(node_name)
+            watcher = _shared[node_name]
+    return PodIdentity(options.procfs, watcher)

@@ -1,0 +1,142 @@
+"""A test double of the pynvml module: GPUs described in Python, answering with pynvml's own constants,
+structures' field names and NVMLError subclasses (so the collector's error handling is the real one)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import pynvml
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    name: str = "NVIDIA H200"
+    memory_total: int = 150_000 * 2**20
+    memory_used: int = 0
+    utilization: tuple[int, int] = (0, 0)  # SM %, memory %
+    temperature: int = 40
+    power_mw: int = 100_000
+    energy_mj: int = 5_000_000
+    clocks_mhz: tuple[int, int] = (1980, 2619)  # SM, memory
+    pcie_kb_per_s: tuple[int, int] = (0, 0)  # tx, rx
+    throttle: int = 0
+    ecc: tuple[int, int] = (0, 0)  # corrected, uncorrected
+    retired_pages: tuple[int, int] = (0, 0)  # single-bit, double-bit
+    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)
+    processes: dict[int, int | None] = field(default_factory=dict)  # pid -> used bytes (None: hidden)
+    utilization_samples: list[tuple[int, int, int, int]] = field(default_factory=list)  # pid, µs, SM %, memory %
+    mig: list["FakeGpu"] | None = None  # None: MIG off; a list of slots (None entries are empty slots)
+    unsupported: set[str] = field(default_factory=set)  # pynvml function names this GPU refuses
+    lost: bool = False  # fallen off the bus: every call fails
+
+
+class FakeNvml:
+    """Use as `NvmlCollector(options, nvml=FakeNvml([...]))`; GPUs can be changed between samples."""
+
+    def __init__(self, gpus: list[FakeGpu], driver_loaded: bool = True, driver_version: str = "550.54.15"):
+        for name in dir(pynvml):
+            if name.startswith(("NVML", "nvmlClocks")):
+                setattr(self, name, getattr(pynvml, name))
+        self.gpus, self.driver_loaded, self.driver_version = gpus, driver_loaded, driver_version
+        self.initialised = 0
+        self.calls = 0
+
+    def _device(self, function: str, gpu: FakeGpu) -> FakeGpu:
+        self.calls += 1
+        if gpu.lost:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if function in gpu.unsupported:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return gpu
+
+    def nvmlInit(self):
+        if not self.driver_loaded:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+        self.initialised += 1
+
+    def nvmlShutdown(self):
+        self.initialised -= 1
+
+    def nvmlSystemGetDriverVersion(self):
+        return self.driver_version
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return self._device("nvmlDeviceGetHandleByIndex", self.gpus[index])
+
+    def nvmlDeviceGetUUID(self, gpu):
+        return self._device("nvmlDeviceGetUUID", gpu).uuid
+
+    def nvmlDeviceGetName(self, gpu):
+        return self._device("nvmlDeviceGetName", gpu).name
+
+    def nvmlDeviceGetMemoryInfo(self, gpu):
+        g = self._device("nvmlDeviceGetMemoryInfo", gpu)
+        return SimpleNamespace(total=g.memory_total, used=g.memory_used, free=g.memory_total - g.memory_used)
+
+    def nvmlDeviceGetUtilizationRates(self, gpu):
+        sm, memory = self._device("nvmlDeviceGetUtilizationRates", gpu).utilization
+        return SimpleNamespace(gpu=sm, memory=memory)
+
+    def nvmlDeviceGetTemperature(self, gpu, sensor):
+        assert sensor == pynvml.NVML_TEMPERATURE_GPU
+        return self._device("nvmlDeviceGetTemperature", gpu).temperature
+
+    def nvmlDeviceGetPowerUsage(self, gpu):
+        return self._device("nvmlDeviceGetPowerUsage", gpu).power_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, gpu):
+        return self._device("nvmlDeviceGetTotalEnergyConsumption", gpu).energy_mj
+
+    def nvmlDeviceGetClockInfo(self, gpu, clock):
+        sm, memory = self._device("nvmlDeviceGetClockInfo", gpu).clocks_mhz
+        return {pynvml.NVML_CLOCK_SM: sm, pynvml.NVML_CLOCK_MEM: memory}[clock]
+
+    def nvmlDeviceGetPcieThroughput(self, gpu, counter):
+        tx, rx = self._device("nvmlDeviceGetPcieThroughput", gpu).pcie_kb_per_s
+        return {pynvml.NVML_PCIE_UTIL_TX_BYTES: tx, pynvml.NVML_PCIE_UTIL_RX_BYTES: rx}[counter]
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, gpu):
+        return self._device("nvmlDeviceGetCurrentClocksThrottleReasons", gpu).throttle
+
+    def nvmlDeviceGetTotalEccErrors(self, gpu, error_type, counter_type):
+        corrected, uncorrected = self._device("nvmlDeviceGetTotalEccErrors", gpu).ecc
+        return corrected if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else uncorrected
+
+    def nvmlDeviceGetRetiredPages(self, gpu, cause):
+        single, double = self._device("nvmlDeviceGetRetiredPages", gpu).retired_pages
+        count = single if cause == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS else double
+        return [0x1000 * i for i in range(count)]
+
+    def nvmlDeviceGetRemappedRows(self, gpu):
+        return self._device("nvmlDeviceGetRemappedRows", gpu).remapped_rows
+
+    def nvmlDeviceGetComputeRunningProcesses(self, gpu):
+        g = self._device("nvmlDeviceGetComputeRunningProcesses", gpu)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+                for pid, used in g.processes.items()]
+
+    def nvmlDeviceGetProcessUtilization(self, gpu, last_seen_us):
+        g = self._device("nvmlDeviceGetProcessUtilization", gpu)
+        newer = [SimpleNamespace(pid=pid, timeStamp=at, smUtil=sm, memUtil=memory, encUtil=0, decUtil=0)
+                 for pid, at, sm, memory in g.utilization_samples if at > last_seen_us]
+        if not newer:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return newer
+
+    def nvmlDeviceGetMigMode(self, gpu):
+        g = self._device("nvmlDeviceGetMigMode", gpu)
+        mode = pynvml.NVML_DEVICE_MIG_ENABLE if g.mig is not None else pynvml.NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, gpu):
+        return len(self._device("nvmlDeviceGetMaxMigDeviceCount", gpu).mig or [])
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, gpu, slot):
+        instance = self._device("nvmlDeviceGetMigDeviceHandleByIndex", gpu).mig[slot]
+        if instance is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return instance
