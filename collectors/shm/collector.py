@@ -9,6 +9,7 @@ from alnair.exporter.collector import Collector
 from alnair.exporter.exposition import ExpositionBuilder
 from alnair.exporter.sampler import render
 
+from ..pods.identity import pod_identity
 from . import layout
 from .metrics import LabelSets, directory_metrics, process_families
 from .segments import ParsedSegment, Segment, SegmentDirectory
@@ -26,6 +27,7 @@ class SegmentCollector(Collector):
         self.procfs = options.procfs
         self.clock_ticks = os.sysconf("SC_CLK_TCK")
         self.labels = LabelSets()  # escaped once per process and series, kept while the process lives
+        self.identity = pod_identity(options)  # pod, namespace and container of each pid
 
     @staticmethod
     def parse(segment: Segment):
@@ -39,5 +41,6 @@ class SegmentCollector(Collector):
         self.labels.new_sample()
         out = ExpositionBuilder()
         self.record_families(out, processes)
-        process_families(out, layout.KIND_NAMES[self.kind], processes, self.labels, self.procfs, self.clock_ticks)
+        process_families(out, layout.KIND_NAMES[self.kind], processes, self.labels, self.procfs, self.clock_ticks,
+                         self.identity)
         return out.text() + render(directory_metrics(self.directory, len(processes)))

@@ -9,6 +9,7 @@ from prometheus_client.metrics_core import Metric
 
 from alnair.exporter.exposition import ExpositionBuilder, label_set
 
+from ..pods.identity import PodIdentity
 from . import layout
 from .segments import SKIP_REASONS, ParsedSegment, Segment, SegmentDirectory
 
@@ -39,16 +40,18 @@ class LabelSets:
 
 
 def process_families(out: ExpositionBuilder, kind: str, processes: list[ParsedSegment], labels: LabelSets,
-                     procfs: str, clock_ticks: int) -> None:
+                     procfs: str, clock_ticks: int, identity: PodIdentity) -> None:
     """alnair_<kind>_process_info, _process_start_time_seconds and _last_update_timestamp_seconds per process."""
     boot = boot_time_seconds(procfs) if processes else 0.0
     info, started, updated = [], [], []
+    identity.retain(p.segment.holder_pid for p in processes)
     for p in processes:
         s, h = p.segment, p.segment.header
         pid = pid_label(s)
-        info.append((labels.get((s.name, pid, "info"), {
-            "pid": pid, "comm": s.comm, "pod_uid": s.pod_uid, "container_id": s.container_id,
-            "pid_namespace": str(h.pid_namespace_inode)}), 1))
+        # What the writer said of itself wins; the cgroup fills the rest (a pid we cannot see has none).
+        who = identity.of_pid(s.holder_pid if s.holder_pid > 0 else None, s.pod_uid, s.container_id)
+        info.append((labels.get((s.name, pid, "info", who), {
+            "pid": pid, "comm": s.comm, **who.labels(), "pid_namespace": str(h.pid_namespace_inode)}), 1))
         pid_only = labels.get((s.name, pid), {"pid": pid})
         started.append((pid_only, boot + h.start_time_ticks / clock_ticks))
         updated.append((pid_only, h.update_time_ns / 1e9))
