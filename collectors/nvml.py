@@ -152,7 +152,7 @@ class NvmlCollector(Collector):
 
     def _sample(self, d: Device) -> GpuSample:
         nvml, h, s = self.nvml, d.handle, GpuSample()
-        memory = nvml.nvmlDeviceGetMemoryInfo(h)  # every device answers this; an error means the GPU is in trouble
+        memory = self._memory(d)  # every device answers this; an error means the GPU is in trouble
         s.values["memory_used"], s.values["memory_total"] = memory.used, memory.total
         if (rates := self._optional(d, "utilization", nvml.nvmlDeviceGetUtilizationRates, h)) is not None:
             s.values["sm_util"], s.values["mem_util"] = rates.gpu / 100, rates.memory / 100
@@ -169,6 +169,15 @@ class NvmlCollector(Collector):
         self._errors(d, s)
         s.processes = self._processes(d)
         return s
+
+    def _memory(self, d: Device):
+        """Memory info v2 where the driver has it: its `used` leaves out driver-reserved memory, as nvidia-smi does."""
+        if "memory_v2" not in d.unsupported and hasattr(self.nvml, "nvmlMemory_v2"):
+            try:
+                return self.nvml.nvmlDeviceGetMemoryInfo(d.handle, version=self.nvml.nvmlMemory_v2)
+            except (self.nvml.NVMLError_ArgumentVersionMismatch, self.nvml.NVMLError_FunctionNotFound, self.nvml.NVMLError_NotSupported):
+                d.unsupported.add("memory_v2")
+        return self.nvml.nvmlDeviceGetMemoryInfo(d.handle)
 
     def _errors(self, d: Device, s: GpuSample) -> None:
         nvml, h = self.nvml, d.handle

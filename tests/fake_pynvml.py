@@ -36,7 +36,7 @@ class FakeNvml:
 
     def __init__(self, gpus: list[FakeGpu], driver_loaded: bool = True, driver_version: str = "550.54.15"):
         for name in dir(pynvml):
-            if name.startswith(("NVML", "nvmlClocks")):
+            if name.startswith(("NVML", "nvmlClocks", "nvmlMemory_v")):
                 setattr(self, name, getattr(pynvml, name))
         self.gpus, self.driver_loaded, self.driver_version = gpus, driver_loaded, driver_version
         self.initialised = 0
@@ -73,7 +73,7 @@ class FakeNvml:
     def nvmlDeviceGetName(self, gpu):
         return self._device("nvmlDeviceGetName", gpu).name
 
-    def nvmlDeviceGetMemoryInfo(self, gpu):
+    def nvmlDeviceGetMemoryInfo(self, gpu, version=None):
         g = self._device("nvmlDeviceGetMemoryInfo", gpu)
         return SimpleNamespace(total=g.memory_total, used=g.memory_used, free=g.memory_total - g.memory_used)
 
