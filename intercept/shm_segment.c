@@ -109,8 +109,16 @@ int alnair_segment_create(struct alnair_segment *seg, uint32_t kind, uint32_t re
     seg->size = sizeof probe + record_size;
     seg->fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, SEGMENT_MODE);
     if (seg->fd < 0) return fail(err, err_len, "create", tmp);
-    if (lock_whole_file(seg->fd) != 0 || ftruncate(seg->fd, (off_t)seg->size) != 0) {
-        fail(err, err_len, "size and lock", tmp);
+    if (lock_whole_file(seg->fd) != 0) {
+        fail(err, err_len, "lock", tmp);
+        goto undo;
+    }
+    /* Reserve the pages now: on a full tmpfs a sparse file would SIGBUS the
+     * program at its first publish instead of failing here. */
+    int rc = posix_fallocate(seg->fd, 0, (off_t)seg->size);
+    if (rc != 0) {
+        errno = rc;
+        fail(err, err_len, "allocate", tmp);
         goto undo;
     }
     void *map = mmap(NULL, seg->size, PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);

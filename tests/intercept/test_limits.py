@@ -16,10 +16,10 @@ def test_memory_limit_is_never_overshot_by_16_racing_threads_and_is_what_the_pro
     assert report["device_total"] == 100 * MIB
     assert report["granted"] == 100 * MIB  # exactly up to the limit, never past it
     assert report["refused_result"] == CUDA_ERROR_OUT_OF_MEMORY
-    device = wait_until(lambda: (d := published(shm_dir, client.proc.pid).get(0)) and d.bytes_in_use == 100 * MIB and d)
-    assert device.peak_bytes == 100 * MIB
+    # one refusal per thread, and the last probe: wait for the publish after it
+    device = wait_until(lambda: (d := published(shm_dir, client.proc.pid).get(0)) and d.limit_denied_allocations >= 17 and d)
+    assert device.bytes_in_use == device.peak_bytes == 100 * MIB
     assert device.memory_limit_bytes == 100 * MIB
-    assert device.limit_denied_allocations >= 17  # one refusal per thread, and the last probe
     assert device.failed_allocations == 0  # refused before reaching the driver
 
 

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+
+import pytest
 
 from conftest import published
 from support import wait_until
@@ -46,3 +49,21 @@ def test_clean_exit_removes_the_segment(run_client, shm_dir):
     wait_until(lambda: published(shm_dir, client.proc.pid))
     client.stop()
     assert os.listdir(shm_dir) == []
+
+
+def test_full_segment_filesystem_costs_one_line_not_a_crash(run_client, tmp_path):
+    """A sparse segment on a full tmpfs would SIGBUS the program at its first publish."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
+    try:
+        (full / "filler").write_bytes(b"\0" * 56 * 1024)
+        client = run_client("gpa", "launches", "2", "1000", "1", env={"ALNAIR_SHM_DIR": str(full)})
+        assert client.values("launches") == [["0", "2000"]]
+        stderr = client.stop()
+        assert client.proc.returncode == 0
+        assert len(stderr.strip().splitlines()) == 1 and "No space left" in stderr
+    finally:
+        subprocess.run(["umount", "-l", str(full)], check=True)
