@@ -1,6 +1,7 @@
 """Helpers the tests share: writer and exporter processes, exposition parsing, polling."""
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -79,6 +80,19 @@ def end_all(procs) -> None:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def serving_in_thread(server):
+    """Runs a socketserver-style server on a thread for the block; yields its port."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
 
 
 def free_port() -> int:

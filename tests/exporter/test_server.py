@@ -3,7 +3,6 @@ ExporterServer instances where a deterministic hold or a fake clock is needed.""
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime
 import gzip
 import http.client
@@ -26,7 +25,7 @@ from alnair.exporter.sampler import CollectorRunner
 from alnair.exporter.scrape import ScrapeAssembler
 from alnair.exporter.server import ExporterServer, accepts_gzip
 from alnair.exporter.webconfig import WebConfig
-from support import parse_samples, wait_until
+from support import parse_samples, serving_in_thread, wait_until
 
 
 def get(port, path="/", headers=None, context=None):
@@ -182,17 +181,9 @@ class HeldAssembler(ScrapeAssembler):
         return super().render(compress)
 
 
-@contextlib.contextmanager
 def serving(assembler, runners=(), known=(), max_requests=0):
-    server = ExporterServer(("127.0.0.1", 0), WebConfig(), assembler, list(runners), list(known), "/metrics", max_requests)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+    return serving_in_thread(ExporterServer(("127.0.0.1", 0), WebConfig(), assembler, list(runners), list(known),
+                                            "/metrics", max_requests))
 
 
 def test_max_requests_rejects_concurrent_scrape_with_503_and_counts_it():

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime
 import http.client
 import ipaddress
@@ -20,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from alnair.exporter.webconfig import WebConfigError, load_web_config
+from support import serving_in_thread
 
 PASSWORD = b"s3cret"
 
@@ -95,18 +95,10 @@ class _Ok(BaseHTTPRequestHandler):
         pass
 
 
-@contextlib.contextmanager
 def serving(ctx):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
     server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    return serving_in_thread(server)
 
 
 def client_context(pki, *, cert=False, max_version=None):
