@@ -130,28 +130,43 @@ def sample_utilization(pids: list[int], stop: threading.Event, out: dict[int, li
                 out[s.pid].append(s.smUtil)
 
 
-def part_share() -> None:
-    seconds = 40
-    procs = {limit: spawn([sys.executable, str(HERE / "torch_workloads.py"), "matmul", str(seconds)],
-                          env=env(ALNAIR_COMPUTE_LIMIT=str(limit))) for limit in (30, 70)}
-    for p in procs.values():
+def run_matmul_group(limits: list[int | None], seconds: float) -> list[tuple[float, float, list[int]]]:
+    """Co-located matmul loops, one per limit (None: no limit): each one's mean NVML SM
+    utilization after the first quarter, its iterations per second, and the utilization trace."""
+    procs = [spawn([sys.executable, str(HERE / "torch_workloads.py"), "matmul", str(seconds)],
+                   env=env(**({"ALNAIR_COMPUTE_LIMIT": str(limit)} if limit else {}))) for limit in limits]
+    for p in procs:
         read_until(p, "started")
-    utilization: dict[int, list[int]] = {p.pid: [] for p in procs.values()}
+    utilization: dict[int, list[int]] = {p.pid: [] for p in procs}
     stop = threading.Event()
     time.sleep(seconds * 0.25)  # ramp-up and first corrections
     sampler = threading.Thread(target=sample_utilization, args=(list(utilization), stop, utilization))
     sampler.start()
-    rates = {limit: float(read_until(p, "iterations_per_second")["iterations_per_second"]) for limit, p in procs.items()}
+    rates = [float(read_until(p, "iterations_per_second")["iterations_per_second"]) for p in procs]
     stop.set()
     sampler.join()
-    for p in procs.values():
+    for p in procs:
         p.wait()
-    util = {limit: statistics.mean(utilization[p.pid]) if utilization[p.pid] else -1 for limit, p in procs.items()}
-    share = rates[30] / (rates[30] + rates[70])
-    ok = abs(util[30] - 30) <= 5 and abs(util[70] - 70) <= 5 and abs(share / 0.3 - 1) <= 0.15
-    check("d_compute_limit_30_70", ok, util_30=round(util[30], 1), util_70=round(util[70], 1),
-          rate_30=round(rates[30], 1), rate_70=round(rates[70], 1), share_of_30=round(share, 3),
-          util_trace_30=utilization[procs[30].pid], util_trace_70=utilization[procs[70].pid])
+    return [(statistics.mean(utilization[p.pid]) if utilization[p.pid] else -1, rate, utilization[p.pid])
+            for p, rate in zip(procs, rates)]
+
+
+def part_share() -> None:
+    (util_30, rate_30, trace_30), (util_70, rate_70, trace_70) = run_matmul_group([30, 70], 40)
+    share = rate_30 / (rate_30 + rate_70)
+    ok = abs(util_30 - 30) <= 5 and abs(util_70 - 70) <= 5 and abs(share / 0.3 - 1) <= 0.15
+    check("d_compute_limit_30_70", ok, util_30=round(util_30, 1), util_70=round(util_70, 1),
+          rate_30=round(rate_30, 1), rate_70=round(rate_70, 1), share_of_30=round(share, 3),
+          util_trace_30=trace_30, util_trace_70=trace_70)
+
+
+def part_share_baselines() -> None:
+    """What the 30/70 check is up against: one process alone with and without a limit, and
+    two unlimited processes sharing the GPU by time slices."""
+    for name, limits in (("alone_unlimited", [None]), ("alone_30", [30]), ("pair_unlimited", [None, None])):
+        results = run_matmul_group(limits, 20)
+        check(f"baseline_{name}", True, utilization=[round(u, 1) for u, _, _ in results],
+              iterations_per_second=[round(r, 1) for _, r, _ in results])
 
 
 def alternate(run_once, rounds: int) -> dict[str, list[float]]:
@@ -184,7 +199,8 @@ def part_bench() -> None:
     check("bench_torch_train_seconds", stats["ratio"] < 1.01, **stats)
 
 
-PARTS = {"counts": part_counts, "torch": part_torch, "oom": part_oom, "share": part_share, "bench": part_bench}
+PARTS = {"counts": part_counts, "torch": part_torch, "oom": part_oom, "share": part_share,
+         "share-baselines": part_share_baselines, "bench": part_bench}
 
 if __name__ == "__main__":
     pynvml.nvmlInit()
