@@ -13,10 +13,6 @@ PROG = "alnair-exporter"
 DEFAULT_LISTEN = ":9876"
 
 
-class ConfigError(Exception):
-    """A configuration problem, reported as one line and exit code 2."""
-
-
 def fail(message: str) -> NoReturn:
     print(f"{PROG}: error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -101,27 +97,28 @@ class RepeatedList(argparse.Action):
         setattr(namespace, self.dest, [*([] if given is self.default else given), *values])
 
 
+def env_default(flag: str, parse: Callable, default):
+    """The flag's default from its environment variable, checked like the flag; else `default`."""
+    variable = env_name(flag)
+    if variable not in os.environ:
+        return default
+    try:
+        return parse(os.environ[variable])
+    except (ValueError, argparse.ArgumentTypeError) as e:
+        fail(f"{variable}: {e}")
+
+
 def add_flag(parser: argparse.ArgumentParser, flag: str, *, type: Callable = str, default=None, help: str = "", **extra) -> None:
     """A flag whose default comes from its environment variable, checked like the flag."""
-    variable = env_name(flag)
-    if variable in os.environ:
-        try:
-            default = type(os.environ[variable])
-        except (ValueError, argparse.ArgumentTypeError) as e:
-            fail(f"{variable}: {e}")
     dest = flag.lstrip("-").replace(".", "_").replace("-", "_")
-    parser.add_argument(flag, dest=dest, type=type, default=default, help=f"{help} [env {variable}]", **extra)
+    parser.add_argument(flag, dest=dest, type=type, default=env_default(flag, type, default),
+                        help=f"{help} [env {env_name(flag)}]", **extra)
 
 
 def add_collector_flags(parser: argparse.ArgumentParser, collector: type[Collector]) -> None:
     flag = f"--collector.{collector.name}"
     dest = f"collector_{collector.name}"
-    enabled = collector.default_enabled
-    if env_name(flag) in os.environ:
-        try:
-            enabled = parse_bool(os.environ[env_name(flag)])
-        except ValueError as e:
-            fail(f"{env_name(flag)}: {e}")
+    enabled = env_default(flag, parse_bool, collector.default_enabled)
     group = parser.add_argument_group(f"collector {collector.name}", collector.help)
     group.add_argument(flag, dest=dest, action="store_true", default=None, help=f"Enable the {collector.name} collector (default: {enabled}) [env {env_name(flag)}]")
     group.add_argument(f"--no-collector.{collector.name}", dest=dest, action="store_false", help=f"Disable the {collector.name} collector.")
