@@ -11,7 +11,7 @@ from alnair.exporter.sampler import render
 
 from ..pods.identity import pod_identity
 from . import layout
-from .metrics import LabelSets, directory_metrics, process_families
+from .metrics import LabelSets, boot_time_seconds, directory_metrics, process_families
 from .segments import ParsedSegment, Segment, SegmentDirectory
 
 
@@ -24,7 +24,8 @@ class SegmentCollector(Collector):
     def __init__(self, options):
         super().__init__(options)
         self.directory = SegmentDirectory(options.shm_dir, self.kind)
-        self.procfs = options.procfs
+        # btime never changes while the kernel runs: read it once, not every sample
+        self.boot_seconds = boot_time_seconds(options.procfs)
         self.clock_ticks = os.sysconf("SC_CLK_TCK")
         self.labels = LabelSets()  # escaped once per process and series, kept while the process lives
         self.identity = pod_identity(options)  # pod, namespace and container of each pid
@@ -41,6 +42,6 @@ class SegmentCollector(Collector):
         self.labels.new_sample()
         out = ExpositionBuilder()
         self.record_families(out, processes)
-        process_families(out, layout.KIND_NAMES[self.kind], processes, self.labels, self.procfs, self.clock_ticks,
-                         self.identity)
+        process_families(out, layout.KIND_NAMES[self.kind], processes, self.labels, self.boot_seconds,
+                         self.clock_ticks, self.identity)
         return out.text() + render(directory_metrics(self.directory, len(processes)))

@@ -40,9 +40,8 @@ class LabelSets:
 
 
 def process_families(out: ExpositionBuilder, kind: str, processes: list[ParsedSegment], labels: LabelSets,
-                     procfs: str, clock_ticks: int, identity: PodIdentity) -> None:
+                     boot_seconds: float, clock_ticks: int, identity: PodIdentity) -> None:
     """alnair_<kind>_process_info, _process_start_time_seconds and _last_update_timestamp_seconds per process."""
-    boot = boot_time_seconds(procfs) if processes else 0.0
     info, started, updated = [], [], []
     identity.retain(p.segment.holder_pid for p in processes)
     for p in processes:
@@ -53,7 +52,7 @@ def process_families(out: ExpositionBuilder, kind: str, processes: list[ParsedSe
         info.append((labels.get((s.name, pid, "info", who), {
             "pid": pid, "comm": s.comm, **who.labels(), "pid_namespace": str(h.pid_namespace_inode)}), 1))
         pid_only = labels.get((s.name, pid), {"pid": pid})
-        started.append((pid_only, boot + h.start_time_ticks / clock_ticks))
+        started.append((pid_only, boot_seconds + h.start_time_ticks / clock_ticks))
         updated.append((pid_only, h.update_time_ns / 1e9))
     out.family(f"alnair_{kind}_process_info", "gauge", f"Identity of a process publishing {kind} counters; join on pid.", info)
     out.family(f"alnair_{kind}_process_start_time_seconds", "gauge", "Start time of the process, seconds since the epoch.", started)
