@@ -155,9 +155,3 @@ ALNAIR_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int c
     if (alnair_active()) substitute_wrapper(r, pfn);
     return r;
 }
-
-/* For the tests: the names this library wraps, one per call, NULL past the end. */
-ALNAIR_EXPORT const char *alnair_hooked_name(unsigned int i)
-{
-    return i < N_HOOKS ? hooks[i].name : NULL;
-}
