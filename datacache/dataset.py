@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import redis
 
-from . import keys
+from . import keys, process_record
 from .counters import PendingCounters
 from .health import RedisHealth
 from .manifest import Manifest
@@ -83,10 +83,11 @@ class CachedDataset:
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """One batch: one MGET, origin reads for what the cache lacks, one write-back round trip."""
-        started = time.perf_counter()
-        runtime = self._runtime_here()
-        samples, writes = self._fetch(runtime, [self._checked(i) for i in indices])
-        runtime.counters.observe_fetch(time.perf_counter() - started)
+        with process_record.timing_fetch():
+            started = time.perf_counter()
+            runtime = self._runtime_here()
+            samples, writes = self._fetch(runtime, [self._checked(i) for i in indices])
+            runtime.counters.observe_fetch(time.perf_counter() - started)
         self._write_back(runtime, writes)
         return [self.transform(s) for s in samples] if self.transform else samples
 
@@ -137,7 +138,7 @@ class CachedDataset:
         from_origin = [position for position, sample in enumerate(samples) if sample is None]
         for position in from_origin:
             samples[position] = self._from_origin(runtime, indices[position], writes)
-        runtime.counters.add(**{keys.MISSES if redis_up else keys.FALLBACKS: len(from_origin),
+        self._count(runtime, **{keys.MISSES if redis_up else keys.FALLBACKS: len(from_origin),
                                 keys.ORIGIN_BYTES: sum(len(samples[p]) for p in from_origin)})
         return samples, writes if redis_up else Writes()
 
@@ -161,7 +162,7 @@ class CachedDataset:
                 cache_bytes += len(value)
             else:
                 corrupt += 1  # read from the origin like a miss, and overwritten by the write-back
-        runtime.counters.add(**{keys.HITS: hits, keys.CORRUPT: corrupt, keys.CACHE_BYTES: cache_bytes})
+        self._count(runtime, **{keys.HITS: hits, keys.CORRUPT: corrupt, keys.CACHE_BYTES: cache_bytes})
         return True
 
     def _from_origin(self, runtime: _Runtime, index: int, writes: Writes) -> bytes:
@@ -185,10 +186,16 @@ class CachedDataset:
             self._redis_failed(runtime, e)
             return
         if refused:
-            runtime.counters.add(**{keys.REDIS_ERRORS: refused})
+            self._count(runtime, **{keys.REDIS_ERRORS: refused})
+
+    @staticmethod
+    def _count(runtime: _Runtime, **deltas: int) -> None:
+        """Pending for Redis, and at once in this process's shared-memory record."""
+        runtime.counters.add(**deltas)
+        process_record.add(deltas)
 
     def _redis_failed(self, runtime: _Runtime, error: redis.RedisError) -> None:
-        runtime.counters.add(**{keys.REDIS_ERRORS: 1})
+        self._count(runtime, **{keys.REDIS_ERRORS: 1})
         if isinstance(error, UNREACHABLE):
             if runtime.health.available():
                 log.warning("dataset cache %s: Redis unreachable, reading from the origin for %gs: %s",
