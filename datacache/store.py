@@ -49,11 +49,35 @@ return 0
 """
 
 
+# KEYS: dataset hash, job hash, jobs, then the metadata to keep warm for LRU (manifest, content index,
+# dataset registry). ARGV: job, job TTL, now, the number of integer deltas, then (field, delta) pairs,
+# integers first. One command instead of two increments per field: counters travel with every batch.
+ADD_COUNTERS = """
+local integers = tonumber(ARGV[4])
+for i = 5, #ARGV, 2 do
+  local increment = (i - 5) / 2 < integers and 'HINCRBY' or 'HINCRBYFLOAT'
+  redis.call(increment, KEYS[1], ARGV[i], ARGV[i + 1])
+  redis.call(increment, KEYS[2], ARGV[i], ARGV[i + 1])
+end
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3] - ARGV[2])
+redis.call('TOUCH', KEYS[4], KEYS[5], KEYS[6])
+return 0
+"""
+
+
 def connect(url: str, timeout: float, read_size: int = SOCKET_READ_SIZE) -> redis.Redis:
     """A client that gives up within `timeout` (connect or any read) and never retries on its own:
     the caller falls back to the origin instead. Each connection holds a `read_size` buffer."""
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
                                 retry=Retry(NoBackoff(), 0), socket_read_size=read_size)
+
+
+def counter_args(deltas: dict[str, float]) -> list:
+    """ADD_COUNTERS's count of integer deltas, then (field, delta) pairs, integers first."""
+    ordered = sorted(deltas.items(), key=lambda item: isinstance(item[1], float))
+    return [sum(not isinstance(value, float) for value in deltas.values()), *(x for item in ordered for x in item)]
 
 
 @dataclass
@@ -69,6 +93,7 @@ class CacheStore:
         self.client = connect(url, timeout)
         self._open = self.client.register_script(OPEN)
         self._record = self.client.register_script(RECORD)
+        self._add_counters = self.client.register_script(ADD_COUNTERS)
 
     def open(self, dataset: str, fingerprint: str, samples: int) -> bytes:
         keys_ = [keys.dataset(dataset), keys.manifest(dataset), keys.DATASETS]
@@ -80,6 +105,13 @@ class CacheStore:
     def write(self, dataset: str, fingerprint: str, writes: Writes, job: str, job_ttl: int,
               deltas: dict[str, float]) -> int:
         """One round trip; returns how many commands Redis refused (out of memory, say)."""
+        if not writes.blobs and not writes.entries:  # a batch the cache served: one EVALSHA, no pipeline
+            try:  # (a pipeline holding a script asks SCRIPT EXISTS first: a second round trip)
+                if deltas:
+                    self._write_counters(dataset, job, job_ttl, deltas, self.client)
+                return 0
+            except redis.ResponseError:
+                return 1
         pipe = self.client.pipeline(transaction=False)
         for digest, data in writes.blobs.items():
             pipe.set(keys.blob(digest), data)
@@ -89,26 +121,13 @@ class CacheStore:
                 args += [index, keys.ENTRY.pack(digest, size), size]
             self._record(keys=[keys.dataset(dataset), keys.manifest(dataset), keys.CONTENT], args=args, client=pipe)
         if deltas:
-            self._add_counters(pipe, dataset, job, job_ttl, deltas)
-        if not len(pipe):
-            return 0
+            self._write_counters(dataset, job, job_ttl, deltas, pipe)
         results = pipe.execute(raise_on_error=False)
         return sum(isinstance(r, redis.ResponseError) for r in results)
 
-    @staticmethod
-    def _add_counters(pipe, dataset: str, job: str, job_ttl: int, deltas: dict[str, float]) -> None:
-        now = time.time()
-        for key in (keys.dataset(dataset), keys.job(job)):
-            for name, value in deltas.items():
-                if isinstance(value, float):
-                    pipe.hincrbyfloat(key, name, value)
-                else:
-                    pipe.hincrby(key, name, value)
-        pipe.expire(keys.job(job), job_ttl)
-        pipe.zadd(keys.JOBS, {job: now})
-        pipe.zremrangebyscore(keys.JOBS, "-inf", now - job_ttl)
-        # Metadata is read once per job: touching it keeps it warm for an LRU eviction policy.
-        pipe.touch(keys.manifest(dataset), keys.CONTENT, keys.DATASETS)
+    def _write_counters(self, dataset: str, job: str, job_ttl: int, deltas: dict[str, float], client) -> None:
+        self._add_counters(keys=[keys.dataset(dataset), keys.job(job), keys.JOBS, keys.manifest(dataset), keys.CONTENT,
+                                 keys.DATASETS], args=[job, job_ttl, time.time(), *counter_args(deltas)], client=client)
 
     def close(self) -> None:
         self.client.close()
