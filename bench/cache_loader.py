@@ -1,24 +1,30 @@
 """Dataset-cache loader throughput against redis-benchmark GET, a per-sample GET loader and local files.
 
     python bench/cache_loader.py [--samples 2000] [--size 102400] [--clients 4] [--batch 32]
-                                 [--rounds 5] [--json PATH]
+                                 [--rounds 7] [--json PATH]
 
 One redis-server (no persistence) on loopback holds SAMPLES random samples of SIZE bytes twice: as
 the dataset cache's content-addressed blobs and as redis-benchmark's keys (key:000000000000 ...),
-the same bytes. Each round runs every method once, in the same order, each over the whole dataset:
+the same bytes. Each round runs every method once over the whole dataset, in one order on even
+rounds and the reverse on odd ones:
 
 - redis-benchmark: `redis-benchmark -t get -d SIZE -c CLIENTS -r SAMPLES -n 3*SAMPLES` (C, pipelining off)
-- CacheLoader: alnair.datacache's loader, CLIENTS threads, batches of BATCH (one MGET each), every
-  value checked against its SHA-256, counters written back per batch
+- CacheLoader: alnair.datacache's loader, CLIENTS threads (and as many as CPUs, if that differs),
+  batches of BATCH (one MGET each), every value checked against its SHA-256, counters written back per batch
 - torch DataLoader: the same CachedDataset in torch.utils.data.DataLoader, CLIENTS worker processes
   (skipped, and said so, when torch is not installed)
 - per-sample GET: one redis-py GET per sample in one thread, as the original loader did; and the same
   with each value checked against its SHA-256, as the cache's loader does
 - local files: the same samples read from the origin directory (page cache) by CLIENTS threads
-- two ceilings, to show where the loader's time goes: the same MGET batches on CLIENTS threads without
-  verifying anything, and SHA-256 of every sample (already in memory) on CLIENTS threads
+- ceilings, to show where the loader's time goes, each on CLIENTS threads: the same MGET batches with
+  every value hashed and checked (the loader's work without its bookkeeping), the MGETs alone, and
+  SHA-256 of every sample already in memory
 
-Reported: median samples/s over the rounds and the ratio to redis-benchmark's median.
+Reported: median samples/s over the rounds and its ratio to redis-benchmark's median; the CPU time
+each method costs per sample, in redis-server (all its threads) and in the client (this process, or
+redis-benchmark and DataLoader workers as children), medians over the rounds; and the rate those
+costs allow if every CPU did nothing else, CPUs / (server + client time per sample). Load averages
+before and after the run are printed: other work on the machine lowers every rate.
 """
 from __future__ import annotations
 
@@ -29,14 +35,18 @@ import io
 import json
 import os
 import platform
+import resource
 import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -44,6 +54,7 @@ import redis
 
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.datacache import keys
+from alnair.datacache.store import connect
 
 
 def free_port() -> int:
@@ -74,63 +85,96 @@ def write_origin(directory: Path, samples: int, size: int) -> None:
         (directory / f"{i:08d}.bin").write_bytes(os.urandom(size))
 
 
-def timed(run: Callable[[], int]) -> float:
-    """Samples per second of one run."""
-    started = time.perf_counter()
-    count = run()
-    return count / (time.perf_counter() - started)
+@dataclass
+class Measured:
+    rate: float  # samples per second
+    server_us: float  # redis-server CPU time per sample
+    client_us: float  # this process's and its waited-for children's CPU time per sample
 
 
-def redis_benchmark(port: int, args) -> float:
+def server_cpu_seconds(pid: int) -> float:
+    """CPU time of every thread of `pid` (schedstat: nanoseconds, not clock ticks)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return sum(int((tasks / task / "schedstat").read_text().split()[0]) for task in os.listdir(tasks)) / 1e9
+
+
+def client_cpu_seconds() -> float:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def measured(run: Callable[[], int | tuple[int, float] | None], server_pid: int) -> Measured | None:
+    """Runs `run`, which returns how many samples it read (and, if it timed itself, its rate)."""
+    server, client, started = server_cpu_seconds(server_pid), client_cpu_seconds(), time.perf_counter()
+    result = run()
+    seconds = time.perf_counter() - started
+    if result is None:
+        return None
+    count, rate = result if isinstance(result, tuple) else (result, result / seconds)
+    return Measured(rate, (server_cpu_seconds(server_pid) - server) / count * 1e6, (client_cpu_seconds() - client) / count * 1e6)
+
+
+def redis_benchmark(port: int, args) -> tuple[int, float]:
+    requests = 3 * args.samples
     result = subprocess.run(["redis-benchmark", "-p", str(port), "-t", "get", "-d", str(args.size), "-c", str(args.clients),
-                             "-r", str(args.samples), "-n", str(3 * args.samples), "--csv"],
+                             "-r", str(args.samples), "-n", str(requests), "--csv"],
                             capture_output=True, text=True, check=True)
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
-    return float(rows[0]["rps"])
+    return requests, float(rows[0]["rps"])  # its own rate: the process's start is not a GET
 
 
-def cache_loader(dataset: CachedDataset, args) -> float:
-    loader = CacheLoader(dataset, args.batch, workers=args.clients)
-    return timed(lambda: sum(len(batch) for batch in loader))
+def cache_loader(dataset: CachedDataset, args, workers: int) -> int:
+    return sum(len(batch) for batch in CacheLoader(dataset, args.batch, workers=workers))
 
 
-def torch_loader(dataset: CachedDataset, args) -> float | None:
+def torch_loader(dataset: CachedDataset, args) -> int | None:
     try:
         from torch.utils.data import DataLoader
     except ImportError:
         return None
-    loader = DataLoader(dataset, batch_size=args.batch, num_workers=args.clients, collate_fn=list)
-    return timed(lambda: sum(len(batch) for batch in loader))
+    with warnings.catch_warnings():  # more workers than CPUs is the point of the comparison
+        warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
+        return sum(len(batch) for batch in DataLoader(dataset, batch_size=args.batch, num_workers=args.clients, collate_fn=list))
 
 
-def per_sample_get(port: int, blob_keys: list[str], verify: bool) -> float:
-    client = redis.Redis(port=port)
+def per_sample_get(client: redis.Redis, blob_keys: list[str], verify: bool) -> int:
     if not verify:
-        return timed(lambda: sum(client.get(key) is not None for key in blob_keys))
-    digests = [bytes.fromhex(key.rsplit(":", 1)[1]) for key in blob_keys]
-    return timed(lambda: sum(hashlib.sha256(client.get(key)).digest() == digest for key, digest in zip(blob_keys, digests)))
+        return sum(client.get(key) is not None for key in blob_keys)
+    return sum(hashlib.sha256(client.get(key)).digest() == digest_of(key) for key in blob_keys)
 
 
-def local_files(origin: DirectoryOrigin, args) -> float:
+def digest_of(blob_key: str) -> bytes:
+    return bytes.fromhex(blob_key.rsplit(":", 1)[1])
+
+
+def local_files(origin: DirectoryOrigin, args) -> int:
     with ThreadPoolExecutor(args.clients) as pool:
-        return timed(lambda: sum(1 for _ in pool.map(origin.read, range(len(origin)), chunksize=args.batch)))
+        return sum(1 for _ in pool.map(origin.read, range(len(origin)), chunksize=args.batch))
 
 
-def mget_only(dataset: CachedDataset, args) -> float:
-    store = dataset._runtime_here().store
-    batches = [[dataset.manifest.digest(i) for i in indices] for indices in CacheLoader(dataset, args.batch).batch_indices(0)]
+def mget_batches(url: str, batches: list[list[bytes]], args, verify: bool) -> int:
+    """The loader's MGETs on CLIENTS threads, each with its own connection, without its bookkeeping."""
+    connections = threading.local()
+
+    def fetch(digests: list[bytes]) -> int:
+        if not hasattr(connections, "client"):
+            connections.client = connect(url, timeout=10)
+        values = connections.client.mget([keys.blob(d) for d in digests])
+        return sum(hashlib.sha256(v).digest() == d for v, d in zip(values, digests)) if verify else len(values)
+
     with ThreadPoolExecutor(args.clients) as pool:
-        return timed(lambda: sum(len(values) for values in pool.map(store.get_blobs, batches)))
+        return sum(pool.map(fetch, batches))
 
 
-def sha256_only(samples: list[bytes], args) -> float:
+def sha256_only(samples: list[bytes], args) -> int:
     with ThreadPoolExecutor(args.clients) as pool:
-        return timed(lambda: sum(1 for _ in pool.map(lambda s: hashlib.sha256(s).digest(), samples, chunksize=args.batch)))
+        return sum(1 for _ in pool.map(lambda s: hashlib.sha256(s).digest(), samples, chunksize=args.batch))
 
 
 def populate(port: int, dataset: CachedDataset, origin: DirectoryOrigin) -> tuple[list[str], float]:
     """Fill the cache through the loader (a cold epoch, timed) and redis-benchmark's keys with the same bytes."""
-    cold = timed(lambda: sum(len(batch) for batch in CacheLoader(dataset, 32, workers=4)))
+    started = time.perf_counter()
+    cold = sum(len(batch) for batch in CacheLoader(dataset, 32, workers=4)) / (time.perf_counter() - started)
     client = redis.Redis(port=port)
     pipe = client.pipeline(transaction=False)
     for i in range(len(origin)):
@@ -155,61 +199,88 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=102400)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     for binary in ("redis-server", "redis-benchmark"):
         if shutil.which(binary) is None:
             sys.exit(f"{binary} is not installed (apt-get install redis-server)")
 
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as temp:
         origin_dir = Path(temp) / "origin"
         write_origin(origin_dir, args.samples, args.size)
         port = free_port()
         server = start_redis(port, Path(temp))
         try:
-            origin = DirectoryOrigin(origin_dir)
-            dataset = CachedDataset(f"redis://127.0.0.1:{port}/0", "bench", origin, job="bench")
-            blob_keys, cold = populate(port, dataset, origin)
-            samples = [origin.read(i) for i in range(len(origin))]
-            methods: dict[str, Callable[[], float | None]] = {
-                f"redis-benchmark GET, {args.clients} clients": lambda: redis_benchmark(port, args),
-                f"CacheLoader, {args.clients} threads, batch {args.batch}": lambda: cache_loader(dataset, args),
-                f"torch DataLoader, {args.clients} workers, batch {args.batch}": lambda: torch_loader(dataset, args),
-                "per-sample GET, 1 client": lambda: per_sample_get(port, blob_keys, verify=False),
-                "per-sample GET + SHA-256, 1 client": lambda: per_sample_get(port, blob_keys, verify=True),
-                f"local files, {args.clients} threads": lambda: local_files(origin, args),
-                f"ceiling: MGET alone, {args.clients} threads": lambda: mget_only(dataset, args),
-                f"ceiling: SHA-256 alone, {args.clients} threads": lambda: sha256_only(samples, args),
-            }
-            rates: dict[str, list[float]] = {name: [] for name in methods}
-            for _ in range(args.rounds):
-                for name, run in methods.items():
-                    rate = run()
-                    if rate is not None:
-                        rates[name].append(rate)
+            results, cold = run_rounds(args, port, server.pid, origin_dir)
         finally:
             server.terminate()
             server.wait(10)
-    report(args, rates, cold)
+    report(args, results, cold, load_before, os.getloadavg())
 
 
-def report(args, rates: dict[str, list[float]], cold: float) -> None:
-    baseline = statistics.median(next(iter(rates.values())))
+def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict[str, list[Measured]], float]:
+    url = f"redis://127.0.0.1:{port}/0"
+    origin = DirectoryOrigin(origin_dir)
+    dataset = CachedDataset(url, "bench", origin, job="bench")
+    blob_keys, cold = populate(port, dataset, origin)
+    samples = [origin.read(i) for i in range(len(origin))]
+    batches = [[dataset.manifest.digest(i) for i in indices] for indices in CacheLoader(dataset, args.batch).batch_indices(0)]
+    client = redis.Redis(port=port)
+    methods: dict[str, Callable[[], int | tuple[int, float] | None]] = {
+        f"redis-benchmark GET, {args.clients} clients": lambda: redis_benchmark(port, args),
+        f"CacheLoader, {args.clients} threads, batch {args.batch}": lambda: cache_loader(dataset, args, args.clients),
+    }
+    cpus = os.cpu_count() or 1
+    if cpus != args.clients:
+        methods[f"CacheLoader, {cpus} threads (one per CPU)"] = lambda: cache_loader(dataset, args, cpus)
+    methods |= {
+        f"torch DataLoader, {args.clients} workers, batch {args.batch}": lambda: torch_loader(dataset, args),
+        "per-sample GET, 1 client": lambda: per_sample_get(client, blob_keys, verify=False),
+        "per-sample GET + SHA-256, 1 client": lambda: per_sample_get(client, blob_keys, verify=True),
+        f"local files, {args.clients} threads": lambda: local_files(origin, args),
+        f"ceiling: MGET + SHA-256, {args.clients} threads": lambda: mget_batches(url, batches, args, verify=True),
+        f"ceiling: MGET alone, {args.clients} threads": lambda: mget_batches(url, batches, args, verify=False),
+        f"ceiling: SHA-256 alone, {args.clients} threads": lambda: sha256_only(samples, args),
+    }
+    results: dict[str, list[Measured]] = {name: [] for name in methods}
+    for round_ in range(args.rounds):
+        order = list(methods) if round_ % 2 == 0 else list(reversed(methods))  # drift hits every method alike
+        for name in order:
+            result = measured(methods[name], server_pid)
+            if result is not None:
+                results[name].append(result)
+    return results, cold
+
+
+def report(args, results: dict[str, list[Measured]], cold: float, load_before, load_after) -> None:
+    baseline = statistics.median(m.rate for m in next(iter(results.values())))
+    cpus = os.cpu_count() or 1
     print(f"{args.samples} samples of {args.size} bytes, {args.rounds} rounds; {machine()}")
-    print(f"{'method':46} {'samples/s':>10} {'min':>8} {'max':>8} {'MB/s':>7} {'vs GET':>7}")
+    print(f"load average (1, 5, 15 min): before {' '.join(f'{x:.2f}' for x in load_before)}, "
+          f"after {' '.join(f'{x:.2f}' for x in load_after)}")
+    print(f"{'method':44} {'samples/s':>9} {'min':>6} {'max':>6} {'MB/s':>5} {'vs GET':>6} "
+          f"{'server us':>9} {'client us':>9} {'CPU-bound/s':>11}")
     summary = {}
-    for name, values in rates.items():
-        if not values:
-            print(f"{name:46} {'not run (torch not installed)':>30}")
+    for name, runs in results.items():
+        if not runs:
+            print(f"{name:44} not run (torch not installed)")
             continue
-        median = statistics.median(values)
-        summary[name] = {"median": median, "min": min(values), "max": max(values), "ratio": median / baseline}
-        print(f"{name:46} {median:10.0f} {min(values):8.0f} {max(values):8.0f} {median * args.size / 1e6:7.0f} {median / baseline:7.2f}")
-    print(f"{'CacheLoader, cold cache (origin + write-back)':46} {cold:10.0f} {'':8} {'':8} {cold * args.size / 1e6:7.0f} {cold / baseline:7.2f}")
+        rates = [m.rate for m in runs]
+        median = statistics.median(rates)
+        server_us, client_us = statistics.median(m.server_us for m in runs), statistics.median(m.client_us for m in runs)
+        bound = cpus * 1e6 / (server_us + client_us)
+        summary[name] = {"median": median, "min": min(rates), "max": max(rates), "ratio": median / baseline,
+                         "server_us": server_us, "client_us": client_us, "cpu_bound": bound}
+        print(f"{name:44} {median:9.0f} {min(rates):6.0f} {max(rates):6.0f} {median * args.size / 1e6:5.0f} "
+              f"{median / baseline:6.2f} {server_us:9.1f} {client_us:9.1f} {bound:11.0f}")
+    print(f"{'CacheLoader, cold cache (origin + write-back)':44} {cold:9.0f} {'':6} {'':6} {cold * args.size / 1e6:5.0f} "
+          f"{cold / baseline:6.2f}")
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), "args": vars(args) | {"json": str(args.json)},
-                                         "rates": rates, "summary": summary, "cold": cold}, indent=2))
+                                         "load": [load_before, load_after], "summary": summary, "cold": cold,
+                                         "runs": {name: [vars(m) for m in runs] for name, runs in results.items()}}, indent=2))
 
 
 if __name__ == "__main__":
