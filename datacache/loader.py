@@ -2,6 +2,7 @@
 delivered in order; no PyTorch needed."""
 from __future__ import annotations
 
+import os
 import random
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -15,20 +16,22 @@ class CacheLoader:
 
     `workers` threads each fetch whole batches (one MGET and one write-back each, on their own
     connection); the socket reads and SHA-256 checks release the GIL, so threads scale without
-    copying samples between processes. Up to `prefetch` batches are in flight ahead of the consumer.
+    copying samples between processes. By default one per CPU, at most 4: more threads than CPUs
+    only add GIL hand-offs (bench/cache_loader.py). Up to `prefetch` batches are in flight ahead of
+    the consumer.
     With `shuffle`, epoch e visits the samples in the order random.Random(seed + e) gives, so a run
     is reproducible. `collate` turns a batch's list of samples into what the loop wants.
     """
 
-    def __init__(self, dataset: CachedDataset, batch_size: int, *, workers: int = 4, prefetch: int | None = None,
+    def __init__(self, dataset: CachedDataset, batch_size: int, *, workers: int | None = None, prefetch: int | None = None,
                  shuffle: bool = False, seed: int = 0, drop_last: bool = False,
                  collate: Callable[[list[Any]], Any] | None = None):
-        if batch_size < 1 or workers < 1 or (prefetch is not None and prefetch < 1):
+        if batch_size < 1 or (workers is not None and workers < 1) or (prefetch is not None and prefetch < 1):
             raise ValueError("batch_size, workers and prefetch must be >= 1")
         self.dataset = dataset
         self.batch_size = batch_size
-        self.workers = workers
-        self.prefetch = prefetch or 2 * workers
+        self.workers = workers or min(4, os.cpu_count() or 1)
+        self.prefetch = prefetch or 2 * self.workers
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last

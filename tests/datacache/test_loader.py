@@ -1,6 +1,7 @@
 """CacheLoader and torch's DataLoader over a CachedDataset: order, transforms, workers, bad input."""
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -95,3 +96,10 @@ def test_bad_input_is_one_clear_error(start_redis, make_origin):
         CacheLoader(dataset, 0)
     with pytest.raises(ValueError, match="origin directory does not exist"):
         type(origin)(origin.root / "missing")
+
+
+def test_workers_default_to_one_per_cpu_and_at_most_four(start_redis, make_origin, monkeypatch):
+    dataset = CachedDataset(start_redis().url, "train", make_origin(sample_bytes(4)), job="j")
+    for cpus, workers in ((1, 1), (2, 2), (16, 4)):
+        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+        assert CacheLoader(dataset, 2).workers == workers
