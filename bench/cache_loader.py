@@ -15,10 +15,12 @@ rounds and the reverse on odd ones:
   (skipped, and said so, when torch is not installed)
 - per-sample GET: one redis-py GET per sample in one thread, as the original loader did; and the same
   with each value checked against its SHA-256, as the cache's loader does
-- local files: the same samples read from the origin directory (page cache) by CLIENTS threads
+- local files: the same samples read from the origin directory (page cache) by CLIENTS threads, each
+  reading its share in one task
 - ceilings, to show where the loader's time goes, each on CLIENTS threads: the same MGET batches with
   every value hashed and checked (the loader's work without its bookkeeping), the MGETs alone, and
-  SHA-256 of every sample already in memory
+  SHA-256 of every sample already in memory (each thread hashing its share in one task), and the same
+  on one thread; from these, the most any client that checks every value could reach on this machine
 
 Reported: median samples/s over the rounds and its ratio to redis-benchmark's median; the CPU time
 each method costs per sample, in redis-server (all its threads) and in the client (this process, or
@@ -85,6 +87,9 @@ def write_origin(directory: Path, samples: int, size: int) -> None:
         (directory / f"{i:08d}.bin").write_bytes(os.urandom(size))
 
 
+SHA_ONE_THREAD = "ceiling: SHA-256 alone, 1 thread"
+
+
 @dataclass
 class Measured:
     rate: float  # samples per second
@@ -147,9 +152,16 @@ def digest_of(blob_key: str) -> bytes:
     return bytes.fromhex(blob_key.rsplit(":", 1)[1])
 
 
+def in_slices(items: list, threads: int, work: Callable) -> int:
+    """`work` on every item, one task per thread (ThreadPoolExecutor ignores chunksize: a task per item
+    costs more thread switches than a 100 KB read or hash)."""
+    with ThreadPoolExecutor(threads) as pool:
+        return sum(pool.map(lambda part: sum(1 for item in part if work(item) is not None),
+                            [items[i::threads] for i in range(threads)]))
+
+
 def local_files(origin: DirectoryOrigin, args) -> int:
-    with ThreadPoolExecutor(args.clients) as pool:
-        return sum(1 for _ in pool.map(origin.read, range(len(origin)), chunksize=args.batch))
+    return in_slices(list(range(len(origin))), args.clients, origin.read)
 
 
 def mget_batches(url: str, batches: list[list[bytes]], args, verify: bool) -> int:
@@ -166,9 +178,8 @@ def mget_batches(url: str, batches: list[list[bytes]], args, verify: bool) -> in
         return sum(pool.map(fetch, batches))
 
 
-def sha256_only(samples: list[bytes], args) -> int:
-    with ThreadPoolExecutor(args.clients) as pool:
-        return sum(1 for _ in pool.map(lambda s: hashlib.sha256(s).digest(), samples, chunksize=args.batch))
+def sha256_only(samples: list[bytes], args, threads: int) -> int:
+    return in_slices(samples, threads, lambda sample: hashlib.sha256(sample).digest())
 
 
 def populate(port: int, dataset: CachedDataset, origin: DirectoryOrigin) -> tuple[list[str], float]:
@@ -242,7 +253,8 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
         f"local files, {args.clients} threads": lambda: local_files(origin, args),
         f"ceiling: MGET + SHA-256, {args.clients} threads": lambda: mget_batches(url, batches, args, verify=True),
         f"ceiling: MGET alone, {args.clients} threads": lambda: mget_batches(url, batches, args, verify=False),
-        f"ceiling: SHA-256 alone, {args.clients} threads": lambda: sha256_only(samples, args),
+        f"ceiling: SHA-256 alone, {args.clients} threads": lambda: sha256_only(samples, args, args.clients),
+        SHA_ONE_THREAD: lambda: sha256_only(samples, args, 1),
     }
     results: dict[str, list[Measured]] = {name: [] for name in methods}
     for round_ in range(args.rounds):
@@ -277,10 +289,23 @@ def report(args, results: dict[str, list[Measured]], cold: float, load_before, l
               f"{median / baseline:6.2f} {server_us:9.1f} {client_us:9.1f} {bound:11.0f}")
     print(f"{'CacheLoader, cold cache (origin + write-back)':44} {cold:9.0f} {'':6} {'':6} {cold * args.size / 1e6:5.0f} "
           f"{cold / baseline:6.2f}")
+    print_verifying_bound(summary, baseline, cpus)
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), "args": vars(args) | {"json": str(args.json)},
                                          "load": [load_before, load_after], "summary": summary, "cold": cold,
                                          "runs": {name: [vars(m) for m in runs] for name, runs in results.items()}}, indent=2))
+
+
+def print_verifying_bound(summary: dict[str, dict], baseline: float, cpus: int) -> None:
+    """The most any client that hashes every value could reach here: redis-server's CPU per GET (from
+    redis-benchmark's run) plus one thread's SHA-256 of a sample, then plus the MGETs' receive cost."""
+    server_us = next(iter(summary.values()))["server_us"]
+    hash_us = summary[SHA_ONE_THREAD]["client_us"]
+    receive_us = next(v["client_us"] for name, v in summary.items() if name.startswith("ceiling: MGET alone"))
+    for what, us in (("server GET + SHA-256", server_us + hash_us), ("+ MGET receive", server_us + hash_us + receive_us)):
+        bound = cpus * 1e6 / us
+        print(f"bound for a verifying client, {what}: {cpus} CPUs / {us:.1f} us = {bound:.0f}/s, "
+              f"{bound / baseline:.2f} of redis-benchmark")
 
 
 if __name__ == "__main__":
