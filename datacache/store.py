@@ -105,13 +105,16 @@ class CacheStore:
     def write(self, dataset: str, fingerprint: str, writes: Writes, job: str, job_ttl: int,
               deltas: dict[str, float]) -> int:
         """One round trip; returns how many commands Redis refused (out of memory, say)."""
-        if not writes.blobs and not writes.entries:  # a batch the cache served: one EVALSHA, no pipeline
-            try:  # (a pipeline holding a script asks SCRIPT EXISTS first: a second round trip)
-                if deltas:
-                    self._write_counters(dataset, job, job_ttl, deltas, self.client)
+        if not writes.blobs and not writes.entries:
+            # A batch the cache served: one EVALSHA, without a pipeline (redis-py asks SCRIPT EXISTS
+            # before it executes a pipeline that holds a script: a second round trip).
+            if not deltas:
                 return 0
+            try:
+                self._write_counters(dataset, job, job_ttl, deltas, self.client)
             except redis.ResponseError:
                 return 1
+            return 0
         pipe = self.client.pipeline(transaction=False)
         for digest, data in writes.blobs.items():
             pipe.set(keys.blob(digest), data)

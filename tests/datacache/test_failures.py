@@ -5,6 +5,9 @@ import hashlib
 import threading
 import time
 
+import pytest
+import redis
+
 from alnair.datacache import CachedDataset, DirectoryOrigin
 from alnair.datacache import keys
 from alnair.datacache.singleflight import SingleFlight
@@ -125,6 +128,22 @@ def test_redis_stalled_when_the_dataset_opens_is_used_once_it_answers(start_redi
     wait_until(dataset._runtime_here().health.available, timeout=10)  # retry_seconds after the failed open
     assert dataset.__getitems__(list(range(8))) == samples  # the manifest is read first, then the blobs
     assert float(redis_server.client().hget(keys.job("second"), "hits")) == 8
+
+
+def test_a_full_redis_refusing_the_counters_still_serves_and_counts_the_refusal(start_redis, make_origin):
+    redis_server = start_redis("--maxmemory-policy", "noeviction")
+    samples = sample_bytes(8)
+    dataset = CachedDataset(redis_server.url, "train", make_origin(samples), job="j")
+    assert dataset.__getitems__(list(range(8))) == samples  # cached
+    client = redis_server.client()
+    client.config_set("maxmemory", client.info("memory")["used_memory"] // 2)  # over the limit: writes refused
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        client.hincrby(keys.dataset("train"), "hits", 0)
+    assert dataset.__getitems__(list(range(8))) == samples  # MGET still answers; the counters' script is refused
+    client.config_set("maxmemory", 0)
+    assert dataset.__getitems__(list(range(4))) == samples[:4]
+    counts = stored_counts(client)  # the refused batch's counts were dropped, its refusal counted
+    assert (counts["hits"], counts["misses"], counts["redis_errors"]) == (4, 8, 1)
 
 
 def test_redis_absent_from_the_start_serves_the_origin(make_origin):
