@@ -38,23 +38,25 @@ class Publisher:
         self._start_ns = 0
         self._failed = False
 
-    def start(self) -> None:
-        """Create the segment and the thread; if that fails, say so once and carry on without."""
+    def start(self) -> bool:
+        """Create the segment and the thread; if that fails, say so once and carry on without.
+        True when publishing."""
         with self._start_lock:
             if self.segment is not None or self._failed:
-                return
+                return self.segment is not None
             try:
                 self.segment = WriterSegment(layout.KIND_PYTHON, layout.PYTHON_RECORD_SIZE)
             except Exception as e:  # OSError mostly; whatever it is, the program runs on without metrics
                 self._failed = True
                 print(f"alnair: python metrics off, cannot create a segment: {e}", file=sys.stderr)
-                return
+                return False
             self._record.flags = self._flags()
             self._start_ns = self.segment.header.start_time_ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
             self.publish()
             self._thread = threading.Thread(target=self._run, name="alnair-publisher", daemon=True)
             self._thread.start()
             self._stop_with_multiprocessing_child()
+            return True
 
     def _stop_with_multiprocessing_child(self) -> None:
         """multiprocessing children (DataLoader workers) end in os._exit, past atexit: remove the
@@ -86,11 +88,9 @@ class Publisher:
 
     def _publish(self) -> None:
         r, record = self.recorder, self._record
+        waiting_since = r.fold()
         version = (r.version, r.steps, r.epochs, r.optimizer_steps)  # anything new since the last publish?
-        # Totals before the wait marker: a batch landing between the reads is then
-        # missed for one tick instead of counted twice.
         data_wait, step = r.data_wait_ns, r.step_ns
-        waiting_since = r.waiting_since_ns
         if version == self._published_version and not waiting_since:
             return
         if waiting_since:  # a wait in progress counts now: a hung loader shows as a stall before its batch comes
@@ -123,7 +123,8 @@ class Publisher:
             self._stop.set()
             self._thread.join(1.0)
         if self.segment is not None:
-            self.publish()
+            if self._thread is None or not self._thread.is_alive():  # one publisher at a time: folding is not reentrant
+                self.publish()
             self.segment.close()
             self.segment = None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import weakref
 
 from alnair.collectors.shm import layout
 
@@ -33,28 +34,69 @@ class PhaseSlot:
         self.total_ns = 0
 
 
+class LoaderPass:
+    """One training pass over a DataLoader iterator, logged by the loop and summed by the publisher.
+
+    Per batch the loop thread only appends two monotonic ns to `times`, when it asked and
+    when the batch came (a C call each: the per-step budget is 2 µs), and, for passes
+    whose sampler does not give the batch sizes, the size to `sizes` before the second.
+    `fold` takes the complete pairs off the front with C-level slicing and sums every 10 ms.
+    """
+
+    __slots__ = ("times", "sizes", "items", "full", "rest", "iterator", "ended", "steps", "last_arrival")
+
+    def __init__(self, iterator, items: int, full: int, rest: int):
+        self.times: list[int] = []
+        self.sizes: list[int] | None = None if items else []
+        self.items, self.full, self.rest = items, full, rest  # see torch_hooks.sampler_batches
+        self.iterator = weakref.ref(iterator)
+        self.ended = False  # set by the loop once its iterator ran out; `times` then ends with that moment
+        self.steps = 0  # batches folded so far
+        self.last_arrival = 0
+
+    def samples_after(self, steps: int) -> int:
+        """Items in the first `steps` batches: full ones, then the rest; batches beyond what the
+        sampler's length promised count as full."""
+        if self.rest and steps > self.full:
+            return self.items * (steps - 1) + self.rest
+        return self.items * steps
+
+    def abandoned(self) -> bool:
+        """The loop stopped asking: its iterator is gone or began another pass (a `break`)."""
+        iterator = self.iterator()
+        return iterator is None or iterator._alnair_pass is not self
+
+
 class Recorder:
     """Counters of one process; the publisher reads them without a lock and never blocks the program.
 
-    The training loop's counters are written by the thread running the loop, without
-    a lock (the per-step cost budget is 2 µs); the explicit API may be called from any
-    thread, so its updates take `lock` and bump `version`.
+    A hooked training loop logs its batches into LoaderPasses, which the publisher's
+    `fold` adds to the step totals; optimizer steps and `batch_arrived` (loops logged by
+    hand) are counted by the thread running the loop. None of these take a lock (the
+    per-step cost budget is 2 µs); the explicit API may be called from any thread, so its
+    updates take `lock` and bump `version`.
     """
 
     def __init__(self) -> None:
         self.counters: dict[str, CounterSlot] = {}
         self.phases: dict[str, PhaseSlot] = {}
         self._warned: set[str] = set()
+        self.passes: list[LoaderPass] = []  # appended by the loop thread, folded and dropped by the publisher
         self.reset()
 
     def reset(self) -> None:
         """Zero everything (a fork child counts its own work); slots handed out stay valid."""
+        for loader_pass in self.passes:  # a fork child: the parent's passes would log into lists nobody folds
+            iterator = loader_pass.iterator()
+            if iterator is not None:
+                iterator._alnair_times = None
+        self.passes.clear()
         self.lock = threading.Lock()
         self.version = 0  # bumped by every explicit-API update
         self.steps = self.samples = self.epochs = self.optimizer_steps = 0
         self.data_wait_ns = self.step_ns = 0
-        self.waiting_since_ns = 0  # monotonic ns when the current wait for a batch began; 0: none
         self.first_step_boottime_ns = 0  # CLOCK_BOOTTIME of the first step, like the process start time
+        self.publishing = False  # the publisher runs: passes get folded
         for slot in self.counters.values():
             slot.value = 0
         for slot in self.phases.values():
@@ -67,34 +109,85 @@ class Recorder:
             self.idle = False
             from .publisher import PUBLISHER
 
-            PUBLISHER.start()
+            self.publishing = PUBLISHER.start()
 
-    # ---- the training loop's hot path (monotonic ns) ----
+    # ---- a training loop's steps (monotonic ns) ----
+
+    def pass_started(self, iterator, items: int, full: int, rest: int) -> LoaderPass | None:
+        """A DataLoader pass to log; None when nothing would fold its log (no publisher)."""
+        self._recorded()
+        if not self.publishing:
+            return None
+        loader_pass = LoaderPass(iterator, items, full, rest)
+        self.passes.append(loader_pass)
+        return loader_pass
 
     def batch_arrived(self, asked_at: int, arrived_at: int, samples: int, previous_arrival: int) -> None:
         """A batch asked for at asked_at came at arrived_at; previous_arrival is the
-        loop's previous batch (0 for the first of a pass), whose body ends at asked_at."""
-        self.data_wait_ns += arrived_at - asked_at
-        self.step_ns += arrived_at - (previous_arrival or asked_at)
-        self.samples += samples
-        self.steps += 1
-        self.waiting_since_ns = 0
+        loop's previous batch (0 for the first of a pass), whose body ends at asked_at.
+        For loops the intercept does not hook; hooked DataLoader passes are folded instead."""
+        self._steps_done(1, samples, arrived_at - asked_at, arrived_at - (previous_arrival or asked_at))
         if not self.first_step_boottime_ns:
             self.first_step_boottime_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-            if self.idle:
-                self._recorded()
+        if self.idle:
+            self._recorded()
 
     def loop_ended(self, at: int, previous_arrival: int) -> None:
         """The loop's iterator ran out at `at`: the last step's body ends there, an epoch is done."""
-        self.waiting_since_ns = 0
         if previous_arrival:
             self.step_ns += at - previous_arrival
             self.epochs += 1
 
-    def optimizer_stepped(self) -> None:
+    def optimizer_stepped(self, optimizer=None, args=None, kwargs=None) -> None:
+        """Also torch's optimizer step post hook as it is, (optimizer, args, kwargs) unused: one call per step."""
         self.optimizer_steps += 1
         if self.idle:
             self._recorded()
+
+    def _steps_done(self, steps: int, samples: int, data_wait_ns: int, step_ns: int) -> None:
+        self.data_wait_ns += data_wait_ns
+        self.step_ns += step_ns
+        self.samples += samples
+        self.steps += steps
+
+    # ---- the publisher's side ----
+
+    def fold(self) -> int:
+        """Sum the passes' logged batches into the totals; drop finished passes.
+        Returns when the oldest wait still in progress began (monotonic ns), 0 if none."""
+        waiting_since = 0
+        for loader_pass in list(self.passes):
+            ended = loader_pass.ended  # read first: once set, the log is complete
+            times = loader_pass.times
+            pairs = len(times) // 2
+            if pairs:
+                self._fold_batches(loader_pass, times[: 2 * pairs])
+                del times[: 2 * pairs]
+            pending = times[:1]  # the loop may drop its last ask meanwhile: a slice never raises
+            if ended:
+                if pending and loader_pass.last_arrival:
+                    self.loop_ended(pending[0], loader_pass.last_arrival)
+                self.passes.remove(loader_pass)
+            elif pending:
+                waiting_since = min(waiting_since or pending[0], pending[0])
+            elif loader_pass.abandoned():
+                self.passes.remove(loader_pass)
+        return waiting_since
+
+    def _fold_batches(self, loader_pass: LoaderPass, times: list[int]) -> None:
+        """times: ask, arrival, ask, arrival... of whole batches."""
+        batches, arrivals = len(times) // 2, times[1::2]
+        if loader_pass.sizes is None:
+            samples = loader_pass.samples_after(loader_pass.steps + batches) - loader_pass.samples_after(loader_pass.steps)
+        else:  # each size was logged before its arrival
+            samples = sum(loader_pass.sizes[:batches])
+            del loader_pass.sizes[:batches]
+        step_ns = arrivals[-1] - (loader_pass.last_arrival or times[0])  # the steps run back to back
+        self._steps_done(batches, samples, sum(arrivals) - sum(times[::2]), step_ns)
+        if not self.first_step_boottime_ns:  # CLOCK_BOOTTIME runs ahead of the monotonic clock by the time suspended
+            self.first_step_boottime_ns = arrivals[0] + time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
+        loader_pass.steps += batches
+        loader_pass.last_arrival = arrivals[-1]
 
     # ---- the explicit API ----
 

@@ -59,47 +59,51 @@ def sampler_batches(iterator) -> tuple[int, int, int]:
 
 
 def timed_next(original, recorder: Recorder, grad_enabled):
-    """Wraps _BaseDataLoaderIter.__next__. Per-pass state lives on the iterator:
-    whether the pass is a training loop, when its previous batch arrived, and the items
-    its sampler puts in each batch (`sampler_batches`)."""
+    """Wraps _BaseDataLoaderIter.__next__. A training pass logs into a LoaderPass
+    (recorder.py); the iterator holds it and the bound appends the loop calls per batch:
+    `_alnair_times` (None: not logging) and `_alnair_sizes` (None: the sampler gives the sizes)."""
     clock = time.monotonic_ns
-    arrived = recorder.batch_arrived
-    index = operator.index
 
     def __next__(self):
         asked_at = clock()
         if self._num_yielded == 0:  # a new pass over the loader (a new or reset iterator)
-            self._alnair_training = grad_enabled()
-            self._alnair_arrived = 0
-            self._alnair_items, self._alnair_full_batches, self._alnair_rest = sampler_batches(self) if self._alnair_training else (0, 0, 0)
-        if not self._alnair_training:
+            start_pass(self, recorder, grad_enabled())
+        times = self._alnair_times
+        if times is None:
             return original(self)
-        recorder.waiting_since_ns = asked_at
+        times(asked_at)
         try:
             batch = original(self)
         except StopIteration:
-            recorder.loop_ended(asked_at, self._alnair_arrived)
-            self._alnair_training = False  # asking an exhausted iterator again is not another epoch
+            self._alnair_pass.ended = True  # after its last ask: the log is complete
+            self._alnair_times = None  # asking an exhausted iterator again is not another epoch
             raise
         except BaseException:
-            recorder.waiting_since_ns = 0
+            self._alnair_pass.times.pop()  # that ask brought no batch
             raise
         arrived_at = clock()
-        if self._num_yielded <= self._alnair_full_batches:  # counted after the batch came, from 1
-            samples = self._alnair_items
-        elif self._alnair_rest and self._num_yielded == self._alnair_full_batches + 1:
-            samples = self._alnair_rest
-        else:
-            try:
-                samples = index(batch_size(batch))
-            except Exception:  # a batch we cannot size (a shape of None...) must not stop the training
-                samples = 0
-        arrived(asked_at, arrived_at, samples, self._alnair_arrived)
-        self._alnair_arrived = arrived_at
+        if self._alnair_sizes is not None:
+            self._alnair_sizes(samples_in(batch))
+        times(arrived_at)
         return batch
 
     __next__.alnair_original = original
     return __next__
+
+
+def start_pass(iterator, recorder: Recorder, training: bool) -> None:
+    """Log the pass if it trains, with the items its sampler puts in each batch (`sampler_batches`)."""
+    loader_pass = recorder.pass_started(iterator, *sampler_batches(iterator)) if training else None
+    iterator._alnair_pass = loader_pass
+    iterator._alnair_times = loader_pass.times.append if loader_pass else None
+    iterator._alnair_sizes = loader_pass.sizes.append if loader_pass and loader_pass.sizes is not None else None
+
+
+def samples_in(batch) -> int:
+    try:
+        return operator.index(batch_size(batch))
+    except Exception:  # a batch we cannot size (a shape of None...) must not stop the training
+        return 0
 
 
 def _dataloader_worker_flag() -> int:
@@ -115,16 +119,15 @@ def install(recorder: Recorder = RECORDER) -> None:
 
     if hasattr(_BaseDataLoaderIter.__next__, "alnair_original"):
         return
-    _BaseDataLoaderIter._alnair_training = False  # iterators already running when we arrive are left alone
-    _BaseDataLoaderIter._alnair_arrived = 0
-    _BaseDataLoaderIter._alnair_full_batches = 0
+    # iterators already running when we arrive are left alone
+    _BaseDataLoaderIter._alnair_pass = _BaseDataLoaderIter._alnair_times = _BaseDataLoaderIter._alnair_sizes = None
     _BaseDataLoaderIter.__next__ = timed_next(_BaseDataLoaderIter.__next__, recorder, torch.is_grad_enabled)
     try:
         from torch.optim.optimizer import register_optimizer_step_post_hook
     except ImportError:
         recorder.warn_once("optimizer", f"torch {torch.__version__} has no optimizer step hooks; optimizer steps not counted")
     else:
-        register_optimizer_step_post_hook(lambda optimizer, args, kwargs: recorder.optimizer_stepped())
+        register_optimizer_step_post_hook(recorder.optimizer_stepped)  # a bound method: one frame per step
     PUBLISHER.flag_sources += [lambda: layout.PYTHON_TORCH, _dataloader_worker_flag]
 
 

@@ -187,3 +187,61 @@ def test_samples_are_the_items_the_sampler_batched_whatever_collate_makes_of_the
     record = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and r.epochs == 2 and r)
     assert (record.steps, record.samples) == (3 + 2, 10 + 8)
     assert program.finish() == ""
+
+
+def test_a_loop_that_breaks_or_meets_a_bad_item_counts_exactly_the_batches_it_took(shm_dir):
+    program = PythonProgram(textwrap.dedent("""
+        import sys, time
+        import alnair.auto, torch
+        from torch.utils.data import DataLoader, Dataset
+        from alnair.intercept.recorder import RECORDER
+
+        class Flaky(Dataset):
+            def __len__(self):
+                return 12
+            def __getitem__(self, i):
+                if i == 5:
+                    raise ValueError("a bad item")
+                return torch.zeros(2)
+
+        for i, batch in enumerate(DataLoader(list(range(12)), batch_size=4)):
+            if i == 1:
+                break  # 2 batches of 4, no epoch
+        it = iter(DataLoader(Flaky(), batch_size=3))
+        next(it)
+        try:
+            next(it)  # items 3-5
+        except ValueError:
+            pass
+        for batch in it:  # 2 more batches of 3, then an epoch
+            pass
+        del it
+        for batch in DataLoader(list(range(10)), batch_size=4):  # 4 + 4 + 2, an epoch
+            pass
+        deadline = time.monotonic() + 10
+        while RECORDER.passes and time.monotonic() < deadline:  # each pass is dropped once folded
+            time.sleep(0.01)
+        print("ready", len(RECORDER.passes), flush=True)
+        sys.stdin.read()
+    """), shm_dir)
+    assert program.ready_line == ["0"]
+    record = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and r.epochs == 2 and r)
+    assert (record.steps, record.samples, record.epochs) == (2 + 3 + 3, 8 + 9 + 10, 2)
+    assert program.finish() == ""
+
+
+def test_without_a_segment_the_loop_logs_nothing_and_runs_on(tmp_path):
+    program = PythonProgram(textwrap.dedent("""
+        import sys
+        import alnair.auto, torch
+        from torch.utils.data import DataLoader
+        from alnair.intercept.recorder import RECORDER
+
+        for batch in DataLoader(list(range(10)), batch_size=2):
+            pass
+        print("ready", len(RECORDER.passes), flush=True)  # nothing would fold a pass's log: none is kept
+        sys.stdin.read()
+    """), tmp_path / "missing")
+    assert program.ready_line == ["0"]
+    errors = program.finish().splitlines()
+    assert len(errors) == 1 and errors[0].startswith("alnair: python metrics off, cannot create a segment:")
