@@ -2,9 +2,9 @@
 
     python bench/python_intercept_overhead.py [--rounds 31] [--instructions]
 
-Timing runs in one process, one CPU thread for torch: each round runs the loop
-plain and hooked, in random order (hooked: the DataLoader iterator's __next__ and
-the optimizer hook as `import alnair.auto` installs them, swapped in per round; the
+Timing runs in one process, one CPU thread for torch: each round runs the loop plain
+and hooked, in random order (hooked: the DataLoader iterator's __next__ and the
+optimizer hook as `import alnair.auto` installs them, swapped in per round; the
 publisher thread running as it does from the first step). Medians of per-round
 ns/step are compared, in wall-clock time and in the training thread's CPU time
 (which other processes on a shared machine do not inflate). Separate processes
@@ -15,9 +15,15 @@ to the next, far more than the intercept costs. Two loops:
   - realistic: an MLP step (forward, backward, SGD) on batches of 64 from a DataLoader.
 
 --instructions also counts instructions with valgrind's callgrind, immune to machine
-noise: the bare loop of STEPS and of 0 steps, hooked and plain, each in its own
-process without the publisher thread (its cost is timed per publish); the added
-instructions per step are ((hooked STEPS - hooked 0) - (plain STEPS - plain 0)) / STEPS.
+noise, in one process without the publisher thread, cut into segments by
+--dump-before=getppid (each os.getppid() ends one): per round, the warm bare loop of
+CALLGRIND_STEPS[0] and [1] steps, plain then hooked, and after each hooked loop the
+publisher's fold of its batch log (the work moved off the training thread, done under
+the same GIL). Per step: (long loop - short loop) / the difference in steps, so a
+loop's fixed costs cancel; fold per step: the fold of the short loop's log (about one
+10 ms tick of the bare loop) / its steps. The cyclic GC is off while counting: a
+collection of torch's heap lands at an arbitrary step, and the hooks allocate no
+GC-tracked objects per step.
 """
 from __future__ import annotations
 
@@ -31,9 +37,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-CALLGRIND_STEPS = 10000
+CALLGRIND_STEPS = (200, 1200)  # the short loop: about one publisher tick (10 ms) of bare steps here
+CALLGRIND_ROUNDS = 3
 LOOPS = {"bare": 5000, "realistic": 200}  # loop -> steps per round
 
 
@@ -73,41 +80,75 @@ def realistic_loop(steps: int, batch: int = 64):
     return run
 
 
-def counted_steps(hooked: bool, steps: int) -> None:
-    """The --instructions child: `steps` bare steps, without the publisher thread."""
-    import torch
-
-    from alnair.intercept import torch_hooks
-    from alnair.intercept.recorder import RECORDER
-
-    torch.set_num_threads(1)
-    RECORDER.idle = False  # nothing starts the publisher thread
-    if hooked:
-        torch_hooks.install()
-    if steps:
-        bare_loop(steps)()
-
-
 class Switch:
     """Plain or hooked per round: the hooks are installed once, then swapped in and out."""
 
     def __init__(self):
+        from torch.optim import optimizer
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
         from alnair.intercept import torch_hooks
-        from alnair.intercept.recorder import RECORDER
 
         self.iterator = _BaseDataLoaderIter
-        self.plain_next = _BaseDataLoaderIter.__next__
+        self.optimizer_hooks = optimizer._global_optimizer_post_hooks  # torch's table of global hooks (private)
+        self.plain = _BaseDataLoaderIter.__next__, dict(self.optimizer_hooks)
         torch_hooks.install()
-        self.hooked_next = _BaseDataLoaderIter.__next__
-        self.hooked = True
-        count = RECORDER.optimizer_stepped
-        RECORDER.optimizer_stepped = lambda: count() if self.hooked else None  # the global hook cannot be removed
+        self.hooked = _BaseDataLoaderIter.__next__, dict(self.optimizer_hooks)
 
     def set(self, hooked: bool) -> None:
-        self.iterator.__next__ = self.hooked_next if hooked else self.plain_next
-        self.hooked = hooked
+        self.iterator.__next__, optimizer_hooks = self.hooked if hooked else self.plain
+        self.optimizer_hooks.clear()
+        self.optimizer_hooks.update(optimizer_hooks)
+
+
+def counted_segments() -> None:
+    """The --instructions child (see the module docstring); each os.getppid() ends a counted segment."""
+    import gc
+
+    import torch
+
+    from alnair.intercept.recorder import RECORDER
+
+    torch.set_num_threads(1)
+    RECORDER.idle, RECORDER.publishing = False, True  # passes are logged; no thread: this one folds them
+    switch = Switch()
+    loops = {steps: bare_loop(steps) for steps in CALLGRIND_STEPS}
+    for hooked in (False, True, False, True):  # warm-up: lazy imports and first-call costs stay out of the counts
+        switch.set(hooked)
+        loops[CALLGRIND_STEPS[0]]()
+        RECORDER.fold()
+    gc.disable()
+    os.getppid()
+    for _ in range(CALLGRIND_ROUNDS):
+        for hooked in (False, True):
+            switch.set(hooked)
+            for steps in CALLGRIND_STEPS:
+                loops[steps]()
+                os.getppid()
+                RECORDER.fold()
+                os.getppid()
+
+
+def instructions_per_step() -> dict[str, float]:
+    """Medians over rounds: plain instructions per step, added on the training thread, added by the fold."""
+    with tempfile.TemporaryDirectory(prefix="alnair-bench-") as out:
+        command = ["env", "OMP_NUM_THREADS=1", "PYTHONHASHSEED=0", "valgrind", "--tool=callgrind", "--dump-before=getppid",
+                   f"--callgrind-out-file={out}/cg", sys.executable, __file__, "--child"]
+        subprocess.run(command, capture_output=True, check=True)
+        segments = 1 + CALLGRIND_ROUNDS * 2 * len(CALLGRIND_STEPS) * 2
+        dumps = sorted(Path(out).glob("cg.*"), key=lambda path: int(path.suffix[1:]))
+        if len(dumps) != segments:
+            sys.exit(f"expected {segments} callgrind dumps, got {len(dumps)}: something else called getppid()")
+        counts = [int(re.search(r"^summary: (\d+)", path.read_text(), re.M).group(1)) for path in dumps[1:]]
+    short, long = CALLGRIND_STEPS
+    results: dict[str, list[float]] = {"plain": [], "added": [], "fold": []}
+    for r in range(CALLGRIND_ROUNDS):
+        plain_short, _, plain_long, _, hooked_short, fold_short, hooked_long, _ = counts[8 * r : 8 * r + 8]
+        plain = (plain_long - plain_short) / (long - short)
+        results["plain"].append(plain)
+        results["added"].append((hooked_long - hooked_short) / (long - short) - plain)
+        results["fold"].append(fold_short / short)
+    return {name: statistics.median(values) for name, values in results.items()}
 
 
 def timed(run, steps: int) -> tuple[float, float]:
@@ -152,48 +193,48 @@ def publish_microseconds(times: int = 20000) -> float:
     return (time.thread_time_ns() - start) / times / 1000
 
 
-def instructions(hooked: bool, steps: int) -> int:
-    command = ["env", "OMP_NUM_THREADS=1", "PYTHONHASHSEED=0", "valgrind", "--tool=callgrind",
-               "--callgrind-out-file=/dev/null", sys.executable, __file__,
-               "--child", "hooked" if hooked else "plain", str(steps)]
-    err = subprocess.run(command, capture_output=True, text=True, check=True).stderr
-    return int(re.search(r"Collected : (\d+)", err).group(1))
+def timings(rounds: int) -> dict[str, float]:
+    """Prints the timed table; returns the bare loop's plain and added wall ns per step."""
+    import torch
 
+    from alnair.intercept.publisher import PUBLISHER
 
-def instructions_per_step() -> tuple[float, float]:
-    runs = [(h, s) for h in (False, True) for s in (0, CALLGRIND_STEPS)]
-    with ThreadPoolExecutor(2) as pool:
-        counts = dict(zip(runs, pool.map(lambda run: instructions(*run), runs)))
-    hooked = counts[True, CALLGRIND_STEPS] - counts[True, 0]
-    plain = counts[False, CALLGRIND_STEPS] - counts[False, 0]
-    return plain / CALLGRIND_STEPS, (hooked - plain) / CALLGRIND_STEPS
+    torch.set_num_threads(1)
+    switch = Switch()
+    print(f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cpus, "
+          f"{rounds} rounds, plain and hooked in random order; load average {os.getloadavg()[0]:.2f}")
+    print(f"{'loop':<10} {'clock':<5} {'plain ns/step':>14} {'added ns/step':>14} {'added %':>8} {'plain IQR %':>12}")
+    bare = {}
+    for loop in LOOPS:
+        for clock, (plain, added, spread) in compare(switch, loop, rounds).items():
+            print(f"{loop:<10} {clock:<5} {plain:>14.0f} {added:>14.0f} {100 * added / plain:>8.2f} {spread:>12.1f}")
+            if (loop, clock) == ("bare", "wall"):
+                bare = {"plain": plain, "added": added}
+    publish = publish_microseconds()
+    print(f"publisher: {publish:.1f} µs per publish, at most 100 publishes/s: {publish / 100:.2f}% of one core")
+    PUBLISHER.stop()
+    return bare
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=31, help="timed rounds per loop")
     parser.add_argument("--instructions", action="store_true", help="also count instructions with callgrind (minutes)")
-    parser.add_argument("--child", nargs=2, metavar=("MODE", "STEPS"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    os.environ.setdefault("ALNAIR_SHM_DIR", tempfile.mkdtemp(prefix="alnair-bench-"))
     if args.child:
-        return counted_steps(args.child[0] == "hooked", int(args.child[1]))
-    import torch
-
-    torch.set_num_threads(1)
-    switch = Switch()
-    print(f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cpus, "
-          f"{args.rounds} rounds, plain and hooked in random order")
-    print(f"{'loop':<10} {'clock':<5} {'plain ns/step':>14} {'added ns/step':>14} {'added %':>8} {'plain IQR %':>12}")
-    for loop in LOOPS:
-        for clock, (plain, added, spread) in compare(switch, loop, args.rounds).items():
-            print(f"{loop:<10} {clock:<5} {plain:>14.0f} {added:>14.0f} {100 * added / plain:>8.2f} {spread:>12.1f}")
-    publish = publish_microseconds()
-    print(f"publisher: {publish:.1f} µs per publish, at most 100 publishes/s: {publish / 100:.2f}% of one core")
+        return counted_segments()
+    with tempfile.TemporaryDirectory(prefix="alnair-bench-") as shm_dir:
+        os.environ.setdefault("ALNAIR_SHM_DIR", shm_dir)
+        bare = timings(args.rounds)
     if args.instructions:
-        plain, added = instructions_per_step()
-        print(f"bare loop, callgrind: {plain:.0f} instructions per plain step, {added:.0f} added by the intercept "
-              f"({100 * added / plain:.2f}%)")
+        counts = instructions_per_step()
+        plain, added, fold = counts["plain"], counts["added"], counts["fold"]
+        print(f"bare loop, callgrind: {plain:.0f} instructions per plain step; added by the intercept: {added:.0f} on the "
+              f"training thread + {fold:.0f} folded by the publisher = {added + fold:.0f} ({100 * (added + fold) / plain:.2f}%)")
+        print(f"instructions per wall ns: plain loop {plain / bare['plain']:.2f}, "
+              f"the intercept's {added + fold:.0f} in {bare['added']:.0f} ns: {(added + fold) / bare['added']:.2f}"
+              if bare["added"] > 0 else f"instructions per wall ns: plain loop {plain / bare['plain']:.2f}")
 
 
 if __name__ == "__main__":
