@@ -36,12 +36,12 @@ COUNTERS = [
     ("alnair_cuda_allocations", "Successful device memory allocations."),
     ("alnair_cuda_allocation_failures", "Allocations the driver refused."),
     ("alnair_cuda_allocations_denied", "Allocations refused by the memory limit."),
-    ("alnair_cuda_throttled_seconds", "Time launches waited for compute-limit tokens."),
+    ("alnair_cuda_throttled_seconds", "Time launches waited for their compute-limit window."),
 ]
 DEVICE_GAUGES = [
     ("alnair_cuda_memory_used_bytes", "Device memory the process has allocated and not freed."),
     ("alnair_cuda_memory_peak_bytes", "High-water mark of memory_used_bytes."),
-    ("alnair_cuda_compute_tokens_available", "Level of the compute-limit token bucket."),
+    ("alnair_cuda_compute_quota_ratio", "Share of each scheduling period the process may launch in now."),
 ]
 
 

@@ -20,8 +20,7 @@ DEVICE_FIELDS = [
     ("alnair_cuda_allocations", "counter", "Successful device memory allocations.", "allocations", 1),
     ("alnair_cuda_allocation_failures", "counter", "Allocations the driver refused.", "failed_allocations", 1),
     ("alnair_cuda_allocations_denied", "counter", "Allocations refused by the memory limit.", "limit_denied_allocations", 1),
-    ("alnair_cuda_compute_tokens_available", "gauge", "Level of the compute-limit token bucket.", "tokens_available", 1),
-    ("alnair_cuda_throttled_seconds", "counter", "Time launches waited for compute-limit tokens.", "throttled_ns", 1e-9),
+    ("alnair_cuda_throttled_seconds", "counter", "Time launches waited for their compute-limit window.", "throttled_ns", 1e-9),
 ]
 
 
@@ -67,3 +66,7 @@ class CudaCollector(SegmentCollector):
                    ((labels, d.memory_limit_bytes) for labels, d in rows if d.memory_limit_bytes))
         out.family("alnair_cuda_compute_limit_ratio", "gauge", "Share of the GPU the process may use (absent: none).",
                    ((labels, d.compute_limit_percent / 100) for labels, d in rows if d.compute_limit_percent))
+        out.family("alnair_cuda_compute_quota_ratio", "gauge",
+                   "Share of each scheduling period the process may launch in now: its limit after feedback, "
+                   "scaled down when the GPU's limits add up to more than 1.",
+                   ((labels, d.compute_quota_ns / d.compute_period_ns) for labels, d in rows if d.compute_period_ns))

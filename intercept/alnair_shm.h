@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define ALNAIR_SHM_MAGIC 0x48535249414E4C41ULL /* the bytes "ALNAIRSH" read as a little-endian u64 */
-#define ALNAIR_SHM_ABI_VERSION 1u
+#define ALNAIR_SHM_ABI_VERSION 2u /* 2: the compute limit became time windows */
 #define ALNAIR_SHM_DEFAULT_DIR "/dev/shm"
 #define ALNAIR_SHM_NAME_PREFIX "alnair."
 
@@ -79,9 +79,10 @@ struct alnair_cuda_device {
     uint64_t memory_limit_bytes;      /* 0 = no limit */
     uint32_t compute_limit_percent;   /* 0 = no limit, else 1..100 */
     uint32_t reserved0;
-    int64_t tokens_available;         /* compute-limit token bucket level */
-    uint64_t throttled_ns;            /* time launches waited for tokens */
-    uint64_t reserved[2];
+    uint64_t compute_quota_ns;        /* launch window granted per period, after feedback */
+    uint64_t throttled_ns;            /* time launches waited for their window */
+    uint64_t compute_period_ns;       /* the scheduling period (0 = no compute limit) */
+    uint64_t reserved;
 };
 
 /* The cuda kind's record: devices[0 .. device_count) are valid. */
@@ -135,10 +136,37 @@ struct alnair_python_record {
     struct alnair_python_phase phases[ALNAIR_PYTHON_MAX_PHASES];
 };
 
+/* ---- the GPU share table (between writers) -------------------------------
+ *
+ * Processes with a compute limit on the same GPU take turns: time is cut into
+ * periods of ALNAIR_SHARE_PERIOD_NS (CLOCK_MONOTONIC, shared by the whole host)
+ * and each process launches only inside its own window of every period. The
+ * windows are laid out from one file per physical GPU,
+ *     ALNAIR_SHM_DIR/alnair.share.<32 hex digits of the GPU's UUID>
+ * an array of slots, all zero when new. A process owns a slot while it holds a
+ * POSIX write lock (F_SETLK) on the slot's bytes; its quota is the window length
+ * in parts per million of the period (0 = slot unused). Every process lays out
+ * the same windows: live slots with a quota, in slot order, back to back from
+ * the start of the period, scaled down together when they add up to more.
+ */
+#define ALNAIR_SHARE_NAME_PREFIX "alnair.share."
+#define ALNAIR_SHARE_SLOTS 64
+#define ALNAIR_SHARE_PERIOD_NS 100000000ull /* 100 ms */
+
+struct alnair_share_slot {
+    uint32_t quota_ppm; /* window length, parts per million of the period */
+    int32_t pid;        /* the owner's pid in its own namespace, for people reading the file */
+};
+
+struct alnair_share_table {
+    struct alnair_share_slot slots[ALNAIR_SHARE_SLOTS];
+};
+
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(struct alnair_shm_header) == 256, "header is 256 bytes");
 _Static_assert(sizeof(struct alnair_cuda_device) == 128, "cuda device entry is 128 bytes");
 _Static_assert(sizeof(struct alnair_python_record) == 4224, "python record is 4224 bytes");
+_Static_assert(sizeof(struct alnair_share_table) == 512, "share table is 512 bytes");
 #endif
 
 #ifdef __cplusplus

@@ -1,23 +1,23 @@
 /*
- * compute_limit.c - a share of each GPU per process, enforced with tokens.
+ * compute_limit.c - a share of each GPU per process, enforced in time.
  *
- * Every launch takes one token; when the bucket is empty the launching thread
- * waits (the only place the library sleeps, and only with a limit set). The
- * monitor thread refills the bucket every period at a rate it adapts:
+ * Without MPS a GPU time-slices between processes: when two have work queued,
+ * each one's kernels wait for the other's slices, so throttling each process on
+ * its own (a launch rate, a token bucket) cannot give a 30% process 30% of the
+ * work: the waits stretch its kernels, its measured utilization overstates what
+ * it got, and feedback on that starves it (measured on the H200: 8% of the
+ * throughput at "35%" utilization). So limited processes on one GPU take turns.
+ * Each period (ALNAIR_SHARE_PERIOD_NS) holds one window per process, laid out
+ * from the GPU's share table (gpu_share.c); a launch outside the process's own
+ * window waits for it. A window is the process's time tokens for the period.
  *
- *   1. ramp-up (first RAMP_NS of activity): no throttling; measure the launch rate
- *      the program reaches unthrottled, and its GPU utilization if NVML can see it;
- *   2. start at rate = launch rate x limit / utilization (utilization taken as
- *      100% when NVML cannot see this process, e.g. in another pid namespace);
- *   3. every FEEDBACK_NS, scale by sqrt(limit / measured utilization), clamped to
- *      [0.7, 1.4]: damped multiplicative feedback that converges without
- *      oscillating on NVML's coarse samples. Over its share, the rate is first
- *      brought down to what the process really launched (a rate above that does
- *      not bind); under its share, the rate grows only if we held the process
- *      back, since otherwise it is below its share by its own choice (no wind-up).
- *
- * NVML (libnvidia-ml.so.1) is loaded lazily on the monitor thread, only when a
- * compute limit is set; nvmlDeviceGetProcessUtilization gives this pid's SM use.
+ * Feedback: the window starts at the limit. The monitor thread then measures
+ * this process's SM utilization with NVML (loaded lazily, only with a limit set)
+ * and every FEEDBACK_NS scales the quota by sqrt(limit / measured), clamped to
+ * [0.8, 1.25] a step and [0.5, 1.5] x the limit overall: work queued at a window's
+ * end runs past it, and the other processes' leftovers delay its start. Under its
+ * limit, the quota grows only if the process waited for its window (otherwise it
+ * is idle by choice: no wind-up). Without NVML the quota stays at the limit.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -27,30 +27,43 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpu_share.h"
 #include "intercept.h"
 
-#define WAIT_NS 200000ull         /* a waiting launch re-checks the bucket this often */
-#define RAMP_NS 500000000ull      /* unthrottled measurement at start */
-#define FEEDBACK_NS 500000000ull  /* NVML samples about every 1/6 s: average several */
-#define BURST_SECONDS 0.05        /* bucket capacity: 50 ms worth of launches */
+#define FEEDBACK_NS 500000000ull /* NVML samples about every 1/6 s: average several */
+#define MAX_SLEEP_NS 20000000ull /* a waiting launch re-reads its window this often */
+#define PPM 1000000.0
 
-void alnair_take_token_slow(struct alnair_device *d)
+/* ---- the launch gate (any thread) ------------------------------------------ */
+
+static uint64_t pack_window(uint64_t offset_ns, uint64_t length_ns)
 {
-    int64_t tokens = atomic_load_explicit(&d->tokens, memory_order_relaxed);
-    while (tokens > 0)
-        if (atomic_compare_exchange_weak(&d->tokens, &tokens, tokens - 1)) return;
-    uint64_t start = alnair_monotonic_ns();
-    const struct timespec pause = {0, (long)WAIT_NS};
-    for (;;) {
+    return (offset_ns / 1000) << 32 | (length_ns / 1000);
+}
+
+/* ns until the window opens; 0 inside it. */
+static uint64_t wait_for(uint64_t window, uint64_t now)
+{
+    uint64_t offset = (window >> 32) * 1000, length = (window & 0xffffffffu) * 1000;
+    if (length >= ALNAIR_SHARE_PERIOD_NS) return 0;
+    uint64_t into = (now % ALNAIR_SHARE_PERIOD_NS + ALNAIR_SHARE_PERIOD_NS - offset) % ALNAIR_SHARE_PERIOD_NS;
+    return into < length ? 0 : ALNAIR_SHARE_PERIOD_NS - into;
+}
+
+void alnair_wait_for_window(struct alnair_device *d)
+{
+    uint64_t window = atomic_load_explicit(&d->window, memory_order_relaxed);
+    if (!window) /* before the monitor lays the GPU out: alone, from the start of the period */
+        window = pack_window(0, ALNAIR_SHARE_PERIOD_NS * d->compute_limit_percent / 100);
+    uint64_t now = alnair_monotonic_ns(), start = now, wait;
+    while ((wait = wait_for(window, now)) != 0) {
+        if (wait > MAX_SLEEP_NS) wait = MAX_SLEEP_NS;
+        struct timespec pause = {(time_t)(wait / 1000000000ull), (long)(wait % 1000000000ull)};
         nanosleep(&pause, NULL);
-        tokens = atomic_load_explicit(&d->tokens, memory_order_relaxed);
-        while (tokens > 0) {
-            if (atomic_compare_exchange_weak(&d->tokens, &tokens, tokens - 1)) {
-                atomic_fetch_add_explicit(&d->throttled_ns, alnair_monotonic_ns() - start, memory_order_relaxed);
-                return;
-            }
-        }
+        now = alnair_monotonic_ns();
+        window = atomic_load_explicit(&d->window, memory_order_relaxed) ?: window;
     }
+    if (now != start) atomic_fetch_add_explicit(&d->throttled_ns, now - start, memory_order_relaxed);
 }
 
 /* ---- NVML, the little of it we need --------------------------------------- */
@@ -83,32 +96,25 @@ static void load_nvml(void)
 /* ---- the per-device controller (monitor thread only) ----------------------- */
 
 struct controller {
-    int phase; /* 0 idle, 1 ramp-up, 2 controlled */
-    double rate; /* tokens per second */
-    double credit;
-    uint64_t phase_start_ns, last_tick_ns;
-    uint64_t launches_at_start, throttled_at_start;
+    int started;
+    struct alnair_share share; /* fd -1: not in a share table, windows laid out alone */
+    int peers;                 /* other processes with a window on this GPU, at the last layout */
+    double correction;         /* quota = limit x correction */
+    uint64_t feedback_start_ns, throttled_at_start;
     void *nvml_device;
     unsigned long long nvml_last_seen;
 };
 static struct controller controllers[ALNAIR_CUDA_MAX_DEVICES];
-
-static uint64_t launches(struct alnair_device *d)
-{
-    return atomic_load(&d->kernel_launches) + atomic_load(&d->graph_launches);
-}
+static _Atomic int leaving; /* the process is exiting: its windows are handed back */
 
 /* Average SM utilization of this process since the last call; -1 if NVML is
  * unavailable or reported no sample of this process in the window. */
-static double measured_utilization(struct controller *c, int ordinal)
+static double measured_utilization(struct controller *c, const uint8_t uuid[16])
 {
     if (!nvml.tried) load_nvml();
     if (!nvml.ok) return -1;
     if (!c->nvml_device) {
-        CUuuid uuid;
-        cuDeviceGetUuid_v2_fn get_uuid = REAL(cuDeviceGetUuid_v2);
-        if (!get_uuid || get_uuid(&uuid, ordinal) != CUDA_SUCCESS) return -1;
-        const unsigned char *u = (const unsigned char *)uuid.bytes;
+        const uint8_t *u = uuid;
         char text[64];
         snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
                  u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
@@ -119,67 +125,55 @@ static double measured_utilization(struct controller *c, int ordinal)
     if (nvml.process_utilization(c->nvml_device, samples, &n, c->nvml_last_seen) != 0) return -1;
     double total = 0;
     unsigned int mine = 0;
+    /* Only our own samples move the cursor: another process's may be stamped later
+     * than ours, and would hide ours from the next call. */
     for (unsigned int i = 0; i < n; i++) {
+        if (samples[i].pid != (unsigned int)getpid()) continue;
+        total += samples[i].smUtil, mine++;
         if (samples[i].timeStamp > c->nvml_last_seen) c->nvml_last_seen = samples[i].timeStamp;
-        if (samples[i].pid == (unsigned int)getpid()) total += samples[i].smUtil, mine++;
     }
     return mine ? total / mine : -1;
 }
 
-static void start_ramp(struct controller *c, struct alnair_device *d, uint64_t now)
+static void start(struct controller *c, struct alnair_device *d, const uint8_t *uuid, uint64_t now)
 {
-    c->phase = 1;
-    c->phase_start_ns = now;
-    c->launches_at_start = launches(d);
-    atomic_store(&d->tokens, INT64_MAX / 2); /* unthrottled while measuring */
-}
-
-static void finish_ramp(struct controller *c, struct alnair_device *d, int ordinal, uint64_t now)
-{
-    double seconds = (double)(now - c->phase_start_ns) / 1e9;
-    double launch_rate = (double)(launches(d) - c->launches_at_start) / seconds;
-    double utilization = measured_utilization(c, ordinal);
-    if (utilization <= 0) utilization = 100;
-    c->rate = fmax(launch_rate * d->compute_limit_percent / utilization, 1.0);
-    c->phase = 2;
-    c->phase_start_ns = now;
-    c->launches_at_start = launches(d);
+    char err[512];
+    c->started = 1;
+    c->correction = 1.0;
+    c->feedback_start_ns = now;
     c->throttled_at_start = atomic_load(&d->throttled_ns);
-    atomic_store(&d->tokens, 0);
+    if (!uuid || alnair_share_join(&c->share, uuid, err, sizeof err) != 0) {
+        c->share.fd = -1;
+        if (uuid) alnair_log("%s (the compute limit holds, but without taking turns with other processes)", err);
+    }
 }
 
-static void feedback(struct controller *c, struct alnair_device *d, int ordinal, uint64_t now)
+static void feedback(struct controller *c, struct alnair_device *d, const uint8_t *uuid, uint64_t now)
 {
-    double seconds = (double)(now - c->phase_start_ns) / 1e9;
-    double launched = (double)(launches(d) - c->launches_at_start) / seconds;
     uint64_t throttled = atomic_load(&d->throttled_ns);
     int held_back = throttled > c->throttled_at_start;
-    double utilization = measured_utilization(c, ordinal);
-    if (utilization < 0 && nvml.ok && held_back) utilization = 1; /* NVML saw no kernel of ours: starved */
-    if (utilization > 0) {
+    /* NVML's per-process numbers are only trusted alone on the GPU: while processes
+     * alternate it charges one's time to another (docs/intercept.md has the data). */
+    double utilization = uuid ? measured_utilization(c, uuid) : -1;
+    if (utilization > 0 && !c->peers) {
         double limit = d->compute_limit_percent;
-        double scale = fmin(fmax(sqrt(limit / utilization), 0.7), 1.4);
-        if (utilization > limit) /* over its share: bind to what it really launched, then cut */
-            c->rate = fmax(fmin(c->rate, launched) * scale, 1.0);
-        else if (held_back) /* under it because we held it back */
-            c->rate *= scale;
+        double step = fmin(fmax(sqrt(limit / utilization), 0.8), 1.25);
+        if (utilization > limit || held_back) c->correction = fmin(fmax(c->correction * step, 0.5), 1.5);
     }
-    c->phase_start_ns = now;
-    c->launches_at_start = launches(d);
+    c->feedback_start_ns = now;
     c->throttled_at_start = throttled;
 }
 
-static void refill(struct controller *c, struct alnair_device *d, uint64_t now)
+static void lay_out(struct controller *c, struct alnair_device *d, uint64_t now)
 {
-    c->credit += c->rate * (double)(now - c->last_tick_ns) / 1e9;
-    int64_t whole = (int64_t)c->credit;
-    c->credit -= (double)whole;
-    int64_t cap = (int64_t)fmax(c->rate * BURST_SECONDS, 1.0);
-    int64_t tokens = atomic_load(&d->tokens);
-    int64_t next;
-    do {
-        next = tokens + whole > cap ? cap : tokens + whole;
-    } while (!atomic_compare_exchange_weak(&d->tokens, &tokens, next));
+    double quota = fmin(d->compute_limit_percent / 100.0 * c->correction, 1.0) * PPM;
+    uint64_t offset = 0, length = (uint64_t)(quota / PPM * ALNAIR_SHARE_PERIOD_NS);
+    if (c->share.fd >= 0 && !atomic_load(&leaving)) {
+        alnair_share_set_quota(&c->share, (uint32_t)quota);
+        c->peers = alnair_share_window(&c->share, now, &offset, &length);
+    }
+    atomic_store_explicit(&d->window, pack_window(offset, length), memory_order_relaxed);
+    d->compute_quota_ns = length;
 }
 
 void alnair_compute_limit_tick(uint64_t now)
@@ -188,16 +182,26 @@ void alnair_compute_limit_tick(uint64_t now)
         struct alnair_device *d = &alnair.devices[i];
         struct controller *c = &controllers[i];
         if (!d->compute_limit_percent || !atomic_load_explicit(&d->seen, memory_order_relaxed)) continue;
-        if (c->phase == 0) start_ramp(c, d, now);
-        else if (c->phase == 1 && now - c->phase_start_ns >= RAMP_NS) finish_ramp(c, d, i, now);
-        else if (c->phase == 2 && now - c->phase_start_ns >= FEEDBACK_NS) feedback(c, d, i, now);
-        if (c->phase == 2) refill(c, d, now);
-        c->last_tick_ns = now;
+        const uint8_t *uuid = alnair_device_uuid(i);
+        if (!c->started) start(c, d, uuid, now);
+        else if (now - c->feedback_start_ns >= FEEDBACK_NS) feedback(c, d, uuid, now);
+        lay_out(c, d, now);
     }
 }
 
-/* A fork child starts its own ramp-up. */
+/* A fork child takes its own turn: a new slot, fresh feedback. */
 void alnair_compute_limit_fork_child(void)
 {
+    for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++)
+        if (controllers[i].started) alnair_share_forget(&controllers[i].share);
     memset(controllers, 0, sizeof controllers);
+}
+
+/* A clean exit hands the windows back at once; after a crash the others notice
+ * the slot's lock is gone within a second. */
+__attribute__((destructor)) static void leave_share_tables(void)
+{
+    atomic_store(&leaving, 1);
+    for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++)
+        if (controllers[i].started) alnair_share_leave(&controllers[i].share);
 }

@@ -1,6 +1,6 @@
 /*
  * hooks_launch.c - every kernel and graph launch path: count it on the calling
- * thread's device, and hold it for a compute-limit token when a limit is set.
+ * thread's device, and hold it for its compute-limit window when a limit is set.
  *
  * The hot path with no limit is: a mode load, a thread-local device lookup and,
  * after the driver accepts the launch, one relaxed atomic add. No locks, no
@@ -12,7 +12,7 @@ static inline struct alnair_device *before_launch(void)
 {
     if (!alnair_active()) return NULL;
     struct alnair_device *d = alnair_current_device();
-    if (d) alnair_take_token(d);
+    if (d) alnair_compute_gate(d);
     return d;
 }
 
@@ -77,7 +77,7 @@ ALNAIR_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *
     unsigned int n = numDevices < ALNAIR_CUDA_MAX_DEVICES ? numDevices : ALNAIR_CUDA_MAX_DEVICES;
     for (unsigned int i = 0; i < n; i++) {
         devices[i] = stream_device(launchParamsList[i].hStream);
-        if (devices[i]) alnair_take_token(devices[i]);
+        if (devices[i]) alnair_compute_gate(devices[i]);
     }
     CUresult r = CALL_REAL(cuLaunchCooperativeKernelMultiDevice, (launchParamsList, numDevices, flags));
     for (unsigned int i = 0; i < n; i++)

@@ -58,7 +58,8 @@ struct alnair_device {
     _Atomic uint64_t failed_allocations;
     _Atomic uint64_t limit_denied_allocations;
     _Atomic uint64_t throttled_ns;
-    _Atomic int64_t tokens;      /* compute-limit bucket; launches take one each */
+    _Atomic uint64_t window;     /* compute-limit launch window: offset_us << 32 | length_us; 0 = not laid out */
+    uint64_t compute_quota_ns;   /* the window's length, for publishing (monitor thread) */
     _Atomic int seen;            /* the process has used this device */
     uint64_t memory_limit_bytes; /* 0 = none; fixed after init */
     uint32_t compute_limit_percent; /* 0 = none; fixed after init */
@@ -106,6 +107,8 @@ static inline struct alnair_device *alnair_current_device(void)
     return d;
 }
 int alnair_device_ordinal(const struct alnair_device *d);
+/* The device's UUID bytes, asked of the driver once; NULL if it will not say (monitor thread). */
+const uint8_t *alnair_device_uuid(int ordinal);
 
 /* Context bookkeeping, called by the context hooks. */
 void alnair_context_bind(CUcontext ctx, CUdevice dev);
@@ -113,13 +116,13 @@ void alnair_context_forget(CUcontext ctx);
 void alnair_thread_context_changed(void); /* current context unknown now */
 void alnair_thread_uses(CUcontext ctx);    /* the thread made ctx current */
 
-/* Compute limit: wait for a token (only when a limit is set). */
-void alnair_take_token_slow(struct alnair_device *d);
-static inline void alnair_take_token(struct alnair_device *d)
+/* Compute limit: a launch waits for the process's window (only with a limit set). */
+void alnair_wait_for_window(struct alnair_device *d);
+static inline void alnair_compute_gate(struct alnair_device *d)
 {
-    if (ALNAIR_UNLIKELY(d->compute_limit_percent)) alnair_take_token_slow(d);
+    if (ALNAIR_UNLIKELY(d->compute_limit_percent)) alnair_wait_for_window(d);
 }
-/* Monitor-thread side of the compute limit: refill buckets, adapt the rate. */
+/* Monitor-thread side of the compute limit: lay out windows, adapt the quota. */
 void alnair_compute_limit_tick(uint64_t now_ns);
 void alnair_compute_limit_fork_child(void);
 

@@ -1,6 +1,6 @@
 /*
- * monitor.c - the monitoring thread: every period it refills compute-limit
- * buckets and publishes the process's cuda record into its segment.
+ * monitor.c - the monitoring thread: every period it lays out compute-limit
+ * windows and publishes the process's cuda record into its segment.
  *
  * It starts when the process first uses a device, so programs that load the
  * library but never touch CUDA get no thread and no segment.
@@ -20,15 +20,21 @@ static struct alnair_segment segment = {.fd = -1};
 static CUuuid uuids[ALNAIR_CUDA_MAX_DEVICES];
 static int uuid_known[ALNAIR_CUDA_MAX_DEVICES];
 
-static void copy_device(struct alnair_cuda_device *out, int ordinal)
+const uint8_t *alnair_device_uuid(int ordinal)
 {
-    struct alnair_device *d = &alnair.devices[ordinal];
     if (!uuid_known[ordinal]) {
         cuDeviceGetUuid_v2_fn get_uuid = REAL(cuDeviceGetUuid_v2);
         uuid_known[ordinal] = get_uuid && get_uuid(&uuids[ordinal], ordinal) == CUDA_SUCCESS;
     }
+    return uuid_known[ordinal] ? (const uint8_t *)uuids[ordinal].bytes : NULL;
+}
+
+static void copy_device(struct alnair_cuda_device *out, int ordinal)
+{
+    struct alnair_device *d = &alnair.devices[ordinal];
+    const uint8_t *uuid = alnair_device_uuid(ordinal);
     out->device_index = (uint32_t)ordinal;
-    memcpy(out->uuid, uuids[ordinal].bytes, sizeof out->uuid);
+    if (uuid) memcpy(out->uuid, uuid, sizeof out->uuid);
     out->kernel_launches = atomic_load_explicit(&d->kernel_launches, memory_order_relaxed);
     out->graph_launches = atomic_load_explicit(&d->graph_launches, memory_order_relaxed);
     out->bytes_in_use = atomic_load_explicit(&d->bytes_in_use, memory_order_relaxed);
@@ -38,8 +44,8 @@ static void copy_device(struct alnair_cuda_device *out, int ordinal)
     out->limit_denied_allocations = atomic_load_explicit(&d->limit_denied_allocations, memory_order_relaxed);
     out->memory_limit_bytes = d->memory_limit_bytes;
     out->compute_limit_percent = d->compute_limit_percent;
-    int64_t tokens = atomic_load_explicit(&d->tokens, memory_order_relaxed);
-    out->tokens_available = d->compute_limit_percent && tokens < INT64_MAX / 4 ? tokens : 0;
+    out->compute_quota_ns = d->compute_quota_ns;
+    out->compute_period_ns = d->compute_limit_percent ? ALNAIR_SHARE_PERIOD_NS : 0;
     out->throttled_ns = atomic_load_explicit(&d->throttled_ns, memory_order_relaxed);
 }
 

@@ -33,7 +33,7 @@ struct field_spec {
 static const struct field_spec counters[] = {
     FIELD(kernel_launches), FIELD(graph_launches), FIELD(bytes_in_use),
     FIELD(peak_bytes), FIELD(allocations), FIELD(failed_allocations),
-    FIELD(limit_denied_allocations), FIELD(memory_limit_bytes), FIELD(tokens_available),
+    FIELD(limit_denied_allocations), FIELD(memory_limit_bytes), FIELD(compute_quota_ns), FIELD(compute_period_ns),
     FIELD(throttled_ns),
 };
 #define N_COUNTERS (sizeof counters / sizeof counters[0])

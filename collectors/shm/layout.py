@@ -4,7 +4,7 @@ from __future__ import annotations
 import ctypes as C
 
 SHM_MAGIC = 0x48535249414E4C41  # b"ALNAIRSH"
-ABI_VERSION = 1
+ABI_VERSION = 2
 DEFAULT_DIR = "/dev/shm"
 NAME_PREFIX = "alnair."
 
@@ -20,6 +20,10 @@ PYTHON_MAX_COUNTERS = 32
 PYTHON_MAX_PHASES = 32
 PYTHON_TORCH = 0x1
 PYTHON_DATALOADER_WORKER = 0x2
+
+SHARE_NAME_PREFIX = "alnair.share."
+SHARE_SLOTS = 64
+SHARE_PERIOD_NS = 100_000_000
 
 
 class ShmHeader(C.LittleEndianStructure):
@@ -57,9 +61,10 @@ class CudaDevice(C.LittleEndianStructure):
         ("memory_limit_bytes", C.c_uint64),
         ("compute_limit_percent", C.c_uint32),
         ("reserved0", C.c_uint32),
-        ("tokens_available", C.c_int64),
+        ("compute_quota_ns", C.c_uint64),
         ("throttled_ns", C.c_uint64),
-        ("reserved", C.c_uint64 * 2),
+        ("compute_period_ns", C.c_uint64),
+        ("reserved", C.c_uint64),
     ]
 
 
@@ -109,6 +114,17 @@ class PythonRecord(C.LittleEndianStructure):
     ]
 
 
+class ShareSlot(C.LittleEndianStructure):
+    _fields_ = [
+        ("quota_ppm", C.c_uint32),
+        ("pid", C.c_int32),
+    ]
+
+
+class ShareTable(C.LittleEndianStructure):
+    _fields_ = [("slots", ShareSlot * SHARE_SLOTS)]
+
+
 HEADER_SIZE = C.sizeof(ShmHeader)
 SEQ_OFFSET = ShmHeader.seq.offset
 CUDA_DEVICES_OFFSET = CudaRecord.devices.offset
@@ -123,6 +139,8 @@ STRUCTS = {
     "alnair_python_counter": PythonCounter,
     "alnair_python_phase": PythonPhase,
     "alnair_python_record": PythonRecord,
+    "alnair_share_slot": ShareSlot,
+    "alnair_share_table": ShareTable,
 }
 
 

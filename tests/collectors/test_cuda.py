@@ -19,7 +19,7 @@ def test_device_counters_are_exported_per_pid_and_gpu(start_writer, shm_dir):
     w = start_writer("--devices", "2", "--set", "kernel_launches=100", "--set", "graph_launches=3",
                      "--set", "bytes_in_use=1048576", "--set", "peak_bytes=2097152", "--set", "allocations=9",
                      "--set", "failed_allocations=1", "--set", "limit_denied_allocations=2",
-                     "--set", "throttled_ns=1500000000", "--set", "tokens_available=40")
+                     "--set", "throttled_ns=1500000000", "--set", "compute_quota_ns=25000000", "--set", "compute_period_ns=100000000")
     s = sample(shm_dir)
     gpu0 = f'gpu="0",pid="{w.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"'
     gpu1 = f'gpu="1",pid="{w.pid}",uuid="GPU-10111213-1415-1617-1819-1a1b1c1d1e1f"'
@@ -32,7 +32,7 @@ def test_device_counters_are_exported_per_pid_and_gpu(start_writer, shm_dir):
     assert s[f"alnair_cuda_allocation_failures_total{{{gpu0}}}"] == 1
     assert s[f"alnair_cuda_allocations_denied_total{{{gpu0}}}"] == 2
     assert s[f"alnair_cuda_throttled_seconds_total{{{gpu0}}}"] == 1.5
-    assert s[f"alnair_cuda_compute_tokens_available{{{gpu1}}}"] == 41
+    assert s[f"alnair_cuda_compute_quota_ratio{{{gpu0}}}"] == 0.25
     assert s["alnair_cuda_segments"] == 1
 
 

@@ -133,7 +133,7 @@ def test_broken_and_foreign_segments_are_skipped_and_counted(start_writer, shm_d
         "alnair.cuda.norecord": good[:300],
         "alnair.cuda.empty": b"",
         "alnair.cuda.magic": patched(0, "<Q", 0x1234),
-        "alnair.cuda.version": patched(layout.ShmHeader.abi_version.offset, "<I", 2),
+        "alnair.cuda.version": patched(layout.ShmHeader.abi_version.offset, "<I", layout.ABI_VERSION + 1),
         "alnair.cuda.kind": patched(layout.ShmHeader.record_kind.offset, "<I", layout.KIND_PYTHON),
         "alnair.cuda.garbage": os.urandom(9000),
         "alnair.cuda.devices": patched(layout.HEADER_SIZE, "<I", 65),  # device_count over the maximum

@@ -23,7 +23,7 @@ from alnair.collectors.shm import layout
 from alnair.collectors.shm.segments import SegmentDirectory
 
 HERE = Path(__file__).resolve().parent
-LIBRARY = HERE.parent.parent / "intercept" / "build" / "libalnair.so"
+LIBRARY = Path(os.environ.get("ALNAIR_LIBRARY", HERE.parent.parent / "intercept" / "build" / "libalnair.so"))
 KERNELS = Path(os.environ.get("KERNELS_BINARY", "/tmp/alnair-gpu/kernels"))
 SHM = Path(tempfile.mkdtemp(prefix="alnair-shm-"))
 RESULTS: dict[str, object] = {}
@@ -116,48 +116,101 @@ def part_oom() -> None:
           peak=d.peak_bytes, message=report["oom_message"], exit_code=code)
 
 
-def sample_utilization(pids: list[int], stop: threading.Event, out: dict[int, list[int]]) -> None:
+def sample_utilization(stop: threading.Event, out: dict[int, list[int]], quotas: dict[int, list[float]]) -> None:
+    """Each second: every pid's NVML SM utilization samples, and the window (% of the
+    period) its intercept grants it now."""
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    last = 0
+    seen: set[tuple[int, int]] = set()
     while not stop.wait(1.0):
-        try:
-            samples = pynvml.nvmlDeviceGetProcessUtilization(handle, last)
+        for pid in quotas:
+            device = published(pid).get(0)
+            if device and device.compute_period_ns:
+                quotas[pid].append(round(100 * device.compute_quota_ns / device.compute_period_ns, 1))
+        try:  # every buffered sample: one process's samples may be stamped before another's
+            samples = pynvml.nvmlDeviceGetProcessUtilization(handle, 0)
         except pynvml.NVMLError:
             continue
         for s in samples:
-            last = max(last, s.timeStamp)
-            if s.pid in out:
+            if s.pid in out and (s.pid, s.timeStamp) not in seen:
+                seen.add((s.pid, s.timeStamp))
                 out[s.pid].append(s.smUtil)
 
 
-def run_matmul_group(limits: list[int | None], seconds: float) -> list[tuple[float, float, list[int]]]:
+def run_matmul_group(limits: list[int | None], seconds: float, batch: int = 10) -> list[tuple[float, float, list[int], list[float]]]:
     """Co-located matmul loops, one per limit (None: no limit): each one's mean NVML SM
-    utilization after the first quarter, its iterations per second, and the utilization trace."""
-    procs = [spawn([sys.executable, str(HERE / "torch_workloads.py"), "matmul", str(seconds)],
+    utilization after the first quarter, its iterations per second, the utilization trace
+    and the trace of its granted window."""
+    procs = [spawn([sys.executable, str(HERE / "torch_workloads.py"), "matmul", str(seconds), str(batch)],
                    env=env(**({"ALNAIR_COMPUTE_LIMIT": str(limit)} if limit else {}))) for limit in limits]
     for p in procs:
         read_until(p, "started")
     utilization: dict[int, list[int]] = {p.pid: [] for p in procs}
+    quotas: dict[int, list[float]] = {p.pid: [] for p in procs}
     stop = threading.Event()
-    time.sleep(seconds * 0.25)  # ramp-up and first corrections
-    sampler = threading.Thread(target=sample_utilization, args=(list(utilization), stop, utilization))
+    time.sleep(seconds * 0.25)  # start-up and first corrections
+    sampler = threading.Thread(target=sample_utilization, args=(stop, utilization, quotas))
     sampler.start()
     rates = [float(read_until(p, "iterations_per_second")["iterations_per_second"]) for p in procs]
     stop.set()
     sampler.join()
     for p in procs:
         p.wait()
-    return [(statistics.mean(utilization[p.pid]) if utilization[p.pid] else -1, rate, utilization[p.pid])
+    return [(statistics.mean(utilization[p.pid]) if utilization[p.pid] else -1, rate, utilization[p.pid], quotas[p.pid])
             for p, rate in zip(procs, rates)]
 
 
 def part_share() -> None:
-    (util_30, rate_30, trace_30), (util_70, rate_70, trace_70) = run_matmul_group([30, 70], 40)
+    [(_, solo, _, _)] = run_matmul_group([None], 20)
+    (util_30, rate_30, trace_30, window_30), (util_70, rate_70, trace_70, window_70) = run_matmul_group([30, 70], 40)
     share = rate_30 / (rate_30 + rate_70)
-    ok = abs(util_30 - 30) <= 5 and abs(util_70 - 70) <= 5 and abs(share / 0.3 - 1) <= 0.15
-    check("d_compute_limit_30_70", ok, util_30=round(util_30, 1), util_70=round(util_70, 1),
-          rate_30=round(rate_30, 1), rate_70=round(rate_70, 1), share_of_30=round(share, 3),
-          util_trace_30=trace_30, util_trace_70=trace_70)
+    ratio_ok = abs(share / 0.3 - 1) <= 0.15
+    # GPU time each got, from its throughput against the same loop alone: the ground truth
+    time_30, time_70 = 100 * rate_30 / solo, 100 * rate_70 / solo
+    check("d_compute_limit_30_70_by_gpu_time", ratio_ok and abs(time_30 - 30) <= 5 and abs(time_70 - 70) <= 5,
+          gpu_time_30=round(time_30, 1), gpu_time_70=round(time_70, 1), solo_rate=round(solo, 1),
+          rate_30=round(rate_30, 1), rate_70=round(rate_70, 1), share_of_30=round(share, 3))
+    check("d_compute_limit_30_70_by_nvml", ratio_ok and abs(util_30 - 30) <= 5 and abs(util_70 - 70) <= 5,
+          util_30=round(util_30, 1), util_70=round(util_70, 1), share_of_30=round(share, 3),
+          util_trace_30=trace_30, util_trace_70=trace_70, window_trace_30=window_30, window_trace_70=window_70)
+
+
+def part_share_deep_queue() -> None:
+    """The limit's known weak spot: a window bounds when a process launches, so work it
+    queues beyond the window's end runs into the next process's window. Here each process
+    synchronises every 200 matmuls (about 40 ms of queued work) instead of 10."""
+    [(_, solo, _, _)] = run_matmul_group([None], 12, batch=200)
+    (_, rate_30, _, _), (_, rate_70, _, _) = run_matmul_group([30, 70], 24, batch=200)
+    check("share_deep_queue", True, gpu_time_30=round(100 * rate_30 / solo, 1), gpu_time_70=round(100 * rate_70 / solo, 1),
+          share_of_30=round(rate_30 / (rate_30 + rate_70), 3), solo_rate=round(solo, 1))
+
+
+def part_share_probe() -> None:
+    """Raw NVML process samples (pid, timestamp, SM utilization) while a 30% and a 70%
+    process share the GPU, written to $OUT/share_probe.json for study."""
+    procs = [spawn([sys.executable, str(HERE / "torch_workloads.py"), "matmul", "20"],
+                   env=env(ALNAIR_COMPUTE_LIMIT=str(limit))) for limit in (30, 70)]
+    for p in procs:
+        read_until(p, "started")
+    handle, raw, windows = pynvml.nvmlDeviceGetHandleByIndex(0), {}, []
+    end = time.time() + 18
+    while time.time() < end:
+        time.sleep(0.25)
+        windows.append([time.time()] + [getattr(published(p.pid).get(0), "compute_quota_ns", -1) for p in procs])
+        try:
+            for s in pynvml.nvmlDeviceGetProcessUtilization(handle, 0):
+                raw[(s.pid, s.timeStamp)] = s.smUtil
+        except pynvml.NVMLError:
+            pass
+    rates = [float(read_until(p, "iterations_per_second")["iterations_per_second"]) for p in procs]
+    for p in procs:
+        p.wait()
+    samples = sorted((ts, pid, util) for (pid, ts), util in raw.items())
+    out = Path(os.environ.get("OUT", "/tmp"))
+    (out / "share_probe.json").write_text(json.dumps({"pids": [p.pid for p in procs], "rates": rates,
+                                                       "samples": samples, "windows": windows}))
+    per_pid = {p.pid: [u for _, pid, u in samples if pid == p.pid] for p in procs}
+    check("share_probe", True, rates=rates, samples={pid: len(v) for pid, v in per_pid.items()},
+          mean_util={pid: round(statistics.mean(v), 1) if v else -1 for pid, v in per_pid.items()})
 
 
 def part_share_baselines() -> None:
@@ -165,8 +218,8 @@ def part_share_baselines() -> None:
     two unlimited processes sharing the GPU by time slices."""
     for name, limits in (("alone_unlimited", [None]), ("alone_30", [30]), ("pair_unlimited", [None, None])):
         results = run_matmul_group(limits, 20)
-        check(f"baseline_{name}", True, utilization=[round(u, 1) for u, _, _ in results],
-              iterations_per_second=[round(r, 1) for _, r, _ in results])
+        check(f"baseline_{name}", True, utilization=[round(u, 1) for u, _, _, _ in results],
+              iterations_per_second=[round(r, 1) for _, r, _, _ in results], windows=[w for *_, w in results])
 
 
 def alternate(run_once, rounds: int) -> dict[str, list[float]]:
@@ -200,7 +253,8 @@ def part_bench() -> None:
 
 
 PARTS = {"counts": part_counts, "torch": part_torch, "oom": part_oom, "share": part_share,
-         "share-baselines": part_share_baselines, "bench": part_bench}
+         "share-baselines": part_share_baselines, "share-probe": part_share_probe,
+         "share-deep-queue": part_share_deep_queue, "bench": part_bench}
 
 if __name__ == "__main__":
     pynvml.nvmlInit()

@@ -1,7 +1,8 @@
 """Where a PyTorch process's device memory comes from, stage by stage: a child runs the
 stages and pauses; the parent reads the intercept's bytes_in_use at each pause.
 
-    python tests/gpu/memory_stages.py    (PYTHONPATH with alnair, LD_PRELOAD-able library built)
+    python tests/gpu/memory_stages.py [NAME=VALUE ...]   (PYTHONPATH with alnair, LD_PRELOAD-able
+                                                          library built; NAME=VALUE: extra environment)
 """
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ m = torch.nn.Linear(1024, 1024).cuda(); m(a).sum().backward(); mark("linear_back
 if __name__ == "__main__":
     from check_intercept import env, settled, spawn
 
-    child = spawn([sys.executable, "-c", STAGES], env=env())
+    extra = dict(arg.split("=", 1) for arg in sys.argv[1:])
+    print("environment:", extra or "default")
+    child = spawn([sys.executable, "-c", STAGES], env=env(**extra))
     for line in child.stdout:
         _, stage, reserved = line.split()
         in_use = settled(child.pid)[0].bytes_in_use

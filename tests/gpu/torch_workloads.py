@@ -3,7 +3,8 @@
     torch_workloads.py profile STEPS   train; at each "mark" wait for a line on stdin so the
                                        parent can read the segment; report the profiler's kernels
     torch_workloads.py oom             allocate until PyTorch's out-of-memory error, then go on
-    torch_workloads.py matmul SECONDS  a matmul loop; report iterations per second
+    torch_workloads.py matmul SECONDS [BATCH]  a matmul loop synchronising every BATCH (10)
+                                       iterations; report iterations per second
     torch_workloads.py train STEPS     time STEPS training steps; report seconds
 """
 from __future__ import annotations
@@ -73,16 +74,16 @@ def oom() -> None:
     mark("done")
 
 
-def matmul(seconds: float) -> None:
+def matmul(seconds: float, batch: int = 10) -> None:
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     say("started", time.time())
     end, n, window_start, window_n = time.time() + seconds, 0, None, 0
     while time.time() < end:
-        for _ in range(10):
+        for _ in range(batch):
             a @ b
         torch.cuda.synchronize()
-        n += 10
+        n += batch
         if window_start is None and time.time() > end - seconds * 0.75:
             window_start, window_n = time.time(), n  # the last 3/4: after ramp-up
     say("iterations_per_second", (n - window_n) / (time.time() - window_start))
@@ -102,5 +103,5 @@ def train(steps: int) -> None:
 
 if __name__ == "__main__":
     mode, arg = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "0"
-    {"profile": lambda: profile(int(arg)), "oom": oom, "matmul": lambda: matmul(float(arg)),
+    {"profile": lambda: profile(int(arg)), "oom": oom, "matmul": lambda: matmul(float(arg), *map(int, sys.argv[3:])),
      "train": lambda: train(int(arg))}[mode]()

@@ -1,6 +1,13 @@
 """Memory and compute limits for shared GPUs."""
 from __future__ import annotations
 
+import os
+import signal
+import struct
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
 from conftest import published
 from support import wait_until
 
@@ -37,7 +44,7 @@ def test_malformed_limits_are_reported_once_and_ignored(run_client, shm_dir):
 
 
 def launch_rate(run_client, env: dict[str, str]) -> float:
-    client = run_client("gpa", "rate", "1.0", "2.0", env={"FAKE_CUDA_LAUNCH_NS": "20000", **env})
+    client = run_client("gpa", "rate", "1.0", "2.0", env={"FAKE_CUDA_LAUNCH_NS": "200000", **env})
     return float(client.values("rate")[0][0]), client
 
 
@@ -49,3 +56,52 @@ def test_compute_limit_throttles_launches_to_its_share(run_client, shm_dir):
     # most of the 2 s were spent waiting for tokens
     device = wait_until(lambda: (d := published(shm_dir, client.proc.pid).get(0)) and d.throttled_ns > 1e9 and d)
     assert device.compute_limit_percent == 30
+
+
+def launch_rates_together(run_client, limits: list[str | None], gpu_file) -> list[float]:
+    """Launch rates of processes sharing one fake GPU (FAKE_CUDA_SHARED_GPU), started together."""
+    def run(limit):
+        env = {"FAKE_CUDA_LAUNCH_NS": "200000", "FAKE_CUDA_SHARED_GPU": str(gpu_file)}
+        return run_client("gpa", "rate", "0.5", "2.0", env={**env, **({"ALNAIR_COMPUTE_LIMIT": limit} if limit else {})})
+    with ThreadPoolExecutor(len(limits)) as pool:
+        return [float(c.values("rate")[0][0]) for c in pool.map(run, limits)]
+
+
+def launches_and_overlaps(gpu_file) -> tuple[int, int]:
+    _running, _pad, launches, overlaps = struct.unpack("<iiQQ", gpu_file.read_bytes()[:24])
+    return launches, overlaps
+
+
+def overlap_fraction(run_client, limits: list[str | None], gpu_file) -> tuple[float, list[float]]:
+    rates = launch_rates_together(run_client, limits, gpu_file)
+    launches, overlaps = launches_and_overlaps(gpu_file)
+    return overlaps / launches, rates
+
+
+@pytest.mark.parametrize("limits, share_of_first", [(["30", "70"], 0.3), (["60", "60"], 0.5)])
+def test_limited_processes_on_one_gpu_take_turns_in_proportion(run_client, tmp_path, limits, share_of_first):
+    """A time-sliced GPU gives each limited process its share only if they take turns:
+    their launches must not overlap, and oversubscribed limits shrink alike."""
+    unlimited, _ = overlap_fraction(run_client, [None, None], tmp_path / "control")
+    assert unlimited > 0.1  # the shared fake GPU does see two processes at once
+    limited, (first, second) = overlap_fraction(run_client, limits, tmp_path / "gpu")
+    assert abs(first / (first + second) - share_of_first) < 0.08, (first, second)  # CPU-starved runs drift
+    # A launch begun just before its window closes may still run into the next one,
+    # the more so on a loaded 2-core machine: overlaps are rare, not impossible.
+    assert limited < 0.2 * unlimited, (limited, unlimited)
+
+
+def quota_ms(shm_dir, pid: int) -> float:
+    device = published(shm_dir, pid).get(0)
+    return device.compute_quota_ns / 1e6 if device else -1
+
+
+def test_a_killed_process_hands_its_share_back_and_windows_are_published(run_client, shm_dir):
+    first = run_client("gpa", "launches", "1", "10", "1", env={"ALNAIR_COMPUTE_LIMIT": "60"})
+    assert wait_until(lambda: quota_ms(shm_dir, first.proc.pid) == 60)
+    second = run_client("gpa", "launches", "1", "10", "1", env={"ALNAIR_COMPUTE_LIMIT": "60"})
+    # 60% + 60% of one GPU: both shrink to half a period
+    assert wait_until(lambda: quota_ms(shm_dir, first.proc.pid) == quota_ms(shm_dir, second.proc.pid) == 50)
+    assert published(shm_dir, first.proc.pid)[0].compute_period_ns == 100_000_000
+    os.kill(second.proc.pid, signal.SIGKILL)  # no clean exit: its slot's lock is all that tells
+    assert wait_until(lambda: quota_ms(shm_dir, first.proc.pid) == 60, timeout=5)

@@ -9,8 +9,12 @@
  * counts every call it receives so tests can prove a call reached the driver.
  *
  * Environment: FAKE_CUDA_DEVICES (default 4), FAKE_CUDA_DEVICE_BYTES (default
- * 16 GiB), FAKE_CUDA_LAUNCH_NS (busy time per launch, default 0), FAKE_CUDA_BARE
- * (launches return at once, uncounted: for measuring the intercept's own cost).
+ * 16 GiB), FAKE_CUDA_LAUNCH_NS (time each launch takes, default 0: the caller sleeps,
+ * like a GPU running the kernel synchronously, so a loaded CPU changes little), FAKE_CUDA_BARE
+ * (launches return at once, uncounted: for measuring the intercept's own cost),
+ * FAKE_CUDA_SHARED_GPU (a file standing for one GPU that several processes share:
+ * each timed launch marks it running, and a launch that finds it already running,
+ * which a real time-sliced GPU would have to interleave, is counted as an overlap).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -20,6 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cuda_driver.h"
 
@@ -40,6 +47,24 @@ static int n_devices = 4;
 static uint64_t device_bytes = 16ull << 30;
 static uint64_t launch_ns;
 static int bare_launches;
+
+/* The FAKE_CUDA_SHARED_GPU file's layout (tests read it with struct "<iiQQ"). */
+struct shared_gpu {
+    _Atomic int32_t running;
+    int32_t pad;
+    _Atomic uint64_t launches;
+    _Atomic uint64_t overlaps;
+};
+static struct shared_gpu *shared_gpu;
+
+static void map_shared_gpu(const char *path)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || ftruncate(fd, sizeof *shared_gpu) != 0) abort();
+    shared_gpu = mmap(NULL, sizeof *shared_gpu, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (shared_gpu == MAP_FAILED) abort();
+    close(fd);
+}
 static struct CUctx_st primary[MAX_DEVICES];
 static _Atomic uint64_t used[MAX_DEVICES];
 static _Atomic uint64_t next_address[MAX_DEVICES];
@@ -68,6 +93,7 @@ __attribute__((constructor)) static void configure(void)
     if ((v = getenv("FAKE_CUDA_DEVICE_BYTES"))) device_bytes = strtoull(v, NULL, 10);
     if ((v = getenv("FAKE_CUDA_LAUNCH_NS"))) launch_ns = strtoull(v, NULL, 10);
     bare_launches = getenv("FAKE_CUDA_BARE") != NULL;
+    if ((v = getenv("FAKE_CUDA_SHARED_GPU"))) map_shared_gpu(v);
     for (int i = 0; i < MAX_DEVICES; i++) {
         primary[i].device = i;
         next_address[i] = ((uint64_t)i + 1) << 40;
@@ -105,13 +131,17 @@ static CUcontext current(void) { return depth ? stack[depth - 1] : NULL; }
 
 static int current_device(void) { return current() ? current()->device : -1; }
 
-static void busy(void)
+static void run_kernel(void)
 {
     if (!launch_ns) return;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    do clock_gettime(CLOCK_MONOTONIC, &t);
-    while ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)(t.tv_nsec - t0.tv_nsec) < launch_ns);
+    if (shared_gpu) {
+        atomic_fetch_add(&shared_gpu->launches, 1);
+        if (atomic_fetch_add(&shared_gpu->running, 1) > 0) atomic_fetch_add(&shared_gpu->overlaps, 1);
+    }
+    struct timespec t = {(time_t)(launch_ns / 1000000000ull), (long)(launch_ns % 1000000000ull)};
+    while (nanosleep(&t, &t) != 0) {
+    }
+    if (shared_gpu) atomic_fetch_sub(&shared_gpu->running, 1);
 }
 
 /* ---- allocations --------------------------------------------------------- */
@@ -285,7 +315,7 @@ static CUresult launch(const char *name)
     if (bare_launches) return CUDA_SUCCESS;
     record(name);
     if (!current()) return CUDA_ERROR_INVALID_CONTEXT;
-    busy();
+    run_kernel();
     return CUDA_SUCCESS;
 }
 
