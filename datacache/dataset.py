@@ -2,7 +2,6 @@
 which then repopulates the cache. torch.utils.data.DataLoader takes it as a map-style dataset."""
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import socket
@@ -13,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import redis
 
-from . import keys, process_record
+from . import content, keys, process_record
 from .counters import PendingCounters
 from .health import RedisHealth
 from .manifest import Manifest
@@ -53,8 +52,9 @@ class CachedDataset:
 
     `dataset[i]` and `dataset.__getitems__(indices)` return `transform(bytes)` (the bytes if no
     transform): the transform runs on every read, so augmentation still differs per epoch. A batch is
-    one MGET; every cached value is checked against its hash, and anything absent, evicted or wrong
-    is read from the origin and written back. If Redis does not answer within `timeout` seconds, the
+    one MGET; every cached value is checked against its manifest's BLAKE3 check digest (or SHA-256
+    where the manifest has none yet), and anything absent, evicted or wrong is read from the origin
+    and written back. If Redis does not answer within `timeout` seconds, the
     batch comes from the origin and Redis is tried again after `retry_seconds`.
     """
 
@@ -121,7 +121,7 @@ class CachedDataset:
         """Register the dataset under this origin's fingerprint and take the entries Redis knows: a new
         process (a DataLoader worker of a later epoch, say) starts from what earlier ones learned."""
         try:
-            self.manifest.merge(runtime.store.open(self.name, self.fingerprint, len(self)))
+            self.manifest.merge(*runtime.store.open(self.name, self.fingerprint, len(self)))
             runtime.opened = True
         except redis.RedisError as e:
             self._redis_failed(runtime, e)
@@ -132,9 +132,9 @@ class CachedDataset:
         digests = [self.manifest.digest(i) for i in indices]
         samples: list[bytes | None] = [None] * len(indices)
         redis_up = runtime.health.available()
-        if redis_up:
-            redis_up = self._from_cache(runtime, digests, samples)
         writes = Writes()
+        if redis_up:
+            redis_up = self._from_cache(runtime, indices, digests, samples, writes)
         from_origin = [position for position, sample in enumerate(samples) if sample is None]
         for position in from_origin:
             samples[position] = self._from_origin(runtime, indices[position], writes)
@@ -142,7 +142,8 @@ class CachedDataset:
                                 keys.ORIGIN_BYTES: sum(len(samples[p]) for p in from_origin)})
         return samples, writes if redis_up else Writes()
 
-    def _from_cache(self, runtime: _Runtime, digests: list[bytes | None], samples: list[bytes | None]) -> bool:
+    def _from_cache(self, runtime: _Runtime, indices: list[int], digests: list[bytes | None],
+                    samples: list[bytes | None], writes: Writes) -> bool:
         """Fill `samples` with the verified values Redis holds; False if Redis could not be asked."""
         wanted = [position for position, digest in enumerate(digests) if digest is not None]
         if not wanted:
@@ -156,7 +157,7 @@ class CachedDataset:
         for position, value in zip(wanted, values):
             if value is None:
                 continue
-            if hashlib.sha256(value).digest() == digests[position]:
+            if self._verified(indices[position], digests[position], value, writes):
                 samples[position] = value
                 hits += 1
                 cache_bytes += len(value)
@@ -165,12 +166,27 @@ class CachedDataset:
         self._count(runtime, **{keys.HITS: hits, keys.CORRUPT: corrupt, keys.CACHE_BYTES: cache_bytes})
         return True
 
+    def _verified(self, index: int, digest: bytes, value: bytes, writes: Writes) -> bool:
+        """Whether `value` is sample `index`'s bytes: its check digest as the manifest records it, or else
+        (no check digest yet, as in a manifest written before them, or one out of step) its SHA-256,
+        which then records the check digest for the next read."""
+        check = self.manifest.check(index)
+        if check is not None and content.check_digest(value, digest) == check:
+            return True
+        if content.address(value) != digest:
+            return False
+        check = content.check_digest(value, digest)
+        self.manifest.learn_check(index, check)
+        writes.checks.append((index, digest, check))
+        return True
+
     def _from_origin(self, runtime: _Runtime, index: int, writes: Writes) -> bytes:
         data = runtime.origin_reads.run(index, lambda: self.origin.read(index))
-        digest = hashlib.sha256(data).digest()
-        self.manifest.learn(index, digest, len(data))
+        digest = content.address(data)
+        check = content.check_digest(data, digest)
+        self.manifest.learn(index, digest, len(data), check)
         writes.blobs[digest] = data
-        writes.entries.append((index, digest, len(data)))
+        writes.entries.append((index, digest, len(data), check))
         return data
 
     def _write_back(self, runtime: _Runtime, writes: Writes) -> None:

@@ -16,6 +16,9 @@ CONTENT_TOTAL = "total"  # bytes of distinct content (a digest field is 32 bytes
 ENTRY = struct.Struct(">32sQ")
 ENTRY_SIZE = ENTRY.size
 UNKNOWN_DIGEST = bytes(32)
+# Beside it, a dataset's check digests: entry i at offset i * CHECK_SIZE, the BLAKE3 of sample i's bytes
+# keyed by its SHA-256 (datacache/content.py). All zero: not known (a manifest written before them).
+CHECK_SIZE = 32
 
 # Counter fields, the same in a dataset's hash and in a job's hash.
 HITS, MISSES, FALLBACKS, CORRUPT, REDIS_ERRORS = "hits", "misses", "fallbacks", "corrupt", "redis_errors"
@@ -52,6 +55,10 @@ def dataset(name: str) -> str:
 
 def manifest(name: str) -> str:
     return f"{PREFIX}manifest:{name}"
+
+
+def checks(name: str) -> str:
+    return f"{PREFIX}checks:{name}"
 
 
 def job(name: str) -> str:

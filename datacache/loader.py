@@ -15,7 +15,7 @@ class CacheLoader:
     """Iterates over a CachedDataset in batches, one epoch per `iter()`.
 
     `workers` threads each fetch whole batches (one MGET and one write-back each, on their own
-    connection); the socket reads and SHA-256 checks release the GIL, so threads scale without
+    connection); the socket reads and hash checks release the GIL, so threads scale without
     copying samples between processes. By default one per CPU, at most 4: more threads than CPUs
     only add GIL hand-offs (bench/cache_loader.py). Up to `prefetch` batches are in flight ahead of
     the consumer.

@@ -1,5 +1,5 @@
-"""The cache's Redis side: open a dataset's manifest, read blobs, and write blobs, manifest entries and
-counters in one pipelined round trip."""
+"""The cache's Redis side: open a dataset's manifest, read blobs, and write blobs, manifest entries, check
+digests and counters in one pipelined round trip."""
 from __future__ import annotations
 
 import time
@@ -13,25 +13,27 @@ from . import keys
 
 SOCKET_READ_SIZE = 4 << 20  # a batch of 100 KB samples arrives in a few reads, not hundreds
 
-# KEYS: dataset hash, manifest, dataset registry. ARGV: dataset name, fingerprint, samples.
-# A new fingerprint means the origin changed: the old manifest is dropped. Returns the manifest.
+# KEYS: dataset hash, manifest, check digests, dataset registry. ARGV: dataset name, fingerprint, samples.
+# A new fingerprint means the origin changed: the old manifest and checks are dropped. Returns both.
 OPEN = """
-redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('SADD', KEYS[4], ARGV[1])
 if redis.call('HGET', KEYS[1], 'fingerprint') ~= ARGV[2] then
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', KEYS[2], KEYS[3])
   redis.call('HSET', KEYS[1], 'fingerprint', ARGV[2], 'samples', ARGV[3], 'logical_bytes', 0)
 end
-return redis.call('GET', KEYS[2])
+return {redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or ''}
 """
 
-# KEYS: dataset hash, manifest, content index. ARGV: fingerprint, then (index, entry, size) per sample.
-# Writes only under the fingerprint the writer read its samples with; keeps the dataset's logical bytes
-# and the distinct content's physical bytes.
+# KEYS: dataset hash, manifest, content index, check digests. ARGV: fingerprint, then (index, entry, size,
+# check digest) per sample. Writes only under the fingerprint the writer read its samples with; keeps the
+# dataset's logical bytes and the distinct content's physical bytes.
 RECORD = """
 if redis.call('HGET', KEYS[1], 'fingerprint') ~= ARGV[1] then return -1 end
 if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('HSET', KEYS[1], 'logical_bytes', 0) end
-for i = 2, #ARGV, 3 do
-  local offset, entry, size = tonumber(ARGV[i]) * 40, ARGV[i + 1], tonumber(ARGV[i + 2])
+for i = 2, #ARGV, 4 do
+  local index, entry, size = tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2])
+  local offset = index * 40
+  redis.call('SETRANGE', KEYS[4], index * 32, ARGV[i + 3])
   local old = redis.call('GETRANGE', KEYS[2], offset, offset + 39)
   if old ~= entry then
     local old_size = 0
@@ -48,9 +50,22 @@ end
 return 0
 """
 
+# KEYS: dataset hash, manifest, check digests. ARGV: fingerprint, then (index, SHA-256, check digest) per
+# sample whose cached bytes SHA-256 vouched for. Sets a check digest only beside the entry it was made for.
+RECORD_CHECKS = """
+if redis.call('HGET', KEYS[1], 'fingerprint') ~= ARGV[1] then return -1 end
+for i = 2, #ARGV, 3 do
+  local index = tonumber(ARGV[i])
+  if redis.call('GETRANGE', KEYS[2], index * 40, index * 40 + 31) == ARGV[i + 1] then
+    redis.call('SETRANGE', KEYS[3], index * 32, ARGV[i + 2])
+  end
+end
+return 0
+"""
+
 
 # KEYS: dataset hash, job hash, jobs, then the metadata to keep warm for LRU (manifest, content index,
-# dataset registry). ARGV: job, job TTL, now, the number of integer deltas, then (field, delta) pairs,
+# dataset registry, check digests). ARGV: job, job TTL, now, the number of integer deltas, then (field, delta) pairs,
 # integers first. One command instead of two increments per field: counters travel with every batch.
 ADD_COUNTERS = """
 local integers = tonumber(ARGV[4])
@@ -62,7 +77,7 @@ end
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3] - ARGV[2])
-redis.call('TOUCH', KEYS[4], KEYS[5], KEYS[6])
+redis.call('TOUCH', KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 return 0
 """
 
@@ -85,7 +100,11 @@ class Writes:
     """What one batch learned from the origin, to be written back."""
 
     blobs: dict[bytes, bytes] = field(default_factory=dict)  # digest -> bytes
-    entries: list[tuple[int, bytes, int]] = field(default_factory=list)  # (index, digest, size)
+    entries: list[tuple[int, bytes, int, bytes]] = field(default_factory=list)  # (index, digest, size, check)
+    checks: list[tuple[int, bytes, bytes]] = field(default_factory=list)  # (index, digest, check) of cached bytes
+
+    def __bool__(self) -> bool:
+        return bool(self.blobs or self.entries or self.checks)
 
 
 class CacheStore:
@@ -93,11 +112,14 @@ class CacheStore:
         self.client = connect(url, timeout)
         self._open = self.client.register_script(OPEN)
         self._record = self.client.register_script(RECORD)
+        self._record_checks = self.client.register_script(RECORD_CHECKS)
         self._add_counters = self.client.register_script(ADD_COUNTERS)
 
-    def open(self, dataset: str, fingerprint: str, samples: int) -> bytes:
-        keys_ = [keys.dataset(dataset), keys.manifest(dataset), keys.DATASETS]
-        return self._open(keys=keys_, args=[dataset, fingerprint, samples]) or b""
+    def open(self, dataset: str, fingerprint: str, samples: int) -> tuple[bytes, bytes]:
+        """The dataset's manifest and check digests."""
+        keys_ = [keys.dataset(dataset), keys.manifest(dataset), keys.checks(dataset), keys.DATASETS]
+        manifest, checks = self._open(keys=keys_, args=[dataset, fingerprint, samples])
+        return manifest, checks
 
     def get_blobs(self, digests: list[bytes]) -> list[bytes | None]:
         return self.client.mget([keys.blob(d) for d in digests])
@@ -105,7 +127,7 @@ class CacheStore:
     def write(self, dataset: str, fingerprint: str, writes: Writes, job: str, job_ttl: int,
               deltas: dict[str, float]) -> int:
         """One round trip; returns how many commands Redis refused (out of memory, say)."""
-        if not writes.blobs and not writes.entries:
+        if not writes:
             # A batch the cache served: one EVALSHA, without a pipeline (redis-py asks SCRIPT EXISTS
             # before it executes a pipeline that holds a script: a second round trip).
             if not deltas:
@@ -120,9 +142,13 @@ class CacheStore:
             pipe.set(keys.blob(digest), data)
         if writes.entries:
             args = [fingerprint]
-            for index, digest, size in writes.entries:
-                args += [index, keys.ENTRY.pack(digest, size), size]
-            self._record(keys=[keys.dataset(dataset), keys.manifest(dataset), keys.CONTENT], args=args, client=pipe)
+            for index, digest, size, check in writes.entries:
+                args += [index, keys.ENTRY.pack(digest, size), size, check]
+            self._record(keys=[keys.dataset(dataset), keys.manifest(dataset), keys.CONTENT, keys.checks(dataset)],
+                         args=args, client=pipe)
+        if writes.checks:
+            self._record_checks(keys=[keys.dataset(dataset), keys.manifest(dataset), keys.checks(dataset)],
+                                args=[fingerprint, *(x for item in writes.checks for x in item)], client=pipe)
         if deltas:
             self._write_counters(dataset, job, job_ttl, deltas, pipe)
         results = pipe.execute(raise_on_error=False)
@@ -130,7 +156,7 @@ class CacheStore:
 
     def _write_counters(self, dataset: str, job: str, job_ttl: int, deltas: dict[str, float], client) -> None:
         self._add_counters(keys=[keys.dataset(dataset), keys.job(job), keys.JOBS, keys.manifest(dataset), keys.CONTENT,
-                                 keys.DATASETS], args=[job, job_ttl, time.time(), *counter_args(deltas)], client=client)
+                                 keys.DATASETS, keys.checks(dataset)], args=[job, job_ttl, time.time(), *counter_args(deltas)], client=client)
 
     def close(self) -> None:
         self.client.close()
