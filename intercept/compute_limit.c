@@ -11,6 +11,12 @@
  * from the GPU's share table (gpu_share.c); a launch outside the process's own
  * window waits for it. A window is the process's time tokens for the period.
  *
+ * A window bounds when work is launched, not when it runs: work queued near a
+ * window's end runs into the next process's window. Calls that wait for the GPU
+ * (syncs, and launches the driver holds back on a full queue) show how long the
+ * work ran; the part outside the window is owed, and given back by barring
+ * launches from the start of the process's next windows.
+ *
  * Feedback: the window starts at the limit. The monitor thread then measures
  * this process's SM utilization with NVML (loaded lazily, only with a limit set)
  * and every FEEDBACK_NS scales the quota by sqrt(limit / measured), clamped to
@@ -32,36 +38,93 @@
 
 #define FEEDBACK_NS 500000000ull /* NVML samples about every 1/6 s: average several */
 #define MAX_SLEEP_NS 20000000ull /* a waiting launch re-reads its window this often */
+#define WAITED_NS 50000ull       /* a wait shorter than this found the work done */
 #define PPM 1000000.0
 
-/* ---- the launch gate (any thread) ------------------------------------------ */
+/* ---- the launch gate and the overrun (any thread) ---------------------------- */
+
+#define PERIOD ALNAIR_SHARE_PERIOD_NS
+#define LAID_OUT (1ull << 63)
 
 static uint64_t pack_window(uint64_t offset_ns, uint64_t length_ns)
 {
-    return (offset_ns / 1000) << 32 | (length_ns / 1000);
+    return LAID_OUT | (offset_ns / 1000) << 32 | (length_ns / 1000);
 }
 
-/* ns until the window opens; 0 inside it. */
-static uint64_t wait_for(uint64_t window, uint64_t now)
+/* The window launches may use: offset and length (ns) within the period. */
+static void window_of(struct alnair_device *d, uint64_t *offset, uint64_t *length)
 {
-    uint64_t offset = (window >> 32) * 1000, length = (window & 0xffffffffu) * 1000;
-    if (length >= ALNAIR_SHARE_PERIOD_NS) return 0;
-    uint64_t into = (now % ALNAIR_SHARE_PERIOD_NS + ALNAIR_SHARE_PERIOD_NS - offset) % ALNAIR_SHARE_PERIOD_NS;
-    return into < length ? 0 : ALNAIR_SHARE_PERIOD_NS - into;
+    uint64_t window = atomic_load_explicit(&d->window, memory_order_relaxed);
+    if (!window) /* before the monitor lays the GPU out: alone, from the start of the period */
+        window = pack_window(0, PERIOD * d->compute_limit_percent / 100);
+    *offset = (window >> 32 & 0x7fffffffu) * 1000;
+    *length = (window & 0xffffffffu) * 1000;
+}
+
+/* Window time in [0, t) when windows start at every multiple of the period. */
+static uint64_t window_time_before(uint64_t t, uint64_t length)
+{
+    uint64_t partial = t % PERIOD;
+    return t / PERIOD * length + (partial < length ? partial : length);
+}
+
+/* Window time in [a, b). */
+static uint64_t window_time(uint64_t a, uint64_t b, uint64_t offset, uint64_t length)
+{
+    uint64_t shift = PERIOD - offset;
+    return window_time_before(b + shift, length) - window_time_before(a + shift, length);
+}
+
+void alnair_charge_overrun(struct alnair_device *d, uint64_t start, uint64_t now)
+{
+    if (now - start < WAITED_NS) return; /* it hardly waited: the work was done */
+    uint64_t from, charged = atomic_load(&d->charged_until_ns);
+    do { /* threads waiting at once count the time once */
+        if (charged >= now) return;
+        from = charged > start ? charged : start;
+    } while (!atomic_compare_exchange_weak(&d->charged_until_ns, &charged, now));
+    uint64_t offset, length;
+    window_of(d, &offset, &length);
+    uint64_t outside = (now - from) - window_time(from, now, offset, length);
+    if (outside) atomic_fetch_add_explicit(&d->overrun_ns, outside, memory_order_relaxed);
+}
+
+/* Inside the window with `left` ns of it to run: if time is owed, bar launches for
+ * that long (at most the rest of the window). Returns 0 when nothing is owed. */
+static int give_back(struct alnair_device *d, uint64_t now, uint64_t left)
+{
+    uint64_t owed = atomic_load(&d->overrun_ns);
+    while (owed) {
+        uint64_t pay = owed < left ? owed : left;
+        if (atomic_compare_exchange_weak(&d->overrun_ns, &owed, owed - pay)) {
+            atomic_store(&d->barred_until_ns, now + pay);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ns the launch must wait from now: 0 to go. */
+static uint64_t wait_ns(struct alnair_device *d, uint64_t now)
+{
+    uint64_t barred = atomic_load_explicit(&d->barred_until_ns, memory_order_relaxed);
+    if (now < barred) return barred - now;
+    uint64_t offset, length;
+    window_of(d, &offset, &length);
+    if (length >= PERIOD) return 0;
+    uint64_t into = (now % PERIOD + PERIOD - offset) % PERIOD;
+    if (into >= length) return PERIOD - into;
+    return give_back(d, now, length - into) ? wait_ns(d, now) : 0;
 }
 
 void alnair_wait_for_window(struct alnair_device *d)
 {
-    uint64_t window = atomic_load_explicit(&d->window, memory_order_relaxed);
-    if (!window) /* before the monitor lays the GPU out: alone, from the start of the period */
-        window = pack_window(0, ALNAIR_SHARE_PERIOD_NS * d->compute_limit_percent / 100);
     uint64_t now = alnair_monotonic_ns(), start = now, wait;
-    while ((wait = wait_for(window, now)) != 0) {
-        if (wait > MAX_SLEEP_NS) wait = MAX_SLEEP_NS;
+    while ((wait = wait_ns(d, now)) != 0) {
+        if (wait > MAX_SLEEP_NS) wait = MAX_SLEEP_NS; /* the layout may change meanwhile */
         struct timespec pause = {(time_t)(wait / 1000000000ull), (long)(wait % 1000000000ull)};
         nanosleep(&pause, NULL);
         now = alnair_monotonic_ns();
-        window = atomic_load_explicit(&d->window, memory_order_relaxed) ?: window;
     }
     if (now != start) atomic_fetch_add_explicit(&d->throttled_ns, now - start, memory_order_relaxed);
 }

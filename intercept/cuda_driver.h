@@ -27,6 +27,7 @@ typedef uint64_t cuuint64_t;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
@@ -152,6 +153,12 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
       (CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels), \
       (pHandle, pMipmappedArrayDesc, numMipmapLevels)) \
     X(cuMipmappedArrayDestroy, (CUmipmappedArray hMipmappedArray), (hMipmappedArray)) \
+    /* waits for the GPU: a compute-limited process is charged for work that ran past its window */ \
+    X(cuCtxSynchronize, (void), ()) \
+    X(cuCtxSynchronize_v2, (CUcontext ctx), (ctx)) \
+    X(cuStreamSynchronize, (CUstream hStream), (hStream)) \
+    X(cuStreamSynchronize_ptsz, (CUstream hStream), (hStream)) \
+    X(cuEventSynchronize, (CUevent hEvent), (hEvent)) \
     /* what frameworks size their pools by */ \
     X(cuMemGetInfo_v2, (size_t *free, size_t *total), (free, total)) \
     X(cuDeviceTotalMem_v2, (size_t *bytes, CUdevice dev), (bytes, dev)) \

@@ -47,6 +47,8 @@ void *alnair_resolve_real(const char *name, void **slot);
         real_ ? real_ args : CUDA_ERROR_NOT_SUPPORTED; \
     })
 
+uint64_t alnair_monotonic_ns(void);
+
 /* ---- per-device state ----------------------------------------------------- */
 
 struct alnair_device {
@@ -58,7 +60,10 @@ struct alnair_device {
     _Atomic uint64_t failed_allocations;
     _Atomic uint64_t limit_denied_allocations;
     _Atomic uint64_t throttled_ns;
-    _Atomic uint64_t window;     /* compute-limit launch window: offset_us << 32 | length_us; 0 = not laid out */
+    _Atomic uint64_t window;     /* compute-limit launch window, packed by compute_limit.c; 0 = not laid out */
+    _Atomic uint64_t overrun_ns; /* GPU time used outside the window and not yet given back */
+    _Atomic uint64_t charged_until_ns; /* overrun is counted up to here */
+    _Atomic uint64_t barred_until_ns;  /* launches wait until then, giving back overrun */
     uint64_t compute_quota_ns;   /* the window's length, for publishing (monitor thread) */
     _Atomic int seen;            /* the process has used this device */
     uint64_t memory_limit_bytes; /* 0 = none; fixed after init */
@@ -122,6 +127,19 @@ static inline void alnair_compute_gate(struct alnair_device *d)
 {
     if (ALNAIR_UNLIKELY(d->compute_limit_percent)) alnair_wait_for_window(d);
 }
+/* A call that waited for the GPU (a sync, or a launch the driver held back on a
+ * full queue) from start_ns to now: the process's work ran until now, and what of
+ * that lies outside its window is given back from its next windows. */
+void alnair_charge_overrun(struct alnair_device *d, uint64_t start_ns, uint64_t now_ns);
+/* The clock before a call that may wait, only with a limit set (0 otherwise). */
+static inline uint64_t alnair_limit_clock(struct alnair_device *d)
+{
+    return d && ALNAIR_UNLIKELY(d->compute_limit_percent) ? alnair_monotonic_ns() : 0;
+}
+static inline void alnair_limit_waited(struct alnair_device *d, uint64_t start_ns)
+{
+    if (ALNAIR_UNLIKELY(start_ns)) alnair_charge_overrun(d, start_ns, alnair_monotonic_ns());
+}
 /* Monitor-thread side of the compute limit: lay out windows, adapt the quota. */
 void alnair_compute_limit_tick(uint64_t now_ns);
 void alnair_compute_limit_fork_child(void);
@@ -131,7 +149,6 @@ void alnair_memory_fork_prepare(void);
 void alnair_memory_fork_parent(void);
 void alnair_memory_fork_child(void);
 
-uint64_t alnair_monotonic_ns(void);
 void alnair_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

@@ -105,3 +105,17 @@ def test_a_killed_process_hands_its_share_back_and_windows_are_published(run_cli
     assert published(shm_dir, first.proc.pid)[0].compute_period_ns == 100_000_000
     os.kill(second.proc.pid, signal.SIGKILL)  # no clean exit: its slot's lock is all that tells
     assert wait_until(lambda: quota_ms(shm_dir, first.proc.pid) == 60, timeout=5)
+
+
+def device_share(run_client, limit: str | None, batch: int) -> float:
+    env = {"FAKE_CUDA_ASYNC": "1", "FAKE_CUDA_LAUNCH_NS": "1000000", **({"ALNAIR_COMPUTE_LIMIT": limit} if limit else {})}
+    return float(run_client("gpa", "batches", "0.5", "3.0", str(batch), env=env).values("device_share")[0][0])
+
+
+def test_work_queued_past_the_window_is_given_back(run_client):
+    """Batches of 40 ms of queued work under a 30% limit: one batch per 30 ms window
+    would give the process 40% of the device; the overrun its syncs reveal is given
+    back from its next windows, so it gets its 30%."""
+    assert device_share(run_client, None, 40) > 0.9  # the fake device's clock: alone, busy all the time
+    share = device_share(run_client, "30", 40)
+    assert 0.25 < share < 0.35, share

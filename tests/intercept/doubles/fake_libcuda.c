@@ -14,7 +14,9 @@
  * (launches return at once, uncounted: for measuring the intercept's own cost),
  * FAKE_CUDA_SHARED_GPU (a file standing for one GPU that several processes share:
  * each timed launch marks it running, and a launch that finds it already running,
- * which a real time-sliced GPU would have to interleave, is counted as an overlap).
+ * which a real time-sliced GPU would have to interleave, is counted as an overlap),
+ * FAKE_CUDA_ASYNC (timed launches queue their time on the device and return at
+ * once, like a real GPU's queue; the synchronize calls sleep until it drains).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -56,6 +58,9 @@ struct shared_gpu {
     _Atomic uint64_t overlaps;
 };
 static struct shared_gpu *shared_gpu;
+static int async_launches;
+static uint64_t queue_drained_at; /* FAKE_CUDA_ASYNC: when the queued launches are done */
+static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void map_shared_gpu(const char *path)
 {
@@ -94,6 +99,7 @@ __attribute__((constructor)) static void configure(void)
     if ((v = getenv("FAKE_CUDA_LAUNCH_NS"))) launch_ns = strtoull(v, NULL, 10);
     bare_launches = getenv("FAKE_CUDA_BARE") != NULL;
     if ((v = getenv("FAKE_CUDA_SHARED_GPU"))) map_shared_gpu(v);
+    async_launches = getenv("FAKE_CUDA_ASYNC") != NULL;
     for (int i = 0; i < MAX_DEVICES; i++) {
         primary[i].device = i;
         next_address[i] = ((uint64_t)i + 1) << 40;
@@ -131,16 +137,47 @@ static CUcontext current(void) { return depth ? stack[depth - 1] : NULL; }
 
 static int current_device(void) { return current() ? current()->device : -1; }
 
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec t = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    while (nanosleep(&t, &t) != 0) {
+    }
+}
+
+static void queue_kernel(void)
+{
+    pthread_mutex_lock(&queue_lock);
+    uint64_t now = now_ns();
+    queue_drained_at = (queue_drained_at > now ? queue_drained_at : now) + launch_ns;
+    pthread_mutex_unlock(&queue_lock);
+}
+
+static CUresult wait_for_queue(void)
+{
+    pthread_mutex_lock(&queue_lock);
+    uint64_t drained = queue_drained_at;
+    pthread_mutex_unlock(&queue_lock);
+    uint64_t now = now_ns();
+    if (drained > now) sleep_ns(drained - now);
+    return CUDA_SUCCESS;
+}
+
 static void run_kernel(void)
 {
     if (!launch_ns) return;
+    if (async_launches) return queue_kernel();
     if (shared_gpu) {
         atomic_fetch_add(&shared_gpu->launches, 1);
         if (atomic_fetch_add(&shared_gpu->running, 1) > 0) atomic_fetch_add(&shared_gpu->overlaps, 1);
     }
-    struct timespec t = {(time_t)(launch_ns / 1000000000ull), (long)(launch_ns % 1000000000ull)};
-    while (nanosleep(&t, &t) != 0) {
-    }
+    sleep_ns(launch_ns);
     if (shared_gpu) atomic_fetch_sub(&shared_gpu->running, 1);
 }
 
@@ -441,6 +478,21 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* ---- waiting for the device ----------------------------------------------- */
+
+#define SYNC(name, params) \
+    EXPORT CUresult name params \
+    { \
+        record(#name); \
+        return wait_for_queue(); \
+    }
+
+SYNC(cuCtxSynchronize, (void))
+SYNC(cuCtxSynchronize_v2, (CUcontext ctx))
+SYNC(cuStreamSynchronize, (CUstream s))
+SYNC(cuStreamSynchronize_ptsz, (CUstream s))
+SYNC(cuEventSynchronize, (CUevent e))
+
 /* ---- cuGetProcAddress: the driver's own name resolution ------------------ */
 
 CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
@@ -462,7 +514,8 @@ static const struct {
     ENTRY(cuMemAllocPitch_v2) ENTRY(cuMemCreate) ENTRY(cuArrayCreate_v2) ENTRY(cuArray3DCreate_v2)
     ENTRY(cuMipmappedArrayCreate) ENTRY(cuMemFree_v2) ENTRY(cuMemFreeAsync) ENTRY(cuMemFreeAsync_ptsz)
     ENTRY(cuMemRelease) ENTRY(cuArrayDestroy) ENTRY(cuMipmappedArrayDestroy) ENTRY(cuMemGetInfo_v2)
-    ENTRY(cuDeviceTotalMem_v2) ENTRY(cuGetProcAddress) ENTRY(cuGetProcAddress_v2)
+    ENTRY(cuDeviceTotalMem_v2) ENTRY(cuGetProcAddress) ENTRY(cuGetProcAddress_v2) ENTRY(cuCtxSynchronize)
+    ENTRY(cuCtxSynchronize_v2) ENTRY(cuStreamSynchronize) ENTRY(cuStreamSynchronize_ptsz) ENTRY(cuEventSynchronize)
 };
 
 static void *entry(const char *name)
@@ -487,7 +540,8 @@ static void *resolve(const char *symbol, int version, cuuint64_t flags)
     } versions[] = {{"_v4", 12050}, {"_v2", 3020}};
     for (size_t i = 0; !fn && i < sizeof versions / sizeof versions[0]; i++) {
         snprintf(name, sizeof name, "%s%s", symbol, versions[i].suffix);
-        int since = strcmp(name, "cuGetProcAddress_v2") == 0 ? 12000 : versions[i].since;
+        int since = strcmp(name, "cuGetProcAddress_v2") == 0 ? 12000
+                    : strcmp(name, "cuCtxSynchronize_v2") == 0 ? 13000 : versions[i].since;
         if (version >= since) fn = entry(name);
     }
     return fn ? fn : entry(symbol);

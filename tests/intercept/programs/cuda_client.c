@@ -48,6 +48,9 @@
     X(cuCtxPushCurrent_v2, "cuCtxPushCurrent", 13000, 0) X(cuCtxPopCurrent_v2, "cuCtxPopCurrent", 13000, 0) \
     X(cuCtxCreate_v2, "cuCtxCreate", 12000, 0) X(cuCtxCreate_v4, "cuCtxCreate", 13000, 0) \
     X(cuCtxDestroy_v2, "cuCtxDestroy", 13000, 0) X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 13000, 0) \
+    X(cuCtxSynchronize, "cuCtxSynchronize", 12000, 0) X(cuCtxSynchronize_v2, "cuCtxSynchronize", 13000, 0) \
+    X(cuStreamSynchronize, "cuStreamSynchronize", 13000, 0) \
+    X(cuStreamSynchronize_ptsz, "cuStreamSynchronize", 13000, PTDS) X(cuEventSynchronize, "cuEventSynchronize", 13000, 0) \
     X(cuGetProcAddress, "cuGetProcAddress", 11030, 0) X(cuGetProcAddress_v2, "cuGetProcAddress", 13000, 0)
 
 #define FN_TYPE(name, query, version, flags) typedef __typeof__(name) *name##_t;
@@ -221,6 +224,28 @@ static void scenario_rate(double warmup, double seconds)
     printf("rate %.1f\n", n / (seconds_now() - start));
 }
 
+/* ---- scenario: batches of launches, each waited for (a deep queue) ---------- */
+
+/* Prints the share of wall time the device spent on this process's work, from the
+ * fake driver's time per launch (FAKE_CUDA_LAUNCH_NS, with FAKE_CUDA_ASYNC). */
+static void scenario_batches(double warmup, double seconds, int batch)
+{
+    use_device(0);
+    double launch_seconds = atof(getenv("FAKE_CUDA_LAUNCH_NS")) / 1e9;
+    double end = seconds_now() + warmup;
+    while (seconds_now() < end) {
+        for (int i = 0; i < batch; i++) check(launch(), "launch");
+        check(cu.cuCtxSynchronize(), "sync");
+    }
+    long n = 0;
+    double start = seconds_now();
+    for (end = start + seconds; seconds_now() < end; n += batch) {
+        for (int i = 0; i < batch; i++) check(launch(), "launch");
+        check(cu.cuCtxSynchronize(), "sync");
+    }
+    printf("device_share %.3f\n", n * launch_seconds / (seconds_now() - start));
+}
+
 /* ---- scenario: call every hooked entry point once -------------------------- */
 
 static void report_wrapped(void)
@@ -258,6 +283,11 @@ static void scenario_every_entry(void)
     check(cu.cuLaunchCooperativeKernelMultiDevice(multi, 2, 0), "multi device");
     check(cu.cuGraphLaunch(NULL, NULL), "graph");
     check(cu.cuGraphLaunch_ptsz(NULL, NULL), "graph ptsz");
+    check(cu.cuCtxSynchronize(), "ctx sync");
+    check(cu.cuCtxSynchronize_v2(NULL), "ctx sync v2");
+    check(cu.cuStreamSynchronize(NULL), "stream sync");
+    check(cu.cuStreamSynchronize_ptsz(NULL), "stream sync ptsz");
+    check(cu.cuEventSynchronize(NULL), "event sync");
 
     CUdeviceptr a, pitched, managed, async, async_ptsz, pool, pool_ptsz;
     size_t pitch;
@@ -327,6 +357,7 @@ int main(int argc, char **argv)
     else if (!strcmp(scenario, "memory") && argc == 4) scenario_memory(atoi(argv[3]));
     else if (!strcmp(scenario, "limit") && argc == 4) scenario_limit(atoi(argv[3]));
     else if (!strcmp(scenario, "rate") && argc == 5) scenario_rate(atof(argv[3]), atof(argv[4]));
+    else if (!strcmp(scenario, "batches") && argc == 6) scenario_batches(atof(argv[3]), atof(argv[4]), atoi(argv[5]));
     else if (!strcmp(scenario, "every-entry")) scenario_every_entry();
     else if (!strcmp(scenario, "fork")) scenario_fork();
     else fprintf(stderr, "unknown scenario %s\n", scenario), exit(2);
