@@ -188,12 +188,9 @@ static double measured_utilization(struct controller *c, const uint8_t uuid[16])
     if (nvml.process_utilization(c->nvml_device, samples, &n, c->nvml_last_seen) != 0) return -1;
     double total = 0;
     unsigned int mine = 0;
-    /* Only our own samples move the cursor: another process's may be stamped later
-     * than ours, and would hide ours from the next call. */
     for (unsigned int i = 0; i < n; i++) {
-        if (samples[i].pid != (unsigned int)getpid()) continue;
-        total += samples[i].smUtil, mine++;
         if (samples[i].timeStamp > c->nvml_last_seen) c->nvml_last_seen = samples[i].timeStamp;
+        if (samples[i].pid == (unsigned int)getpid()) total += samples[i].smUtil, mine++;
     }
     return mine ? total / mine : -1;
 }
