@@ -26,9 +26,7 @@ static inline CUresult count(CUresult r, struct alnair_device *d, _Atomic uint64
     ALNAIR_EXPORT CUresult name params \
     { \
         struct alnair_device *d = before_launch(); \
-        uint64_t start = alnair_limit_clock(d); \
-        CUresult r = CALL_REAL(name, args); \
-        alnair_limit_waited(d, start); \
+        CUresult r = CALL_REAL_TIMED(d, name, args); \
         return d ? count(r, d, &d->kernel_launches) : r; \
     }
 
@@ -45,9 +43,7 @@ KERNEL_LAUNCH(cuLaunchCooperativeKernel_ptsz, ALNAIR_COOP_PARAMS, ALNAIR_COOP_AR
     ALNAIR_EXPORT CUresult name(CUgraphExec hGraphExec, CUstream hStream) \
     { \
         struct alnair_device *d = before_launch(); \
-        uint64_t start = alnair_limit_clock(d); \
-        CUresult r = CALL_REAL(name, (hGraphExec, hStream)); \
-        alnair_limit_waited(d, start); \
+        CUresult r = CALL_REAL_TIMED(d, name, (hGraphExec, hStream)); \
         return d ? count(r, d, &d->graph_launches) : r; \
     }
 

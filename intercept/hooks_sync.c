@@ -17,10 +17,7 @@ static inline struct alnair_device *limited_device(void)
     ALNAIR_EXPORT CUresult name params \
     { \
         struct alnair_device *d = limited_device(); \
-        uint64_t start = alnair_limit_clock(d); \
-        CUresult r = CALL_REAL(name, args); \
-        alnair_limit_waited(d, start); \
-        return r; \
+        return CALL_REAL_TIMED(d, name, args); \
     }
 
 SYNC(cuCtxSynchronize, (void), ())

@@ -140,6 +140,14 @@ static inline void alnair_limit_waited(struct alnair_device *d, uint64_t start_n
 {
     if (ALNAIR_UNLIKELY(start_ns)) alnair_charge_overrun(d, start_ns, alnair_monotonic_ns());
 }
+/* Calls the real function; with a limit on d, what the call waited may be overrun. */
+#define CALL_REAL_TIMED(d, name, args) \
+    ({ \
+        uint64_t start_ = alnair_limit_clock(d); \
+        CUresult timed_ = CALL_REAL(name, args); \
+        alnair_limit_waited(d, start_); \
+        timed_; \
+    })
 /* Monitor-thread side of the compute limit: lay out windows, adapt the quota. */
 void alnair_compute_limit_tick(uint64_t now_ns);
 void alnair_compute_limit_fork_child(void);
