@@ -10,6 +10,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import keys
+from .blob_reader import BlobReader
 
 SOCKET_READ_SIZE = 4 << 20  # a batch of 100 KB samples arrives in a few reads, not hundreds
 
@@ -110,6 +111,7 @@ class Writes:
 class CacheStore:
     def __init__(self, url: str, timeout: float):
         self.client = connect(url, timeout)
+        self._blobs = BlobReader(url, timeout, self.client)
         self._open = self.client.register_script(OPEN)
         self._record = self.client.register_script(RECORD)
         self._record_checks = self.client.register_script(RECORD_CHECKS)
@@ -122,7 +124,7 @@ class CacheStore:
         return manifest, checks
 
     def get_blobs(self, digests: list[bytes]) -> list[bytes | None]:
-        return self.client.mget([keys.blob(d) for d in digests])
+        return self._blobs.mget([keys.blob(d) for d in digests])
 
     def write(self, dataset: str, fingerprint: str, writes: Writes, job: str, job_ttl: int,
               deltas: dict[str, float]) -> int:
@@ -159,4 +161,5 @@ class CacheStore:
                                  keys.DATASETS, keys.checks(dataset)], args=[job, job_ttl, time.time(), *counter_args(deltas)], client=client)
 
     def close(self) -> None:
+        self._blobs.close()
         self.client.close()

@@ -1,0 +1,221 @@
+"""MGET replies read straight off the socket: each large value is received into its own bytes object, one
+copy out of the kernel, where redis-py with hiredis copies it three times (socket buffer, reader, bytes)."""
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+import redis
+from redis.connection import SSLConnection, parse_url
+
+PEEK_SIZE = 64 << 10  # reply headers and small values are parsed from a peek of this many bytes
+
+
+def encode(*args: bytes | str | int) -> bytes:
+    """A command in RESP."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def expect_crlf(data: bytes) -> None:
+    if data != b"\r\n":
+        raise redis.InvalidResponse("a bulk string without its CRLF")
+
+
+class BlobConnection:
+    """One blocking socket (TCP or Unix) whose reads the kernel times out (SO_RCVTIMEO), so a value is
+    received whole with MSG_WAITALL in one call; reply headers are found with MSG_PEEK, never over-read.
+    Raises OSError when the socket fails or times out (BlockingIOError), redis-py's errors otherwise."""
+
+    def __init__(self, params: dict, timeout: float):
+        self.timeout = timeout
+        self.sock = self._connected(params, timeout)
+        try:
+            self.sock.settimeout(None)
+            limit = struct.pack("ll", int(timeout), int(timeout % 1 * 1e6))
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
+            if params.get("password"):
+                self.command("AUTH", *filter(None, [params.get("username"), params["password"]]))
+            if params.get("db"):
+                self.command("SELECT", params["db"])
+        except BaseException:
+            self.sock.close()
+            raise
+
+    @staticmethod
+    def _connected(params: dict, timeout: float) -> socket.socket:
+        if "path" not in params:
+            sock = socket.create_connection((params.get("host", "localhost"), params.get("port", 6379)), timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        sock = socket.socket(socket.AF_UNIX)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(params["path"])
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def command(self, *args) -> bytes:
+        """A command whose reply is one line (+OK, -ERR ...)."""
+        self.sock.sendall(encode(*args))
+        return self._line()
+
+    def mget(self, names: list[str]) -> list[bytes | None]:
+        self.sock.sendall(encode("MGET", *names))
+        header = self._line()
+        if not header.startswith(b"*"):
+            raise redis.InvalidResponse(f"unexpected MGET reply {header[:80]!r}")
+        count, values = int(header[1:]), []
+        while len(values) < count:
+            self._values(values, count)
+        return values
+
+    def _values(self, values: list[bytes | None], count: int) -> None:
+        """Appends the values that follow: those complete in one peek are sliced from it; a larger one is
+        received into its own bytes."""
+        peeked = self._recv(PEEK_SIZE, socket.MSG_PEEK)
+        position = 0
+        while len(values) < count:
+            end = peeked.find(b"\r\n", position)
+            if end < 0:
+                break
+            header, start = peeked[position:end], end + 2
+            size = self._size(header)
+            if start + size + 2 > len(peeked):  # a large value: take the peek through its header, then the value
+                self._recv_exactly(start)
+                values.append(self._element(header))
+                return
+            if size < 0:
+                values.append(None)
+                position = start
+                continue
+            expect_crlf(peeked[start + size:start + size + 2])
+            values.append(peeked[start:start + size])
+            position = start + size + 2
+        if position:
+            self._recv_exactly(position)
+        elif len(values) < count:  # not even a whole header arrived yet: read it, waiting for the rest
+            values.append(self._element(self._line_rest(peeked)))
+
+    @staticmethod
+    def _size(header: bytes) -> int:
+        """A bulk string's length from its header; -1 for nil."""
+        if header == b"_":  # RESP3's nil
+            return -1
+        if not header.startswith(b"$"):
+            raise redis.InvalidResponse(f"unexpected MGET element {header[:80]!r}")
+        return int(header[1:])
+
+    def _element(self, header: bytes) -> bytes | None:
+        """The value whose header was just read, received whole into its own bytes."""
+        size = self._size(header)
+        if size < 0:
+            return None
+        value = self._recv_exactly(size)
+        expect_crlf(self._recv_exactly(2))
+        return value
+
+    def _line(self) -> bytes:
+        """One line, consumed through its CRLF and returned without it."""
+        return self._line_rest(b"")
+
+    def _line_rest(self, start: bytes) -> bytes:
+        """The line that begins with `start` (peeked, not yet consumed)."""
+        line = self._recv_exactly(len(start)) if start else b""
+        while True:
+            peeked = self._recv(PEEK_SIZE, socket.MSG_PEEK)
+            end = (line + peeked).find(b"\r\n", max(len(line) - 1, 0))
+            if end >= 0:
+                self._recv_exactly(end + 2 - len(line))
+                line = (line + peeked)[:end]
+                if line.startswith(b"-"):
+                    raise redis.ResponseError(line[1:].decode(errors="replace"))
+                return line
+            line += self._recv_exactly(len(peeked))
+
+    def _recv(self, size: int, flags: int = 0) -> bytes:
+        data = self.sock.recv(size, flags)
+        if not data and size:
+            raise ConnectionResetError("Redis closed the connection")
+        return data
+
+    def _recv_exactly(self, size: int) -> bytes:
+        started = time.monotonic()
+        data = self._recv(size, socket.MSG_WAITALL)
+        if len(data) == size:
+            return data
+        parts = [data]  # cut short by a signal, or by the timeout
+        while (received := sum(map(len, parts))) < size:
+            if time.monotonic() - started >= self.timeout:
+                raise TimeoutError("Timeout reading from socket")
+            parts.append(self._recv(size - received, socket.MSG_WAITALL))
+        return b"".join(parts)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def as_redis_error(error: OSError) -> redis.RedisError:
+    """A socket's error as redis-py raises it (BlockingIOError: SO_RCVTIMEO or SO_SNDTIMEO expired)."""
+    if isinstance(error, (BlockingIOError, TimeoutError)):
+        return redis.TimeoutError(f"Redis did not answer in time: {error}")
+    return redis.ConnectionError(f"Redis unreachable: {error}")
+
+
+class BlobReader:
+    """MGETs on connections of its own, one per concurrent caller, kept for reuse. Errors are redis-py's:
+    unreachable or timed out raise redis.ConnectionError / redis.TimeoutError, and every idle connection
+    is dropped (the server may have restarted). TLS (rediss://) goes through redis-py's own MGET."""
+
+    def __init__(self, url: str, timeout: float, client: redis.Redis):
+        self._params = parse_url(url)
+        self._timeout = timeout
+        self._client = client
+        self._direct = self._params.get("connection_class") is not SSLConnection
+        self._lock = threading.Lock()
+        self._idle: list[BlobConnection] = []
+
+    def mget(self, names: list[str]) -> list[bytes | None]:
+        if not self._direct:
+            return self._client.mget(names)
+        connection = self._take()
+        try:
+            values = connection.mget(names)
+        except redis.ResponseError:
+            self._give(connection)  # an error reply, read whole: the connection is still in step
+            raise
+        except BaseException as e:
+            connection.close()
+            self.close()  # the server may have restarted: every idle connection is as dead as this one
+            if isinstance(e, OSError):
+                raise as_redis_error(e) from e
+            raise
+        self._give(connection)
+        return values
+
+    def _take(self) -> BlobConnection:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        try:
+            return BlobConnection(self._params, self._timeout)
+        except OSError as e:
+            raise as_redis_error(e) from e
+
+    def _give(self, connection: BlobConnection) -> None:
+        with self._lock:
+            self._idle.append(connection)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()

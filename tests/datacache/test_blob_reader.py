@@ -1,0 +1,87 @@
+"""The cache's own MGET reader: the same values as redis-py, whatever their sizes and however the reply
+arrives, on TCP and Unix sockets with a password and a database; failures raise redis-py's errors."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import redis
+
+from alnair.datacache.blob_reader import PEEK_SIZE, BlobReader
+from alnair.datacache.store import connect
+from conftest import sample_bytes
+
+
+def reader_for(url: str, timeout: float = 5.0) -> BlobReader:
+    return BlobReader(url, timeout, connect(url, timeout))
+
+
+def test_values_of_every_size_and_missing_keys_match_redis_py(start_redis):
+    redis_server = start_redis()
+    client = redis_server.client()
+    sizes = [0, 1, 100, PEEK_SIZE - 20, PEEK_SIZE, PEEK_SIZE + 1, 100 * 1024, 3 << 20, 7]
+    stored = {f"k{i}": data for i, data in enumerate(sample_bytes(1, size)[0] for size in sizes)}
+    client.mset(stored)
+    names = ["missing", *stored, "also missing", "k1", "k8"]
+    reader = reader_for(redis_server.url)
+    for _ in range(2):  # the second MGET reuses the connection, so the first left nothing unread
+        values = reader.mget(names)
+        assert values == client.mget(names)
+        assert [len(v) if v is not None else None for v in values] == [None, *sizes, None, 1, 7]
+        assert all(type(v) is bytes for v in values if v is not None)
+
+
+def test_password_database_and_unix_socket(start_redis, tmp_path):
+    path = tmp_path / "redis.sock"
+    redis_server = start_redis("--requirepass", "secret", "--unixsocket", str(path))
+    redis.Redis(port=redis_server.port, password="secret", db=3).set("key", b"in db 3")
+    for url in (f"redis://:secret@127.0.0.1:{redis_server.port}/3", f"redis://default:secret@127.0.0.1:{redis_server.port}/3",
+                f"unix://:secret@{path}?db=3"):
+        assert reader_for(url).mget(["key", "other"]) == [b"in db 3", None], url
+    with pytest.raises(redis.ResponseError, match="WRONGPASS|invalid password"):
+        reader_for(f"redis://:wrong@127.0.0.1:{redis_server.port}/3").mget(["key"])
+
+
+def test_a_reply_arriving_in_awkward_pieces_is_read_whole():
+    large = sample_bytes(1, 70_000)[0]
+    reply = b"*4\r\n$5\r\nhello\r\n$-1\r\n$70000\r\n" + large + b"\r\n_\r\n"
+    cuts = [3, 9, 17, 22, 30, 2_000, len(reply) - 4, len(reply) - 1]  # inside CRLFs, headers and the value
+    pieces = [reply[a:b] for a, b in zip([0, *cuts], [*cuts, len(reply)])]
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        def serve():
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(1 << 16)
+                for piece in pieces:
+                    connection.sendall(piece)
+                    time.sleep(0.02)  # each piece alone in the reader's socket
+                connection.recv(1)  # until the reader closes
+        server = threading.Thread(target=serve)
+        server.start()
+        reader = reader_for(f"redis://127.0.0.1:{listener.getsockname()[1]}/0")
+        assert reader.mget(["a", "b", "c", "d"]) == [b"hello", None, large, None]
+        reader.close()
+        server.join(10)
+
+
+def test_a_stalled_server_times_out_and_a_restarted_one_is_reconnected(start_redis):
+    redis_server = start_redis()
+    redis_server.client().set("key", b"value")
+    reader = reader_for(redis_server.url, timeout=0.2)
+    assert reader.mget(["key"]) == [b"value"]
+    redis_server.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(redis.TimeoutError):
+            reader.mget(["key"])
+        assert time.monotonic() - started < 0.4
+    finally:
+        redis_server.resume()
+    redis_server.kill()
+    with pytest.raises(redis.ConnectionError):
+        reader.mget(["key"])
+    redis_server.start()  # empty: no persistence
+    redis_server.client().set("key", b"again")
+    assert reader.mget(["key"]) == [b"again"]
