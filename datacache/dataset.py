@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import redis
 
-from . import content, keys, process_record
+from . import allocator, content, keys, process_record
 from .counters import PendingCounters
 from .health import RedisHealth
 from .manifest import Manifest
@@ -112,6 +112,7 @@ class CachedDataset:
             with _runtime_lock:
                 runtime = self._runtime
                 if runtime is None or runtime.pid != os.getpid():
+                    allocator.keep_freed_memory()
                     runtime = _Runtime(os.getpid(), CacheStore(self.redis_url, self.timeout), RedisHealth(self.retry_seconds))
                     self._open(runtime)
                     self._runtime = runtime
