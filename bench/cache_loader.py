@@ -10,17 +10,20 @@ rounds and the reverse on odd ones:
 
 - redis-benchmark: `redis-benchmark -t get -d SIZE -c CLIENTS -r SAMPLES -n 3*SAMPLES` (C, pipelining off)
 - CacheLoader: alnair.datacache's loader, CLIENTS threads (and as many as CPUs, if that differs),
-  batches of BATCH (one MGET each), every value checked against its SHA-256, counters written back per batch
+  batches of BATCH (one MGET each), every value checked against its BLAKE3 check digest, counters written
+  back per batch
 - torch DataLoader: the same CachedDataset in torch.utils.data.DataLoader, CLIENTS worker processes
   (skipped, and said so, when torch is not installed)
 - per-sample GET: one redis-py GET per sample in one thread, as the original loader did; and the same
-  with each value checked against its SHA-256, as the cache's loader does
+  with each value checked against its BLAKE3 check digest, as the cache's loader does
 - local files: the same samples read from the origin directory (page cache) by CLIENTS threads, each
   reading its share in one task
-- ceilings, to show where the loader's time goes, each on CLIENTS threads: the same MGET batches with
-  every value hashed and checked (the loader's work without its bookkeeping), the MGETs alone, and
-  SHA-256 of every sample already in memory (each thread hashing its share in one task), and the same
-  on one thread; from these, the most any client that checks every value could reach on this machine
+- ceilings, to show where the loader's time goes: on CLIENTS threads, the same MGET batches through the
+  loader's reader with every value checked by BLAKE3 (the loader's work without its bookkeeping), the
+  same checked by SHA-256 (the loader's check before check digests), the MGETs alone, and the MGETs
+  alone through redis-py and hiredis (the loader's reader before); on one thread, the BLAKE3 check and the
+  SHA-256 of every sample already in memory; from these, the most any client that checks every value
+  could reach on this machine
 
 Reported: median samples/s over the rounds and its ratio to redis-benchmark's median; the CPU time
 each method costs per sample, in redis-server (all its threads) and in the client (this process, or
@@ -32,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import io
 import json
 import os
@@ -44,7 +46,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -55,7 +56,8 @@ from typing import Callable
 import redis
 
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
-from alnair.datacache import keys
+from alnair.datacache import content, keys
+from alnair.datacache.blob_reader import BlobReader
 from alnair.datacache.store import connect
 
 
@@ -87,7 +89,15 @@ def write_origin(directory: Path, samples: int, size: int) -> None:
         (directory / f"{i:08d}.bin").write_bytes(os.urandom(size))
 
 
-SHA_ONE_THREAD = "ceiling: SHA-256 alone, 1 thread"
+BLAKE3_ONE_THREAD = "ceiling: BLAKE3 check alone, 1 thread"
+
+# A sample's manifest entry as the bench uses it: (SHA-256 address, BLAKE3 check digest).
+Entry = tuple[bytes, bytes]
+# How a value is checked against its entry: as the loader does, and as it did before check digests.
+CHECKS: dict[str, Callable[[bytes, Entry], bool]] = {
+    "BLAKE3": lambda value, entry: content.check_digest(value, entry[0]) == entry[1],
+    "SHA-256": lambda value, entry: content.address(value) == entry[0],
+}
 
 
 @dataclass
@@ -142,14 +152,11 @@ def torch_loader(dataset: CachedDataset, args) -> int | None:
         return sum(len(batch) for batch in DataLoader(dataset, batch_size=args.batch, num_workers=args.clients, collate_fn=list))
 
 
-def per_sample_get(client: redis.Redis, blob_keys: list[str], verify: bool) -> int:
-    if not verify:
-        return sum(client.get(key) is not None for key in blob_keys)
-    return sum(hashlib.sha256(client.get(key)).digest() == digest_of(key) for key in blob_keys)
-
-
-def digest_of(blob_key: str) -> bytes:
-    return bytes.fromhex(blob_key.rsplit(":", 1)[1])
+def per_sample_get(client: redis.Redis, entries: list[Entry], check: str | None) -> int:
+    if check is None:
+        return sum(client.get(keys.blob(address)) is not None for address, _ in entries)
+    checked = CHECKS[check]
+    return sum(checked(client.get(keys.blob(entry[0])), entry) for entry in entries)
 
 
 def in_slices(items: list, threads: int, work: Callable) -> int:
@@ -164,25 +171,23 @@ def local_files(origin: DirectoryOrigin, args) -> int:
     return in_slices(list(range(len(origin))), args.clients, origin.read)
 
 
-def mget_batches(url: str, batches: list[list[bytes]], args, verify: bool) -> int:
-    """The loader's MGETs on CLIENTS threads, each with its own connection, without its bookkeeping."""
-    connections = threading.local()
-
-    def fetch(digests: list[bytes]) -> int:
-        if not hasattr(connections, "client"):
-            connections.client = connect(url, timeout=10)
-        values = connections.client.mget([keys.blob(d) for d in digests])
-        return sum(hashlib.sha256(v).digest() == d for v, d in zip(values, digests)) if verify else len(values)
+def mget_batches(mget: Callable[[list[str]], list], batches: list[list[Entry]], args, check: str | None) -> int:
+    """The loader's MGETs on CLIENTS threads, each on a connection of its own, without its bookkeeping."""
+    def fetch(entries: list[Entry]) -> int:
+        values = mget([keys.blob(address) for address, _ in entries])
+        return len(values) if check is None else sum(map(CHECKS[check], values, entries))
 
     with ThreadPoolExecutor(args.clients) as pool:
         return sum(pool.map(fetch, batches))
 
 
-def sha256_only(samples: list[bytes], args, threads: int) -> int:
-    return in_slices(samples, threads, lambda sample: hashlib.sha256(sample).digest())
+def check_only(samples: list[bytes], entries: list[Entry], check: str) -> int:
+    """Every sample already in memory checked on one thread."""
+    checked = CHECKS[check]
+    return in_slices(list(zip(samples, entries)), 1, lambda pair: checked(*pair) or None)
 
 
-def populate(port: int, dataset: CachedDataset, origin: DirectoryOrigin) -> tuple[list[str], float]:
+def populate(port: int, dataset: CachedDataset, origin: DirectoryOrigin) -> tuple[list[Entry], float]:
     """Fill the cache through the loader (a cold epoch, timed) and redis-benchmark's keys with the same bytes."""
     started = time.perf_counter()
     cold = sum(len(batch) for batch in CacheLoader(dataset, 32, workers=4)) / (time.perf_counter() - started)
@@ -193,7 +198,7 @@ def populate(port: int, dataset: CachedDataset, origin: DirectoryOrigin) -> tupl
         if len(pipe) == 64:
             pipe.execute()
     pipe.execute()
-    return [keys.blob(dataset.manifest.digest(i)) for i in range(len(origin))], cold
+    return [(dataset.manifest.digest(i), dataset.manifest.check(i)) for i in range(len(origin))], cold
 
 
 def machine() -> str:
@@ -235,10 +240,12 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
     url = f"redis://127.0.0.1:{port}/0"
     origin = DirectoryOrigin(origin_dir)
     dataset = CachedDataset(url, "bench", origin, job="bench")
-    blob_keys, cold = populate(port, dataset, origin)
+    entries, cold = populate(port, dataset, origin)
     samples = [origin.read(i) for i in range(len(origin))]
-    batches = [[dataset.manifest.digest(i) for i in indices] for indices in CacheLoader(dataset, args.batch).batch_indices(0)]
+    batches = [[entries[i] for i in indices] for indices in CacheLoader(dataset, args.batch).batch_indices(0)]
     client = redis.Redis(port=port)
+    redis_py = connect(url, timeout=10)
+    reader = BlobReader(url, 10, redis_py).mget
     methods: dict[str, Callable[[], int | tuple[int, float] | None]] = {
         f"redis-benchmark GET, {args.clients} clients": lambda: redis_benchmark(port, args),
         f"CacheLoader, {args.clients} threads, batch {args.batch}": lambda: cache_loader(dataset, args, args.clients),
@@ -248,13 +255,15 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
         methods[f"CacheLoader, {cpus} threads (one per CPU)"] = lambda: cache_loader(dataset, args, cpus)
     methods |= {
         f"torch DataLoader, {args.clients} workers, batch {args.batch}": lambda: torch_loader(dataset, args),
-        "per-sample GET, 1 client": lambda: per_sample_get(client, blob_keys, verify=False),
-        "per-sample GET + SHA-256, 1 client": lambda: per_sample_get(client, blob_keys, verify=True),
+        "per-sample GET, 1 client": lambda: per_sample_get(client, entries, None),
+        "per-sample GET + BLAKE3 check, 1 client": lambda: per_sample_get(client, entries, "BLAKE3"),
         f"local files, {args.clients} threads": lambda: local_files(origin, args),
-        f"ceiling: MGET + SHA-256, {args.clients} threads": lambda: mget_batches(url, batches, args, verify=True),
-        f"ceiling: MGET alone, {args.clients} threads": lambda: mget_batches(url, batches, args, verify=False),
-        f"ceiling: SHA-256 alone, {args.clients} threads": lambda: sha256_only(samples, args, args.clients),
-        SHA_ONE_THREAD: lambda: sha256_only(samples, args, 1),
+        f"ceiling: MGET + BLAKE3 check, {args.clients} threads": lambda: mget_batches(reader, batches, args, "BLAKE3"),
+        f"ceiling: MGET + SHA-256, {args.clients} threads": lambda: mget_batches(reader, batches, args, "SHA-256"),
+        f"ceiling: MGET alone, {args.clients} threads": lambda: mget_batches(reader, batches, args, None),
+        f"ceiling: redis-py MGET alone, {args.clients} threads": lambda: mget_batches(redis_py.mget, batches, args, None),
+        BLAKE3_ONE_THREAD: lambda: check_only(samples, entries, "BLAKE3"),
+        "ceiling: SHA-256 alone, 1 thread": lambda: check_only(samples, entries, "SHA-256"),
     }
     results: dict[str, list[Measured]] = {name: [] for name in methods}
     for round_ in range(args.rounds):
@@ -298,12 +307,12 @@ def report(args, results: dict[str, list[Measured]], cold: float, load_before, l
 
 def print_verifying_bound(summary: dict[str, dict], cpus: int) -> None:
     """The most any client that hashes every value could reach here: redis-server's CPU per GET (from
-    redis-benchmark's run) plus one thread's SHA-256 of a sample, then plus the MGETs' receive cost;
+    redis-benchmark's run) plus one thread's BLAKE3 check of a sample, then plus the MGETs' receive cost;
     compared with redis-benchmark's own CPU-bound rate, as both follow from CPU time, not from load."""
     benchmark = next(iter(summary.values()))
-    hash_us = summary[SHA_ONE_THREAD]["client_us"]
+    hash_us = summary[BLAKE3_ONE_THREAD]["client_us"]
     receive_us = next(v["client_us"] for name, v in summary.items() if name.startswith("ceiling: MGET alone"))
-    for what, us in (("server GET + SHA-256", benchmark["server_us"] + hash_us),
+    for what, us in (("server GET + BLAKE3 check", benchmark["server_us"] + hash_us),
                      ("+ MGET receive", benchmark["server_us"] + hash_us + receive_us)):
         bound = cpus * 1e6 / us
         print(f"bound for a verifying client, {what}: {cpus} CPUs / {us:.1f} us = {bound:.0f}/s, "
