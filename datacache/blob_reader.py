@@ -7,6 +7,7 @@ import struct
 import threading
 import time
 
+import hiredis
 import redis
 from redis.connection import SSLConnection, parse_url
 
@@ -14,12 +15,8 @@ PEEK_SIZE = 64 << 10  # reply headers and small values are parsed from a peek of
 
 
 def encode(*args: bytes | str | int) -> bytes:
-    """A command in RESP."""
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
+    """A command in RESP (hiredis, which redis[hiredis] installs, packs it in C)."""
+    return hiredis.pack_command(args)
 
 
 def expect_crlf(data: bytes) -> None:
@@ -73,37 +70,47 @@ class BlobConnection:
         header = self._line()
         if not header.startswith(b"*"):
             raise redis.InvalidResponse(f"unexpected MGET reply {header[:80]!r}")
-        count, values = int(header[1:]), []
+        count, values, crlf_due = int(header[1:]), [], False
         while len(values) < count:
-            self._values(values, count)
+            crlf_due = self._values(values, count, crlf_due)
+        if crlf_due:
+            expect_crlf(self._recv_exactly(2))
         return values
 
-    def _values(self, values: list[bytes | None], count: int) -> None:
+    def _values(self, values: list[bytes | None], count: int, crlf_due: bool) -> bool:
         """Appends the values that follow: those complete in one peek are sliced from it; a larger one is
-        received into its own bytes."""
+        received into its own bytes. Returns whether that one's CRLF is still unread (it is taken with
+        the next peek: a system call less per value)."""
         peeked = self._recv(PEEK_SIZE, socket.MSG_PEEK)
-        position = 0
+        position, appended = 0, len(values)
+        if crlf_due:
+            if len(peeked) < 2:
+                expect_crlf(self._recv_exactly(2))
+                return False
+            expect_crlf(peeked[:2])
+            position = 2
         while len(values) < count:
             end = peeked.find(b"\r\n", position)
             if end < 0:
                 break
             header, start = peeked[position:end], end + 2
             size = self._size(header)
-            if start + size + 2 > len(peeked):  # a large value: take the peek through its header, then the value
-                self._recv_exactly(start)
-                values.append(self._element(header))
-                return
             if size < 0:
                 values.append(None)
                 position = start
-                continue
-            expect_crlf(peeked[start + size:start + size + 2])
-            values.append(peeked[start:start + size])
-            position = start + size + 2
+            elif start + size + 2 <= len(peeked):
+                expect_crlf(peeked[start + size:start + size + 2])
+                values.append(peeked[start:start + size])
+                position = start + size + 2
+            else:  # a large value: take the peek through its header, then the value
+                self._recv_exactly(start)
+                values.append(self._recv_exactly(size))
+                return True
         if position:
             self._recv_exactly(position)
-        elif len(values) < count:  # not even a whole header arrived yet: read it, waiting for the rest
-            values.append(self._element(self._line_rest(peeked)))
+        if len(values) == appended < count:  # not even a whole header arrived yet: read it, waiting for the rest
+            values.append(self._element(self._line_rest(peeked[position:])))
+        return False
 
     @staticmethod
     def _size(header: bytes) -> int:
