@@ -57,7 +57,7 @@ import redis
 
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.datacache import content, keys
-from alnair.datacache.blob_reader import BlobReader
+from alnair.datacache.resp_client import RespClient
 from alnair.datacache.store import connect
 
 
@@ -245,7 +245,7 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
     batches = [[entries[i] for i in indices] for indices in CacheLoader(dataset, args.batch).batch_indices(0)]
     client = redis.Redis(port=port)
     redis_py = connect(url, timeout=10)
-    reader = BlobReader(url, 10, redis_py).mget
+    reader = RespClient(url, 10, redis_py).mget
     methods: dict[str, Callable[[], int | tuple[int, float] | None]] = {
         f"redis-benchmark GET, {args.clients} clients": lambda: redis_benchmark(port, args),
         f"CacheLoader, {args.clients} threads, batch {args.batch}": lambda: cache_loader(dataset, args, args.clients),

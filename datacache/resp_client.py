@@ -1,16 +1,20 @@
-"""MGET replies read straight off the socket: each large value is received into its own bytes object, one
-copy out of the kernel, where redis-py with hiredis copies it three times (socket buffer, reader, bytes)."""
+"""The cache's commands on every batch, in RESP on sockets of its own: MGET, whose replies are read straight
+off the socket, each large value received into its own bytes object (one copy out of the kernel, where
+redis-py with hiredis copies it three times: socket buffer, reader, bytes), and the counters' script."""
 from __future__ import annotations
 
 import socket
 import struct
 import threading
 import time
+from typing import Callable, TypeVar
 
 import hiredis
 import redis
+from redis.commands.core import Script
 from redis.connection import SSLConnection, parse_url
 
+T = TypeVar("T")
 PEEK_SIZE = 64 << 10  # reply headers and small values are parsed from a peek of this many bytes
 
 
@@ -24,7 +28,7 @@ def expect_crlf(data: bytes) -> None:
         raise redis.InvalidResponse("a bulk string without its CRLF")
 
 
-class BlobConnection:
+class RespConnection:
     """One blocking socket (TCP or Unix) whose reads the kernel times out (SO_RCVTIMEO), so a value is
     received whole with MSG_WAITALL in one call; reply headers are found with MSG_PEEK, never over-read.
     Raises OSError when the socket fails or times out (BlockingIOError), redis-py's errors otherwise."""
@@ -61,9 +65,18 @@ class BlobConnection:
         return sock
 
     def command(self, *args) -> bytes:
-        """A command whose reply is one line (+OK, -ERR ...)."""
+        """A command whose reply is one line (+OK, :0, -ERR ...)."""
         self.sock.sendall(encode(*args))
         return self._line()
+
+    def run_script(self, script: Script, keys: list[str], args: list) -> bytes:
+        """EVALSHA, or EVAL where the server does not hold the script yet; its reply is one line."""
+        try:
+            return self.command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except redis.ResponseError as e:
+            if not str(e).startswith("NOSCRIPT"):
+                raise
+        return self.command("EVAL", script.script, len(keys), *keys, *args)
 
     def mget(self, names: list[str]) -> list[bytes | None]:
         self.sock.sendall(encode("MGET", *names))
@@ -177,10 +190,10 @@ def as_redis_error(error: OSError) -> redis.RedisError:
     return redis.ConnectionError(f"Redis unreachable: {error}")
 
 
-class BlobReader:
-    """MGETs on connections of its own, one per concurrent caller, kept for reuse. Errors are redis-py's:
+class RespClient:
+    """Connections of its own, one per concurrent caller, kept for reuse. Errors are redis-py's:
     unreachable or timed out raise redis.ConnectionError / redis.TimeoutError, and every idle connection
-    is dropped (the server may have restarted). TLS (rediss://) goes through redis-py's own MGET."""
+    is dropped (the server may have restarted). TLS (rediss://) goes through redis-py."""
 
     def __init__(self, url: str, timeout: float, client: redis.Redis):
         self._params = parse_url(url)
@@ -188,14 +201,24 @@ class BlobReader:
         self._client = client
         self._direct = self._params.get("connection_class") is not SSLConnection
         self._lock = threading.Lock()
-        self._idle: list[BlobConnection] = []
+        self._idle: list[RespConnection] = []
 
     def mget(self, names: list[str]) -> list[bytes | None]:
         if not self._direct:
             return self._client.mget(names)
+        return self._on_connection(lambda connection: connection.mget(names))
+
+    def run_script(self, script: Script, keys: list[str], args: list) -> None:
+        """A script whose reply is one line (an integer, say), not wanted."""
+        if not self._direct:
+            script(keys=keys, args=args, client=self._client)
+            return
+        self._on_connection(lambda connection: connection.run_script(script, keys, args))
+
+    def _on_connection(self, command: Callable[[RespConnection], T]) -> T:
         connection = self._take()
         try:
-            values = connection.mget(names)
+            result = command(connection)
         except redis.ResponseError:
             self._give(connection)  # an error reply, read whole: the connection is still in step
             raise
@@ -206,18 +229,18 @@ class BlobReader:
                 raise as_redis_error(e) from e
             raise
         self._give(connection)
-        return values
+        return result
 
-    def _take(self) -> BlobConnection:
+    def _take(self) -> RespConnection:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
         try:
-            return BlobConnection(self._params, self._timeout)
+            return RespConnection(self._params, self._timeout)
         except OSError as e:
             raise as_redis_error(e) from e
 
-    def _give(self, connection: BlobConnection) -> None:
+    def _give(self, connection: RespConnection) -> None:
         with self._lock:
             self._idle.append(connection)
 

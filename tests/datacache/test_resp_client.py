@@ -1,5 +1,6 @@
-"""The cache's own MGET reader: the same values as redis-py, whatever their sizes and however the reply
-arrives, on TCP and Unix sockets with a password and a database; failures raise redis-py's errors."""
+"""The cache's own RESP client: MGET values the same as redis-py's, whatever their sizes and however the
+reply arrives, on TCP and Unix sockets with a password and a database; scripts by their SHA, sent whole
+when the server lacks them; failures raise redis-py's errors."""
 from __future__ import annotations
 
 import socket
@@ -9,13 +10,13 @@ import time
 import pytest
 import redis
 
-from alnair.datacache.blob_reader import PEEK_SIZE, BlobReader
+from alnair.datacache.resp_client import PEEK_SIZE, RespClient
 from alnair.datacache.store import connect
 from conftest import sample_bytes
 
 
-def reader_for(url: str, timeout: float = 5.0) -> BlobReader:
-    return BlobReader(url, timeout, connect(url, timeout))
+def reader_for(url: str, timeout: float = 5.0) -> RespClient:
+    return RespClient(url, timeout, connect(url, timeout))
 
 
 def test_values_of_every_size_and_missing_keys_match_redis_py(start_redis):
@@ -85,3 +86,18 @@ def test_a_stalled_server_times_out_and_a_restarted_one_is_reconnected(start_red
     redis_server.start()  # empty: no persistence
     redis_server.client().set("key", b"again")
     assert reader.mget(["key"]) == [b"again"]
+
+
+def test_a_script_the_server_lacks_is_sent_whole_and_an_error_reply_leaves_the_connection_usable(start_redis):
+    redis_server = start_redis()
+    client = redis_server.client()
+    script = client.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+    reader = reader_for(redis_server.url)
+    reader.run_script(script, ["n"], [5])  # EVALSHA refused (NOSCRIPT), then EVAL
+    assert client.script_exists(script.sha) == [True] and client.get("n") == b"5"
+    reader.run_script(script, ["n"], [2])
+    connections = client.info("stats")["total_connections_received"]
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        reader.run_script(script, ["n"], ["two"])
+    assert reader.mget(["n"]) == [b"7"]
+    assert client.info("stats")["total_connections_received"] == connections  # the same connection, in step
