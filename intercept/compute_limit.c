@@ -17,13 +17,13 @@
  * work ran; the part outside the window is owed, and given back by barring
  * launches from the start of the process's next windows.
  *
- * Feedback: the window starts at the limit. The monitor thread then measures
- * this process's SM utilization with NVML (loaded lazily, only with a limit set)
- * and every FEEDBACK_NS scales the quota by sqrt(limit / measured), clamped to
- * [0.8, 1.25] a step and [0.5, 1.5] x the limit overall: work queued at a window's
- * end runs past it, and the other processes' leftovers delay its start. Under its
- * limit, the quota grows only if the process waited for its window (otherwise it
- * is idle by choice: no wind-up). Without NVML the quota stays at the limit.
+ * Feedback: the window starts at the limit. While the process is alone on the
+ * GPU, the monitor thread measures its SM utilization with NVML (loaded lazily,
+ * only with a limit set) and every FEEDBACK_NS scales the quota by
+ * sqrt(limit / measured), clamped to [0.8, 1.25] a step and [0.5, 1.5] x the
+ * limit overall. Under its limit, the quota grows only if the process waited for
+ * its window (otherwise it is idle by choice: no wind-up). With other processes
+ * taking turns NVML misattributes time (docs/intercept.md), so the quota stays.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
