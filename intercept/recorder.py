@@ -71,8 +71,8 @@ class Recorder:
     """Counters of one process; the publisher reads them without a lock and never blocks the program.
 
     A hooked training loop logs its batches into LoaderPasses, which the publisher's
-    `fold` adds to the step totals; optimizer steps and `batch_arrived` (loops logged by
-    hand) are counted by the thread running the loop. None of these take a lock (the
+    `fold` adds to the step totals; optimizer steps are counted by the thread running
+    the loop. None of these take a lock (the
     per-step cost budget is 2 µs); the explicit API may be called from any thread, so its
     updates take `lock` and bump `version`.
     """
@@ -122,16 +122,6 @@ class Recorder:
         self.passes.append(loader_pass)
         return loader_pass
 
-    def batch_arrived(self, asked_at: int, arrived_at: int, samples: int, previous_arrival: int) -> None:
-        """A batch asked for at asked_at came at arrived_at; previous_arrival is the
-        loop's previous batch (0 for the first of a pass), whose body ends at asked_at.
-        For loops the intercept does not hook; hooked DataLoader passes are folded instead."""
-        self._steps_done(1, samples, arrived_at - asked_at, arrived_at - (previous_arrival or asked_at))
-        if not self.first_step_boottime_ns:
-            self.first_step_boottime_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-        if self.idle:
-            self._recorded()
-
     def loop_ended(self, at: int, previous_arrival: int) -> None:
         """The loop's iterator ran out at `at`: the last step's body ends there, an epoch is done."""
         if previous_arrival:
@@ -143,12 +133,6 @@ class Recorder:
         self.optimizer_steps += 1
         if self.idle:
             self._recorded()
-
-    def _steps_done(self, steps: int, samples: int, data_wait_ns: int, step_ns: int) -> None:
-        self.data_wait_ns += data_wait_ns
-        self.step_ns += step_ns
-        self.samples += samples
-        self.steps += steps
 
     # ---- the publisher's side ----
 
@@ -183,7 +167,10 @@ class Recorder:
             samples = sum(loader_pass.sizes[:batches])
             del loader_pass.sizes[:batches]
         step_ns = arrivals[-1] - (loader_pass.last_arrival or times[0])  # the steps run back to back
-        self._steps_done(batches, samples, sum(arrivals) - sum(times[::2]), step_ns)
+        self.data_wait_ns += sum(arrivals) - sum(times[::2])
+        self.step_ns += step_ns
+        self.samples += samples
+        self.steps += batches
         if not self.first_step_boottime_ns:  # CLOCK_BOOTTIME runs ahead of the monotonic clock by the time suspended
             self.first_step_boottime_ns = arrivals[0] + time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
         loader_pass.steps += batches

@@ -24,14 +24,16 @@ TRAINER = textwrap.dedent("""
 
     stop = threading.Event()
 
-    def train():
-        previous = 0
+    class Iterator:
+        pass
+
+    def train():  # a DataLoader pass of batches of 8, logged as torch_hooks logs it
+        iterator = Iterator()
+        iterator._alnair_pass = loader_pass = RECORDER.pass_started(iterator, 8, 1 << 40, 0)
         while not stop.is_set():
-            asked = time.monotonic_ns()
+            loader_pass.times.append(time.monotonic_ns())
             time.sleep(0.006)
-            arrived = time.monotonic_ns()
-            RECORDER.batch_arrived(asked, arrived, 8, previous)
-            previous = arrived
+            loader_pass.times.append(time.monotonic_ns())
             time.sleep(0.004)
 
     def gpu(segment):

@@ -17,10 +17,17 @@ PROGRAM = textwrap.dedent("""
     import sys
     import alnair
     from alnair.intercept.recorder import RECORDER
-    # A training loop's counters, driven directly: 10 steps of 4 samples, 0.25 s waiting in 1 s of steps.
-    for i in range(10):
-        RECORDER.batch_arrived(i * 100_000_000, i * 100_000_000 + 25_000_000, 4, i * 100_000_000 - 75_000_000 if i else 0)
-    RECORDER.loop_ended(1_000_000_000, 925_000_000)
+    # A DataLoader pass logged as torch_hooks logs it, with times chosen: 10 steps of 4 samples,
+    # each asked for at i x 100 ms and arriving 25 ms later, the iterator running out at 1 s.
+    import time
+    t0 = time.monotonic_ns()
+    class Iterator:
+        pass
+    iterator = Iterator()
+    iterator._alnair_pass = loader_pass = RECORDER.pass_started(iterator, 4, 10, 0)
+    loader_pass.times.extend(t0 + t for i in range(10) for t in (i * 100_000_000, i * 100_000_000 + 25_000_000))
+    loader_pass.times.append(t0 + 1_000_000_000)
+    loader_pass.ended = True
     RECORDER.optimizer_stepped()
     alnair.counter('tokens "in"').inc(512)
     with alnair.phase("preprocess"):
