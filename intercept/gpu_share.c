@@ -1,6 +1,7 @@
 /* gpu_share.c - see gpu_share.h and the share table in alnair_shm.h. */
 #define _GNU_SOURCE
 #include "gpu_share.h"
+#include "shm_segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,9 +33,7 @@ static struct flock slot_lock(int type, int slot)
 
 static int open_table(const uint8_t uuid[16], char *path, size_t path_len)
 {
-    const char *dir = getenv("ALNAIR_SHM_DIR");
-    if (!dir || !*dir) dir = ALNAIR_SHM_DEFAULT_DIR;
-    int n = snprintf(path, path_len, "%s/" ALNAIR_SHARE_NAME_PREFIX, dir);
+    int n = snprintf(path, path_len, "%s/" ALNAIR_SHARE_NAME_PREFIX, alnair_shm_dir());
     for (int i = 0; i < 16 && n + 2 < (int)path_len; i++) n += snprintf(path + n, path_len - (size_t)n, "%02x", uuid[i]);
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, TABLE_MODE);
     if (fd >= 0) {

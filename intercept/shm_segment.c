@@ -92,11 +92,16 @@ static int lock_whole_file(int fd)
     return fcntl(fd, F_SETLK, &lk);
 }
 
+const char *alnair_shm_dir(void)
+{
+    const char *dir = getenv("ALNAIR_SHM_DIR");
+    return dir && *dir ? dir : ALNAIR_SHM_DEFAULT_DIR;
+}
+
 int alnair_segment_create(struct alnair_segment *seg, uint32_t kind, uint32_t record_size,
                           char *err, size_t err_len)
 {
-    const char *dir = getenv("ALNAIR_SHM_DIR");
-    if (!dir || !*dir) dir = ALNAIR_SHM_DEFAULT_DIR;
+    const char *dir = alnair_shm_dir();
     struct alnair_shm_header probe = {0};
     fill_header(&probe, kind, record_size);
     snprintf(seg->path, sizeof seg->path, "%s/" ALNAIR_SHM_NAME_PREFIX "%s.%llu.%d.%llu", dir,

@@ -18,6 +18,9 @@ struct alnair_segment {
     char path[4096];
 };
 
+/* ALNAIR_SHM_DIR, or the default /dev/shm: where segments and GPU share tables live. */
+const char *alnair_shm_dir(void);
+
 /* Creates the segment for this process and kind in ALNAIR_SHM_DIR (default
  * /dev/shm). Returns 0, or -1 with a one-line reason in err. */
 int alnair_segment_create(struct alnair_segment *seg, uint32_t kind, uint32_t record_size,
