@@ -1,4 +1,4 @@
-"""Copies the process's counters into its python-kind segment every 10 ms from a daemon thread.
+"""Copies the process's counters into its python-kind segment every 100 ms from a daemon thread.
 
 The segment and the thread start with the first recorded event, so processes that
 record nothing (most DataLoader workers) publish nothing. A fork child starts over
@@ -18,7 +18,9 @@ from alnair.collectors.shm import layout
 from .recorder import RECORDER, Recorder
 from .segment_writer import WriterSegment
 
-PERIOD_SECONDS = 0.010
+# Ten times the C monitor's period: each tick takes the GIL from the training thread, which cost a bare
+# torch step about 1.8 us at 10 ms and 0.6 us at 100 ms (docs/benchmarks.md); readers sample at 1 s or slower.
+PERIOD_SECONDS = 0.100
 
 
 class Publisher:

@@ -40,7 +40,7 @@ class LoaderPass:
     Per batch the loop thread only appends two monotonic ns to `times`, when it asked and
     when the batch came (a C call each: the per-step budget is 2 µs), and, for passes
     whose sampler does not give the batch sizes, the size to `sizes` before the second.
-    `fold` takes the complete pairs off the front with C-level slicing and sums every 10 ms.
+    `fold` takes the complete pairs off the front with C-level slicing and sums every 100 ms.
     """
 
     __slots__ = ("times", "sizes", "items", "full", "rest", "iterator", "ended", "steps", "last_arrival")
