@@ -10,18 +10,18 @@ rounds and the reverse on odd ones:
 
 - redis-benchmark: `redis-benchmark -t get -d SIZE -c CLIENTS -r SAMPLES -n 3*SAMPLES` (C, pipelining off)
 - CacheLoader: alnair.datacache's loader, CLIENTS threads (and as many as CPUs, if that differs),
-  batches of BATCH (one MGET each), every value checked against its BLAKE3 check digest, counters written
+  batches of BATCH (one MGET each), every value checked against its XXH3-128 check digest, counters written
   back per batch
 - torch DataLoader: the same CachedDataset in torch.utils.data.DataLoader, CLIENTS worker processes
   (skipped, and said so, when torch is not installed)
 - per-sample GET: one redis-py GET per sample in one thread, as the original loader did; and the same
-  with each value checked against its BLAKE3 check digest, as the cache's loader does
+  with each value checked against its check digest, as the cache's loader does
 - local files: the same samples read from the origin directory (page cache) by CLIENTS threads, each
   reading its share in one task
 - ceilings, to show where the loader's time goes: on CLIENTS threads, the same MGET batches through the
-  loader's reader with every value checked by BLAKE3 (the loader's work without its bookkeeping), the
+  loader's reader with every value checked by its check digest (the loader's work without its bookkeeping), the
   same checked by SHA-256 (the loader's check before check digests), the MGETs alone, and the MGETs
-  alone through redis-py and hiredis (the loader's reader before); on one thread, the BLAKE3 check and the
+  alone through redis-py and hiredis (the loader's reader before); on one thread, the check digest and the
   SHA-256 of every sample already in memory; from these, the most any client that checks every value
   could reach on this machine
 
@@ -89,13 +89,13 @@ def write_origin(directory: Path, samples: int, size: int) -> None:
         (directory / f"{i:08d}.bin").write_bytes(os.urandom(size))
 
 
-BLAKE3_ONE_THREAD = "ceiling: BLAKE3 check alone, 1 thread"
+CHECK_ONE_THREAD = "ceiling: XXH3-128 check alone, 1 thread"
 
-# A sample's manifest entry as the bench uses it: (SHA-256 address, BLAKE3 check digest).
+# A sample's manifest entry as the bench uses it: (SHA-256 address, check digest).
 Entry = tuple[bytes, bytes]
 # How a value is checked against its entry: as the loader does, and as it did before check digests.
 CHECKS: dict[str, Callable[[bytes, Entry], bool]] = {
-    "BLAKE3": lambda value, entry: content.check_digest(value, entry[0]) == entry[1],
+    "XXH3-128": lambda value, entry: content.check_digest(value, entry[0]) == entry[1],
     "SHA-256": lambda value, entry: content.address(value) == entry[0],
 }
 
@@ -256,13 +256,13 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
     methods |= {
         f"torch DataLoader, {args.clients} workers, batch {args.batch}": lambda: torch_loader(dataset, args),
         "per-sample GET, 1 client": lambda: per_sample_get(client, entries, None),
-        "per-sample GET + BLAKE3 check, 1 client": lambda: per_sample_get(client, entries, "BLAKE3"),
+        "per-sample GET + XXH3-128 check, 1 client": lambda: per_sample_get(client, entries, "XXH3-128"),
         f"local files, {args.clients} threads": lambda: local_files(origin, args),
-        f"ceiling: MGET + BLAKE3 check, {args.clients} threads": lambda: mget_batches(reader, batches, args, "BLAKE3"),
+        f"ceiling: MGET + XXH3-128 check, {args.clients} threads": lambda: mget_batches(reader, batches, args, "XXH3-128"),
         f"ceiling: MGET + SHA-256, {args.clients} threads": lambda: mget_batches(reader, batches, args, "SHA-256"),
         f"ceiling: MGET alone, {args.clients} threads": lambda: mget_batches(reader, batches, args, None),
         f"ceiling: redis-py MGET alone, {args.clients} threads": lambda: mget_batches(redis_py.mget, batches, args, None),
-        BLAKE3_ONE_THREAD: lambda: check_only(samples, entries, "BLAKE3"),
+        CHECK_ONE_THREAD: lambda: check_only(samples, entries, "XXH3-128"),
         "ceiling: SHA-256 alone, 1 thread": lambda: check_only(samples, entries, "SHA-256"),
     }
     results: dict[str, list[Measured]] = {name: [] for name in methods}
@@ -307,12 +307,12 @@ def report(args, results: dict[str, list[Measured]], cold: float, load_before, l
 
 def print_verifying_bound(summary: dict[str, dict], cpus: int) -> None:
     """The most any client that hashes every value could reach here: redis-server's CPU per GET (from
-    redis-benchmark's run) plus one thread's BLAKE3 check of a sample, then plus the MGETs' receive cost;
+    redis-benchmark's run) plus one thread's check digest of a sample, then plus the MGETs' receive cost;
     compared with redis-benchmark's own CPU-bound rate, as both follow from CPU time, not from load."""
     benchmark = next(iter(summary.values()))
-    hash_us = summary[BLAKE3_ONE_THREAD]["client_us"]
+    hash_us = summary[CHECK_ONE_THREAD]["client_us"]
     receive_us = next(v["client_us"] for name, v in summary.items() if name.startswith("ceiling: MGET alone"))
-    for what, us in (("server GET + BLAKE3 check", benchmark["server_us"] + hash_us),
+    for what, us in (("server GET + check digest", benchmark["server_us"] + hash_us),
                      ("+ MGET receive", benchmark["server_us"] + hash_us + receive_us)):
         bound = cpus * 1e6 / us
         print(f"bound for a verifying client, {what}: {cpus} CPUs / {us:.1f} us = {bound:.0f}/s, "

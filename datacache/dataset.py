@@ -52,7 +52,7 @@ class CachedDataset:
 
     `dataset[i]` and `dataset.__getitems__(indices)` return `transform(bytes)` (the bytes if no
     transform): the transform runs on every read, so augmentation still differs per epoch. A batch is
-    one MGET; every cached value is checked against its manifest's BLAKE3 check digest (or SHA-256
+    one MGET; every cached value is checked against its manifest's check digest (or SHA-256
     where the manifest has none yet), and anything absent, evicted or wrong is read from the origin
     and written back. If Redis does not answer within `timeout` seconds, the
     batch comes from the origin and Redis is tried again after `retry_seconds`.

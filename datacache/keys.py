@@ -16,9 +16,10 @@ CONTENT_TOTAL = "total"  # bytes of distinct content (a digest field is 32 bytes
 ENTRY = struct.Struct(">32sQ")
 ENTRY_SIZE = ENTRY.size
 UNKNOWN_DIGEST = bytes(32)
-# Beside it, a dataset's check digests: entry i at offset i * CHECK_SIZE, the BLAKE3 of sample i's bytes
-# keyed by its SHA-256 (datacache/content.py). All zero: not known (a manifest written before them).
-CHECK_SIZE = 32
+# Beside it, a dataset's check digests: entry i at offset i * CHECK_SIZE, the XXH3-128 of sample i's bytes
+# seeded by its SHA-256 (datacache/content.py). All zero: not known (a manifest written before them).
+CHECK_SIZE = 16
+UNKNOWN_CHECK = bytes(CHECK_SIZE)
 
 # Counter fields, the same in a dataset's hash and in a job's hash.
 HITS, MISSES, FALLBACKS, CORRUPT, REDIS_ERRORS = "hits", "misses", "fallbacks", "corrupt", "redis_errors"
@@ -58,7 +59,7 @@ def manifest(name: str) -> str:
 
 
 def checks(name: str) -> str:
-    return f"{PREFIX}checks:{name}"
+    return f"{PREFIX}xxh3:{name}"  # named by the algorithm: another's digests are never read as these
 
 
 def job(name: str) -> str:

@@ -1,4 +1,4 @@
-"""A dataset's manifest held in the process: sample index -> SHA-256, size and BLAKE3 check digest, as stored in Redis."""
+"""A dataset's manifest held in the process: sample index -> SHA-256, size and check digest, as stored in Redis."""
 from __future__ import annotations
 
 from . import keys
@@ -15,16 +15,16 @@ class Manifest:
     def digest(self, index: int) -> bytes | None:
         """The SHA-256 of sample `index`, or None if not known yet."""
         start = index * keys.ENTRY_SIZE
-        return self._known(self._entries[start:start + 32])
+        return self._known(self._entries[start:start + 32], keys.UNKNOWN_DIGEST)
 
     def check(self, index: int) -> bytes | None:
         """The check digest of sample `index`, or None if not known (yet)."""
         start = index * keys.CHECK_SIZE
-        return self._known(self._checks[start:start + keys.CHECK_SIZE])
+        return self._known(self._checks[start:start + keys.CHECK_SIZE], keys.UNKNOWN_CHECK)
 
     @staticmethod
-    def _known(digest: bytearray) -> bytes | None:
-        return None if digest == keys.UNKNOWN_DIGEST else bytes(digest)
+    def _known(digest: bytearray, unknown: bytes) -> bytes | None:
+        return None if digest == unknown else bytes(digest)
 
     def learn(self, index: int, digest: bytes, size: int, check: bytes) -> None:
         start = index * keys.ENTRY_SIZE

@@ -28,13 +28,13 @@ return {redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or ''}
 # KEYS: dataset hash, manifest, content index, check digests. ARGV: fingerprint, then (index, entry, size,
 # check digest) per sample. Writes only under the fingerprint the writer read its samples with; keeps the
 # dataset's logical bytes and the distinct content's physical bytes.
-RECORD = """
+RECORD = f"""
 if redis.call('HGET', KEYS[1], 'fingerprint') ~= ARGV[1] then return -1 end
 if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('HSET', KEYS[1], 'logical_bytes', 0) end
 for i = 2, #ARGV, 4 do
   local index, entry, size = tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2])
   local offset = index * 40
-  redis.call('SETRANGE', KEYS[4], index * 32, ARGV[i + 3])
+  redis.call('SETRANGE', KEYS[4], index * {keys.CHECK_SIZE}, ARGV[i + 3])
   local old = redis.call('GETRANGE', KEYS[2], offset, offset + 39)
   if old ~= entry then
     local old_size = 0
@@ -53,12 +53,12 @@ return 0
 
 # KEYS: dataset hash, manifest, check digests. ARGV: fingerprint, then (index, SHA-256, check digest) per
 # sample whose cached bytes SHA-256 vouched for. Sets a check digest only beside the entry it was made for.
-RECORD_CHECKS = """
+RECORD_CHECKS = f"""
 if redis.call('HGET', KEYS[1], 'fingerprint') ~= ARGV[1] then return -1 end
 for i = 2, #ARGV, 3 do
   local index = tonumber(ARGV[i])
   if redis.call('GETRANGE', KEYS[2], index * 40, index * 40 + 31) == ARGV[i + 1] then
-    redis.call('SETRANGE', KEYS[3], index * 32, ARGV[i + 2])
+    redis.call('SETRANGE', KEYS[3], index * {keys.CHECK_SIZE}, ARGV[i + 2])
   end
 end
 return 0

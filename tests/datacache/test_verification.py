@@ -1,4 +1,4 @@
-"""Every value read from Redis is verified: by the BLAKE3 check digest beside its manifest entry, or by its
+"""Every value read from Redis is verified: by the XXH3-128 check digest beside its manifest entry, or by its
 SHA-256 where the manifest has no check digest yet (written before them), which then records one."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import hashlib
 from collections import Counter
 
 import pytest
-from blake3 import blake3
+import xxhash
 
 from alnair.datacache import CachedDataset, DirectoryOrigin, content, keys
 from conftest import sample_bytes
@@ -14,7 +14,7 @@ from conftest import sample_bytes
 
 @pytest.fixture
 def hashed(monkeypatch) -> Counter:
-    """How many SHA-256 addresses and BLAKE3 check digests the cache computes."""
+    """How many SHA-256 addresses and check digests the cache computes."""
     calls: Counter = Counter()
     for name in ("address", "check_digest"):
         real = getattr(content, name)
@@ -39,21 +39,22 @@ def stored_checks(client, samples: list[bytes]) -> list[bytes]:
 
 
 def expected_checks(samples: list[bytes]) -> list[bytes]:
-    """BLAKE3 keyed by the SHA-256, computed here without the code under test."""
-    return [blake3(s, key=hashlib.sha256(s).digest()).digest() for s in samples]
+    """XXH3-128 seeded by the SHA-256's first 8 bytes (little-endian), computed here without the code under test."""
+    seeds = [int.from_bytes(hashlib.sha256(s).digest()[:8], "little") for s in samples]
+    return [xxhash.xxh3_128(s, seed=seed).digest() for s, seed in zip(samples, seeds)]
 
 
-def test_bytes_altered_in_redis_fail_their_blake3_check_and_are_repaired(start_redis, make_origin, hashed):
+def test_bytes_altered_in_redis_fail_their_check_digest_and_are_repaired(start_redis, make_origin, hashed):
     redis_server = start_redis()
     samples = sample_bytes(8)
     dataset = CachedDataset(redis_server.url, "train", make_origin(samples), job="j")
-    assert dataset.__getitems__(list(range(8))) == samples  # from the origin: SHA-256 and BLAKE3 of each
+    assert dataset.__getitems__(list(range(8))) == samples  # from the origin: SHA-256 and check digest of each
     client = redis_server.client()
     assert stored_checks(client, samples) == expected_checks(samples)
 
     hashed.clear()
     assert dataset.__getitems__(list(range(8))) == samples
-    assert hashed == {"check_digest": 8}  # intact values: one BLAKE3 each, no SHA-256
+    assert hashed == {"check_digest": 8}  # intact values: one check digest each, no SHA-256
 
     damaged = keys.blob(hashlib.sha256(samples[3]).digest())
     middle = len(samples[3]) // 2
@@ -88,7 +89,7 @@ def test_a_manifest_without_check_digests_verifies_by_sha256_and_is_upgraded(sta
     assert client.get(corrupted) == samples[4]  # SHA-256 caught it: read from the origin, repaired
     assert (counts(client)["corrupt"], counts(client)["hits"]) == (1, 5)
     assert stored_checks(client, samples) == expected_checks(samples)  # upgraded, the repaired one too
-    # SHA-256 of the 6 cached values (then BLAKE3 of the 5 intact ones), and both of the origin's bytes
+    # SHA-256 of the 6 cached values (then the check digests of the 5 intact ones), and both of the origin's bytes
     assert hashed == {"address": 7, "check_digest": 6}
 
     hashed.clear()
@@ -103,7 +104,7 @@ def test_a_check_digest_out_of_step_with_its_entry_falls_back_to_sha256_not_to_t
     origin = make_origin(samples)
     CachedDataset(redis_server.url, "train", origin, job="first").__getitems__(list(range(4)))
     client = redis_server.client()
-    client.setrange(keys.checks("train"), keys.CHECK_SIZE, bytes(range(32)))  # sample 1's, say from another writer
+    client.setrange(keys.checks("train"), keys.CHECK_SIZE, bytes(range(keys.CHECK_SIZE)))  # sample 1's, say from another writer
 
     dataset = CachedDataset(redis_server.url, "train", NoOrigin(origin.root), job="second")
     assert dataset.__getitems__(list(range(4))) == samples
