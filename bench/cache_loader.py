@@ -8,17 +8,20 @@ the dataset cache's content-addressed blobs and as redis-benchmark's keys (key:0
 the same bytes. Each round runs every method once over the whole dataset, in one order on even
 rounds and the reverse on odd ones:
 
-- redis-benchmark: `redis-benchmark -t get -d SIZE -c CLIENTS -r SAMPLES -n 3*SAMPLES` (C, pipelining off)
-- CacheLoader: alnair.datacache's loader, CLIENTS threads (and as many as CPUs, if that differs),
-  batches of BATCH (one MGET each), every value checked against its XXH3-128 check digest, counters written
-  back per batch
+- redis-benchmark: `redis-benchmark -t get -d SIZE -c CLIENTS -r SAMPLES -n 3*SAMPLES` (C, pipelining off),
+  the baseline of every ratio; and the same with one client
+- CacheLoader: alnair.datacache's loader with its default workers, and with CLIENTS workers if that
+  differs; batches of BATCH (one MGET each, the next sent before a reply is read), every value checked
+  against its XXH3-128 check digest, counters written every half second; and the same pipelined
+  batches read in the consumer's own thread (CachedDataset.batches), without the loader's hand-off
 - torch DataLoader: the same CachedDataset in torch.utils.data.DataLoader, CLIENTS worker processes
   (skipped, and said so, when torch is not installed)
 - per-sample GET: one redis-py GET per sample in one thread, as the original loader did; and the same
   with each value checked against its check digest, as the cache's loader does
 - local files: the same samples read from the origin directory (page cache) by CLIENTS threads, each
   reading its share in one task
-- ceilings, to show where the loader's time goes: on CLIENTS threads, the same MGET batches through the
+- ceilings, to show where the loader's time goes: on one thread, the loader's pipelined MGETs, every value
+  checked, with nothing else; on CLIENTS threads, the same MGET batches, one at a time, through the
   loader's reader with every value checked by its check digest (the loader's work without its bookkeeping), the
   same checked by SHA-256 (the loader's check before check digests), the MGETs alone, and the MGETs
   alone through redis-py and hiredis (the loader's reader before); on one thread, the check digest and the
@@ -129,16 +132,16 @@ def measured(run: Callable[[], int | tuple[int, float] | None], server_pid: int)
     return Measured(rate, (server_cpu_seconds(server_pid) - server) / count * 1e6, (client_cpu_seconds() - client) / count * 1e6)
 
 
-def redis_benchmark(port: int, args) -> tuple[int, float]:
+def redis_benchmark(port: int, args, clients: int) -> tuple[int, float]:
     requests = 3 * args.samples
-    result = subprocess.run(["redis-benchmark", "-p", str(port), "-t", "get", "-d", str(args.size), "-c", str(args.clients),
+    result = subprocess.run(["redis-benchmark", "-p", str(port), "-t", "get", "-d", str(args.size), "-c", str(clients),
                              "-r", str(args.samples), "-n", str(requests), "--csv"],
                             capture_output=True, text=True, check=True)
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     return requests, float(rows[0]["rps"])  # its own rate: the process's start is not a GET
 
 
-def cache_loader(dataset: CachedDataset, args, workers: int) -> int:
+def cache_loader(dataset: CachedDataset, args, workers: int | None) -> int:
     return sum(len(batch) for batch in CacheLoader(dataset, args.batch, workers=workers))
 
 
@@ -181,6 +184,19 @@ def mget_batches(mget: Callable[[list[str]], list], batches: list[list[Entry]], 
         return sum(pool.map(fetch, batches))
 
 
+def pipelined_mgets(client: RespClient, batches: list[list[Entry]], check: str) -> int:
+    """The loader's pipelined MGETs (the next one sent before a reply is read) on one thread, every value
+    checked, without the loader's bookkeeping."""
+    pipeline, checked = client.pipeline(), 0
+    for ask, answer in zip([*batches, None], [None, *batches]):
+        if ask is not None:
+            pipeline.send([keys.blob(address) for address, _ in ask])
+        if answer is not None:
+            checked += sum(map(CHECKS[check], pipeline.receive(), answer))
+    pipeline.close()
+    return checked
+
+
 def check_only(samples: list[bytes], entries: list[Entry], check: str) -> int:
     """Every sample already in memory checked on one thread."""
     checked = CHECKS[check]
@@ -190,7 +206,7 @@ def check_only(samples: list[bytes], entries: list[Entry], check: str) -> int:
 def populate(port: int, dataset: CachedDataset, origin: DirectoryOrigin) -> tuple[list[Entry], float]:
     """Fill the cache through the loader (a cold epoch, timed) and redis-benchmark's keys with the same bytes."""
     started = time.perf_counter()
-    cold = sum(len(batch) for batch in CacheLoader(dataset, 32, workers=4)) / (time.perf_counter() - started)
+    cold = sum(len(batch) for batch in CacheLoader(dataset, 32)) / (time.perf_counter() - started)
     client = redis.Redis(port=port)
     pipe = client.pipeline(transaction=False)
     for i in range(len(origin)):
@@ -245,19 +261,24 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
     batches = [[entries[i] for i in indices] for indices in CacheLoader(dataset, args.batch).batch_indices(0)]
     client = redis.Redis(port=port)
     redis_py = connect(url, timeout=10)
-    reader = RespClient(url, 10, redis_py).mget
+    own_client = RespClient(url, 10, redis_py)
+    reader = own_client.mget
+    default_workers = CacheLoader(dataset, args.batch).workers
     methods: dict[str, Callable[[], int | tuple[int, float] | None]] = {
-        f"redis-benchmark GET, {args.clients} clients": lambda: redis_benchmark(port, args),
-        f"CacheLoader, {args.clients} threads, batch {args.batch}": lambda: cache_loader(dataset, args, args.clients),
+        f"redis-benchmark GET, {args.clients} clients": lambda: redis_benchmark(port, args, args.clients),
+        f"CacheLoader, {default_workers} worker (default), batch {args.batch}": lambda: cache_loader(dataset, args, None),
     }
-    cpus = os.cpu_count() or 1
-    if cpus != args.clients:
-        methods[f"CacheLoader, {cpus} threads (one per CPU)"] = lambda: cache_loader(dataset, args, cpus)
+    if default_workers != args.clients:
+        methods[f"CacheLoader, {args.clients} workers"] = lambda: cache_loader(dataset, args, args.clients)
+    plan = CacheLoader(dataset, args.batch).batch_indices(0)
     methods |= {
+        "CachedDataset.batches, no thread": lambda: sum(len(batch) for batch in dataset.batches(plan)),
+        "redis-benchmark GET, 1 client": lambda: redis_benchmark(port, args, 1),
         f"torch DataLoader, {args.clients} workers, batch {args.batch}": lambda: torch_loader(dataset, args),
         "per-sample GET, 1 client": lambda: per_sample_get(client, entries, None),
         "per-sample GET + XXH3-128 check, 1 client": lambda: per_sample_get(client, entries, "XXH3-128"),
         f"local files, {args.clients} threads": lambda: local_files(origin, args),
+        "ceiling: pipelined MGET + XXH3-128, 1 thread": lambda: pipelined_mgets(own_client, batches, "XXH3-128"),
         f"ceiling: MGET + XXH3-128 check, {args.clients} threads": lambda: mget_batches(reader, batches, args, "XXH3-128"),
         f"ceiling: MGET + SHA-256, {args.clients} threads": lambda: mget_batches(reader, batches, args, "SHA-256"),
         f"ceiling: MGET alone, {args.clients} threads": lambda: mget_batches(reader, batches, args, None),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from collections import Counter
 
 from . import keys
@@ -15,6 +16,7 @@ class PendingCounters:
     def __init__(self):
         self._lock = threading.Lock()
         self._pending: Counter[str] = Counter()
+        self._taken_at = float("-inf")
 
     def add(self, **deltas: float) -> None:
         with self._lock:
@@ -25,8 +27,13 @@ class PendingCounters:
         bucket = keys.bucket_field(keys.FETCH_BUCKETS[slot]) if slot < len(keys.FETCH_BUCKETS) else keys.FETCH_OVERFLOW
         self.add(**{keys.FETCHES: 1, keys.FETCH_SECONDS: seconds, bucket: 1})
 
-    def take(self) -> dict[str, float]:
+    def take(self, every: float = 0) -> dict[str, float]:
+        """What is pending; nothing if the last take was less than `every` seconds ago."""
+        now = time.monotonic()
         with self._lock:
+            if now < self._taken_at + every:
+                return {}
+            self._taken_at = now
             taken, self._pending = self._pending, Counter()
         return {field: value for field, value in taken.items() if value}
 

@@ -7,8 +7,10 @@ import os
 import socket
 import threading
 import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import redis
 
@@ -17,11 +19,15 @@ from .counters import PendingCounters
 from .health import RedisHealth
 from .manifest import Manifest
 from .origin import Origin
+from .resp_client import MgetPipeline
 from .singleflight import SingleFlight
 from .store import CacheStore, Writes
 
 log = logging.getLogger(__name__)
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
+PIPELINE_DEPTH = 2  # MGETs in flight per connection in `batches`; 3 gained nothing (docs/benchmarks.md)
+COUNTER_SECONDS = 0.5  # how often `batches` writes counters to Redis
+ORIGIN_READS = 8  # origin reads of one process at once
 
 _runtime_lock = threading.Lock()
 
@@ -35,6 +41,20 @@ os.register_at_fork(after_in_child=_new_runtime_lock)  # a forked worker must no
 
 
 @dataclass
+class _Asked:
+    """A batch whose MGET is on its way: what was asked, and what the answer will need."""
+
+    indices: list[int]
+    digests: list[bytes | None]  # per position, from the manifest when asked
+    fetch: process_record.FetchTimer  # running from the ask to the answer
+    wanted: list[int] = field(default_factory=list)  # positions whose digests were known: the MGET's keys, in order
+    redis_up: bool = True  # Redis was asked (misses) rather than skipped or failed (fallbacks)
+    sent: bool = False
+    origin: dict[int, Future] = field(default_factory=dict)  # position -> its origin read
+    writes: Writes = field(default_factory=Writes)  # what the batch learned from the origin
+
+
+@dataclass
 class _Runtime:
     """What belongs to one process: connections, pending counters, in-flight reads. A DataLoader
     worker (forked or spawned) builds its own on first use."""
@@ -44,6 +64,9 @@ class _Runtime:
     health: RedisHealth
     counters: PendingCounters = field(default_factory=PendingCounters)
     origin_reads: SingleFlight = field(default_factory=SingleFlight)
+    # A batch's origin reads run at once: an S3-like origin answers in tens of milliseconds per object.
+    origin_pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(ORIGIN_READS, thread_name_prefix="cache-origin"))
     opened: bool = False
 
 
@@ -83,19 +106,36 @@ class CachedDataset:
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """One batch: one MGET, origin reads for what the cache lacks, one write-back round trip."""
-        with process_record.timing_fetch():
-            started = time.perf_counter()
-            runtime = self._runtime_here()
-            samples, writes = self._fetch(runtime, [self._checked(i) for i in indices])
-            runtime.counters.observe_fetch(time.perf_counter() - started)
-        self._write_back(runtime, writes)
-        return [self.transform(s) for s in samples] if self.transform else samples
+        return next(self.batches([indices], depth=1, counter_seconds=0))
+
+    def batches(self, index_batches: Iterable[Sequence[int]], depth: int = PIPELINE_DEPTH,
+                counter_seconds: float = COUNTER_SECONDS) -> Iterator[list[Any]]:
+        """`__getitems__` of each batch, in order, with up to `depth` batches' MGETs in flight on one
+        connection: Redis builds the next reply while this thread receives and checks the last. Counters
+        go to Redis at most every `counter_seconds` (with a batch's blobs, if it writes any) and when the
+        run ends: a round trip of their own per batch would wait behind the next batch's reply."""
+        runtime = self._runtime_here()
+        reads = runtime.store.blob_reads()
+        asked: deque[_Asked] = deque()
+        try:
+            for indices in index_batches:
+                asked.append(self._ask(runtime, reads, [self._checked(i) for i in indices]))
+                if len(asked) >= depth:
+                    yield self._answer(runtime, reads, asked.popleft(), counter_seconds)
+            while asked:
+                yield self._answer(runtime, reads, asked.popleft(), counter_seconds)
+        finally:
+            reads.close()
+            self._write_back(runtime, Writes())
 
     def close(self) -> None:
-        """Write what is still pending and drop this process's connections."""
+        """Write what is still pending and drop this process's connections and threads (a later read
+        makes new ones)."""
         runtime = self._runtime_here()
         self._write_back(runtime, Writes())
         runtime.store.close()
+        runtime.origin_pool.shutdown()
+        self._runtime = None
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_runtime": None}  # connections and locks stay in their process
@@ -127,38 +167,58 @@ class CachedDataset:
         except redis.RedisError as e:
             self._redis_failed(runtime, e)
 
-    def _fetch(self, runtime: _Runtime, indices: list[int]) -> tuple[list[bytes], Writes]:
+    def _ask(self, runtime: _Runtime, reads: MgetPipeline, indices: list[int]) -> _Asked:
+        """Sends the batch's MGET for the samples whose digests are known, unless Redis is away."""
         if not runtime.opened and runtime.health.available():
             self._open(runtime)  # Redis was away when this process started
-        digests = [self.manifest.digest(i) for i in indices]
-        samples: list[bytes | None] = [None] * len(indices)
-        redis_up = runtime.health.available()
-        writes = Writes()
-        if redis_up:
-            redis_up = self._from_cache(runtime, indices, digests, samples, writes)
-        from_origin = [position for position, sample in enumerate(samples) if sample is None]
-        for position in from_origin:
-            samples[position] = self._from_origin(runtime, indices[position], writes)
-        self._count(runtime, **{keys.MISSES if redis_up else keys.FALLBACKS: len(from_origin),
-                                keys.ORIGIN_BYTES: sum(len(samples[p]) for p in from_origin)})
-        return samples, writes if redis_up else Writes()
+        asked = _Asked(indices, [self.manifest.digest(i) for i in indices], process_record.FetchTimer())
+        asked.wanted = [position for position, digest in enumerate(asked.digests) if digest is not None]
+        for position, digest in enumerate(asked.digests):
+            if digest is None:  # never cached: its origin read starts now, beside the batches before it
+                self._start_origin_read(runtime, asked, position)
+        asked.redis_up = runtime.health.available()
+        if asked.redis_up and asked.wanted:
+            try:
+                reads.send([keys.blob(asked.digests[p]) for p in asked.wanted])
+                asked.sent = True
+            except redis.RedisError as e:
+                self._redis_failed(runtime, e)
+                asked.redis_up = False
+        return asked
 
-    def _from_cache(self, runtime: _Runtime, indices: list[int], digests: list[bytes | None],
-                    samples: list[bytes | None], writes: Writes) -> bool:
-        """Fill `samples` with the verified values Redis holds; False if Redis could not be asked."""
-        wanted = [position for position, digest in enumerate(digests) if digest is not None]
-        if not wanted:
-            return True
+    def _answer(self, runtime: _Runtime, reads: MgetPipeline, asked: _Asked, counter_seconds: float) -> list[Any]:
+        """The asked batch: verified values from Redis, the rest from the origin; then the write-back."""
+        samples: list[bytes | None] = [None] * len(asked.indices)
+        writes = asked.writes
+        if asked.sent:
+            asked.redis_up = self._from_cache(runtime, reads, asked, samples, writes)
+        from_origin = [position for position, sample in enumerate(samples) if sample is None]
+        for position in from_origin:  # absent, evicted or wrong in Redis: read now, all at once
+            if position not in asked.origin:
+                self._start_origin_read(runtime, asked, position)
+        for position in from_origin:
+            samples[position] = asked.origin[position].result()
+        self._count(runtime, **{keys.MISSES if asked.redis_up else keys.FALLBACKS: len(from_origin),
+                                keys.ORIGIN_BYTES: sum(len(samples[p]) for p in from_origin)})
+        runtime.counters.observe_fetch(asked.fetch.done())
+        self._write_back(runtime, writes if asked.redis_up else Writes(), counter_seconds)
+        return [self.transform(s) for s in samples] if self.transform else samples
+
+    def _from_cache(self, runtime: _Runtime, reads: MgetPipeline, asked: _Asked, samples: list[bytes | None],
+                    writes: Writes) -> bool:
+        """Fill `samples` with the verified values of the asked MGET; False if Redis did not answer."""
         try:
-            values = runtime.store.get_blobs([digests[p] for p in wanted])
+            values = reads.receive()
         except redis.RedisError as e:
             self._redis_failed(runtime, e)
             return False
+        if values is None:  # lost with the connection when an earlier batch's reply failed (counted then)
+            return False
         hits = corrupt = cache_bytes = 0
-        for position, value in zip(wanted, values):
+        for position, value in zip(asked.wanted, values):
             if value is None:
                 continue
-            if self._verified(indices[position], digests[position], value, writes):
+            if self._verified(asked.indices[position], asked.digests[position], value, writes):
                 samples[position] = value
                 hits += 1
                 cache_bytes += len(value)
@@ -181,6 +241,9 @@ class CachedDataset:
         writes.checks.append((index, digest, check))
         return True
 
+    def _start_origin_read(self, runtime: _Runtime, asked: _Asked, position: int) -> None:
+        asked.origin[position] = runtime.origin_pool.submit(self._from_origin, runtime, asked.indices[position], asked.writes)
+
     def _from_origin(self, runtime: _Runtime, index: int, writes: Writes) -> bytes:
         data = runtime.origin_reads.run(index, lambda: self.origin.read(index))
         digest = content.address(data)
@@ -190,12 +253,12 @@ class CachedDataset:
         writes.entries.append((index, digest, len(data), check))
         return data
 
-    def _write_back(self, runtime: _Runtime, writes: Writes) -> None:
-        """Blobs, manifest entries and counters in one round trip; counters wait for the next one if
-        Redis is away."""
+    def _write_back(self, runtime: _Runtime, writes: Writes, counter_seconds: float = 0) -> None:
+        """Blobs, manifest entries and counters in one round trip; counters wait for a later one if
+        Redis is away, or if they were written less than `counter_seconds` ago and nothing else is."""
         if not runtime.health.available():
             return
-        deltas = runtime.counters.take()
+        deltas = runtime.counters.take(0 if writes else counter_seconds)
         try:
             refused = runtime.store.write(self.name, self.fingerprint, writes, self.job, self.job_ttl_seconds, deltas)
         except redis.RedisError as e:

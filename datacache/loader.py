@@ -1,24 +1,32 @@
-"""CacheLoader: batches of a CachedDataset fetched by parallel threads, several batches ahead,
-delivered in order; no PyTorch needed."""
+"""CacheLoader: batches of a CachedDataset fetched ahead by threads with pipelined MGETs, delivered in
+order; no PyTorch needed."""
 from __future__ import annotations
 
 import os
+import queue
 import random
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
 from typing import Any, Callable, Iterator
 
 from .dataset import CachedDataset
 
 
+class _Failed:
+    """A fetching thread's exception, raised to the consumer in the failed batch's place."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
 class CacheLoader:
     """Iterates over a CachedDataset in batches, one epoch per `iter()`.
 
-    `workers` threads each fetch whole batches (one MGET and one write-back each, on their own
-    connection); the socket reads and hash checks release the GIL, so threads scale without
-    copying samples between processes. By default one per CPU, at most 4: more threads than CPUs
-    only add GIL hand-offs (bench/cache_loader.py). Up to `prefetch` batches are in flight ahead of
-    the consumer.
+    `workers` threads each fetch every `workers`-th batch through `CachedDataset.batches`: one
+    connection with the next batch's MGET sent before the last one's reply is read, so Redis builds a
+    reply while the thread checks the previous one. The socket reads and hash checks release the GIL.
+    By default one per two CPUs, at most 4: one such thread keeps a local Redis busy, and on 2 CPUs
+    two served a fifth fewer samples than one (docs/benchmarks.md).
+    Up to `prefetch` batches wait ready ahead of the consumer.
     With `shuffle`, epoch e visits the samples in the order random.Random(seed + e) gives, so a run
     is reproducible. `collate` turns a batch's list of samples into what the loop wants.
     """
@@ -30,7 +38,7 @@ class CacheLoader:
             raise ValueError("batch_size, workers and prefetch must be >= 1")
         self.dataset = dataset
         self.batch_size = batch_size
-        self.workers = workers or min(4, os.cpu_count() or 1)
+        self.workers = workers or max(1, min(4, (os.cpu_count() or 1) // 2))
         self.prefetch = prefetch or 2 * self.workers
         self.shuffle = shuffle
         self.seed = seed
@@ -50,20 +58,41 @@ class CacheLoader:
         return batches[:len(self)]
 
     def __iter__(self) -> Iterator[Any]:
-        batches = iter(self.batch_indices(self.epoch))
+        batches = self.batch_indices(self.epoch)
         self.epoch += 1
-        in_flight: deque[Future] = deque()
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="cache-loader") as pool:
-            try:
-                for indices in batches:
-                    in_flight.append(pool.submit(self.dataset.__getitems__, indices))
-                    if len(in_flight) >= self.prefetch:
-                        yield self._collated(in_flight.popleft().result())
-                while in_flight:
-                    yield self._collated(in_flight.popleft().result())
-            finally:
-                for future in in_flight:  # the consumer stopped early: drop what it will not take
-                    future.cancel()
+        workers = min(self.workers, len(batches)) or 1
+        # Batch k comes from thread k % workers, through that thread's queue: the order needs no sorting.
+        ready = [queue.Queue(maxsize=max(1, self.prefetch // workers)) for _ in range(workers)]
+        stop = threading.Event()
+        threads = [threading.Thread(target=self._fetch, args=(batches[w::workers], ready[w], stop), daemon=True,
+                                    name=f"cache-loader-{w}") for w in range(workers)]
+        for thread in threads:
+            thread.start()
+        try:
+            for k in range(len(batches)):
+                batch = ready[k % workers].get()
+                if isinstance(batch, _Failed):
+                    raise batch.error
+                yield self._collated(batch)
+        finally:
+            stop.set()
+            for waiting in ready:  # a thread blocked on a full queue puts its batch, sees `stop` and ends
+                while not waiting.empty():
+                    waiting.get_nowait()
+            for thread in threads:
+                thread.join()
+
+    def _fetch(self, batches: list[list[int]], ready: queue.Queue, stop: threading.Event) -> None:
+        fetched = self.dataset.batches(batches)
+        try:
+            for samples in fetched:
+                ready.put(samples)
+                if stop.is_set():
+                    return
+        except BaseException as e:
+            ready.put(_Failed(e))
+        finally:
+            fetched.close()
 
     def _collated(self, samples: list[Any]) -> Any:
         return self.collate(samples) if self.collate else samples

@@ -2,6 +2,8 @@
 public `alnair.counter` / `alnair.phase` API (exported as alnair_python_custom_total and _phase_*)."""
 from __future__ import annotations
 
+import time
+
 import alnair
 
 from . import keys
@@ -19,5 +21,19 @@ def add(deltas: dict[str, int]) -> None:
             alnair.counter(PREFIX + field).inc(value)
 
 
-def timing_fetch() -> alnair.phase:
-    return alnair.phase(FETCH_PHASE)
+class FetchTimer:
+    """One batch's fetch, from when it is asked of Redis to when its samples are ready: the phase in the
+    record and the seconds for Redis's latency histogram. Pipelined, the two ends are in different
+    calls, hence not a `with` block."""
+
+    __slots__ = ("_phase", "_started")
+
+    def __init__(self):
+        self._phase = alnair.phase(FETCH_PHASE).__enter__()
+        self._started = time.perf_counter()
+
+    def done(self) -> float:
+        """Ends the phase; returns the seconds it measured (a little less than the phase's)."""
+        seconds = time.perf_counter() - self._started
+        self._phase.__exit__(None, None, None)
+        return seconds

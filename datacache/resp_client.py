@@ -7,7 +7,9 @@ import socket
 import struct
 import threading
 import time
-from typing import Callable, TypeVar
+from collections import deque
+from contextlib import contextmanager
+from typing import Callable, Iterator, TypeVar
 
 import hiredis
 import redis
@@ -79,7 +81,14 @@ class RespConnection:
         return self.command("EVAL", script.script, len(keys), *keys, *args)
 
     def mget(self, names: list[str]) -> list[bytes | None]:
+        self.send_mget(names)
+        return self.read_mget()
+
+    def send_mget(self, names: list[str]) -> None:
         self.sock.sendall(encode("MGET", *names))
+
+    def read_mget(self) -> list[bytes | None]:
+        """The reply to the oldest MGET sent and not yet read."""
         header = self._line()
         if not header.startswith(b"*"):
             raise redis.InvalidResponse(f"unexpected MGET reply {header[:80]!r}")
@@ -190,6 +199,59 @@ def as_redis_error(error: OSError) -> redis.RedisError:
     return redis.ConnectionError(f"Redis unreachable: {error}")
 
 
+class MgetPipeline:
+    """MGETs on one connection, sent up to a few ahead of reading their replies, which Redis sends in
+    order: Redis builds the next batch's reply while this thread receives and checks the last one (on
+    2 CPUs one pipelined connection served 1.5x one without: docs/benchmarks.md). A failure raises once;
+    the replies still owed on that connection are lost with it: `receive` then returns None for each.
+    TLS connections (redis-py's) are not pipelined: `send` keeps the names, `receive` asks."""
+
+    def __init__(self, client: "RespClient"):
+        self._client = client
+        self._connection: RespConnection | None = None
+        self._unsent: deque[list[str]] = deque()  # TLS: asked at `receive`
+        self._owed = 0  # replies sent for and not read
+        self._lost = 0  # replies owed by a connection that failed
+
+    def send(self, names: list[str]) -> None:
+        if not self._client.direct:
+            self._unsent.append(names)
+            return
+        if self._connection is None:
+            self._connection = self._client.take()
+        self._guarded(self._connection.send_mget, names)
+        self._owed += 1
+
+    def receive(self) -> list[bytes | None] | None:
+        if not self._client.direct:
+            return self._client.mget(self._unsent.popleft())
+        if self._lost:
+            self._lost -= 1
+            return None
+        self._owed -= 1
+        return self._guarded(self._connection.read_mget)
+
+    def _guarded(self, operation: Callable[..., T], *args) -> T:
+        try:
+            with self._client.dropped_on_failure(self._connection):
+                return operation(*args)
+        except redis.ResponseError:
+            raise
+        except BaseException:
+            self._lost, self._owed, self._connection = self._owed, 0, None  # owed: besides the failed one
+            raise
+
+    def close(self) -> None:
+        """Gives the connection back if no reply is owed on it; else closes it (what is owed is unwanted)."""
+        if self._connection is not None:
+            if self._owed:
+                self._connection.close()
+            else:
+                self._client.give(self._connection)
+        self._connection, self._owed, self._lost = None, 0, 0
+        self._unsent.clear()
+
+
 class RespClient:
     """Connections of its own, one per concurrent caller, kept for reuse. Errors are redis-py's:
     unreachable or timed out raise redis.ConnectionError / redis.TimeoutError, and every idle connection
@@ -199,39 +261,52 @@ class RespClient:
         self._params = parse_url(url)
         self._timeout = timeout
         self._client = client
-        self._direct = self._params.get("connection_class") is not SSLConnection
+        self.direct = self._params.get("connection_class") is not SSLConnection
         self._lock = threading.Lock()
         self._idle: list[RespConnection] = []
 
     def mget(self, names: list[str]) -> list[bytes | None]:
-        if not self._direct:
+        if not self.direct:
             return self._client.mget(names)
         return self._on_connection(lambda connection: connection.mget(names))
 
     def run_script(self, script: Script, keys: list[str], args: list) -> None:
         """A script whose reply is one line (an integer, say), not wanted."""
-        if not self._direct:
+        if not self.direct:
             script(keys=keys, args=args, client=self._client)
             return
         self._on_connection(lambda connection: connection.run_script(script, keys, args))
 
+    def pipeline(self) -> MgetPipeline:
+        return MgetPipeline(self)
+
     def _on_connection(self, command: Callable[[RespConnection], T]) -> T:
-        connection = self._take()
+        connection = self.take()
         try:
-            result = command(connection)
+            with self.dropped_on_failure(connection):
+                result = command(connection)
         except redis.ResponseError:
-            self._give(connection)  # an error reply, read whole: the connection is still in step
+            self.give(connection)
+            raise
+        self.give(connection)
+        return result
+
+    @contextmanager
+    def dropped_on_failure(self, connection: RespConnection) -> Iterator[None]:
+        """An error reply (redis.ResponseError) was read whole: the connection is still in step. Any other
+        failure closes it and every idle one (the server may have restarted), and raises redis-py's error."""
+        try:
+            yield
+        except redis.ResponseError:
             raise
         except BaseException as e:
             connection.close()
-            self.close()  # the server may have restarted: every idle connection is as dead as this one
+            self.close()
             if isinstance(e, OSError):
                 raise as_redis_error(e) from e
             raise
-        self._give(connection)
-        return result
 
-    def _take(self) -> RespConnection:
+    def take(self) -> RespConnection:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
@@ -240,7 +315,7 @@ class RespClient:
         except OSError as e:
             raise as_redis_error(e) from e
 
-    def _give(self, connection: RespConnection) -> None:
+    def give(self, connection: RespConnection) -> None:
         with self._lock:
             self._idle.append(connection)
 

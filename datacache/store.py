@@ -10,7 +10,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import keys
-from .resp_client import RespClient
+from .resp_client import MgetPipeline, RespClient
 
 SOCKET_READ_SIZE = 4 << 20  # a batch of 100 KB samples arrives in a few reads, not hundreds
 
@@ -123,8 +123,9 @@ class CacheStore:
         manifest, checks = self._open(keys=keys_, args=[dataset, fingerprint, samples])
         return manifest, checks
 
-    def get_blobs(self, digests: list[bytes]) -> list[bytes | None]:
-        return self._direct.mget([keys.blob(d) for d in digests])
+    def blob_reads(self) -> MgetPipeline:
+        """Pipelined MGETs of blobs (their keys.blob names) on a connection of its own; close it when done."""
+        return self._direct.pipeline()
 
     def write(self, dataset: str, fingerprint: str, writes: Writes, job: str, job_ttl: int,
               deltas: dict[str, float]) -> int:

@@ -37,6 +37,16 @@ class TimedOrigin(DirectoryOrigin):
         return super().read(index)
 
 
+def cached(start_redis, make_origin, count: int, **options):
+    """A redis-server, `count` samples, a TimedOrigin over them and a dataset that has cached them all."""
+    redis_server = start_redis()
+    samples = sample_bytes(count)
+    origin = TimedOrigin(make_origin(samples).root)
+    dataset = CachedDataset(redis_server.url, "train", origin, job="j", **options)
+    assert dataset.__getitems__(list(range(count))) == samples
+    return redis_server, samples, origin, dataset
+
+
 def test_corrupted_cached_value_is_never_returned_and_is_repaired(start_redis, make_origin):
     redis_server = start_redis()
     samples = sample_bytes(8)
@@ -86,12 +96,7 @@ def test_redis_killed_mid_epoch_then_restarted(start_redis, make_origin):
 
 
 def test_stalled_redis_falls_back_within_250ms_and_recovers(start_redis, make_origin):
-    redis_server = start_redis()
-    samples = sample_bytes(16)
-    origin = TimedOrigin(make_origin(samples).root)
-    dataset = CachedDataset(redis_server.url, "train", origin, job="j", timeout=0.2, retry_seconds=0.3)
-    assert dataset.__getitems__(list(range(16))) == samples
-
+    redis_server, samples, origin, dataset = cached(start_redis, make_origin, 16, timeout=0.2, retry_seconds=0.3)
     redis_server.pause()
     try:
         origin.arm()
@@ -108,6 +113,40 @@ def test_stalled_redis_falls_back_within_250ms_and_recovers(start_redis, make_or
     assert stored_counts(client).get("hits", 0) == 0  # the first 16 were misses
     wait_until(lambda: dataset.__getitems__(list(range(16))) == samples and stored_counts(client).get("hits", 0) >= 16, timeout=10)
     assert stored_counts(client)["fallbacks"] >= 16
+
+
+def test_redis_killed_with_pipelined_batches_in_flight_serves_them_from_the_origin_in_order(start_redis, make_origin):
+    redis_server, samples, origin, dataset = cached(start_redis, make_origin, 24, retry_seconds=30)
+    dataset._runtime_here().counters.take()  # counting starts here
+
+    redis_server.pause()  # what is asked from here on stays unanswered
+    killer = threading.Timer(0.05, redis_server.kill)  # while the first reply is awaited, two more owed
+    origin.arm()
+    started = time.monotonic()
+    killer.start()
+    served = [s for batch in dataset.batches(batches(24), depth=3) for s in batch]
+    killer.join()
+    assert served == samples
+    assert 0.05 <= origin.first_read - started < 0.25
+    pending = dataset._runtime_here().counters.take()  # Redis is gone: still pending
+    # one failure counted, not one per batch lost with the connection; Redis not asked again for 30 s
+    assert (pending["fallbacks"], pending["redis_errors"], pending["fetches"]) == (24, 1, 6)
+    assert "hits" not in pending
+
+
+def test_stalled_redis_with_pipelined_batches_falls_back_within_250ms(start_redis, make_origin):
+    redis_server, samples, origin, dataset = cached(start_redis, make_origin, 16, timeout=0.2, retry_seconds=30)
+    redis_server.pause()
+    try:
+        origin.arm()
+        started = time.monotonic()
+        fetched = dataset.batches(batches(16))
+        assert next(fetched) == samples[:BATCH]
+        assert origin.first_read - started < 0.25
+        assert [s for batch in fetched for s in batch] == samples[BATCH:]
+        assert time.monotonic() - started < 0.4  # one timeout in all
+    finally:
+        redis_server.resume()
 
 
 def test_redis_stalled_when_the_dataset_opens_is_used_once_it_answers(start_redis, make_origin):

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
 from alnair.datacache import CachedDataset, CacheLoader
 from alnair.datacache import keys
+from alnair.datacache.dataset import COUNTER_SECONDS
 from conftest import sample_bytes
 
 
@@ -66,6 +68,22 @@ def test_a_consumer_that_stops_early_leaves_no_thread_behind(start_redis, make_o
     assert not [t for t in threading.enumerate() if t.name.startswith("cache-loader")]
 
 
+def test_a_loader_epoch_writes_its_counters_at_most_twice_a_second_and_all_of_them_when_it_ends(start_redis, make_origin):
+    redis_server = start_redis()
+    samples = sample_bytes(40)
+    dataset = CachedDataset(redis_server.url, "train", make_origin(samples), job="loader")
+    assert [s for b in CacheLoader(dataset, 2) for s in b] == samples  # the cold epoch writes blobs
+    client = redis_server.client()
+    client.config_resetstat()
+    started = time.monotonic()
+    assert [s for b in CacheLoader(dataset, 2, workers=1) for s in b] == samples
+    elapsed = time.monotonic() - started
+    calls = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    assert 1 <= calls <= 2 + elapsed / COUNTER_SECONDS  # one at the start, one at the end, and per half second
+    counts = job_counts(client, "loader")
+    assert (counts["hits"], counts["misses"], counts["fetches"]) == (40, 40, 40)
+
+
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_torch_dataloader_workers_get_origin_bytes_and_report_their_counters(start_redis, make_origin, context):
     data = require_torch()
@@ -98,8 +116,8 @@ def test_bad_input_is_one_clear_error(start_redis, make_origin):
         type(origin)(origin.root / "missing")
 
 
-def test_workers_default_to_one_per_cpu_and_at_most_four(start_redis, make_origin, monkeypatch):
+def test_workers_default_to_one_per_two_cpus_and_at_most_four(start_redis, make_origin, monkeypatch):
     dataset = CachedDataset(start_redis().url, "train", make_origin(sample_bytes(4)), job="j")
-    for cpus, workers in ((1, 1), (2, 2), (16, 4)):
+    for cpus, workers in ((1, 1), (2, 1), (5, 2), (16, 4)):
         monkeypatch.setattr(os, "cpu_count", lambda: cpus)
         assert CacheLoader(dataset, 2).workers == workers

@@ -101,3 +101,48 @@ def test_a_script_the_server_lacks_is_sent_whole_and_an_error_reply_leaves_the_c
         reader.run_script(script, ["n"], ["two"])
     assert reader.mget(["n"]) == [b"7"]
     assert client.info("stats")["total_connections_received"] == connections  # the same connection, in step
+
+
+def test_pipelined_mgets_answer_in_order_and_give_the_connection_back_only_when_nothing_is_owed(start_redis):
+    redis_server = start_redis()
+    client = redis_server.client()
+    values = dict(zip("abcdef", sample_bytes(6, 100 * 1024)))
+    client.mset(values)
+    reader = reader_for(redis_server.url)
+    asks = [["a", "b"], ["missing", "c", "d"], ["e"], ["f", "a"]]
+    pipeline = reader.pipeline()
+    for names in asks[:3]:
+        pipeline.send(names)
+    answers = [pipeline.receive(), pipeline.receive()]
+    pipeline.send(asks[3])
+    answers += [pipeline.receive(), pipeline.receive()]
+    assert answers == [client.mget(names) for names in asks]
+    pipeline.close()
+    connections = client.info("stats")["total_connections_received"]
+    assert reader.mget(["e"]) == [values["e"]]  # on the connection the pipeline gave back
+    assert client.info("stats")["total_connections_received"] == connections
+
+    owing = reader.pipeline()
+    owing.send(["a"])
+    owing.close()  # a reply still owed: the connection is closed, not given back out of step
+    assert reader.mget(["b"]) == [values["b"]]
+    assert client.info("stats")["total_connections_received"] == connections + 1
+
+
+def test_a_failed_pipelined_reply_raises_once_and_the_replies_owed_after_it_are_lost(start_redis):
+    redis_server = start_redis()
+    redis_server.client().set("key", b"value")
+    pipeline = reader_for(redis_server.url, timeout=0.2).pipeline()
+    pipeline.send(["key"])
+    assert pipeline.receive() == [b"value"]
+    redis_server.pause()  # nothing sent from here on is answered
+    for _ in range(3):
+        pipeline.send(["key"])
+    redis_server.kill()
+    with pytest.raises(redis.ConnectionError):
+        pipeline.receive()
+    assert [pipeline.receive(), pipeline.receive()] == [None, None]  # lost with the connection, not raised again
+    redis_server.start()  # empty: no persistence
+    pipeline.send(["key"])  # on a new connection
+    assert pipeline.receive() == [None]
+    pipeline.close()
