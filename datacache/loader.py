@@ -2,7 +2,6 @@
 order; no PyTorch needed."""
 from __future__ import annotations
 
-import os
 import queue
 import random
 import threading
@@ -24,8 +23,9 @@ class CacheLoader:
     `workers` threads each fetch every `workers`-th batch through `CachedDataset.batches`: one
     connection with the next batch's MGET sent before the last one's reply is read, so Redis builds a
     reply while the thread checks the previous one. The socket reads and hash checks release the GIL.
-    By default one per two CPUs, at most 4: one such thread keeps a local Redis busy, and on 2 CPUs
-    two served a fifth fewer samples than one (docs/benchmarks.md).
+    One by default: one such thread keeps a Redis busy, and more served fewer samples per second on
+    2 CPUs and on 16 alike (GIL hand-offs; docs/benchmarks.md). A batch's origin reads run in
+    parallel anyway (CachedDataset), so a slow origin does not call for more workers either.
     Up to `prefetch` batches wait ready ahead of the consumer.
     With `shuffle`, epoch e visits the samples in the order random.Random(seed + e) gives, so a run
     is reproducible. `collate` turns a batch's list of samples into what the loop wants.
@@ -38,7 +38,7 @@ class CacheLoader:
             raise ValueError("batch_size, workers and prefetch must be >= 1")
         self.dataset = dataset
         self.batch_size = batch_size
-        self.workers = workers or max(1, min(4, (os.cpu_count() or 1) // 2))
+        self.workers = workers or 1
         self.prefetch = prefetch or 2 * self.workers
         self.shuffle = shuffle
         self.seed = seed

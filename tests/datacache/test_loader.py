@@ -1,7 +1,6 @@
 """CacheLoader and torch's DataLoader over a CachedDataset: order, transforms, workers, bad input."""
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -116,8 +115,6 @@ def test_bad_input_is_one_clear_error(start_redis, make_origin):
         type(origin)(origin.root / "missing")
 
 
-def test_workers_default_to_one_per_two_cpus_and_at_most_four(start_redis, make_origin, monkeypatch):
-    dataset = CachedDataset(start_redis().url, "train", make_origin(sample_bytes(4)), job="j")
-    for cpus, workers in ((1, 1), (2, 1), (5, 2), (16, 4)):
-        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
-        assert CacheLoader(dataset, 2).workers == workers
+def test_one_worker_and_two_batches_ahead_by_default(start_redis, make_origin):
+    loader = CacheLoader(CachedDataset(start_redis().url, "train", make_origin(sample_bytes(4)), job="j"), 2)
+    assert (loader.workers, loader.prefetch) == (1, 2)
