@@ -106,7 +106,11 @@ class CachedDataset:
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """One batch: one MGET, origin reads for what the cache lacks, one write-back round trip."""
-        return next(self.batches([indices], depth=1, counter_seconds=0))
+        fetched = self.batches([indices], depth=1, counter_seconds=0)
+        try:
+            return next(fetched)
+        finally:
+            fetched.close()  # now, not when the generator is collected: the connection goes back, counters out
 
     def batches(self, index_batches: Iterable[Sequence[int]], depth: int = PIPELINE_DEPTH,
                 counter_seconds: float = COUNTER_SECONDS) -> Iterator[list[Any]]:
