@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
+import ipaddress
 import os
 import queue
 import re
@@ -17,6 +19,10 @@ from pathlib import Path
 
 import pytest
 import redis
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -299,3 +305,28 @@ def require_binary(name: str) -> str:
     if path is None:
         pytest.fail(f"{name} is not installed: .ci/run installs it")
     return path
+
+
+def write_tls_files(directory: Path) -> None:
+    """ca.crt, and server.crt / server.key for 127.0.0.1 signed by it, valid for a day."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def issue(subject, key, issuer, issuer_key, ca, san=None):
+        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if san:
+            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
+    ca = issue(ca_name, ca_key, ca_name, ca_key, True)
+    server = issue(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "server")]), key, ca_name, ca_key,
+                   False, [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (directory / "server.crt").write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    (directory / "server.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                             serialization.NoEncryption()))

@@ -10,6 +10,7 @@ from alnair.datacache import CachedDataset, CacheLoader
 from alnair.datacache import keys
 from alnair.datacache.dataset import COUNTER_SECONDS
 from conftest import sample_bytes
+from support import free_port, write_tls_files
 
 
 def require_torch():
@@ -118,3 +119,18 @@ def test_bad_input_is_one_clear_error(start_redis, make_origin):
 def test_one_worker_and_two_batches_ahead_by_default(start_redis, make_origin):
     loader = CacheLoader(CachedDataset(start_redis().url, "train", make_origin(sample_bytes(4)), job="j"), 2)
     assert (loader.workers, loader.prefetch) == (1, 2)
+
+
+def test_a_tls_redis_is_read_through_redis_py_one_mget_at_a_time(start_redis, make_origin, tmp_path):
+    write_tls_files(tmp_path)
+    tls_port = free_port()
+    redis_server = start_redis("--tls-port", str(tls_port), "--tls-cert-file", str(tmp_path / "server.crt"),
+                               "--tls-key-file", str(tmp_path / "server.key"),
+                               "--tls-ca-cert-file", str(tmp_path / "ca.crt"), "--tls-auth-clients", "no")
+    samples = sample_bytes(20)
+    url = f"rediss://127.0.0.1:{tls_port}/0?ssl_ca_certs={tmp_path / 'ca.crt'}"
+    dataset = CachedDataset(url, "train", make_origin(samples), job="tls")
+    for _ in range(2):
+        assert [s for b in CacheLoader(dataset, 3) for s in b] == samples
+    counts = job_counts(redis_server.client(), "tls")  # the plain port, beside the TLS one
+    assert (counts["misses"], counts["hits"], counts.get("redis_errors", 0)) == (20, 20, 0)

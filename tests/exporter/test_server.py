@@ -3,10 +3,8 @@ ExporterServer instances where a deterministic hold or a fake clock is needed.""
 from __future__ import annotations
 
 import base64
-import datetime
 import gzip
 import http.client
-import ipaddress
 import socket
 import ssl
 import threading
@@ -14,10 +12,6 @@ from argparse import Namespace
 
 import bcrypt
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from prometheus_client.core import GaugeMetricFamily
 
 from alnair.exporter.collector import Collector
@@ -25,7 +19,7 @@ from alnair.exporter.sampler import CollectorRunner
 from alnair.exporter.scrape import ScrapeAssembler
 from alnair.exporter.server import ExporterServer, accepts_gzip
 from alnair.exporter.webconfig import WebConfig
-from support import parse_samples, serving_in_thread, wait_until
+from support import parse_samples, serving_in_thread, wait_until, write_tls_files
 
 
 def get(port, path="/", headers=None, context=None):
@@ -121,27 +115,7 @@ def test_basic_auth_from_web_config(start_exporter, tmp_path):
 def tls_dir(tmp_path_factory):
     """A CA and a server cert for 127.0.0.1 it signed, plus a web config using them."""
     d = tmp_path_factory.mktemp("tls")
-    now = datetime.datetime.now(datetime.timezone.utc)
-
-    def issue(subject, key, issuer, issuer_key, ca, san=None):
-        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=1))
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-        if san:
-            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
-        return builder.sign(issuer_key, hashes.SHA256())
-
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
-    ca = issue(ca_name, ca_key, ca_name, ca_key, True)
-    server = issue(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "server")]), key, ca_name, ca_key,
-                   False, [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
-    (d / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (d / "server.crt").write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    (d / "server.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                     serialization.NoEncryption()))
+    write_tls_files(d)
     (d / "web.yml").write_text("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
     return d
 
