@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
 PIPELINE_DEPTH = 2  # MGETs in flight per connection in `batches`; 3 gained nothing (docs/benchmarks.md)
 COUNTER_SECONDS = 0.5  # how often `batches` writes counters to Redis
-ORIGIN_READS = 8  # origin reads of one process at once
+ORIGIN_READS = 8  # origin reads of one process at once, for an origin that does not say (Origin.parallel_reads)
 
 _runtime_lock = threading.Lock()
 
@@ -62,11 +62,9 @@ class _Runtime:
     pid: int
     store: CacheStore
     health: RedisHealth
+    origin_pool: ThreadPoolExecutor  # a batch's origin reads run at once
     counters: PendingCounters = field(default_factory=PendingCounters)
     origin_reads: SingleFlight = field(default_factory=SingleFlight)
-    # A batch's origin reads run at once: an S3-like origin answers in tens of milliseconds per object.
-    origin_pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(ORIGIN_READS, thread_name_prefix="cache-origin"))
     opened: bool = False
 
 
@@ -157,7 +155,8 @@ class CachedDataset:
                 runtime = self._runtime
                 if runtime is None or runtime.pid != os.getpid():
                     allocator.keep_freed_memory()
-                    runtime = _Runtime(os.getpid(), CacheStore(self.redis_url, self.timeout), RedisHealth(self.retry_seconds))
+                    pool = ThreadPoolExecutor(getattr(self.origin, "parallel_reads", ORIGIN_READS), "cache-origin")
+                    runtime = _Runtime(os.getpid(), CacheStore(self.redis_url, self.timeout), RedisHealth(self.retry_seconds), pool)
                     self._open(runtime)
                     self._runtime = runtime
         return runtime

@@ -10,7 +10,9 @@ from typing import Protocol, runtime_checkable
 @runtime_checkable
 class Origin(Protocol):
     """The source of truth for a dataset's samples. An S3-like source implements the same three
-    methods: its object listing in a fixed order, and a fingerprint built from the objects' ETags."""
+    methods: its object listing in a fixed order, and a fingerprint built from the objects' ETags.
+    It may also say how many reads of it should run at once (`parallel_reads`; without it the cache
+    runs 8: a remote store answers in tens of milliseconds per object, and reads overlap)."""
 
     def __len__(self) -> int:
         """Number of samples; indices run from 0 to len - 1."""
@@ -26,6 +28,10 @@ class Origin(Protocol):
 class DirectoryOrigin:
     """Every regular file under `root` (recursively, symlinks followed) is a sample, in the order of
     their relative paths."""
+
+    # Local reads return in microseconds and each is hashed twice: more threads only queue for the GIL
+    # (a cold epoch on 2 CPUs: 4.1-4.7k samples/s with 1 or 2 reads at once, 2.9-3.6k with 8).
+    parallel_reads = 2
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
