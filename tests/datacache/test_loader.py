@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from alnair.datacache import CachedDataset, CacheLoader
+from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.datacache import keys
 from alnair.datacache.dataset import COUNTER_SECONDS
 from conftest import sample_bytes
@@ -134,3 +134,33 @@ def test_a_tls_redis_is_read_through_redis_py_one_mget_at_a_time(start_redis, ma
         assert [s for b in CacheLoader(dataset, 3) for s in b] == samples
     counts = job_counts(redis_server.client(), "tls")  # the plain port, beside the TLS one
     assert (counts["misses"], counts["hits"], counts.get("redis_errors", 0)) == (20, 20, 0)
+
+
+class SlowOrigin(DirectoryOrigin):
+    """50 ms per read, like a remote store; remembers the most reads it had at once."""
+
+    parallel_reads = 4
+
+    def __init__(self, root):
+        super().__init__(root)
+        self._lock = threading.Lock()
+        self.reading = self.most = 0
+
+    def read(self, index: int) -> bytes:
+        with self._lock:
+            self.reading += 1
+            self.most = max(self.most, self.reading)
+        time.sleep(0.05)
+        with self._lock:
+            self.reading -= 1
+        return super().read(index)
+
+
+def test_a_batch_reads_a_slow_origin_as_many_at_once_as_it_allows(start_redis, make_origin):
+    samples = sample_bytes(8)
+    origin = SlowOrigin(make_origin(samples).root)
+    dataset = CachedDataset(start_redis().url, "train", origin, job="j")
+    started = time.monotonic()
+    assert dataset.__getitems__(list(range(8))) == samples
+    assert origin.most == 4
+    assert time.monotonic() - started < 0.3  # two rounds of four 50 ms reads, not eight in a row (0.4 s)
