@@ -258,19 +258,20 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
     dataset = CachedDataset(url, "bench", origin, job="bench")
     entries, cold = populate(port, dataset, origin)
     samples = [origin.read(i) for i in range(len(origin))]
-    batches = [[entries[i] for i in indices] for indices in CacheLoader(dataset, args.batch).batch_indices(0)]
+    default_loader = CacheLoader(dataset, args.batch)
+    plan = default_loader.batch_indices(0)
+    batches = [[entries[i] for i in indices] for indices in plan]
     client = redis.Redis(port=port)
     redis_py = connect(url, timeout=10)
     own_client = RespClient(url, 10, redis_py)
     reader = own_client.mget
-    default_workers = CacheLoader(dataset, args.batch).workers
+    default_workers = default_loader.workers
     methods: dict[str, Callable[[], int | tuple[int, float] | None]] = {
         f"redis-benchmark GET, {args.clients} clients": lambda: redis_benchmark(port, args, args.clients),
         f"CacheLoader, {default_workers} worker (default), batch {args.batch}": lambda: cache_loader(dataset, args, None),
     }
     if default_workers != args.clients:
         methods[f"CacheLoader, {args.clients} workers"] = lambda: cache_loader(dataset, args, args.clients)
-    plan = CacheLoader(dataset, args.batch).batch_indices(0)
     methods |= {
         "CachedDataset.batches, no thread": lambda: sum(len(batch) for batch in dataset.batches(plan)),
         "redis-benchmark GET, 1 client": lambda: redis_benchmark(port, args, 1),

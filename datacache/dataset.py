@@ -192,9 +192,8 @@ class CachedDataset:
     def _answer(self, runtime: _Runtime, reads: MgetPipeline, asked: _Asked, counter_seconds: float) -> list[Any]:
         """The asked batch: verified values from Redis, the rest from the origin; then the write-back."""
         samples: list[bytes | None] = [None] * len(asked.indices)
-        writes = asked.writes
         if asked.sent:
-            asked.redis_up = self._from_cache(runtime, reads, asked, samples, writes)
+            asked.redis_up = self._from_cache(runtime, reads, asked, samples)
         from_origin = [position for position, sample in enumerate(samples) if sample is None]
         for position in from_origin:  # absent, evicted or wrong in Redis: read now, all at once
             if position not in asked.origin:
@@ -204,11 +203,10 @@ class CachedDataset:
         self._count(runtime, **{keys.MISSES if asked.redis_up else keys.FALLBACKS: len(from_origin),
                                 keys.ORIGIN_BYTES: sum(len(samples[p]) for p in from_origin)})
         runtime.counters.observe_fetch(asked.fetch.done())
-        self._write_back(runtime, writes if asked.redis_up else Writes(), counter_seconds)
+        self._write_back(runtime, asked.writes if asked.redis_up else Writes(), counter_seconds)
         return [self.transform(s) for s in samples] if self.transform else samples
 
-    def _from_cache(self, runtime: _Runtime, reads: MgetPipeline, asked: _Asked, samples: list[bytes | None],
-                    writes: Writes) -> bool:
+    def _from_cache(self, runtime: _Runtime, reads: MgetPipeline, asked: _Asked, samples: list[bytes | None]) -> bool:
         """Fill `samples` with the verified values of the asked MGET; False if Redis did not answer."""
         try:
             values = reads.receive()
@@ -221,7 +219,7 @@ class CachedDataset:
         for position, value in zip(asked.wanted, values):
             if value is None:
                 continue
-            if self._verified(asked.indices[position], asked.digests[position], value, writes):
+            if self._verified(asked.indices[position], asked.digests[position], value, asked.writes):
                 samples[position] = value
                 hits += 1
                 cache_bytes += len(value)
