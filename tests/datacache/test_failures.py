@@ -29,12 +29,17 @@ class TimedOrigin(DirectoryOrigin):
     """Remembers when the origin was first read since `arm()`."""
 
     def arm(self) -> None:
-        self.first_read = None
+        self.armed_at, self.first_read = time.monotonic(), None
 
     def read(self, index: int) -> bytes:
         if getattr(self, "first_read", 0) is None:
             self.first_read = time.monotonic()
         return super().read(index)
+
+    @property
+    def first_read_after(self) -> float:
+        """Seconds from `arm()` to the first read since."""
+        return self.first_read - self.armed_at
 
 
 def cached(start_redis, make_origin, count: int, **options):
@@ -66,20 +71,14 @@ def test_corrupted_cached_value_is_never_returned_and_is_repaired(start_redis, m
 
 
 def test_redis_killed_mid_epoch_then_restarted(start_redis, make_origin):
-    redis_server = start_redis()
-    samples = sample_bytes(24)
-    origin = TimedOrigin(make_origin(samples).root)
-    dataset = CachedDataset(redis_server.url, "train", origin, job="j", retry_seconds=0.3)
-    for indices in batches(24):
-        dataset.__getitems__(indices)  # cached
+    redis_server, samples, origin, dataset = cached(start_redis, make_origin, 24, retry_seconds=0.3)
     plan = batches(24)
 
     served = [dataset.__getitems__(indices) for indices in plan[:2]]
     redis_server.kill()
     origin.arm()
-    started = time.monotonic()
     served.append(dataset.__getitems__(plan[2]))
-    assert origin.first_read - started < 0.25
+    assert origin.first_read_after < 0.25
     served += [dataset.__getitems__(indices) for indices in plan[3:]]
     assert [s for batch in served for s in batch] == samples
 
@@ -100,13 +99,11 @@ def test_stalled_redis_falls_back_within_250ms_and_recovers(start_redis, make_or
     redis_server.pause()
     try:
         origin.arm()
-        started = time.monotonic()
         assert dataset.__getitems__(list(range(8))) == samples[:8]
-        assert origin.first_read - started < 0.25
+        assert origin.first_read_after < 0.25
         origin.arm()
-        started = time.monotonic()
         assert dataset.__getitems__(list(range(8, 16))) == samples[8:]
-        assert origin.first_read - started < 0.05  # Redis is not asked again until retry_seconds pass
+        assert origin.first_read_after < 0.05  # Redis is not asked again until retry_seconds pass
     finally:
         redis_server.resume()
     client = redis_server.client()
@@ -122,12 +119,11 @@ def test_redis_killed_with_pipelined_batches_in_flight_serves_them_from_the_orig
     redis_server.pause()  # what is asked from here on stays unanswered
     killer = threading.Timer(0.05, redis_server.kill)  # while the first reply is awaited, two more owed
     origin.arm()
-    started = time.monotonic()
     killer.start()
     served = [s for batch in dataset.batches(batches(24), depth=3) for s in batch]
     killer.join()
     assert served == samples
-    assert 0.05 <= origin.first_read - started < 0.25
+    assert 0.05 <= origin.first_read_after < 0.25
     pending = dataset._runtime_here().counters.take()  # Redis is gone: still pending
     # one failure counted, not one per batch lost with the connection; Redis not asked again for 30 s
     assert (pending["fallbacks"], pending["redis_errors"], pending["fetches"]) == (24, 1, 6)
@@ -139,12 +135,11 @@ def test_stalled_redis_with_pipelined_batches_falls_back_within_250ms(start_redi
     redis_server.pause()
     try:
         origin.arm()
-        started = time.monotonic()
         fetched = dataset.batches(batches(16))
         assert next(fetched) == samples[:BATCH]
-        assert origin.first_read - started < 0.25
+        assert origin.first_read_after < 0.25
         assert [s for batch in fetched for s in batch] == samples[BATCH:]
-        assert time.monotonic() - started < 0.4  # one timeout in all
+        assert time.monotonic() - origin.armed_at < 0.4  # one timeout in all
     finally:
         redis_server.resume()
 
