@@ -1,7 +1,8 @@
 """Builds the CUDA intercept library into the package, so `pip install .` carries it, and ships
 alnair_intercept.pth, which pyproject.toml cannot place: at the top of site-packages Python runs its
 import line at start-up, which activates the Python intercept only when ALNAIR_PYTHON_INTERCEPT is set
-(the mechanism coverage.py uses for subprocesses). Editable installs skip both; alnair-run needs neither."""
+(the mechanism coverage.py uses for subprocesses). An editable install gets the .pth too (the library
+stays in intercept/build, where `make -C intercept` puts it); alnair-run needs neither."""
 import shutil
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.command.editable_wheel import editable_wheel
 
 PTH = "alnair_intercept.pth"
 
@@ -30,4 +32,12 @@ class BuildWithIntercept(build_py):
         return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / PTH)]
 
 
-setup(cmdclass={"build_py": BuildWithIntercept})
+class EditableWithSwitch(editable_wheel):
+    """The .pth beside the editable finder's own: the files of that directory land at the wheel's top."""
+
+    def _install_namespaces(self, installation_dir, pth_prefix):
+        super()._install_namespaces(installation_dir, pth_prefix)
+        shutil.copy2(PTH, Path(installation_dir) / PTH)
+
+
+setup(cmdclass={"build_py": BuildWithIntercept, "editable_wheel": EditableWithSwitch})

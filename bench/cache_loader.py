@@ -59,7 +59,8 @@ from typing import Callable
 import redis
 
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
-from alnair.datacache import content, keys
+from alnair.abi import cache_keys as keys
+from alnair.datacache import content
 from alnair.datacache.resp_client import RespClient
 from alnair.datacache.store import connect
 

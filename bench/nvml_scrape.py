@@ -29,7 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fake_pynvml import FakeGpu, FakeNvml  # noqa: E402
 
 from alnair.collectors.nvml import NvmlCollector  # noqa: E402
-from alnair.exporter.sampler import CollectorRunner, render  # noqa: E402
+from alnair.exporter.plugin import render
+from alnair.exporter.registry import CollectorSpec  # noqa: E402
+from alnair.exporter.sampler import CollectorRunner  # noqa: E402
 from alnair.exporter.scrape import ScrapeAssembler  # noqa: E402
 from alnair.exporter.server import ExporterServer  # noqa: E402
 from alnair.exporter.webconfig import load_web_config  # noqa: E402
@@ -96,7 +98,7 @@ def main() -> None:
     args = parser.parse_args()
     options = argparse.Namespace(procfs="/proc", node_name=None)
     Stub.node = busy_node(args.gpus, args.processes)
-    runner = CollectorRunner(Stub, options, interval=0.5)
+    runner = CollectorRunner(CollectorSpec.of("nvml", Stub), options, interval=0.5)
     runner.start()
     while runner.snapshot.state != "ok":
         time.sleep(0.05)

@@ -110,7 +110,7 @@ def counted_segments() -> None:
 
     import torch
 
-    from alnair.intercept.recorder import RECORDER
+    from alnair.intercept.this_process import RECORDER
 
     torch.set_num_threads(1)
     RECORDER.idle, RECORDER.publishing = False, True  # passes are logged; no thread: this one folds them
@@ -194,8 +194,8 @@ def compare(switch: Switch, loop: str, rounds: int) -> dict[str, tuple[float, fl
 
 def publish_microseconds(times: int = 20000) -> float:
     """One publish with something new, timed on this thread (the publisher thread stopped first)."""
-    from alnair.intercept.publisher import PUBLISHER
-    from alnair.intercept.recorder import RECORDER
+    from alnair.intercept.this_process import PUBLISHER
+    from alnair.intercept.this_process import RECORDER
 
     RECORDER.optimizer_stepped()  # the first event (already seen in the timed loops) starts the thread
     PUBLISHER._stop.set()
@@ -211,7 +211,8 @@ def timings(rounds: int) -> dict[str, float]:
     """Prints the timed table; returns the bare loop's plain and added wall ns per step."""
     import torch
 
-    from alnair.intercept.publisher import PERIOD_SECONDS, PUBLISHER
+    from alnair.intercept.publisher import PERIOD_SECONDS
+    from alnair.intercept.this_process import PUBLISHER
 
     torch.set_num_threads(1)
     switch = Switch()

@@ -5,11 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from alnair.collectors.cuda import parse_cuda_record
-from alnair.collectors.python import parse_python_record
-from alnair.collectors.shm import layout
-from alnair.collectors.shm.metrics import pid_label
-from alnair.collectors.shm.segments import SegmentDirectory
+from alnair.abi import layout
+from alnair.abi.segments import SegmentDirectory
 
 
 @dataclass
@@ -56,11 +53,11 @@ class NodeReader:
         processes: dict[str, ProcessCounters] = {}
 
         def process(segment) -> ProcessCounters:
-            p = processes.setdefault(pid_label(segment), ProcessCounters(pid_label(segment)))
+            p = processes.setdefault(segment.pid_label, ProcessCounters(segment.pid_label))
             p.comm, p.pod_uid = segment.comm, segment.pod_uid
             return p
 
-        for parsed in self.cuda.read(parse_cuda_record):
+        for parsed in self.cuda.read():
             p = process(parsed.segment)
             devices = parsed.record.devices
             p.gpus = [d.device_index for d in devices]
@@ -69,7 +66,7 @@ class NodeReader:
             p.memory_used = sum(d.bytes_in_use for d in devices)
             p.memory_limit = sum(d.memory_limit_bytes for d in devices)
             p.throttled_ns = sum(d.throttled_ns for d in devices)
-        for parsed in self.python.read(parse_python_record):
+        for parsed in self.python.read():
             p = process(parsed.segment)
             r = parsed.record
             p.python_time_ns = parsed.segment.header.update_time_ns

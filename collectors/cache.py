@@ -10,11 +10,11 @@ from typing import Iterator
 import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from alnair.datacache import keys
-from alnair.datacache.store import connect
-from alnair.exporter.collector import Collector, CollectorUnavailable
-from alnair.exporter.config import RepeatedList, add_flag, comma_separated, positive_float
+from alnair.abi import cache_keys as keys
+from alnair.exporter.plugin import CollectorUnavailable, RepeatedList, add_flag, comma_separated, duration
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
@@ -47,6 +47,12 @@ def parse_redis_url(text: str) -> str:
     if parsed.scheme not in REDIS_SCHEMES or not (parsed.netloc or parsed.path):
         raise ValueError(f"not a Redis URL (redis://host:port/db, rediss://..., unix:///path): {text!r}")
     return text
+
+
+def connect(url: str, timeout: float) -> redis.Redis:
+    """A client that gives up within `timeout` and never retries on its own: a Redis that is down costs
+    one timeout per sample, and is reported down."""
+    return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0))
 
 
 def url_label(url: str) -> str:
@@ -99,8 +105,7 @@ def read_target(label: str, client: redis.Redis) -> Reading:
     return Reading(label, info, {name: h for name, h in datasets.items() if h}, jobs, float(physical or 0))
 
 
-class CacheCollector(Collector):
-    name = "cache"
+class CacheCollector:
     help = "Redis dataset cache: server INFO, keys per database, per-dataset and per-job cache counters, dedupe."
     default_enabled = False  # needs a Redis URL; Redis is cluster-wide, so one exporter should read it, not every node's
     default_interval_seconds = 5.0
@@ -109,15 +114,14 @@ class CacheCollector(Collector):
     def add_arguments(cls, parser) -> None:
         add_flag(parser, "--collector.cache.redis-url", type=comma_separated(parse_redis_url), default=[], action=RepeatedList,
                  help="Redis to read, redis://[:password@]host:port/db (repeatable; comma-separated in the environment).")
-        add_flag(parser, "--collector.cache.timeout", type=positive_float, default=1.0,
-                 help="Seconds to wait for each Redis before reporting it down.")
+        add_flag(parser, "--collector.cache.timeout", type=duration, default=1.0,
+                 help="How long to wait for each Redis before reporting it down.")
 
     def __init__(self, options):
-        super().__init__(options)
         urls = options.collector_cache_redis_url
         if not urls:
             raise CollectorUnavailable("no Redis to read: set --collector.cache.redis-url")
-        self.targets = [(url_label(url), connect(url, options.collector_cache_timeout, read_size=65536)) for url in urls]
+        self.targets = [(url_label(url), connect(url, options.collector_cache_timeout)) for url in urls]
         self.pool = ThreadPoolExecutor(len(self.targets), thread_name_prefix="cache-collector")
 
     def collect(self) -> Iterator[Metric]:

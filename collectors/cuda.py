@@ -1,15 +1,12 @@
 """The cuda collector: per-process, per-device counters the CUDA intercept publishes in shared memory."""
 from __future__ import annotations
 
-import struct
-from dataclasses import dataclass
+from alnair.abi import layout
+from alnair.abi.records import CudaProcess, device_uuid
+from alnair.abi.segments import ParsedSegment
+from alnair.exporter.plugin import ExpositionBuilder
 
-from alnair.exporter.exposition import ExpositionBuilder
-
-from .shm import layout
 from .shm.collector import SegmentCollector
-from .shm.metrics import pid_label
-from .shm.segments import MalformedRecord, ParsedSegment, Segment
 
 # (metric, kind, help, field, scale): one row per exported device field.
 DEVICE_FIELDS = [
@@ -24,40 +21,16 @@ DEVICE_FIELDS = [
 ]
 
 
-@dataclass(frozen=True)
-class CudaProcess:
-    devices: list[layout.CudaDevice]
-
-
-def parse_cuda_record(segment: Segment) -> CudaProcess:
-    record = segment.record
-    if len(record) < layout.CUDA_DEVICES_OFFSET:
-        raise MalformedRecord("record shorter than its fixed part")
-    count, max_devices = struct.unpack_from("<II", record)
-    if count > min(max_devices, layout.CUDA_MAX_DEVICES):
-        raise MalformedRecord(f"device_count {count} over max_devices {max_devices}")
-    if len(record) < layout.CUDA_DEVICES_OFFSET + count * layout.CUDA_DEVICE_SIZE:
-        raise MalformedRecord(f"device_count {count} does not fit the record")
-    return CudaProcess(
-        [
-            layout.CudaDevice.from_buffer_copy(record, layout.CUDA_DEVICES_OFFSET + i * layout.CUDA_DEVICE_SIZE)
-            for i in range(count)
-        ]
-    )
-
-
 class CudaCollector(SegmentCollector):
-    name = "cuda"
     help = "Per-process CUDA counters (launches, memory, limits) from the intercept's shared memory."
     kind = layout.KIND_CUDA
-    parse = staticmethod(parse_cuda_record)
 
     def record_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]]) -> None:
         rows = []
         for p in processes:
-            pid = pid_label(p.segment)
+            pid = p.segment.pid_label
             for d in p.record.devices:
-                uuid = layout.format_uuid(bytes(d.uuid), bool(d.flags & layout.CUDA_DEVICE_MIG))
+                uuid = device_uuid(d)
                 key = (p.segment.name, pid, d.device_index, uuid)
                 rows.append((self.labels.get(key, {"pid": pid, "gpu": str(d.device_index), "uuid": uuid}), d))
         for metric, kind, text, field, scale in DEVICE_FIELDS:

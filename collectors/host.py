@@ -7,18 +7,14 @@ import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from alnair.exporter.collector import Collector
-
 MEMORY_FIELDS = ("total", "available", "used", "free", "buffers", "cached", "shared")
 
 
-class HostCollector(Collector):
-    name = "host"
+class HostCollector:
     help = "Host CPU time per CPU and mode, memory, swap and load average."
     default_interval_seconds = 5.0
 
     def __init__(self, options):
-        super().__init__(options)
         psutil.PROCFS_PATH = options.procfs  # the host's /proc when run as a DaemonSet
 
     def collect(self) -> Iterator[Metric]:

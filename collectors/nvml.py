@@ -5,11 +5,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from alnair.exporter.collector import Collector, CollectorUnavailable
-from alnair.exporter.exposition import ExpositionBuilder
+from alnair.exporter.plugin import CollectorUnavailable, ExpositionBuilder, LabelSets
 
 from .pods.identity import pod_identity
-from .shm.metrics import LabelSets
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +68,11 @@ class GpuSample:
     processes: dict[int, tuple[float | None, float | None, int | None]] = field(default_factory=dict)  # pid -> sm, mem, bytes
 
 
-class NvmlCollector(Collector):
-    name = "nvml"
+class NvmlCollector:
     help = "Per-GPU and per-process GPU utilization, memory, power, clocks and errors from NVML."
     default_interval_seconds = 2.0
 
     def __init__(self, options, nvml=None):
-        super().__init__(options)
         self.nvml = nvml or import_pynvml()
         try:
             self.nvml.nvmlInit()

@@ -1,12 +1,12 @@
 """The python collector: per-process training-loop counters, custom counters and phases the Python intercept publishes."""
 from __future__ import annotations
 
-from alnair.exporter.exposition import ExpositionBuilder
+from alnair.abi import layout
+from alnair.abi.records import name_text
+from alnair.abi.segments import ParsedSegment, Segment
+from alnair.exporter.plugin import ExpositionBuilder
 
-from .shm import layout
 from .shm.collector import SegmentCollector
-from .shm.metrics import pid_label
-from .shm.segments import MalformedRecord, ParsedSegment, Segment
 
 # (metric, kind, help, field, scale): one row per exported training-loop field.
 LOOP_FIELDS = [
@@ -19,31 +19,16 @@ LOOP_FIELDS = [
 ]
 
 
-def parse_python_record(segment: Segment) -> layout.PythonRecord:
-    if len(segment.record) < layout.PYTHON_RECORD_SIZE:
-        raise MalformedRecord("record shorter than the python record")
-    record = layout.PythonRecord.from_buffer_copy(segment.record)
-    if record.counter_count > layout.PYTHON_MAX_COUNTERS or record.phase_count > layout.PYTHON_MAX_PHASES:
-        raise MalformedRecord(f"{record.counter_count} counters, {record.phase_count} phases: over the tables' size")
-    return record
-
-
-def _name(raw: bytes) -> str:
-    return raw.decode(errors="replace")
-
-
 class PythonCollector(SegmentCollector):
-    name = "python"
     help = "Per-process training-loop counters (steps, data stall, phases) from the Python intercept's shared memory."
     kind = layout.KIND_PYTHON
-    parse = staticmethod(parse_python_record)
 
     def record_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[layout.PythonRecord]]) -> None:
         self._loop_families(out, processes)
         self._custom_families(out, processes)
 
     def _pid(self, segment: Segment) -> str:
-        pid = pid_label(segment)
+        pid = segment.pid_label
         return self.labels.get((segment.name, pid), {"pid": pid})
 
     def _loop_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[layout.PythonRecord]]) -> None:
@@ -59,11 +44,11 @@ class PythonCollector(SegmentCollector):
     def _custom_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[layout.PythonRecord]]) -> None:
         counters, phase_seconds, phase_count = [], [], []
         for p in processes:
-            pid, r = pid_label(p.segment), p.record
+            pid, r = p.segment.pid_label, p.record
             for c in r.counters[: r.counter_count]:
-                counters.append((self.labels.get((p.segment.name, pid, "c", c.name), {"pid": pid, "name": _name(c.name)}), c.value))
+                counters.append((self.labels.get((p.segment.name, pid, "c", c.name), {"pid": pid, "name": name_text(c.name)}), c.value))
             for ph in r.phases[: r.phase_count]:
-                labels = self.labels.get((p.segment.name, pid, "p", ph.name), {"pid": pid, "name": _name(ph.name)})
+                labels = self.labels.get((p.segment.name, pid, "p", ph.name), {"pid": pid, "name": name_text(ph.name)})
                 phase_seconds.append((labels, ph.total_ns / 1e9))
                 phase_count.append((labels, ph.count))
         out.family("alnair_python_custom", "counter", "Custom counts: alnair.counter(name).inc().", counters)

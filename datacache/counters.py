@@ -6,7 +6,7 @@ import threading
 import time
 from collections import Counter
 
-from . import keys
+from alnair.abi import cache_keys as keys
 
 
 class PendingCounters:

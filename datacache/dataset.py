@@ -14,7 +14,9 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import redis
 
-from . import allocator, content, keys, process_record
+from alnair.abi import cache_keys as keys
+
+from . import allocator, content, process_record
 from .counters import PendingCounters
 from .health import RedisHealth
 from .manifest import Manifest

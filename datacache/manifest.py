@@ -1,7 +1,7 @@
 """A dataset's manifest held in the process: sample index -> SHA-256, size and check digest, as stored in Redis."""
 from __future__ import annotations
 
-from . import keys
+from alnair.abi import cache_keys as keys
 
 
 class Manifest:

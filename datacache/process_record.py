@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 
 import alnair
-
-from . import keys
+from alnair.abi import cache_keys as keys
 
 PREFIX = "datacache."
 # Totals of every dataset this process reads: per dataset they stay in Redis, as a record holds at

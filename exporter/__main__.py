@@ -1,4 +1,4 @@
 """`python -m alnair.exporter` runs the exporter."""
-from .main import main
+from . import main
 
 main()

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     except WebConfigError as e:
         fail(str(e))
     chosen = enabled_collectors(options, known)
-    runners = [CollectorRunner(c, options, getattr(options, f"collector_{c.name}_interval")) for c in chosen]
+    runners = [CollectorRunner(spec, options, getattr(options, f"collector_{spec.name}_interval")) for spec in chosen]
     assembler = ScrapeAssembler(runners, options.node_name)
     server = listen(options, web, assembler, runners, [c.name for c in known])
     for runner in runners:

@@ -7,12 +7,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable
 
-from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import Metric
-
-from .collector import Collector, CollectorUnavailable
+from .exposition import family_names, render
+from .plugin import Collector, CollectorUnavailable
+from .registry import CollectorSpec
 
 log = logging.getLogger(__name__)
 
@@ -32,23 +31,7 @@ class Snapshot:
     duration_seconds: float
     completed_monotonic: float
     last_success_unix: float | None
-
-
-class _Families:
-    """Adapter: generate_latest renders any object with collect()."""
-
-    def __init__(self, families: Iterable[Metric]):
-        self.families = families
-
-    def collect(self) -> Iterable[Metric]:
-        return self.families
-
-
-def render(collected: Iterable[Metric] | bytes) -> bytes:
-    """Prometheus text exposition of what a collector returned (families, or text already)."""
-    if isinstance(collected, bytes):
-        return collected
-    return generate_latest(_Families(list(collected)))
+    families: frozenset[str] = frozenset()  # the sample names `text` owns (exposition.family_names)
 
 
 class CollectorRunner:
@@ -57,15 +40,16 @@ class CollectorRunner:
     The collector is constructed on that thread too, so a source that is missing at
     start (no GPU, Redis down) is retried instead of failing the exporter."""
 
-    def __init__(self, collector_class: type[Collector], options: argparse.Namespace, interval: float,
+    def __init__(self, spec: CollectorSpec, options: argparse.Namespace, interval: float,
                  clock: Callable[[], float] = time.monotonic):
-        self.name = collector_class.name
-        self.collector_class = collector_class
+        self.name = spec.name
+        self.spec = spec
         self.options = options
         self.interval = interval
         self.stale_after = max(3 * interval, MIN_STALE_SECONDS)
         self.clock = clock
         self.collector: Collector | None = None
+        self.refusal = ""  # why the scrape refused this collector's families (exporter/scrape.py); sticky
         self.snapshot = Snapshot(0, b"", False, "starting", "", 0.0, clock(), None)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"collector-{self.name}", daemon=True)
@@ -76,15 +60,18 @@ class CollectorRunner:
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         self._thread.join(timeout)
-        if self.collector is not None and not self._thread.is_alive():
-            self.collector.close()
+        close = getattr(self.collector, "close", None)
+        if close is not None and not self._thread.is_alive():
+            close()
 
     def hung(self) -> bool:
-        """No sample finished within the stale window: the thread is stuck or dead."""
+        """No sample finished within the stale window: the thread is stuck or dead (not refused)."""
+        if self.refusal:
+            return False
         return not self._thread.is_alive() or self.clock() - self.snapshot.completed_monotonic > self.stale_after
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self.refusal:
             started = self.clock()
             self.sample_once()
             pause = UNAVAILABLE_RETRY_SECONDS if self.snapshot.state == "unavailable" else self.interval
@@ -94,7 +81,7 @@ class CollectorRunner:
         started = self.clock()
         try:
             if self.collector is None:
-                self.collector = self.collector_class(self.options)
+                self.collector = self._build()
             text = render(self.collector.collect())
             state, detail = "ok", ""
         except CollectorUnavailable as e:
@@ -103,6 +90,18 @@ class CollectorRunner:
             text, state, detail = b"", "error", f"{type(e).__name__}: {e}"
         self._publish(text, state, detail, self.clock() - started)
         return self.snapshot
+
+    def _build(self) -> Collector:
+        collector = self.spec.factory(self.options)
+        if not isinstance(collector, Collector):
+            raise TypeError(f"the factory gave a {type(collector).__name__}, which has no collect()")
+        return collector
+
+    def refuse(self, why: str) -> None:
+        """Stop serving this collector for the rest of the process: it clashes with another's families."""
+        if not self.refusal:
+            self.refusal = why
+            log.error("collector %s refused: %s", self.name, why)
 
     def _publish(self, text: bytes, state: str, detail: str, duration: float) -> None:
         previous = self.snapshot
@@ -120,4 +119,5 @@ class CollectorRunner:
             duration_seconds=duration,
             completed_monotonic=self.clock(),
             last_success_unix=time.time() if success else previous.last_success_unix,
+            families=family_names(text) if success else previous.families,
         )

@@ -3,6 +3,9 @@
 The collectors' part changes only when a sample finishes, so it is joined (and
 gzipped) once per change; only the small self-metrics part is built per scrape.
 A gzip stream may hold several members, so the two compressed parts concatenate.
+Each family name belongs to one collector: a join refuses, for good, a collector that
+emits a family the exporter or a collector before it in the registry's order emits,
+so two collectors never repeat a HELP/TYPE and Prometheus never rejects the scrape.
 """
 from __future__ import annotations
 
@@ -11,14 +14,17 @@ import platform
 import threading
 from typing import Iterator
 
+from alnair.commandline import version
+
 from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from .sampler import CollectorRunner, render
+from .exposition import family_names, render
+from .sampler import CollectorRunner
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-VERSION = "0.1.0"
+EXPORTER = "the exporter"  # owner of the self-metrics' family names
 
 
 class ScrapeAssembler:
@@ -31,6 +37,7 @@ class ScrapeAssembler:
         self._cache_key: tuple | None = None
         self._cached_plain = b""
         self._cached_gzip = b""
+        self._own_families = family_names(render(self._own_metrics()))
 
     def count_rejected_scrape(self) -> None:
         with self._lock:
@@ -47,28 +54,49 @@ class ScrapeAssembler:
         with self._lock:
             if key != self._cache_key:
                 self._cache_key = key
-                self._cached_plain = b"".join(s.text for _, s, ok in fresh if ok)
+                self._cached_plain = self._join(fresh)
                 self._cached_gzip = b""
             if compress and not self._cached_gzip:
                 self._cached_gzip = gzip.compress(self._cached_plain, compresslevel=1)
             return self._cached_gzip if compress else self._cached_plain
 
+    def _join(self, fresh: list[tuple[CollectorRunner, object, bool]]) -> bytes:
+        """The fresh snapshots' text, each family from its first claimant (the exporter, then runners in
+        order); a hung collector keeps the names of its last sample, so they stay its own."""
+        owners = dict.fromkeys(self._own_families, EXPORTER)
+        parts = []
+        for runner, snapshot, ok in fresh:
+            if runner.refusal:
+                continue
+            clash = min((name for name in snapshot.families if name in owners), default=None)
+            if clash is not None:
+                runner.refuse(f"it emits {clash}, which {owners[clash]} emits")
+                continue
+            owners.update(dict.fromkeys(snapshot.families, f"collector {runner.name}"))
+            if ok:
+                parts.append(snapshot.text)
+        return b"".join(parts)
+
     def _own_metrics(self) -> Iterator[Metric]:
         duration = GaugeMetricFamily("alnair_exporter_collector_duration_seconds", "Duration of the collector's last sample.", labels=["collector"])
         success = GaugeMetricFamily("alnair_exporter_collector_success", "1 if the collector's last sample succeeded and is fresh.", labels=["collector"])
         last = GaugeMetricFamily("alnair_exporter_collector_last_success_timestamp_seconds", "When the collector last sampled successfully.", labels=["collector"])
+        refused = GaugeMetricFamily("alnair_exporter_collector_refused",
+                                    "1 if the collector is not served: it emits a family another collector or the exporter emits.",
+                                    labels=["collector"])
         for runner in self.runners:
             snapshot = runner.snapshot
             duration.add_metric([runner.name], snapshot.duration_seconds)
-            success.add_metric([runner.name], float(snapshot.success and not runner.hung()))
+            success.add_metric([runner.name], float(snapshot.success and not runner.hung() and not runner.refusal))
+            refused.add_metric([runner.name], float(bool(runner.refusal)))
             if snapshot.last_success_unix is not None:
                 last.add_metric([runner.name], snapshot.last_success_unix)
-        yield from (duration, success, last)
+        yield from (duration, success, last, refused)
         rejected = CounterMetricFamily("alnair_exporter_scrapes_rejected", "Scrapes refused because --web.max-requests were in flight.")
         rejected.add_metric([], self.rejected_scrapes)
         yield rejected
         build = InfoMetricFamily("alnair_exporter_build", "Exporter version.")
-        build.add_metric([], {"version": VERSION, "python_version": platform.python_version()})
+        build.add_metric([], {"version": version(), "python_version": platform.python_version()})
         yield build
         node = InfoMetricFamily("alnair_node", "The node this exporter runs on.")
         node.add_metric([], {"node": self.node_name})

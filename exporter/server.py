@@ -9,6 +9,8 @@ import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from alnair.commandline import version
+
 from .sampler import CollectorRunner
 from .scrape import CONTENT_TYPE, ScrapeAssembler
 from .webconfig import WebConfig
@@ -68,7 +70,7 @@ class ExporterServer(ThreadingHTTPServer):
 
 class Handler(BaseHTTPRequestHandler):
     server: ExporterServer
-    server_version = "alnair-exporter"
+    server_version = f"alnair-exporter/{version()}"
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # else a small reply waits for the client's delayed ACK (~40 ms)
 
@@ -121,15 +123,16 @@ class Handler(BaseHTTPRequestHandler):
         rows = []
         for runner in self.server.runners:
             s = runner.snapshot
-            state = "hung" if runner.hung() else s.state
+            state = "refused" if runner.refusal else "hung" if runner.hung() else s.state
+            detail = runner.refusal or s.detail
             rows.append(f"<tr><td>{html.escape(runner.name)}</td><td>{state}</td><td>{runner.interval:g}s</td>"
-                        f"<td>{s.duration_seconds * 1000:.1f} ms</td><td>{html.escape(s.detail)}</td></tr>")
+                        f"<td>{s.duration_seconds * 1000:.1f} ms</td><td>{html.escape(detail)}</td></tr>")
         enabled = {r.name for r in self.server.runners}
         rows += [f"<tr><td>{html.escape(name)}</td><td>disabled</td><td></td><td></td><td></td></tr>"
                  for name in self.server.known if name not in enabled]
         path = html.escape(self.server.metrics_path)
         return ("<!doctype html><html><head><title>Alnair exporter</title></head><body>"
-                f"<h1>Alnair exporter</h1><p><a href=\"{path}\">Metrics</a> &middot; <a href=\"/healthz\">Health</a></p>"
+                f"<h1>Alnair exporter {html.escape(version())}</h1><p><a href=\"{path}\">Metrics</a> &middot; <a href=\"/healthz\">Health</a></p>"
                 "<table><tr><th>collector</th><th>state</th><th>interval</th><th>last sample</th><th>detail</th></tr>"
                 + "".join(rows) + "</table></body></html>\n")
 

@@ -1,8 +1,7 @@
-"""The writers' side: the shared-memory ABI header, the CUDA intercept library and the Python intercept."""
+"""The writers' side: the CUDA intercept library (C, LD_PRELOAD) and the Python intercept."""
 from pathlib import Path
 
 SOURCE_DIR = Path(__file__).resolve().parent
-ABI_HEADER = SOURCE_DIR / "alnair_shm.h"
 LIBRARY_NAME = "libalnair.so"
 
 

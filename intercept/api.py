@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 
-from .recorder import RECORDER, CounterSlot, PhaseSlot
+from .recorder import CounterSlot, PhaseSlot
+from .this_process import RECORDER
 
 _clock = time.monotonic_ns
 

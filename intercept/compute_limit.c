@@ -250,12 +250,13 @@ void alnair_compute_limit_tick(uint64_t now)
 }
 
 /* A fork child takes its own turn: a new slot, fresh feedback. */
-void alnair_compute_limit_fork_child(void)
+static void fork_child(void)
 {
     for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++)
         if (controllers[i].started) alnair_share_forget(&controllers[i].share);
     memset(controllers, 0, sizeof controllers);
 }
+ALNAIR_ON_FORK(compute_limit_fork, NULL, NULL, fork_child);
 
 /* A clean exit hands the windows back at once; after a crash the others notice
  * the slot's lock is gone within a second. */

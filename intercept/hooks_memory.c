@@ -20,26 +20,28 @@ __attribute__((constructor)) static void init_tables(void)
     alloc_table_init(&arrays);
 }
 
-void alnair_memory_fork_prepare(void)
+static void fork_prepare(void)
 {
     alloc_table_lock_all(&device_pointers);
     alloc_table_lock_all(&vmm_handles);
     alloc_table_lock_all(&arrays);
 }
 
-void alnair_memory_fork_parent(void)
+static void fork_parent(void)
 {
     alloc_table_unlock_all(&arrays);
     alloc_table_unlock_all(&vmm_handles);
     alloc_table_unlock_all(&device_pointers);
 }
 
-void alnair_memory_fork_child(void)
+/* The child owns none of the parent's device memory. */
+static void fork_child(void)
 {
     alloc_table_reset_in_child(&arrays);
     alloc_table_reset_in_child(&vmm_handles);
     alloc_table_reset_in_child(&device_pointers);
 }
+ALNAIR_ON_FORK(memory_fork, fork_prepare, fork_parent, fork_child);
 
 /* Reserves size bytes on d; 0 if the limit refuses them. */
 static int admit(struct alnair_device *d, uint64_t size)

@@ -92,7 +92,6 @@ static inline int alnair_active(void)
 
 /* Starts the monitor thread (and the segment) once per process, fork children too. */
 void alnair_start_monitor(void);
-void alnair_monitor_fork_child(void);
 
 struct alnair_device *alnair_device_at(int ordinal);
 struct alnair_device *alnair_current_device_slow(void);
@@ -150,12 +149,20 @@ static inline void alnair_limit_waited(struct alnair_device *d, uint64_t start_n
     })
 /* Monitor-thread side of the compute limit: lay out windows, adapt the quota. */
 void alnair_compute_limit_tick(uint64_t now_ns);
-void alnair_compute_limit_fork_child(void);
 
-/* Memory accounting, also used by fork handling. */
-void alnair_memory_fork_prepare(void);
-void alnair_memory_fork_parent(void);
-void alnair_memory_fork_child(void);
+/* Fork handling, one registration point: a module with per-process state declares its handlers
+ * (any may be NULL) with ALNAIR_ON_FORK at file scope; a constructor adds them to state.c's list at
+ * load, and alnair_configure() hands the list to pthread_atfork once, so no module names another's.
+ * Prepare handlers run in reverse order of registration, parent and child handlers in order. */
+struct alnair_fork_handlers {
+    void (*prepare)(void);
+    void (*parent)(void);
+    void (*child)(void);
+};
+void alnair_on_fork(const struct alnair_fork_handlers *handlers);
+#define ALNAIR_ON_FORK(name, prepare, parent, child) \
+    static const struct alnair_fork_handlers name = {prepare, parent, child}; \
+    __attribute__((constructor)) static void name##_register(void) { alnair_on_fork(&name); }
 
 void alnair_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

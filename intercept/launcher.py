@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 
 import alnair.intercept as intercept
+from alnair.commandline import version
 
 from .activation import ENV_SWITCH
 
 PROG = "alnair-run"
 BOOTSTRAP_DIR = intercept.SOURCE_DIR / "bootstrap"  # holds the sitecustomize that activates each interpreter
-USAGE = f"usage: {PROG} COMMAND [ARG...]   (runs COMMAND with Alnair's Python and CUDA intercepts)"
+USAGE = f"usage: {PROG} [--version] COMMAND [ARG...]   (runs COMMAND with Alnair's Python and CUDA intercepts)"
 
 
 def cuda_library() -> Path | None:
@@ -49,6 +50,9 @@ def main(argv: list[str] | None = None) -> None:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr if not args else sys.stdout)
         sys.exit(2 if not args else 0)
+    if args[0] == "--version":
+        print(f"{PROG} {version()}")
+        return
     library = cuda_library()
     if library is None:
         print(f"{PROG}: CUDA intercept library not built (make -C {intercept.SOURCE_DIR}); "

@@ -105,14 +105,14 @@ void alnair_start_monitor(void)
 }
 
 /* The child has no monitor thread and must not write the parent's segment. */
-void alnair_monitor_fork_child(void)
+static void fork_child(void)
 {
     alnair_segment_forget(&segment);
     memset(uuid_known, 0, sizeof uuid_known);
     pthread_mutex_init(&start_lock, NULL);
     atomic_store(&started, 0);
-    alnair_compute_limit_fork_child();
 }
+ALNAIR_ON_FORK(monitor_fork, NULL, NULL, fork_child);
 
 /* A clean exit takes the segment away; a crash leaves it for the exporter to reclaim. */
 __attribute__((destructor)) static void remove_segment(void)

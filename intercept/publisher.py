@@ -6,16 +6,15 @@ with zeroed counters and, once it records something, its own segment.
 """
 from __future__ import annotations
 
-import atexit
 import os
 import sys
 import threading
 import time
 from typing import Callable
 
-from alnair.collectors.shm import layout
+from alnair.abi import layout
 
-from .recorder import RECORDER, Recorder
+from .recorder import Recorder
 from .segment_writer import WriterSegment
 
 # Ten times the C monitor's period: each tick takes the GIL from the training thread, which cost a bare
@@ -138,7 +137,3 @@ class Publisher:
         self._forget_state()
         self.recorder.reset()
 
-
-PUBLISHER = Publisher(RECORDER)
-os.register_at_fork(after_in_child=PUBLISHER.after_fork_in_child)
-atexit.register(PUBLISHER.stop)

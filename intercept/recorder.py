@@ -11,8 +11,9 @@ import sys
 import threading
 import time
 import weakref
+from typing import Callable
 
-from alnair.collectors.shm import layout
+from alnair.abi import layout
 
 MAX_NAME_BYTES = layout.PYTHON_NAME_LEN - 1  # keep the NUL
 
@@ -77,7 +78,8 @@ class Recorder:
     updates take `lock` and bump `version`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, start_publishing: Callable[[], bool] = lambda: False) -> None:
+        self.start_publishing = start_publishing  # called at the first event; True when a publisher runs
         self.counters: dict[str, CounterSlot] = {}
         self.phases: dict[str, PhaseSlot] = {}
         self._warned: set[str] = set()
@@ -104,12 +106,10 @@ class Recorder:
         self.idle = True  # nothing recorded yet: no segment, no thread
 
     def _recorded(self) -> None:
-        """The first event: start publishing (imported here, as the publisher imports this module)."""
+        """The first event: start publishing."""
         if self.idle:
             self.idle = False
-            from .publisher import PUBLISHER
-
-            self.publishing = PUBLISHER.start()
+            self.publishing = self.start_publishing()
 
     # ---- a training loop's steps (monotonic ns) ----
 
@@ -222,5 +222,3 @@ class Recorder:
             self._warned.add(key)
             print(f"alnair: {message}", file=sys.stderr)
 
-
-RECORDER = Recorder()

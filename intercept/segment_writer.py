@@ -15,7 +15,7 @@ import os
 import struct
 import time
 
-from alnair.collectors.shm import layout
+from alnair.abi import layout, naming
 
 SEGMENT_MODE = 0o640  # owner read-write, group read at most
 _U64 = struct.Struct("<Q")
@@ -85,13 +85,12 @@ class WriterSegment:
     """
 
     def __init__(self, kind: int, record_size: int):
-        directory = os.environ.get("ALNAIR_SHM_DIR") or layout.DEFAULT_DIR
-        self.header = build_header(kind, record_size)
-        h = self.header
-        name = f"{layout.NAME_PREFIX}{layout.KIND_NAMES[kind]}.{h.pid_namespace_inode}.{h.writer_pid}.{h.start_time_ticks}"
+        directory = naming.segment_directory()
+        self.header = h = build_header(kind, record_size)
+        name = naming.segment_name(kind, h.pid_namespace_inode, h.writer_pid, h.start_time_ticks)
         self.path = os.path.join(directory, name)
         self._seq = 0
-        self.fd = self._create(os.path.join(directory, f".{name}.tmp"))
+        self.fd = self._create(os.path.join(directory, naming.temp_name(name)))
 
     def _create(self, temp_path: str) -> int:
         """Built under a hidden name and renamed once locked and initialised, so a

@@ -10,7 +10,9 @@
  * until stdin closes or SIGTERM (removing the segment); SIGKILL leaves it behind
  * as a dead writer's. --churn republishes in a tight loop with every counter equal
  * to a running count (a torn read shows as unequal counters); --period-ms P
- * republishes every P ms adding one kernel launch per device, like the intercept.
+ * republishes every P ms, like the intercept, with one kernel launch per device for
+ * each P ms of the monotonic clock since start: the rate is 1000/P per second exactly,
+ * however late the process wakes.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -108,13 +110,16 @@ static void hold(struct alnair_segment *seg, struct alnair_cuda_record *r, int p
 {
     struct pollfd in = {.fd = 0, .events = POLLIN};
     char buf[64];
+    uint64_t start = monotonic_ns(), periods = 0;
     while (!stop) {
         int n = poll(&in, 1, period_ms > 0 ? period_ms : -1);
         if (n > 0 && read(0, buf, sizeof buf) <= 0) return;
         if (n == 0) {
+            uint64_t due = (monotonic_ns() - start) / ((uint64_t)period_ms * 1000000u);
             alnair_segment_publish_begin(seg);
-            for (uint32_t d = 0; d < r->device_count; d++) r->devices[d].kernel_launches++;
+            for (uint32_t d = 0; d < r->device_count; d++) r->devices[d].kernel_launches += due - periods;
             alnair_segment_publish_end(seg);
+            periods = due;
         }
         if (n < 0 && errno != EINTR) return;
     }

@@ -124,13 +124,37 @@ static int switched_off(const char *v)
     return v && (!strcasecmp(v, "off") || !strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no"));
 }
 
-static void fork_prepare(void) { alnair_memory_fork_prepare(); }
-static void fork_parent(void) { alnair_memory_fork_parent(); }
+/* The modules' ALNAIR_ON_FORK handlers, registered by their constructors (one thread, at load). */
+#define MAX_FORK_HANDLERS 16
+static const struct alnair_fork_handlers *fork_handlers[MAX_FORK_HANDLERS];
+static int fork_handler_count;
 
-/* The child is a new process: its own counters, segment and monitor thread. */
+void alnair_on_fork(const struct alnair_fork_handlers *handlers)
+{
+    if (fork_handler_count < MAX_FORK_HANDLERS) fork_handlers[fork_handler_count++] = handlers;
+}
+
+static void fork_prepare(void)
+{
+    for (int i = fork_handler_count - 1; i >= 0; i--)
+        if (fork_handlers[i]->prepare) fork_handlers[i]->prepare();
+}
+
+static void fork_parent(void)
+{
+    for (int i = 0; i < fork_handler_count; i++)
+        if (fork_handlers[i]->parent) fork_handlers[i]->parent();
+}
+
 static void fork_child(void)
 {
-    alnair_memory_fork_child();
+    for (int i = 0; i < fork_handler_count; i++)
+        if (fork_handlers[i]->child) fork_handlers[i]->child();
+}
+
+/* The child is a new process: its own counters (the limits stay), segment and monitor thread. */
+static void reset_in_child(void)
+{
     for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) {
         struct alnair_device *d = &alnair.devices[i];
         uint64_t memory_limit = d->memory_limit_bytes;
@@ -141,8 +165,8 @@ static void fork_child(void)
     }
     pthread_mutex_init(&configure_lock, NULL);
     alnair_thread_context_changed();
-    alnair_monitor_fork_child();
 }
+ALNAIR_ON_FORK(state_fork, NULL, NULL, reset_in_child);
 
 int alnair_configure(void)
 {

@@ -14,10 +14,10 @@ import sys
 import time
 from collections.abc import Mapping
 
-from alnair.collectors.shm import layout
+from alnair.abi import layout
 
-from .publisher import PUBLISHER
-from .recorder import RECORDER, Recorder
+from .recorder import Recorder
+from .this_process import PUBLISHER, RECORDER
 
 
 def batch_size(batch) -> int:

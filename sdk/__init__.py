@@ -5,11 +5,15 @@ importing this package starts nothing.
 """
 from __future__ import annotations
 
-__all__ = ["counter", "phase"]
+__all__ = ["counter", "phase", "__version__"]
 
 
 def __getattr__(name: str):
     # Imported on first use, so `import alnair.exporter` never loads the training-side code.
+    if name == "__version__":
+        from alnair.commandline import version
+
+        return version()
     if name in __all__:
         from alnair.intercept import api
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,8 @@ def start_writer(test_writer_binary, shm_dir):
 def start_exporter(tmp_path):
     running: list[Exporter] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> Exporter:
-        exporter = Exporter(list(args), tmp_path / f"exporter-{len(running)}.log", env)
+    def start(*args: str, env: dict[str, str] | None = None, python: str = sys.executable) -> Exporter:
+        exporter = Exporter(list(args), tmp_path / f"exporter-{len(running)}.log", env, python)
         running.append(exporter)
         return exporter
 
@@ -53,10 +54,21 @@ def start_exporter(tmp_path):
     end_all(e.proc for e in running)
 
 
-
-
 @pytest.fixture
 def locker():
     held = Locker()
     yield held
     held.close()
+
+
+@pytest.fixture
+def plugin_root(tmp_path, monkeypatch):
+    """A site directory on sys.path (and, through support.env_with_path, on an exporter's PYTHONPATH)
+    that plug-in distributions are installed into; their modules are forgotten afterwards."""
+    root = tmp_path / "site"
+    root.mkdir()
+    monkeypatch.syspath_prepend(str(root))
+    yield root
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", "") or "").startswith(str(root)):
+            del sys.modules[name]

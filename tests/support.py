@@ -13,8 +13,10 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -110,13 +112,13 @@ def free_port() -> int:
 class Exporter:
     """`python -m alnair.exporter` on a free loopback port; its log goes to a file."""
 
-    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None):
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None, python: str = sys.executable):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "alnair.exporter", f"--web.listen-address=127.0.0.1:{self.port}", *args],
+                [python, "-m", "alnair.exporter", f"--web.listen-address=127.0.0.1:{self.port}", *args],
                 stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, **(env or {})},
             )
         try:
@@ -135,6 +137,28 @@ class Exporter:
 
 
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def install_distribution(root: Path, name: str, modules: dict[str, str], entry_points: dict[str, str]) -> None:
+    """A distribution as pip would leave it: modules plus NAME-0.1.dist-info with alnair.collectors entry points."""
+    for module, source in modules.items():
+        (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{name.replace('-', '_')}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    lines = "".join(f"{entry} = {target}\n" for entry, target in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[alnair.collectors]\n{lines}")
+
+
+def env_with_path(root: Path) -> dict[str, str]:
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
+
+
+def scrape_text(url: str) -> str:
+    """GET /metrics without any proxy the environment names."""
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url + "/metrics", timeout=10) as r:
+        assert r.status == 200
+        return r.read().decode()
 
 
 def parse_samples(text: str) -> dict[str, float]:
@@ -214,12 +238,11 @@ class PythonProgram:
 
 def python_records(shm_dir: Path) -> dict[int, object]:
     """The python records in shm_dir by writer pid, read as the exporter does (without reclaiming)."""
-    from alnair.collectors.python import parse_python_record
-    from alnair.collectors.shm import layout
-    from alnair.collectors.shm.segments import SegmentDirectory
+    from alnair.abi import layout
+    from alnair.abi.segments import SegmentDirectory
 
     directory = SegmentDirectory(str(shm_dir), layout.KIND_PYTHON, reclaim=False)
-    return {p.segment.header.writer_pid: p.record for p in directory.read(parse_python_record)}
+    return {p.segment.header.writer_pid: p.record for p in directory.read()}
 
 
 class RedisServer:

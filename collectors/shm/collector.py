@@ -5,24 +5,21 @@ from __future__ import annotations
 import os
 from typing import ClassVar
 
-from alnair.exporter.collector import Collector
-from alnair.exporter.exposition import ExpositionBuilder
-from alnair.exporter.sampler import render
+from alnair.abi import layout
+from alnair.abi.segments import ParsedSegment, SegmentDirectory
+from alnair.exporter.plugin import ExpositionBuilder, LabelSets, render
 
 from ..pods.identity import pod_identity
-from . import layout
-from .metrics import LabelSets, boot_time_seconds, directory_metrics, process_families
-from .segments import ParsedSegment, Segment, SegmentDirectory
+from .metrics import boot_time_seconds, directory_metrics, process_families
 
 
-class SegmentCollector(Collector):
-    """Subclasses set `kind` and implement `parse` (a segment's record) and `record_families`."""
+class SegmentCollector:
+    """Subclasses set `kind` and implement `record_families`; the kind's parser is the ABI's."""
 
     kind: ClassVar[int]
     default_interval_seconds = 1.0
 
     def __init__(self, options):
-        super().__init__(options)
         self.directory = SegmentDirectory(options.shm_dir, self.kind)
         # btime never changes while the kernel runs: read it once, not every sample
         self.boot_seconds = boot_time_seconds(options.procfs)
@@ -30,15 +27,11 @@ class SegmentCollector(Collector):
         self.labels = LabelSets()  # escaped once per process and series, kept while the process lives
         self.identity = pod_identity(options)  # pod, namespace and container of each pid
 
-    @staticmethod
-    def parse(segment: Segment):
-        raise NotImplementedError
-
     def record_families(self, out: ExpositionBuilder, processes: list[ParsedSegment]) -> None:
         raise NotImplementedError
 
     def collect(self) -> bytes:
-        processes = self.directory.read(self.parse)
+        processes = self.directory.read()
         self.labels.new_sample()
         out = ExpositionBuilder()
         self.record_families(out, processes)

@@ -1,4 +1,4 @@
-"""What the collectors that read segments share: pid labels, escaped label sets, process identity and directory self-metrics."""
+"""What the collectors that read segments share: per-process identity families and the directory's self-metrics."""
 from __future__ import annotations
 
 import os
@@ -7,36 +7,11 @@ from typing import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from alnair.exporter.exposition import ExpositionBuilder, label_set
+from alnair.abi import layout
+from alnair.abi.segments import SKIP_REASONS, ParsedSegment, SegmentDirectory
+from alnair.exporter.plugin import ExpositionBuilder, LabelSets
 
 from ..pods.identity import PodIdentity
-from . import layout
-from .segments import SKIP_REASONS, ParsedSegment, Segment, SegmentDirectory
-
-
-def pid_label(segment: Segment) -> str:
-    """The pid as this reader (hostPID in Kubernetes) sees it; a writer in a pid
-    namespace we cannot see keeps its own pid, qualified so it cannot collide."""
-    if segment.holder_pid > 0:
-        return str(segment.holder_pid)
-    return f"{segment.header.writer_pid}@{segment.header.pid_namespace_inode}"
-
-
-class LabelSets:
-    """Escaped label sets kept from one sample to the next, so a live process's labels are escaped once."""
-
-    def __init__(self) -> None:
-        self._previous: dict[tuple, str] = {}
-        self._current: dict[tuple, str] = {}
-
-    def new_sample(self) -> None:
-        """Forget label sets the last sample did not use: those of processes gone."""
-        self._previous, self._current = self._current, {}
-
-    def get(self, key: tuple, labels: dict[str, str]) -> str:
-        text = self._previous.get(key) or label_set(labels)
-        self._current[key] = text
-        return text
 
 
 def process_families(out: ExpositionBuilder, kind: str, processes: list[ParsedSegment], labels: LabelSets,
@@ -46,7 +21,7 @@ def process_families(out: ExpositionBuilder, kind: str, processes: list[ParsedSe
     identity.retain(p.segment.holder_pid for p in processes)
     for p in processes:
         s, h = p.segment, p.segment.header
-        pid = pid_label(s)
+        pid = s.pid_label
         # What the writer said of itself wins; the cgroup fills the rest (a pid we cannot see has none).
         who = identity.of_pid(s.holder_pid if s.holder_pid > 0 else None, s.pod_uid, s.container_id)
         info.append((labels.get((s.name, pid, "info", who), {

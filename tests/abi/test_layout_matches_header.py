@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from alnair.collectors.shm import layout
-from alnair.intercept import ABI_HEADER
+from alnair.abi import layout
+from alnair.abi import HEADER as ABI_HEADER
 
 CONSTANTS = {
     "ALNAIR_SHM_MAGIC": layout.SHM_MAGIC,

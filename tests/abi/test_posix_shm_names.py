@@ -5,12 +5,12 @@ import mmap
 
 import posix_ipc
 
-from alnair.collectors.shm import layout
+from alnair.abi import layout, naming
 
 
 def test_default_segment_opens_by_posix_shm_name(start_writer):
     writer = start_writer(env={"ALNAIR_SHM_DIR": ""})  # empty means the default
-    assert str(writer.path.parent) == layout.DEFAULT_DIR
+    assert str(writer.path.parent) == naming.DEFAULT_DIR
     shm = posix_ipc.SharedMemory("/" + writer.path.name, flags=0, read_only=True)
     try:
         with mmap.mmap(shm.fd, layout.HEADER_SIZE, prot=mmap.PROT_READ) as view:

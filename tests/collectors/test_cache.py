@@ -10,9 +10,10 @@ import pytest
 
 from alnair.collectors.cache import CacheCollector
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
-from alnair.exporter.collector import CollectorUnavailable
+from alnair.exporter.plugin import CollectorUnavailable
 from alnair.exporter.config import parse_options
-from alnair.exporter.sampler import render
+from alnair.exporter.plugin import render
+from alnair.exporter.registry import CollectorSpec
 from support import fill_cache, free_port, parse_samples, start_redis, wait_until  # noqa: F401  (start_redis is a fixture)
 
 SIZE = 1000
@@ -21,7 +22,7 @@ SIZE = 1000
 def options(*argv: str, env: dict[str, str] | None = None, monkeypatch=None):
     for name, value in (env or {}).items():
         monkeypatch.setenv(name, value)
-    return parse_options(["--collector.cache", *argv], [CacheCollector])
+    return parse_options(["--collector.cache", *argv], [CollectorSpec.of("cache", CacheCollector)])
 
 
 def scrape(collector: CacheCollector) -> dict[str, float]:

@@ -6,7 +6,7 @@ import argparse
 import psutil
 
 from alnair.collectors.cuda import CudaCollector
-from alnair.exporter.sampler import render
+from alnair.exporter.plugin import render
 from support import parse_samples
 
 

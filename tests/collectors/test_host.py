@@ -5,7 +5,7 @@ import argparse
 import os
 
 from alnair.collectors.host import HostCollector
-from alnair.exporter.sampler import render
+from alnair.exporter.plugin import render
 from support import parse_samples
 
 

@@ -7,7 +7,8 @@ import subprocess
 import pytest
 
 from alnair.collectors.nvml import NvmlCollector
-from alnair.exporter.collector import CollectorUnavailable
+from alnair.exporter.plugin import CollectorUnavailable
+from alnair.exporter.registry import CollectorSpec
 from alnair.exporter.sampler import CollectorRunner
 from fake_pynvml import FakeGpu, FakeNvml
 from support import parse_samples, require_binary
@@ -147,7 +148,7 @@ def test_runner_reports_a_missing_driver_as_unavailable_not_error():
         def __init__(self, options):
             super().__init__(options, nvml=FakeNvml([], driver_loaded=False))
 
-    snapshot = CollectorRunner(NoDriver, argparse.Namespace(procfs="/proc"), 1.0).sample_once()
+    snapshot = CollectorRunner(CollectorSpec.of("nvml", NoDriver), argparse.Namespace(procfs="/proc"), 1.0).sample_once()
     assert (snapshot.state, snapshot.text) == ("unavailable", b"")
     assert "Library Not Found" in snapshot.detail
 

@@ -10,13 +10,13 @@ import pytest
 import requests
 
 from alnair.collectors.python import PythonCollector
-from alnair.exporter.sampler import render
+from alnair.exporter.plugin import render
 from support import PythonProgram, parse_samples, wait_until
 
 PROGRAM = textwrap.dedent("""
     import sys
     import alnair
-    from alnair.intercept.recorder import RECORDER
+    from alnair.intercept.this_process import RECORDER
     # A DataLoader pass logged as torch_hooks logs it, with times chosen: 10 steps of 4 samples,
     # each asked for at i x 100 ms and arriving 25 ms later, the iterator running out at 1 s.
     import time

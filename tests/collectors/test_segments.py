@@ -10,9 +10,9 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from alnair.collectors.cuda import parse_cuda_record
-from alnair.collectors.shm import layout
-from alnair.collectors.shm.segments import Segment, SegmentDirectory
+from alnair.abi import layout
+from alnair.abi.records import parse_cuda_record
+from alnair.abi.segments import SegmentDirectory
 
 COUNTERS = ["kernel_launches", "graph_launches", "bytes_in_use", "peak_bytes", "allocations",
             "failed_allocations", "limit_denied_allocations", "memory_limit_bytes", "throttled_ns"]
@@ -20,7 +20,7 @@ COUNTERS = ["kernel_launches", "graph_launches", "bytes_in_use", "peak_bytes", "
 
 def read_cuda(shm_dir):
     directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA)
-    return directory, directory.read(parse_cuda_record)
+    return directory, directory.read()
 
 
 def start_ticks(pid: int) -> int:
@@ -62,7 +62,7 @@ def test_reader_never_sees_a_torn_record_while_the_writer_churns(start_writer, s
     directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA)
     consistent = 0
     for _ in range(2000):
-        for parsed in directory.read(parse_cuda_record):
+        for parsed in directory.read():
             values = {getattr(d, f) for d in parsed.record.devices for f in COUNTERS}
             assert len(values) == 1, values  # every counter of every device from one publish
             consistent += 1
@@ -76,7 +76,7 @@ def unchecked_copy_tears(path, devices: int, tries: int = 50000) -> bool:
     try:
         for _ in range(tries):
             raw = os.pread(fd, layout.HEADER_SIZE + layout.CUDA_DEVICES_OFFSET + devices * layout.CUDA_DEVICE_SIZE, 0)
-            process = parse_cuda_record(Segment("copy", layout.ShmHeader.from_buffer_copy(raw), raw[layout.HEADER_SIZE:], 0))
+            process = parse_cuda_record(raw[layout.HEADER_SIZE:])
             if len({getattr(d, f) for d in process.devices for f in COUNTERS}) > 1:
                 return True
         return False
@@ -185,7 +185,7 @@ def test_fuzzed_segment_bytes_never_crash_the_reader(shm_dir, locker, data, flip
     random_file.write_bytes(data)  # same inode: the lock stays
     mutated_file.write_bytes(bytes(template))
     directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA)
-    segments = directory.read(parse_cuda_record)
+    segments = directory.read()
     assert len(segments) + directory.skipped.total() == 2
     assert directory.reclaimed == 0
     for parsed in segments:

@@ -5,7 +5,7 @@ import hashlib
 import os
 
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
-from alnair.datacache import keys
+from alnair.abi import cache_keys as keys
 from conftest import sample_bytes
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
-from alnair.datacache import keys
+from alnair.abi import cache_keys as keys
 from conftest import sample_bytes
 
 

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from alnair.datacache import CachedDataset, DirectoryOrigin
-from alnair.datacache import keys
+from alnair.abi import cache_keys as keys
 from alnair.datacache.singleflight import SingleFlight
 from conftest import sample_bytes
 from support import free_port, wait_until

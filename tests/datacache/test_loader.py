@@ -7,7 +7,7 @@ import time
 import pytest
 
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
-from alnair.datacache import keys
+from alnair.abi import cache_keys as keys
 from alnair.datacache.dataset import COUNTER_SECONDS
 from conftest import sample_bytes
 from support import free_port, write_tls_files

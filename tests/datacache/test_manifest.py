@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import hashlib
 
-from alnair.datacache import content, keys
+from alnair.abi import cache_keys as keys
+from alnair.datacache import content
 from alnair.datacache.manifest import Manifest
 
 

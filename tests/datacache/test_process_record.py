@@ -4,7 +4,8 @@ from __future__ import annotations
 import hashlib
 import textwrap
 
-from alnair.datacache import keys, process_record
+from alnair.abi import cache_keys as keys
+from alnair.datacache import process_record
 from conftest import sample_bytes
 from support import PythonProgram, python_records, read_line, wait_until
 

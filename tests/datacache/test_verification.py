@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 import xxhash
 
-from alnair.datacache import CachedDataset, DirectoryOrigin, content, keys
+from alnair.abi import cache_keys as keys
+from alnair.datacache import CachedDataset, DirectoryOrigin, content
 from conftest import sample_bytes
 
 

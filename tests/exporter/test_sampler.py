@@ -13,16 +13,18 @@ import pytest
 from prometheus_client.core import GaugeMetricFamily
 
 from alnair.exporter import scrape
-from alnair.exporter.collector import Collector, CollectorUnavailable
+from alnair.exporter.plugin import CollectorUnavailable
+from alnair.exporter.registry import CollectorSpec
 from alnair.exporter.sampler import CollectorRunner
 from alnair.exporter.scrape import ScrapeAssembler
 from support import parse_samples, wait_until
 
 
-class Switchable(Collector):
+class Switchable:
     """Yields alnair_test_value, or fails as options.mode says (read on every sample)."""
 
-    name = "switchable"
+    def __init__(self, options):
+        self.options = options
 
     def collect(self):
         if self.options.mode == "fail":
@@ -32,25 +34,21 @@ class Switchable(Collector):
         return [GaugeMetricFamily("alnair_test_value", "A test value.", value=self.options.value)]
 
 
-class AbsentSource(Collector):
+class AbsentSource:
     """A collector whose source is missing: construction itself raises."""
 
-    name = "absent"
     constructed = 0
 
     def __init__(self, options):
-        super().__init__(options)
         type(self).constructed += 1
         raise CollectorUnavailable("no GPU on this node")
 
 
-class HangsOnSecondSample(Collector):
+class HangsOnSecondSample:
     """Succeeds once, then blocks in collect() until options.release is set."""
 
-    name = "blocked"
-
     def __init__(self, options):
-        super().__init__(options)
+        self.options = options
         self.calls = 0
 
     def collect(self):
@@ -69,6 +67,13 @@ class FakeClock:
         return self.now
 
 
+NAMES = {Switchable: "switchable", AbsentSource: "absent", HangsOnSecondSample: "blocked"}
+
+
+def spec(factory) -> CollectorSpec:
+    return CollectorSpec.of(NAMES[factory], factory)
+
+
 EXPECTED_TEXT = b"# HELP alnair_test_value A test value.\n# TYPE alnair_test_value gauge\nalnair_test_value 7.0\n"
 
 
@@ -77,7 +82,7 @@ def runners():
     started: list[CollectorRunner] = []
 
     def make(cls, options, interval, **kwargs) -> CollectorRunner:
-        runner = CollectorRunner(cls, options, interval, **kwargs)
+        runner = CollectorRunner(spec(cls), options, interval, **kwargs)
         runner.start()
         started.append(runner)
         return runner
@@ -100,7 +105,7 @@ def alnair_samples(exposition: bytes) -> dict[str, float]:
 
 
 def test_successful_sample_renders_metrics_and_marks_success_with_duration():
-    runner = CollectorRunner(Switchable, Namespace(mode="ok", value=7), interval=1.0)
+    runner = CollectorRunner(spec(Switchable), Namespace(mode="ok", value=7), interval=1.0)
     before = time.time()
     snapshot = runner.sample_once()
     assert snapshot.text == EXPECTED_TEXT
@@ -112,7 +117,7 @@ def test_successful_sample_renders_metrics_and_marks_success_with_duration():
 
 def test_exception_gives_error_state_and_last_success_survives_until_recovery():
     options = Namespace(mode="ok", value=7)
-    runner = CollectorRunner(Switchable, options, interval=1.0)
+    runner = CollectorRunner(spec(Switchable), options, interval=1.0)
     ok = runner.sample_once()
     options.mode = "fail"
     failed = runner.sample_once()
@@ -149,7 +154,7 @@ def test_sampling_thread_survives_collector_exception_and_recovers(runners, capl
 
 
 def test_collector_unavailable_in_collect_gives_unavailable_state():
-    runner = CollectorRunner(Switchable, Namespace(mode="unavailable", value=7), interval=1.0)
+    runner = CollectorRunner(spec(Switchable), Namespace(mode="unavailable", value=7), interval=1.0)
     snapshot = runner.sample_once()
     assert (snapshot.state, snapshot.success, snapshot.text) == ("unavailable", False, b"")
     assert snapshot.detail == "no device here"
@@ -157,7 +162,7 @@ def test_collector_unavailable_in_collect_gives_unavailable_state():
 
 def test_collector_unavailable_at_construction_is_retried_on_next_sample():
     AbsentSource.constructed = 0
-    runner = CollectorRunner(AbsentSource, Namespace(), interval=1.0)
+    runner = CollectorRunner(spec(AbsentSource), Namespace(), interval=1.0)
     first, second = runner.sample_once(), runner.sample_once()
     assert (first.state, second.state) == ("unavailable", "unavailable")
     assert second.detail == "no GPU on this node"

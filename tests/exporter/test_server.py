@@ -14,7 +14,7 @@ import bcrypt
 import pytest
 from prometheus_client.core import GaugeMetricFamily
 
-from alnair.exporter.collector import Collector
+from alnair.exporter.registry import CollectorSpec
 from alnair.exporter.sampler import CollectorRunner
 from alnair.exporter.scrape import ScrapeAssembler
 from alnair.exporter.server import ExporterServer, accepts_gzip
@@ -182,10 +182,11 @@ def test_max_requests_rejects_concurrent_scrape_with_503_and_counts_it():
         assert parse_samples(body.decode())["alnair_exporter_scrapes_rejected_total"] == 1.0
 
 
-class Blocks(Collector):
+class Blocks:
     """Succeeds once, then blocks until options.release is set."""
 
-    name = "blocked"
+    def __init__(self, options):
+        self.options = options
 
     def collect(self):
         if self.options.samples:
@@ -198,7 +199,7 @@ class Blocks(Collector):
 def test_healthz_503_names_hung_collector():
     clock = [1000.0]
     options = Namespace(samples=0, entered=threading.Event(), release=threading.Event())
-    runner = CollectorRunner(Blocks, options, 0.01, clock=lambda: clock[0])
+    runner = CollectorRunner(CollectorSpec.of("blocked", Blocks), options, 0.01, clock=lambda: clock[0])
     runner.start()
     try:
         assert options.entered.wait(10)

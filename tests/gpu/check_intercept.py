@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pynvml
 
-from alnair.collectors.cuda import parse_cuda_record
-from alnair.collectors.shm import layout
-from alnair.collectors.shm.segments import SegmentDirectory
+from alnair.abi import layout
+from alnair.abi.segments import SegmentDirectory
 
 HERE = Path(__file__).resolve().parent
 LIBRARY = Path(os.environ.get("ALNAIR_LIBRARY", HERE.parent.parent / "intercept" / "build" / "libalnair.so"))
@@ -52,7 +51,7 @@ def read_until(proc: subprocess.Popen, prefix: str) -> dict[str, str]:
 
 
 def published(pid: int) -> dict[int, layout.CudaDevice]:
-    for parsed in SegmentDirectory(str(SHM), layout.KIND_CUDA, reclaim=False).read(parse_cuda_record):
+    for parsed in SegmentDirectory(str(SHM), layout.KIND_CUDA, reclaim=False).read():
         if parsed.segment.holder_pid == pid:
             return {d.device_index: d for d in parsed.record.devices}
     return {}

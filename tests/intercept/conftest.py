@@ -88,12 +88,11 @@ def run_client(intercept_library, fake_driver_dir, client_programs, shm_dir):
 
 def published(shm_dir: Path, pid: int) -> dict[int, object]:
     """The devices a live writer has published: device index -> its CudaDevice."""
-    from alnair.collectors.cuda import parse_cuda_record
-    from alnair.collectors.shm import layout
-    from alnair.collectors.shm.segments import SegmentDirectory
+    from alnair.abi import layout
+    from alnair.abi.segments import SegmentDirectory
 
     directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA, reclaim=False)
-    for parsed in directory.read(parse_cuda_record):
+    for parsed in directory.read():
         if parsed.segment.holder_pid == pid:
             return {d.device_index: d for d in parsed.record.devices}
     return {}

@@ -20,10 +20,15 @@ def test_pass_through_mode_wraps_nothing_and_publishes_nothing(run_client, shm_d
     assert os.listdir(shm_dir) == []
 
 
-def test_without_the_library_nothing_is_published(run_client, shm_dir):
-    client = run_client("gpa", "every-entry", preload=False)
-    assert set(dict(client.values("wrapped")).values()) == {"no"}
+def test_the_preloaded_library_alone_wraps_and_publishes(run_client, shm_dir):
+    """The same program with and without the library: what the first run shows is the library's doing."""
+    client = run_client("gpa", "launches", "1", "10", "1", preload=False)
+    assert client.values("launches") == [["0", "10"]]
+    client.stop()
     assert os.listdir(shm_dir) == []
+    client = run_client("gpa", "launches", "1", "10", "1")
+    wait_until(lambda: published(shm_dir, client.proc.pid).get(0) and published(shm_dir, client.proc.pid)[0].kernel_launches == 10)
+    client.stop()
 
 
 def test_fork_child_gets_its_own_segment_and_counts(run_client, shm_dir):

@@ -166,7 +166,14 @@ def watch():
 
     def start(server: FakeApiServer) -> PodWatcher:
         configuration = client.Configuration(host=server.url())
-        watcher = PodWatcher(client.CoreV1Api(client.ApiClient(configuration)), NODE, sleep=lambda seconds: time.sleep(0.05))
+        pauses: list[float] = []  # what the watcher asked to wait, in order; each wait lasts 50 ms here
+
+        def pause(seconds: float) -> None:
+            pauses.append(seconds)
+            time.sleep(0.05)
+
+        watcher = PodWatcher(client.CoreV1Api(client.ApiClient(configuration)), NODE, sleep=pause)
+        watcher.pauses = pauses
         watchers.append(watcher.start())
         return watcher
 
@@ -234,8 +241,8 @@ def test_api_server_outage_keeps_known_pods_then_resyncs_once_back(api, watch, c
     watcher = watch(server)
     wait_until(lambda: server.watches() == 1)
     server.stop()
-    wait_until(lambda: any("unreachable" in r.message for r in caplog.records))
-    time.sleep(0.3)  # several retries happen while it is down (backoff is 50 ms here): still one warning
+    wait_until(lambda: len(watcher.pauses) >= 4)  # several retries while it is down: still one warning
+    assert watcher.pauses[:4] == [1, 2, 5, 10]  # backing off
     assert names(watcher, "uid-a") == ("trainer-0", "training", {"a" * 64: "pytorch"})
     assert sum("unreachable" in r.message for r in caplog.records) == 1
     back = api(server.port)

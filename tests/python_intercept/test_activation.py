@@ -1,6 +1,7 @@
 """Turning the intercept on: alnair-run, the ALNAIR_PYTHON_INTERCEPT switch through the installed .pth, `import alnair.auto`."""
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import site
@@ -50,11 +51,29 @@ def test_alnair_run_preloads_the_cuda_intercept_when_built(tmp_path):
     assert "LD_PRELOAD" not in launcher.intercept_environment({}, None)
 
 
-def test_alnair_run_says_when_the_cuda_intercept_is_not_built_and_runs_anyway(tmp_path):
-    result = subprocess.run([shutil.which("alnair-run"), sys.executable, "-c", "print('ran')"], capture_output=True, text=True)
-    assert result.stdout == "ran\n"
-    note = "alnair-run: CUDA intercept library not built"
-    assert (note in result.stderr) == (launcher.cuda_library() is None)
+def test_alnair_run_preloads_the_built_library_and_runs_the_command(tmp_path):
+    built = launcher.cuda_library() or pytest.fail("libalnair.so is not built: make -C intercept")
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    fields = probe(sys.executable, env, tmp_path, [shutil.which("alnair-run")])
+    assert fields[4] == str(built) and "not built" not in fields[5]
+
+
+def test_alnair_run_says_when_the_cuda_intercept_is_not_built_and_runs_anyway(monkeypatch, capsys):
+    ran = []
+    monkeypatch.setattr(launcher, "cuda_library", lambda: None)
+    monkeypatch.setattr(launcher.os, "execvpe", lambda file, args, env: ran.append((file, args, env)))
+    launcher.main(["python", "train.py"])
+    [(file, args, env)] = ran
+    assert (file, args, env[launcher.ENV_SWITCH]) == ("python", ["python", "train.py"], "1")
+    assert "LD_PRELOAD" not in env or str(launcher.intercept.SOURCE_DIR) not in env["LD_PRELOAD"]
+    assert capsys.readouterr().err.startswith("alnair-run: CUDA intercept library not built (make -C ")
+
+
+def test_every_command_says_its_version():
+    expected = importlib.metadata.version("alnair")
+    for command in (["alnair-run"], ["alnair"], ["alnair-exporter"], ["alnair", "top"]):
+        result = subprocess.run([shutil.which(command[0]), *command[1:], "--version"], capture_output=True, text=True)
+        assert (result.returncode, result.stdout) == (0, f"{' '.join(command)} {expected}\n"), result.stderr
 
 
 def test_alnair_run_reports_a_missing_command_in_one_line():

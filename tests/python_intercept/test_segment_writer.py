@@ -6,8 +6,8 @@ import stat
 import textwrap
 from pathlib import Path
 
-from alnair.collectors.shm import layout
-from alnair.collectors.shm.segments import lock_holder
+from alnair.abi import layout
+from alnair.abi.segments import lock_holder
 from support import PythonProgram, python_records, wait_until
 
 FORKING = textwrap.dedent("""

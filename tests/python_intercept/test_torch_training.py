@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from alnair.collectors.shm import layout
+from alnair.abi import layout
 from support import PythonProgram, python_records, read_line, wait_until
 
 try:
@@ -194,7 +194,7 @@ def test_a_loop_that_breaks_or_meets_a_bad_item_counts_exactly_the_batches_it_to
         import sys, time
         import alnair.auto, torch
         from torch.utils.data import DataLoader, Dataset
-        from alnair.intercept.recorder import RECORDER
+        from alnair.intercept.this_process import RECORDER
 
         class Flaky(Dataset):
             def __len__(self):
@@ -235,7 +235,7 @@ def test_without_a_segment_the_loop_logs_nothing_and_runs_on(tmp_path):
         import sys
         import alnair.auto, torch
         from torch.utils.data import DataLoader
-        from alnair.intercept.recorder import RECORDER
+        from alnair.intercept.this_process import RECORDER
 
         for batch in DataLoader(list(range(10)), batch_size=2):
             pass

@@ -1,12 +1,10 @@
-"""The Python mirror of intercept/alnair_shm.h; tests/abi proves it matches byte for byte."""
+"""The Python mirror of abi/alnair_shm.h; tests/abi proves it matches byte for byte."""
 from __future__ import annotations
 
 import ctypes as C
 
 SHM_MAGIC = 0x48535249414E4C41  # b"ALNAIRSH"
 ABI_VERSION = 2
-DEFAULT_DIR = "/dev/shm"
-NAME_PREFIX = "alnair."
 
 KIND_CUDA = 1
 KIND_PYTHON = 2
@@ -142,8 +140,3 @@ STRUCTS = {
     "alnair_share_table": ShareTable,
 }
 
-
-def format_uuid(raw: bytes, mig: bool) -> str:
-    """CUuuid bytes in NVML's spelling, so cuda and nvml series join on it."""
-    h = raw.hex()
-    return f"{'MIG' if mig else 'GPU'}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

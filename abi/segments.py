@@ -1,4 +1,5 @@
-"""Scanning the segment directory: consistent reads, skip accounting, reclaiming dead writers.
+"""Reading the segment directory, the readers' half of the protocol: consistent reads, skip accounting,
+reclaiming dead writers.
 
 Segments are read with pread, never mmap: a file truncated under a mapping would
 kill the exporter with SIGBUS, while pread just returns short.
@@ -14,9 +15,10 @@ import struct
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
-from . import layout
+from . import layout, naming
+from .records import PARSERS, MalformedRecord
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +30,6 @@ _SEQ = struct.Struct("<Q")
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 T = TypeVar("T")
-
-
-class MalformedRecord(ValueError):
-    """A kind's parser rejects a record whose header looked valid."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +53,14 @@ class Segment:
     def comm(self) -> str:
         return self.header.comm.decode(errors="replace")
 
+    @property
+    def pid_label(self) -> str:
+        """The pid as this reader (hostPID in Kubernetes) sees it; a writer in a pid
+        namespace we cannot see keeps its own pid, qualified so it cannot collide."""
+        if self.holder_pid > 0:
+            return str(self.holder_pid)
+        return f"{self.header.writer_pid}@{self.header.pid_namespace_inode}"
+
 
 @dataclass(frozen=True)
 class ParsedSegment(Generic[T]):
@@ -77,7 +83,7 @@ def lock_holder(fd: int) -> int | None:
 class SegmentDirectory:
     """Reads every segment of one record kind in a directory.
 
-    `read(parse)` returns the parsed records of live writers; the segments it had
+    `read()` returns the parsed records of live writers; the segments it had
     to skip in that pass are in `skipped` (reason -> count), and `reclaimed`
     counts dead writers' segments it removed since start.
     """
@@ -87,13 +93,14 @@ class SegmentDirectory:
         self.kind = kind
         self.retries = retries
         self.reclaim = reclaim
-        self.prefix = f"{layout.NAME_PREFIX}{layout.KIND_NAMES[kind]}."
+        self.prefix = naming.kind_prefix(kind)
         self.skipped: Counter[str] = Counter()
         self.reclaimed = 0
 
-    def read(self, parse: Callable[[Segment], T]) -> list[ParsedSegment[T]]:
+    def read(self) -> list[ParsedSegment]:
+        parse = PARSERS[self.kind]
         skipped: Counter[str] = Counter()
-        out: list[ParsedSegment[T]] = []
+        out: list[ParsedSegment] = []
         with os.scandir(self.path) as entries:
             names = [e.name for e in entries]
         for name in names:
@@ -101,12 +108,12 @@ class SegmentDirectory:
                 try:
                     segment = self._read_one(name)
                     if segment is not None:
-                        out.append(ParsedSegment(segment, parse(segment)))
+                        out.append(ParsedSegment(segment, parse(segment.record)))
                 except _Skip as skip:
                     skipped[skip.reason] += 1
                 except MalformedRecord:
                     skipped["malformed"] += 1
-            elif name.startswith("." + self.prefix) and name.endswith(".tmp"):
+            elif naming.is_temp_of_kind(name, self.kind):
                 self._reclaim_abandoned_temp(name)
         self.skipped = skipped
         return out

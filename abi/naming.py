@@ -1,0 +1,36 @@
+"""Where segments live and what they are called: one name per writer process and record kind."""
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+from . import layout
+
+DIR_VARIABLE = "ALNAIR_SHM_DIR"  # writers and readers meet in this directory
+DEFAULT_DIR = "/dev/shm"  # the POSIX shared-memory namespace
+NAME_PREFIX = "alnair."
+TEMP_SUFFIX = ".tmp"
+
+
+def segment_directory(environ: Mapping[str, str] = os.environ) -> str:
+    """ALNAIR_SHM_DIR, or the default when it is unset or empty."""
+    return environ.get(DIR_VARIABLE) or DEFAULT_DIR
+
+
+def kind_prefix(kind: int) -> str:
+    """What every segment of one record kind is named after: alnair.<kind>."""
+    return f"{NAME_PREFIX}{layout.KIND_NAMES[kind]}."
+
+
+def segment_name(kind: int, pid_namespace_inode: int, pid: int, start_time_ticks: int) -> str:
+    """alnair.<kind>.<pid namespace inode>.<pid>.<start ticks>: never reused by another live process."""
+    return f"{kind_prefix(kind)}{pid_namespace_inode}.{pid}.{start_time_ticks}"
+
+
+def temp_name(name: str) -> str:
+    """The hidden name a segment is built under before it is renamed into place."""
+    return f".{name}{TEMP_SUFFIX}"
+
+
+def is_temp_of_kind(name: str, kind: int) -> bool:
+    return name.startswith("." + kind_prefix(kind)) and name.endswith(TEMP_SUFFIX)

@@ -1,0 +1,57 @@
+"""Parsing a segment's record, per kind: the checks every reader (exporter, alnair top) applies to a
+record whose header looked valid, so a hostile or corrupt one is refused the same way everywhere."""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from . import layout
+
+
+class MalformedRecord(ValueError):
+    """A kind's parser rejects a record whose header looked valid."""
+
+
+@dataclass(frozen=True)
+class CudaProcess:
+    devices: list[layout.CudaDevice]
+
+
+def parse_cuda_record(record: bytes) -> CudaProcess:
+    if len(record) < layout.CUDA_DEVICES_OFFSET:
+        raise MalformedRecord("record shorter than its fixed part")
+    count, max_devices = struct.unpack_from("<II", record)
+    if count > min(max_devices, layout.CUDA_MAX_DEVICES):
+        raise MalformedRecord(f"device_count {count} over max_devices {max_devices}")
+    if len(record) < layout.CUDA_DEVICES_OFFSET + count * layout.CUDA_DEVICE_SIZE:
+        raise MalformedRecord(f"device_count {count} does not fit the record")
+    return CudaProcess(
+        [
+            layout.CudaDevice.from_buffer_copy(record, layout.CUDA_DEVICES_OFFSET + i * layout.CUDA_DEVICE_SIZE)
+            for i in range(count)
+        ]
+    )
+
+
+def parse_python_record(record: bytes) -> layout.PythonRecord:
+    if len(record) < layout.PYTHON_RECORD_SIZE:
+        raise MalformedRecord("record shorter than the python record")
+    parsed = layout.PythonRecord.from_buffer_copy(record)
+    if parsed.counter_count > layout.PYTHON_MAX_COUNTERS or parsed.phase_count > layout.PYTHON_MAX_PHASES:
+        raise MalformedRecord(f"{parsed.counter_count} counters, {parsed.phase_count} phases: over the tables' size")
+    return parsed
+
+
+def device_uuid(device: layout.CudaDevice) -> str:
+    """The device's CUuuid in NVML's spelling (GPU-... or MIG-...), so cuda and nvml series join on it."""
+    h = bytes(device.uuid).hex()
+    kind = "MIG" if device.flags & layout.CUDA_DEVICE_MIG else "GPU"
+    return f"{kind}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def name_text(raw: bytes) -> str:
+    """A NUL-padded name from a python record's counter or phase table."""
+    return raw.decode(errors="replace")
+
+
+PARSERS = {layout.KIND_CUDA: parse_cuda_record, layout.KIND_PYTHON: parse_python_record}
