@@ -2,7 +2,7 @@
  * alnair_shm.h - the shared-memory ABI between Alnair's writers and readers.
  *
  * This header is the single source of truth for the segment layout. The Python
- * reader (collectors/shm/layout.py) mirrors it and tests/abi proves the two agree
+ * mirror (abi/layout.py) is what every writer and reader imports; tests/abi proves the two agree
  * byte for byte. docs/shm-abi.md explains the rules; the short version:
  *
  *   - one segment (file) per writer process and record kind, named

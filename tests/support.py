@@ -30,6 +30,8 @@ from redis.retry import Retry
 
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 class LineReader:
     """Lines from a child's pipe through a thread: select() cannot see lines that
@@ -110,15 +112,16 @@ def free_port() -> int:
 
 
 class Exporter:
-    """`python -m alnair.exporter` on a free loopback port; its log goes to a file."""
+    """`python -m alnair.exporter` (or a `script` that runs it) on a free loopback port; its log goes to a file."""
 
-    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None, python: str = sys.executable):
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None, python: str = sys.executable,
+                 script: str | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(
-                [python, "-m", "alnair.exporter", f"--web.listen-address=127.0.0.1:{self.port}", *args],
+                [python, *([script] if script else ["-m", "alnair.exporter"]), f"--web.listen-address=127.0.0.1:{self.port}", *args],
                 stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, **(env or {})},
             )
         try:
@@ -320,6 +323,18 @@ def fill_cache(url: str, root: Path, datasets: list[tuple[str, str, range]], siz
         for position, number in enumerate(numbers):
             (directory / f"{position:05d}").write_bytes(bytes([number]) * size)
         list(CacheLoader(CachedDataset(url, dataset, DirectoryOrigin(directory), job=job), 4))
+
+
+def tracked_tree(tmp_path_factory) -> Path:
+    """The checkout's tracked files alone, as CI's clone has them: a build/ left in the working tree
+    by an earlier install must not supply files the package no longer ships."""
+    tree = tmp_path_factory.mktemp("src")
+    names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, names):
+        if (ROOT / name).is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, tree / name)
+    return tree
 
 
 def require_binary(name: str) -> str:

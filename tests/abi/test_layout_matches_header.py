@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from alnair.abi import layout
+from alnair.abi import layout, naming
 from alnair.abi import HEADER as ABI_HEADER
 
 CONSTANTS = {
@@ -89,3 +89,12 @@ def test_python_record_is_bounded_and_documented_size():
     assert ctypes.sizeof(layout.PythonRecord) == 4224
     assert layout.PythonRecord.counters.offset == 128
     assert ctypes.sizeof(layout.PythonCounter) == ctypes.sizeof(layout.PythonPhase) == 64
+
+
+def test_segment_naming_matches_the_header_and_the_c_writer(start_writer):
+    defines = dict(re.findall(r'#define (ALNAIR_SHM_\w+) "([^"]*)"', ABI_HEADER.read_text()))
+    assert (defines["ALNAIR_SHM_DEFAULT_DIR"], defines["ALNAIR_SHM_NAME_PREFIX"]) == (naming.DEFAULT_DIR, naming.NAME_PREFIX)
+    writer = start_writer()
+    header = layout.ShmHeader.from_buffer_copy(writer.path.read_bytes())
+    assert writer.path.name == naming.segment_name(layout.KIND_CUDA, header.pid_namespace_inode, writer.pid,
+                                                   header.start_time_ticks)

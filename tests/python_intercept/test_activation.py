@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from alnair.intercept import launcher
-
-ROOT = Path(__file__).resolve().parents[2]
+from support import tracked_tree
 
 # Prints what a training program would see: the switch, whether torch got hooked, its pid.
 PROBE = textwrap.dedent("""
@@ -103,23 +102,20 @@ def installed_python(tmp_path_factory) -> str:
     return python
 
 
-def tracked_tree(tmp_path_factory) -> Path:
-    """The checkout's tracked files alone, as CI's clone has them: a build/ left in the working tree
-    by an earlier install must not supply files the package no longer ships."""
-    tree = tmp_path_factory.mktemp("src")
-    names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, names):
-        if (ROOT / name).is_file():
-            (tree / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, tree / name)
-    return tree
-
-
 def test_installed_package_ships_the_pth_and_the_switch_works_in_any_python(installed_python, tmp_path):
     env = {**os.environ, "ALNAIR_PYTHON_INTERCEPT": "1"}
     env.pop("LD_PRELOAD", None)
     switch, imported_at_start, hooked = probe(installed_python, env, tmp_path)[:3]
     assert (switch, imported_at_start, hooked) == ("1", "True", "True")
+
+
+def test_the_switch_works_in_the_editable_install_make_test_makes(tmp_path):
+    sites = [Path(d) for d in site.getsitepackages()]
+    assert any(any(d.glob("__editable__.alnair-*.pth")) for d in sites), "make test installs it: pip install -e '.[test]'"
+    assert any((d / "alnair_intercept.pth").is_file() for d in sites)
+    env = {**os.environ, "ALNAIR_PYTHON_INTERCEPT": "1"}
+    env.pop("LD_PRELOAD", None)
+    assert probe(sys.executable, env, tmp_path)[:3] == ["1", "True", "True"]
 
 
 def test_switch_off_imports_nothing(installed_python, tmp_path):
