@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
+from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
@@ -32,6 +33,20 @@ class BuildWithIntercept(build_py):
         return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / PTH)]
 
 
+class NativeLibraryDistribution(Distribution):
+    """libalnair.so is built for this machine, so the package is installed as platform-specific."""
+
+    def has_ext_modules(self) -> bool:
+        return True
+
+
+class PlatformWheel(bdist_wheel):
+    """A wheel for this platform and any Python 3 (the library does not link Python), never py3-none-any."""
+
+    def get_tag(self) -> tuple[str, str, str]:
+        return "py3", "none", super().get_tag()[2]
+
+
 class EditableWithSwitch(editable_wheel):
     """The .pth beside the editable finder's own: the files of that directory land at the wheel's top."""
 
@@ -40,4 +55,4 @@ class EditableWithSwitch(editable_wheel):
         shutil.copy2(PTH, Path(installation_dir) / PTH)
 
 
-setup(cmdclass={"build_py": BuildWithIntercept, "editable_wheel": EditableWithSwitch})
+setup(distclass=NativeLibraryDistribution, cmdclass={"build_py": BuildWithIntercept, "bdist_wheel": PlatformWheel, "editable_wheel": EditableWithSwitch})

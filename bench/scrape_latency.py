@@ -1,6 +1,6 @@
 """Scrape latency of Alnair's /metrics against prometheus_client's multiprocess mode.
 
-    python bench/scrape_latency.py [--writers 10,100,1000] [--scrapes 50] [--json PATH]
+    python bench/scrape_latency.py [--writers 10,100,1000] [--scrapes 50] [--json PATH] [--against PYTHON]
 
 For each writer count N, in the same run:
 
@@ -16,6 +16,10 @@ the same http.client code; a scrape's time is request sent to body fully read. A
 serves a snapshot sampled in the background, so the cost of that sample is reported
 too: the exporter's own alnair_exporter_collector_duration_seconds{collector="cuda"},
 one value per distinct sample seen. Build the writer first: `make -C intercept`.
+
+With --against PYTHON the baseline is instead a second Alnair exporter, run by an interpreter that has
+another version installed (a virtual environment of an earlier commit), reading the same writers'
+segments: two builds side by side in one run, scraped alternately.
 """
 from __future__ import annotations
 
@@ -74,23 +78,25 @@ class Target:
 class Result:
     writers: int
     alnair_series: int
-    multiproc_series: int
+    baseline_series: int
     alnair_series_per_writer: float
-    multiproc_series_per_writer: float
+    baseline_series_per_writer: float
     alnair_scrape_ms: list[float]
     alnair_sample_ms: list[float]
-    multiproc_scrape_ms: list[float]
+    baseline_scrape_ms: list[float]
+    baseline_sample_ms: list[float]  # a second exporter's background samples (--against); none for multiproc
 
     def summary(self) -> dict[str, float]:
-        alnair, multiproc = statistics.median(self.alnair_scrape_ms), statistics.median(self.multiproc_scrape_ms)
+        alnair, baseline = statistics.median(self.alnair_scrape_ms), statistics.median(self.baseline_scrape_ms)
         return {
             "alnair_median_ms": alnair,
             "alnair_p90_ms": p90(self.alnair_scrape_ms),
             "alnair_sample_median_ms": statistics.median(self.alnair_sample_ms),
             "alnair_sample_p90_ms": p90(self.alnair_sample_ms),
-            "multiproc_median_ms": multiproc,
-            "multiproc_p90_ms": p90(self.multiproc_scrape_ms),
-            "ratio": multiproc / alnair,
+            "baseline_median_ms": baseline,
+            "baseline_p90_ms": p90(self.baseline_scrape_ms),
+            "baseline_sample_median_ms": statistics.median(self.baseline_sample_ms) if self.baseline_sample_ms else None,
+            "ratio": baseline / alnair,
         }
 
 
@@ -183,10 +189,10 @@ def alnair_writers(count: int, shm_dir: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def alnair_exporter(count: int, shm_dir: Path, log_path: Path) -> Iterator[ScrapeClient]:
+def alnair_exporter(count: int, shm_dir: Path, log_path: Path, python: str = sys.executable) -> Iterator[ScrapeClient]:
     """The real exporter, yielded once its background sample has seen all `count` segments."""
     port = free_port()
-    command = [sys.executable, "-m", "alnair.exporter", f"--web.listen-address=127.0.0.1:{port}",
+    command = [python, "-m", "alnair.exporter", f"--web.listen-address=127.0.0.1:{port}",
                "--shm.dir", str(shm_dir), "--no-collector.host", "--collector.cuda.interval", "1"]
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
@@ -253,21 +259,25 @@ def series(body: bytes) -> tuple[int, int]:
     return len(lines), sum(b'pid="' in line for line in lines)
 
 
-def run_one(count: int, scrapes: int) -> Result:
+def run_one(count: int, scrapes: int, against: str | None) -> Result:
     tmp_root = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(prefix="alnair-bench-", dir=tmp_root) as tmp:
         shm_dir, multiproc_dir = Path(tmp, "shm"), Path(tmp, "multiproc")
         shm_dir.mkdir()
         multiproc_dir.mkdir()
-        with multiproc_server(count, multiproc_dir) as multiproc_client, \
-                alnair_writers(count, shm_dir), \
-                alnair_exporter(count, shm_dir, Path(tmp, "exporter.log")) as alnair_client:
-            alnair, multiproc = Target("alnair", alnair_client), Target("multiproc", multiproc_client)
-            scrape_alternately([alnair, multiproc], scrapes)
+        with alnair_writers(count, shm_dir), \
+                alnair_exporter(count, shm_dir, Path(tmp, "exporter.log")) as alnair_client, \
+                (alnair_exporter(count, shm_dir, Path(tmp, "against.log"), against) if against
+                 else multiproc_server(count, multiproc_dir)) as baseline_client:
+            alnair, baseline = Target("alnair", alnair_client), Target("baseline", baseline_client)
+            scrape_alternately([alnair, baseline], scrapes)
             see_background_samples(alnair)
-    (alnair_total, alnair_pid), (multiproc_total, multiproc_pid) = series(alnair.last_body), series(multiproc.last_body)
-    return Result(count, alnair_total, multiproc_total, alnair_pid / count, multiproc_pid / count,
-                  alnair.times_ms, list(alnair.background_ms.values()), multiproc.times_ms)
+            if against:
+                see_background_samples(baseline)
+    (alnair_total, alnair_pid), (baseline_total, baseline_pid) = series(alnair.last_body), series(baseline.last_body)
+    return Result(count, alnair_total, baseline_total, alnair_pid / count, baseline_pid / count,
+                  alnair.times_ms, list(alnair.background_ms.values()), baseline.times_ms,
+                  list(baseline.background_ms.values()))
 
 
 def machine() -> str:
@@ -277,9 +287,9 @@ def machine() -> str:
 
 
 COLUMNS = [
-    ("writers", "{:>7}"), ("series alnair", "{:>13}"), ("series multiproc", "{:>16}"),
+    ("writers", "{:>7}"), ("series alnair", "{:>13}"), ("series baseline", "{:>15}"),
     ("alnair scrape med/p90 ms", "{:>24}"), ("alnair sample med ms", "{:>20}"),
-    ("multiproc scrape med/p90 ms", "{:>27}"), ("ratio", "{:>6}"),
+    ("baseline scrape med/p90 ms", "{:>26}"), ("baseline sample med ms", "{:>22}"), ("ratio", "{:>6}"),
 ]
 
 
@@ -290,9 +300,10 @@ def table_row(values: list) -> str:
 def print_result(result: Result) -> None:
     s = result.summary()
     print(table_row([
-        result.writers, result.alnair_series, result.multiproc_series,
+        result.writers, result.alnair_series, result.baseline_series,
         f"{s['alnair_median_ms']:.2f} / {s['alnair_p90_ms']:.2f}", f"{s['alnair_sample_median_ms']:.1f}",
-        f"{s['multiproc_median_ms']:.1f} / {s['multiproc_p90_ms']:.1f}", f"{s['ratio']:.1f}x",
+        f"{s['baseline_median_ms']:.2f} / {s['baseline_p90_ms']:.2f}",
+        "-" if s["baseline_sample_median_ms"] is None else f"{s['baseline_sample_median_ms']:.1f}", f"{s['ratio']:.2f}x",
     ]), flush=True)
 
 
@@ -301,6 +312,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--writers", default="10,100,1000", help="comma-separated writer counts")
     parser.add_argument("--scrapes", type=int, default=50, help="timed scrapes per server and writer count")
     parser.add_argument("--json", help="also write the results (with every timing) to this file")
+    parser.add_argument("--against", metavar="PYTHON",
+                        help="baseline: the exporter of the Alnair this interpreter has installed, not multiproc mode")
     return parser.parse_args()
 
 
@@ -310,15 +323,16 @@ def main() -> None:
         sys.exit(f"{WRITER} is missing: run `make -C intercept` first")
     raise_fd_limit()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so every cleanup runs
-    print(f"machine: {machine()}; {args.scrapes} scrapes per server, alternating")
+    baseline = f"the exporter under {args.against}" if args.against else "prometheus_client multiprocess mode"
+    print(f"machine: {machine()}; {args.scrapes} scrapes per server, alternating; baseline: {baseline}")
     print(table_row([name for name, _ in COLUMNS]))
     results = []
     for count in (int(n) for n in args.writers.split(",")):
-        results.append(run_one(count, args.scrapes))
+        results.append(run_one(count, args.scrapes, args.against))
         print_result(results[-1])
     for r in results:
         print(f"series per writer at {r.writers}: alnair {r.alnair_series_per_writer:g}, "
-              f"multiproc {r.multiproc_series_per_writer:g}")
+              f"baseline {r.baseline_series_per_writer:g}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine(), "scrapes": args.scrapes,

@@ -37,7 +37,8 @@ class ScrapeAssembler:
         self._cache_key: tuple | None = None
         self._cached_plain = b""
         self._cached_gzip = b""
-        self._own_families = family_names(render(self._own_metrics()))
+        self._identity = render(self._identity_metrics())  # never changes: rendered once
+        self._own_families = family_names(render(self._own_metrics()) + self._identity)
 
     def count_rejected_scrape(self) -> None:
         with self._lock:
@@ -45,7 +46,7 @@ class ScrapeAssembler:
 
     def render(self, compress: bool) -> bytes:
         collectors_part = self._collectors_part(compress)
-        own = render(self._own_metrics())
+        own = render(self._own_metrics()) + self._identity
         return collectors_part + (gzip.compress(own, compresslevel=1) if compress else own)
 
     def _collectors_part(self, compress: bool) -> bytes:
@@ -95,10 +96,12 @@ class ScrapeAssembler:
         rejected = CounterMetricFamily("alnair_exporter_scrapes_rejected", "Scrapes refused because --web.max-requests were in flight.")
         rejected.add_metric([], self.rejected_scrapes)
         yield rejected
+        yield from self._process.collect()
+
+    def _identity_metrics(self) -> Iterator[Metric]:
         build = InfoMetricFamily("alnair_exporter_build", "Exporter version.")
         build.add_metric([], {"version": version(), "python_version": platform.python_version()})
         yield build
         node = InfoMetricFamily("alnair_node", "The node this exporter runs on.")
         node.add_metric([], {"node": self.node_name})
         yield node
-        yield from self._process.collect()

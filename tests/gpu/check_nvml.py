@@ -19,13 +19,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SHIM = Path(tempfile.mkdtemp(prefix="alnair-shim-")) / "alnair"  # `alnair.*` from the source folders
 SHIM.mkdir()
-for part in ("exporter", "collectors"):
+for part in ("abi", "exporter", "collectors"):
     (SHIM / part).symlink_to(ROOT / part)
+for module in (ROOT / "sdk").glob("*.py"):  # alnair itself: the exporter takes its command-line conventions from it
+    (SHIM / module.name).symlink_to(module)
 sys.path.insert(0, str(SHIM.parent))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from alnair.collectors.nvml import NvmlCollector  # noqa: E402
+from alnair.exporter.registry import CollectorSpec  # noqa: E402
 from alnair.exporter.sampler import CollectorRunner  # noqa: E402
 from alnair.exporter.scrape import ScrapeAssembler  # noqa: E402
 
@@ -113,7 +116,7 @@ def main() -> int:
     worker = subprocess.Popen([sys.executable, "-c", MATMUL], stdout=subprocess.PIPE, text=True)
     try:
         assert worker.stdout.readline().strip() == "ready", "the matmul process did not start"
-        runner = CollectorRunner(NvmlCollector, argparse.Namespace(procfs="/proc", node_name=None), interval=1.0)
+        runner = CollectorRunner(CollectorSpec.of("nvml", NvmlCollector), argparse.Namespace(procfs="/proc", node_name=None), interval=1.0)
         time.sleep(3)  # the matmul loop reaches steady state; NVML's process samples cover the window
         runner.sample_once()
         time.sleep(2)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # Installed, the package maps these folders into the alnair namespace (pyproject.toml's package-dir).
-PACKAGE_FOLDERS = {"exporter": "exporter", "collectors": "collectors", "intercept": "intercept", "cli": "cli"}
+PACKAGE_FOLDERS = {"abi": "abi", "exporter": "exporter", "collectors": "collectors", "intercept": "intercept", "cli": "cli"}
 LOADER_DELAY = 0.020  # seconds each batch waits in collate: a known data stall, large beside collating itself
 
 TRAINING = f"""
@@ -67,8 +67,8 @@ def shim(directory: Path) -> Path:
     """An importable `alnair` package of symlinks, plus entry points so the exporter finds its collectors."""
     package = directory / "alnair"
     package.mkdir(parents=True)
-    for name in ("__init__.py", "auto.py"):
-        (package / name).symlink_to(REPO / "sdk" / name)
+    for module in (REPO / "sdk").glob("*.py"):
+        (package / module.name).symlink_to(module)
     for name, folder in PACKAGE_FOLDERS.items():
         (package / name).symlink_to(REPO / folder)
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
