@@ -50,6 +50,7 @@ class CollectorRunner:
         self.clock = clock
         self.collector: Collector | None = None
         self.refusal = ""  # why the scrape refused this collector's families (exporter/scrape.py); sticky
+        self.sampling_since: float | None = None  # when the sample in progress began; None between samples
         self.snapshot = Snapshot(0, b"", False, "starting", "", 0.0, clock(), None)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"collector-{self.name}", daemon=True)
@@ -65,10 +66,12 @@ class CollectorRunner:
             close()
 
     def hung(self) -> bool:
-        """No sample finished within the stale window: the thread is stuck or dead (not refused)."""
+        """The thread is dead, or stuck in a sample for longer than the stale window. A collector waiting to
+        retry an unavailable source, or refused, is not hung: it reports so, but the exporter works."""
         if self.refusal:
             return False
-        return not self._thread.is_alive() or self.clock() - self.snapshot.completed_monotonic > self.stale_after
+        started = self.sampling_since
+        return not self._thread.is_alive() or (started is not None and self.clock() - started > self.stale_after)
 
     def _run(self) -> None:
         while not self._stop.is_set() and not self.refusal:
@@ -78,7 +81,7 @@ class CollectorRunner:
             self._stop.wait(max(0.0, pause - (self.clock() - started)))
 
     def sample_once(self) -> Snapshot:
-        started = self.clock()
+        self.sampling_since = started = self.clock()
         try:
             if self.collector is None:
                 self.collector = self._build()
@@ -89,6 +92,7 @@ class CollectorRunner:
         except Exception as e:  # a collector bug must not end its thread
             text, state, detail = b"", "error", f"{type(e).__name__}: {e}"
         self._publish(text, state, detail, self.clock() - started)
+        self.sampling_since = None
         return self.snapshot
 
     def _build(self) -> Collector:

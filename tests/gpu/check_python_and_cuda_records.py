@@ -178,9 +178,11 @@ def main() -> int:
         print(f"pid {pid}: steps {sample(text, 'alnair_python_steps_total', pid):.0f}, "
               f"data wait {wait:.3f} s of {step:.3f} s in steps (stall {100 * wait / step:.1f}%, injected {injected:.3f} s), "
               f"first step after {sample(text, 'alnair_python_time_to_first_step_seconds', pid):.2f} s")
-        top = subprocess.run([sys.executable, "-m", "alnair.cli.main", "top", f"--shm-dir={shm_dir}", "--interval=0.5"],
+        top = subprocess.run([sys.executable, "-m", "alnair.cli.main", "top", f"--shm.dir={shm_dir}", "--interval=0.5"],
                              env=env, capture_output=True, text=True)
         print("alnair top (piped):\n" + top.stdout + top.stderr)
+        rows = {line.split()[0] for line in top.stdout.splitlines()[1:] if line.strip()}
+        checks.append(("alnair top lists the training pid", top.returncode == 0 and str(pid) in rows))
         for name, ok in checks:
             print(f"{'ok  ' if ok else 'FAIL'} {name}")
         return 0 if all(ok for _, ok in checks) else 1
