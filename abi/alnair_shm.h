@@ -28,6 +28,8 @@ extern "C" {
 
 #define ALNAIR_SHM_MAGIC 0x48535249414E4C41ULL /* the bytes "ALNAIRSH" read as a little-endian u64 */
 #define ALNAIR_SHM_ABI_VERSION 2u /* 2: the compute limit became time windows */
+/* No kind's record may be larger, whatever fields later versions append: readers refuse larger ones unread. */
+#define ALNAIR_MAX_RECORD_SIZE 65536u
 #define ALNAIR_SHM_DEFAULT_DIR "/dev/shm"
 #define ALNAIR_SHM_NAME_PREFIX "alnair."
 

@@ -5,6 +5,7 @@ import ctypes as C
 
 SHM_MAGIC = 0x48535249414E4C41  # b"ALNAIRSH"
 ABI_VERSION = 2
+MAX_RECORD_SIZE = 65536
 
 KIND_CUDA = 1
 KIND_PYTHON = 2
@@ -127,6 +128,7 @@ SEQ_OFFSET = ShmHeader.seq.offset
 CUDA_DEVICES_OFFSET = CudaRecord.devices.offset
 CUDA_DEVICE_SIZE = C.sizeof(CudaDevice)
 PYTHON_RECORD_SIZE = C.sizeof(PythonRecord)
+CUDA_RECORD_SIZE = C.sizeof(CudaRecord)
 
 # Every struct the header defines, by its C name: what the ABI test walks.
 STRUCTS = {

@@ -2,10 +2,17 @@
 record whose header looked valid, so a hostile or corrupt one is refused the same way everywhere."""
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
 from . import layout
+
+# The sizes of the records this reader knows; a writer's record may be larger (fields appended by a newer
+# writer) up to MAX_RECORD_SIZE, never more: anything larger is refused unread (ALNAIR_MAX_RECORD_SIZE).
+RECORD_SIZES = {layout.KIND_CUDA: layout.CUDA_RECORD_SIZE, layout.KIND_PYTHON: layout.PYTHON_RECORD_SIZE}
+MAX_RECORD_SIZE = layout.MAX_RECORD_SIZE
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 class MalformedRecord(ValueError):
@@ -49,9 +56,11 @@ def device_uuid(device: layout.CudaDevice) -> str:
     return f"{kind}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def name_text(raw: bytes) -> str:
-    """A NUL-padded name from a python record's counter or phase table."""
-    return raw.decode(errors="replace")
+def text(raw: bytes) -> str:
+    """A fixed-size string field as text: bounded by its field, invalid UTF-8 and control characters
+    (which a terminal would obey) replaced by U+FFFD."""
+    return _UNPRINTABLE.sub("\ufffd", raw.decode(errors="replace"))
+
 
 
 PARSERS = {layout.KIND_CUDA: parse_cuda_record, layout.KIND_PYTHON: parse_python_record}

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from . import layout, naming
-from .records import PARSERS, MalformedRecord
+from .records import MAX_RECORD_SIZE, PARSERS, RECORD_SIZES, MalformedRecord, text
 
 log = logging.getLogger(__name__)
 
-SKIP_REASONS = ("truncated", "bad_magic", "abi_version", "malformed", "torn", "unreadable")
+SKIP_REASONS = ("truncated", "bad_magic", "abi_version", "malformed", "oversized", "torn", "unreadable", "over_limit")
+DEFAULT_MAX_SEGMENTS = 4096  # per kind and sample: a node's GPU processes, many times over
 TEMP_FILE_GRACE_SECONDS = 60.0  # a writer renames its temp file within microseconds
 
 _FLOCK = struct.Struct("hh4xqqi4x")  # struct flock on Linux (x86-64 and arm64)
@@ -43,15 +44,15 @@ class Segment:
 
     @property
     def pod_uid(self) -> str:
-        return self.header.pod_uid.decode(errors="replace")
+        return text(self.header.pod_uid)
 
     @property
     def container_id(self) -> str:
-        return self.header.container_id.decode(errors="replace")
+        return text(self.header.container_id)
 
     @property
     def comm(self) -> str:
-        return self.header.comm.decode(errors="replace")
+        return text(self.header.comm)
 
     @property
     def pid_label(self) -> str:
@@ -86,13 +87,18 @@ class SegmentDirectory:
     `read()` returns the parsed records of live writers; the segments it had
     to skip in that pass are in `skipped` (reason -> count), and `reclaimed`
     counts dead writers' segments it removed since start.
+
+    Whatever the directory holds, a pass keeps at most `max_segments` records, each copied only as far
+    as this reader's layout of the kind goes: memory is bounded by live writers x the largest record.
     """
 
-    def __init__(self, path: str, kind: int, *, retries: int = 4, reclaim: bool = True):
+    def __init__(self, path: str, kind: int, *, retries: int = 4, reclaim: bool = True,
+                 max_segments: int = DEFAULT_MAX_SEGMENTS):
         self.path = path
         self.kind = kind
         self.retries = retries
         self.reclaim = reclaim
+        self.max_segments = max_segments
         self.prefix = naming.kind_prefix(kind)
         self.skipped: Counter[str] = Counter()
         self.reclaimed = 0
@@ -101,22 +107,27 @@ class SegmentDirectory:
         parse = PARSERS[self.kind]
         skipped: Counter[str] = Counter()
         out: list[ParsedSegment] = []
-        with os.scandir(self.path) as entries:
-            names = [e.name for e in entries]
-        for name in names:
-            if name.startswith(self.prefix):
-                try:
-                    segment = self._read_one(name)
-                    if segment is not None:
-                        out.append(ParsedSegment(segment, parse(segment.record)))
-                except _Skip as skip:
-                    skipped[skip.reason] += 1
-                except MalformedRecord:
-                    skipped["malformed"] += 1
-            elif naming.is_temp_of_kind(name, self.kind):
-                self._reclaim_abandoned_temp(name)
+        with os.scandir(self.path) as entries:  # streamed: a million planted names are never held at once
+            for entry in entries:
+                name = entry.name
+                if name.startswith(self.prefix) and len(out) >= self.max_segments:
+                    skipped["over_limit"] += 1
+                elif name.startswith(self.prefix):
+                    self._read_into(name, parse, out, skipped)
+                elif naming.is_temp_of_kind(name, self.kind):
+                    self._reclaim_abandoned_temp(name)
         self.skipped = skipped
         return out
+
+    def _read_into(self, name: str, parse, out: list[ParsedSegment], skipped: Counter[str]) -> None:
+        try:
+            segment = self._read_one(name)
+            if segment is not None:
+                out.append(ParsedSegment(segment, parse(segment.record)))
+        except _Skip as skip:
+            skipped[skip.reason] += 1
+        except MalformedRecord:
+            skipped["malformed"] += 1
 
     def _read_one(self, name: str) -> Segment | None:
         full = os.path.join(self.path, name)
@@ -135,7 +146,8 @@ class SegmentDirectory:
             if holder is None:
                 self._reclaim(full)
                 return None
-            raw = self._consistent_copy(fd, header.header_size + header.record_size)
+            # A newer writer may append fields this reader does not know: they are not copied.
+            raw = self._consistent_copy(fd, header.header_size + min(header.record_size, RECORD_SIZES[self.kind]))
             copy = layout.ShmHeader.from_buffer_copy(raw)
             return Segment(name, copy, raw[copy.header_size :], holder)
         finally:
@@ -152,6 +164,8 @@ class SegmentDirectory:
             raise _Skip("abi_version")
         if header.header_size != layout.HEADER_SIZE or header.record_kind != self.kind:
             raise _Skip("malformed")
+        if header.record_size > MAX_RECORD_SIZE:
+            raise _Skip("oversized")
         if size < header.header_size + header.record_size:
             raise _Skip("truncated")
         return header

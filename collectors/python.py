@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from alnair.abi import layout
-from alnair.abi.records import name_text
+from alnair.abi.records import text
 from alnair.abi.segments import ParsedSegment, Segment
 from alnair.exporter.plugin import ExpositionBuilder
 
@@ -46,9 +46,9 @@ class PythonCollector(SegmentCollector):
         for p in processes:
             pid, r = p.segment.pid_label, p.record
             for c in r.counters[: r.counter_count]:
-                counters.append((self.labels.get((p.segment.name, pid, "c", c.name), {"pid": pid, "name": name_text(c.name)}), c.value))
+                counters.append((self.labels.get((p.segment.name, pid, "c", c.name), {"pid": pid, "name": text(c.name)}), c.value))
             for ph in r.phases[: r.phase_count]:
-                labels = self.labels.get((p.segment.name, pid, "p", ph.name), {"pid": pid, "name": name_text(ph.name)})
+                labels = self.labels.get((p.segment.name, pid, "p", ph.name), {"pid": pid, "name": text(ph.name)})
                 phase_seconds.append((labels, ph.total_ns / 1e9))
                 phase_count.append((labels, ph.count))
         out.family("alnair_python_custom", "counter", "Custom counts: alnair.counter(name).inc().", counters)

@@ -4,20 +4,31 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import stat
 from typing import Iterable, NoReturn
 
 from alnair import commandline
 from alnair.abi import naming
+from alnair.abi.segments import DEFAULT_MAX_SEGMENTS
 from alnair.commandline import OneLineParser, add_flag, duration, env_default, env_name, flag_type, non_negative_int, parse_bool
 
 from .registry import CollectorSpec
 
 PROG = "alnair-exporter"
 DEFAULT_LISTEN = ":9876"
+RESERVED_PATHS = ("/", "/healthz")  # served by the exporter itself (exporter/server.py)
 
 
 def fail(message: str) -> NoReturn:
     commandline.fail(PROG, message)
+
+
+@flag_type
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"must be >= 1: {text!r}")
+    return value
 
 
 @flag_type
@@ -52,6 +63,8 @@ def build_parser(collectors: Iterable[CollectorSpec]) -> argparse.ArgumentParser
     add_flag(parser, "--web.telemetry-path", default="/metrics", help="Path of the metrics endpoint.")
     add_flag(parser, "--node.name", default=os.environ.get("NODE_NAME") or socket.gethostname(), help="Node name (Kubernetes downward API: NODE_NAME).")
     add_flag(parser, "--shm.dir", default=naming.DEFAULT_DIR, help="Directory of the writers' shared-memory segments.")
+    add_flag(parser, "--shm.max-segments", type=positive_int, default=DEFAULT_MAX_SEGMENTS,
+             help="Segments of each kind read per sample at most; more are counted as skipped (over_limit).")
     add_flag(parser, "--path.procfs", default="/proc", help="procfs mount point (the host's /proc in a DaemonSet).")
     add_flag(parser, "--log.level", type=str.lower, default="info", help="debug, info, warning or error.")
     add_flag(parser, "--collector.disable-defaults", type=flag_type(parse_bool), default=False, nargs="?", const=True,
@@ -77,8 +90,16 @@ def parse_options(argv: list[str] | None, collectors: list[CollectorSpec]) -> ar
         fail(f"--log.level: unknown level {options.log_level!r}")
     if not options.web_telemetry_path.startswith("/"):
         fail(f"--web.telemetry-path must start with '/': {options.web_telemetry_path!r}")
+    if options.web_telemetry_path.split("?")[0] in RESERVED_PATHS:
+        fail(f"--web.telemetry-path {options.web_telemetry_path!r} is the path of another endpoint")
+    if not options.node_name.strip():
+        fail("--node.name must not be empty (the downward API's spec.nodeName, or the host name)")
     for path_flag, path in (("--shm.dir", options.shm_dir), ("--path.procfs", options.path_procfs)):
         if not os.path.isdir(path):
             fail(f"{path_flag}: not a directory: {path}")
+    mode = os.stat(options.shm_dir).st_mode
+    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        fail(f"--shm.dir {options.shm_dir} is writable by every user without the sticky bit, so any of them could "
+             f"delete the others' segments: chmod 1777 it, as /dev/shm is (docs/security.md)")
     options.procfs = options.path_procfs
     return options

@@ -9,6 +9,7 @@ import hmac
 import os
 import re
 import ssl
+import stat
 import threading
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -137,6 +138,8 @@ def load_web_config(path: str | None) -> WebConfig:
     if not path:
         return WebConfig()
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block start-up forever, a directory fail later
+            raise WebConfigError(path, "not a regular file")
         with open(path, encoding="utf-8") as f:
             doc = yaml.safe_load(f)
     except (OSError, UnicodeDecodeError) as e:

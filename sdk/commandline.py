@@ -91,12 +91,17 @@ def parse_duration_seconds(text: str) -> float:
     return seconds
 
 
+MAX_DURATION_SECONDS = 86400  # no interval or timeout of a node agent is longer; far longer overflows timers
+
+
 @flag_type
 def duration(text: str) -> float:
-    """A duration flag's type: seconds > 0."""
+    """A duration flag's type: seconds, more than 0 and at most a day."""
     seconds = parse_duration_seconds(text)
     if not seconds > 0:
         raise ValueError(f"must be longer than 0: {text!r}")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"must be at most 1d: {text!r}")
     return seconds
 
 

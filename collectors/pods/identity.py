@@ -26,21 +26,38 @@ class ProcessIdentity:
 
 
 class PodIdentity:
-    """Resolves pids; a pid's cgroup is read once while the caller keeps asking for it (see `retain`)."""
+    """Resolves pids; a pid's cgroup is read once while the caller keeps asking for it (see `retain`).
+
+    The kernel decides: a process's pod and container are its cgroup's. What a writer claims of itself
+    (its segment header) is used only where the kernel cannot tell: a pid this exporter cannot see (no
+    hostPID), or a container id its cgroup does not name. A claim that contradicts the cgroup is ignored
+    and counted once per process in `claims_ignored`."""
 
     def __init__(self, procfs: str, watcher: PodWatcher | None = None):
         self.procfs = procfs
         self.watcher = watcher
+        self.claims_ignored = 0
         self._cgroups: dict[int, CgroupIdentity] = {}
+        self._contradicted: set[int] = set()
 
     def of_pid(self, pid: int | None, pod_uid: str = "", container_id: str = "") -> ProcessIdentity:
-        """`pod_uid`/`container_id`: what the process said of itself (segment header), preferred when set."""
-        if pid is not None and not (pod_uid and container_id):
-            found = self._cgroups.get(pid) or cgroup_identity(self.procfs, pid)
-            if found is not None:
-                self._cgroups[pid] = found
-                pod_uid, container_id = pod_uid or found.pod_uid, container_id or found.container_id
-        return self.named(pod_uid, container_id)
+        """`pod_uid`/`container_id`: what the process claimed of itself; the cgroup of `pid` wins."""
+        kernel = self._cgroup(pid) if pid is not None else None
+        if kernel is None:  # the kernel cannot tell: the claim is all there is
+            return self.named(pod_uid, container_id)
+        if contradicts(CgroupIdentity(pod_uid, container_id), kernel):
+            if pid not in self._contradicted:
+                self._contradicted.add(pid)
+                self.claims_ignored += 1
+            return self.named(kernel.pod_uid, kernel.container_id)
+        # In a pod whose container the cgroup does not name (a v1 hierarchy mid-start), the claim may.
+        return self.named(kernel.pod_uid, kernel.container_id or (container_id if kernel.pod_uid else ""))
+
+    def _cgroup(self, pid: int) -> CgroupIdentity | None:
+        found = self._cgroups.get(pid) or cgroup_identity(self.procfs, pid)
+        if found is not None:
+            self._cgroups[pid] = found
+        return found
 
     def named(self, pod_uid: str, container_id: str) -> ProcessIdentity:
         if not pod_uid:
@@ -55,6 +72,17 @@ class PodIdentity:
         """Forget the cgroups of pids the caller no longer sees (a reused pid is read afresh)."""
         keep = set(pids)
         self._cgroups = {pid: found for pid, found in self._cgroups.items() if pid in keep}
+        self._contradicted &= keep
+
+
+def contradicts(claim: CgroupIdentity, kernel: CgroupIdentity) -> bool:
+    """The claim names another pod than the cgroup's, or another container (compared by the id itself:
+    "containerd://<id>" and "<id>" agree), or a container where the kernel says there is no pod."""
+    if claim.pod_uid and claim.pod_uid != kernel.pod_uid:
+        return True
+    if claim.container_id and kernel.container_id:
+        return claim.container_id.rpartition("://")[2] != kernel.container_id.rpartition("://")[2]
+    return bool(claim.container_id) and not kernel.pod_uid
 
 
 _shared: dict[str, PodWatcher | None] = {}  # node name -> its watcher

@@ -6,7 +6,7 @@ import os
 from typing import ClassVar
 
 from alnair.abi import layout
-from alnair.abi.segments import ParsedSegment, SegmentDirectory
+from alnair.abi.segments import DEFAULT_MAX_SEGMENTS, ParsedSegment, SegmentDirectory
 from alnair.exporter.plugin import ExpositionBuilder, LabelSets, render
 
 from ..pods.identity import pod_identity
@@ -20,7 +20,8 @@ class SegmentCollector:
     default_interval_seconds = 1.0
 
     def __init__(self, options):
-        self.directory = SegmentDirectory(options.shm_dir, self.kind)
+        self.directory = SegmentDirectory(options.shm_dir, self.kind,
+                                          max_segments=getattr(options, "shm_max_segments", DEFAULT_MAX_SEGMENTS))
         # btime never changes while the kernel runs: read it once, not every sample
         self.boot_seconds = boot_time_seconds(options.procfs)
         self.clock_ticks = os.sysconf("SC_CLK_TCK")

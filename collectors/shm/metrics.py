@@ -22,7 +22,7 @@ def process_families(out: ExpositionBuilder, kind: str, processes: list[ParsedSe
     for p in processes:
         s, h = p.segment, p.segment.header
         pid = s.pid_label
-        # What the writer said of itself wins; the cgroup fills the rest (a pid we cannot see has none).
+        # The cgroup of the lock's holder decides; a claim counts only where it cannot (identity.py).
         who = identity.of_pid(s.holder_pid if s.holder_pid > 0 else None, s.pod_uid, s.container_id)
         info.append((labels.get((s.name, pid, "info", who), {
             "pid": pid, "comm": s.comm, **who.labels(), "pid_namespace": str(h.pid_namespace_inode)}), 1))
@@ -32,6 +32,9 @@ def process_families(out: ExpositionBuilder, kind: str, processes: list[ParsedSe
     out.family(f"alnair_{kind}_process_info", "gauge", f"Identity of a process publishing {kind} counters; join on pid.", info)
     out.family(f"alnair_{kind}_process_start_time_seconds", "gauge", "Start time of the process, seconds since the epoch.", started)
     out.family(f"alnair_{kind}_last_update_timestamp_seconds", "gauge", "When the process last published its counters.", updated)
+    out.family(f"alnair_{kind}_identity_claims_ignored", "counter",
+               "Writers whose claimed pod or container contradicted their cgroup, which was believed instead.",
+               [("", identity.claims_ignored)])
 
 
 def directory_metrics(directory: SegmentDirectory, live: int) -> Iterator[Metric]:

@@ -5,7 +5,9 @@ import argparse
 import shutil
 import subprocess
 import textwrap
+import time
 
+import psutil
 import pytest
 import requests
 
@@ -32,6 +34,7 @@ PROGRAM = textwrap.dedent("""
     alnair.counter('tokens "in"').inc(512)
     with alnair.phase("preprocess"):
         pass
+    alnair.counter("elapsed_ns").inc(time.monotonic_ns() - t0)  # the most the phase can have taken
     print("ready", flush=True)
     sys.stdin.read()
 """)
@@ -43,7 +46,7 @@ def sample(shm_dir) -> dict[str, float]:
 
 
 def test_training_counters_custom_counters_and_phases_are_exported_per_pid(shm_dir):
-    p = PythonProgram(PROGRAM, shm_dir, env={"ALNAIR_POD_UID": "pod-9"})
+    p = PythonProgram(PROGRAM, shm_dir, env={"ALNAIR_POD_UID": "pod-9"})  # a host process: the claim is ignored
     s = wait_until(lambda: (s := sample(shm_dir)).get(f'alnair_python_epochs_total{{pid="{p.pid}"}}') == 1 and s)
     pid = f'{{pid="{p.pid}"}}'
     assert s[f"alnair_python_steps_total{pid}"] == 10
@@ -54,10 +57,13 @@ def test_training_counters_custom_counters_and_phases_are_exported_per_pid(shm_d
     assert s[f"alnair_python_dataloader_worker{pid}"] == 0
     assert s[f'alnair_python_custom_total{{name="tokens \\"in\\"",pid="{p.pid}"}}'] == 512
     assert s[f'alnair_python_phase_completions_total{{name="preprocess",pid="{p.pid}"}}'] == 1
-    assert 0 <= s[f'alnair_python_phase_seconds_total{{name="preprocess",pid="{p.pid}"}}'] < 0.1
-    assert 0 < s[f"alnair_python_time_to_first_step_seconds{pid}"] < 30
+    elapsed = s[f'alnair_python_custom_total{{name="elapsed_ns",pid="{p.pid}"}}'] / 1e9
+    assert 0 <= s[f'alnair_python_phase_seconds_total{{name="preprocess",pid="{p.pid}"}}'] <= elapsed
+    lived = time.time() - psutil.Process(p.pid).create_time()
+    assert 0.025 <= s[f"alnair_python_time_to_first_step_seconds{pid}"] <= lived  # its first batch came 25 ms after t0
     info = [k for k in s if k.startswith("alnair_python_process_info")]
-    assert len(info) == 1 and 'pod_uid="pod-9"' in info[0] and f'pid="{p.pid}"' in info[0]
+    assert len(info) == 1 and 'pod_uid="<none>"' in info[0] and f'pid="{p.pid}"' in info[0]
+    assert s["alnair_python_identity_claims_ignored_total"] == 1
     assert s["alnair_python_segments"] == 1
     p.finish()
     assert sample(shm_dir)["alnair_python_segments"] == 0

@@ -190,3 +190,57 @@ def test_fuzzed_segment_bytes_never_crash_the_reader(shm_dir, locker, data, flip
     assert directory.reclaimed == 0
     for parsed in segments:
         assert len(parsed.record.devices) <= layout.CUDA_MAX_DEVICES
+
+
+def planted_segment(path, record_size: int, comm: bytes = b"planted") -> None:
+    """A header that validates, claiming a record of `record_size` bytes, in a file that is sparse beyond it."""
+    header = layout.ShmHeader(magic=layout.SHM_MAGIC, abi_version=layout.ABI_VERSION, header_size=layout.HEADER_SIZE,
+                              record_kind=layout.KIND_CUDA, record_size=record_size, comm=comm)
+    with open(path, "wb") as f:
+        f.write(bytes(header) + bytes(layout.CudaRecord(device_count=1, max_devices=layout.CUDA_MAX_DEVICES)))
+        f.truncate(layout.HEADER_SIZE + record_size)  # sparse: costs the planter a few KiB of tmpfs
+
+
+def test_a_planted_sparse_segment_claiming_4_gib_is_skipped_unread(shm_dir, locker, monkeypatch):
+    import alnair.abi.segments as segments
+
+    planted = shm_dir / "alnair.cuda.1.2.3"
+    planted_segment(planted, 0xFFFF_FFFF)  # record_size is a u32: 4 GiB less a byte
+    locker.lock(planted)
+    asked = []
+    real_pread = os.pread
+    monkeypatch.setattr(segments.os, "pread", lambda fd, n, offset: asked.append(n) or real_pread(fd, n, offset))
+    directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA)
+    assert directory.read() == [] and dict(directory.skipped) == {"oversized": 1}
+    assert max(asked) == layout.HEADER_SIZE and planted.exists()  # the header alone was read; nothing removed
+
+
+def test_a_record_larger_than_this_reader_knows_is_read_only_as_far_as_it_knows(shm_dir, locker, monkeypatch):
+    """A newer writer may append fields: its record is read, and copied only up to the fields known here."""
+    import alnair.abi.segments as segments
+
+    newer = shm_dir / "alnair.cuda.1.2.4"
+    planted_segment(newer, layout.MAX_RECORD_SIZE)
+    locker.lock(newer)
+    asked = []
+    real_pread = os.pread
+    monkeypatch.setattr(segments.os, "pread", lambda fd, n, offset: asked.append(n) or real_pread(fd, n, offset))
+    directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA)
+    [parsed] = directory.read()
+    assert len(parsed.record.devices) == 1 and parsed.segment.comm == "planted"
+    assert max(asked) == layout.HEADER_SIZE + layout.CUDA_RECORD_SIZE
+
+
+def test_segments_past_the_cap_are_counted_not_read(shm_dir, start_writer):
+    for _ in range(5):
+        start_writer()
+    directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA, max_segments=3)
+    assert len(directory.read()) == 3 and dict(directory.skipped) == {"over_limit": 2}
+
+
+def test_control_characters_in_a_writers_strings_never_reach_a_label_or_a_terminal(shm_dir, locker):
+    planted = shm_dir / "alnair.cuda.1.2.5"
+    planted_segment(planted, layout.CUDA_RECORD_SIZE, comm=b"\x1b[2Jx\n\x7fy\xff")
+    locker.lock(planted)
+    [parsed] = SegmentDirectory(str(shm_dir), layout.KIND_CUDA).read()
+    assert parsed.segment.comm == "\ufffd[2Jx\ufffd\ufffdy\ufffd"

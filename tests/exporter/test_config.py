@@ -37,6 +37,14 @@ def assert_one_line_exit_2(result: subprocess.CompletedProcess, *fragments: str)
     (["--log.level", "loud"], "loud"),
     (["--shm.dir", "/nonexistent/dir"], "/nonexistent/dir"),
     (["--web.telemetry-path", "metrics"], "telemetry-path"),
+    (["--web.telemetry-path", "/healthz"], "another endpoint"),
+    (["--web.telemetry-path", "/"], "another endpoint"),
+    (["--node.name", ""], "must not be empty"),
+    (["--collector.cuda.interval", "inf"], "not a duration"),
+    (["--collector.cuda.interval", "nan"], "not a duration"),
+    (["--collector.cuda.interval", "1e308"], "at most 1d"),
+    (["--collector.cuda.interval", "2d"], "at most 1d"),
+    (["--shm.max-segments", "0"], ">= 1"),
     (["--web.config.file", "/nonexistent/web.yml"], "/nonexistent/web.yml"),
 ])
 def test_bad_flag_exits_2_with_one_line(args, fragment):
@@ -50,6 +58,27 @@ def test_bad_flag_exits_2_with_one_line(args, fragment):
 ])
 def test_bad_environment_value_exits_2_naming_the_variable(variable, value):
     assert_one_line_exit_2(run_exporter(env={variable: value}), variable)
+
+
+def test_a_fifo_or_a_directory_as_the_web_config_exits_2_at_once(tmp_path):
+    fifo = tmp_path / "web.yml"
+    os.mkfifo(fifo)  # opening it to read would wait for a writer forever
+    assert_one_line_exit_2(run_exporter("--web.config.file", str(fifo)), str(fifo), "not a regular file")
+    assert_one_line_exit_2(run_exporter("--web.config.file", str(tmp_path)), str(tmp_path), "not a regular file")
+
+
+def test_a_bad_environment_value_is_ignored_when_its_flag_is_given(start_exporter):
+    exporter = start_exporter("--collector.cuda.interval=2s", env={"ALNAIR_COLLECTOR_CUDA_INTERVAL": "-3"})
+    assert "listening on" in exporter.log()
+
+
+def test_a_world_writable_segment_directory_without_the_sticky_bit_is_refused(tmp_path, start_exporter):
+    shared = tmp_path / "segments"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert_one_line_exit_2(run_exporter("--shm.dir", str(shared)), str(shared), "sticky bit", "chmod 1777")
+    shared.chmod(0o1777)  # as /dev/shm: only a segment's owner may remove it
+    assert "listening on" in start_exporter("--shm.dir", str(shared)).log()
 
 
 def test_invalid_web_config_exits_2(tmp_path):
