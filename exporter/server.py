@@ -2,6 +2,7 @@
 and a bound on concurrent scrapes."""
 from __future__ import annotations
 
+import contextlib
 import html
 import logging
 import socket
@@ -17,6 +18,9 @@ from .webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 HANDSHAKE_AND_READ_TIMEOUT = 30.0  # a client stalling TLS or headers holds only its own thread
+MAX_CONNECTIONS = 256  # connections served at once, each on its own thread; more are answered 503 and closed
+LISTEN_BACKLOG = 256  # connections the kernel holds before accept: a burst of new scrapers is never dropped
+_REFUSED = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
 def accepts_gzip(accept_encoding: str) -> bool:
@@ -38,9 +42,11 @@ def accepts_gzip(accept_encoding: str) -> bool:
 class ExporterServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, address: tuple[str, int], web: WebConfig, assembler: ScrapeAssembler,
-                 runners: list[CollectorRunner], known: list[str], metrics_path: str, max_requests: int):
+                 runners: list[CollectorRunner], known: list[str], metrics_path: str, max_requests: int,
+                 max_connections: int = MAX_CONNECTIONS):
         host, port = address
         self.address_family = socket.AF_INET6 if ":" in host or host == "" else socket.AF_INET
         self.web = web
@@ -49,6 +55,7 @@ class ExporterServer(ThreadingHTTPServer):
         self.known = known
         self.metrics_path = metrics_path
         self.scrape_slots = threading.BoundedSemaphore(max_requests) if max_requests else None
+        self.connection_slots = threading.BoundedSemaphore(max_connections)
         super().__init__((host or "::", port), Handler)
 
     def server_bind(self) -> None:
@@ -63,6 +70,22 @@ class ExporterServer(ThreadingHTTPServer):
             # The handshake runs on the request's own thread, not the accept loop.
             conn = self.web.ssl_context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
         return conn, addr
+
+    def process_request(self, request, client_address) -> None:
+        """A thread for the connection while fewer than max_connections are open, else 503 and close."""
+        if not self.connection_slots.acquire(blocking=False):
+            if self.web.ssl_context is None:  # a TLS client would not understand a plain answer
+                with contextlib.suppress(OSError):
+                    request.send(_REFUSED)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connection_slots.release()
 
     def unhealthy(self) -> list[str]:
         return [r.name for r in self.runners if r.hung()]

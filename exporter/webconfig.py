@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import hmac
 import os
 import re
 import ssl
 import stat
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -65,9 +65,13 @@ _HEADERS: dict[str, tuple[str, ...]] = {
     "Content-Security-Policy": (),
 }
 
-_BCRYPT_HASH = re.compile(r"\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}")
-# Checked for unknown users so response time does not reveal which users exist (cost 10).
-_DUMMY_HASH = b"$2b$10$pTMJ5GJWBAtvK3BCdNuaJ.Dy2F791ep9zadQEQ4OgG.Nezib8Ufty"
+_BCRYPT_HASH = re.compile(r"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
+# Below 10 a stolen hash is cheap to crack; above 16 one login takes seconds of a core (31: days).
+BCRYPT_COSTS = range(10, 17)
+# bcrypt runs outside the GIL: this many logins are checked at once, so one slow check never holds up the
+# rest, while a flood of guesses costs at most this many cores.
+BCRYPT_PARALLEL = min(4, max(2, (os.cpu_count() or 1) // 2))
+OUTCOMES_KEPT = 4096  # (user, password digest) -> verdict, least recently used dropped first
 
 
 @dataclass(frozen=True)
@@ -75,11 +79,11 @@ class WebConfig:
     ssl_context: ssl.SSLContext | None = None
     basic_auth_users: Mapping[str, bytes] = field(default_factory=lambda: MappingProxyType({}))
     headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    # user -> sha256 of the password last verified for them: bounded by the configured users.
-    _verified: dict[str, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Verdicts by (user, sha256 of the password): a repeated attempt, failed or not, costs a hash, not a bcrypt.
+    _outcomes: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False, compare=False)
     _cache_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
-    # One bcrypt at a time, as exporter-toolkit does: a password-guessing flood costs one core, not all.
-    _bcrypt_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+    _bcrypt_slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(BCRYPT_PARALLEL),
+                                                      init=False, repr=False, compare=False)
 
     @property
     def auth_required(self) -> bool:
@@ -93,17 +97,21 @@ class WebConfig:
         if credentials is None:
             return False
         user, password = credentials
-        digest = hashlib.sha256(password).digest()
+        key = (user, hashlib.sha256(password).digest())
         with self._cache_lock:
-            cached = self._verified.get(user)
-        if cached is not None and hmac.compare_digest(cached, digest):
-            return True
+            known = self._outcomes.get(key)
+            if known is not None:
+                self._outcomes.move_to_end(key)
+                return known
         hashed = self.basic_auth_users.get(user)
-        with self._bcrypt_lock:
-            ok = _bcrypt_matches(password, hashed or _DUMMY_HASH) and hashed is not None
-        if ok:
-            with self._cache_lock:
-                self._verified[user] = digest
+        # An unknown user is checked against a configured user's hash: the same cost, so the time taken
+        # does not tell which users exist, and the verdict is still no.
+        with self._bcrypt_slots:
+            ok = _bcrypt_matches(password, hashed or next(iter(self.basic_auth_users.values()))) and hashed is not None
+        with self._cache_lock:
+            self._outcomes[key] = ok
+            if len(self._outcomes) > OUTCOMES_KEPT:
+                self._outcomes.popitem(last=False)
         return ok
 
 
@@ -238,8 +246,12 @@ def _no_password() -> bytes:
 
 def _users(users: dict) -> dict[str, bytes]:
     for user, hashed in users.items():
-        if not isinstance(hashed, str) or not _BCRYPT_HASH.fullmatch(hashed):
+        match = _BCRYPT_HASH.fullmatch(hashed) if isinstance(hashed, str) else None
+        if match is None:
             raise _Invalid(f"basic_auth_users.{user} is not a bcrypt hash ($2a$, $2b$ or $2y$)")
+        if int(match[1]) not in BCRYPT_COSTS:
+            raise _Invalid(f"basic_auth_users.{user} has bcrypt cost {match[1]}, outside "
+                           f"{BCRYPT_COSTS.start}-{BCRYPT_COSTS.stop - 1}: hash it again (htpasswd -nbBC 12 USER PASSWORD)")
     return {user: hashed.encode("ascii") for user, hashed in users.items()}
 
 

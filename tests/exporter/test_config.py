@@ -81,6 +81,13 @@ def test_a_world_writable_segment_directory_without_the_sticky_bit_is_refused(tm
     assert "listening on" in start_exporter("--shm.dir", str(shared)).log()
 
 
+@pytest.mark.parametrize("cost", ["04", "31", "99"])
+def test_a_web_config_with_a_bcrypt_cost_outside_10_to_16_exits_2(tmp_path, cost):
+    config = tmp_path / "web.yml"
+    config.write_text(f"basic_auth_users:\n  alice: '$2b${cost}${'a' * 53}'\n")
+    assert_one_line_exit_2(run_exporter("--web.config.file", str(config)), f"bcrypt cost {cost}, outside 10-16")
+
+
 def test_invalid_web_config_exits_2(tmp_path):
     config = tmp_path / "web.yml"
     config.write_text("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n")

@@ -7,6 +7,7 @@ import gzip
 import http.client
 import socket
 import ssl
+import subprocess
 import threading
 from argparse import Namespace
 
@@ -100,7 +101,7 @@ def basic(user: str, password: str) -> dict[str, str]:
 
 
 def test_basic_auth_from_web_config(start_exporter, tmp_path):
-    hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=4)).decode()
+    hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=10)).decode()
     (tmp_path / "web.yml").write_text(f"basic_auth_users:\n  alice: '{hashed}'\n")
     exporter = start_exporter("--no-collector.cuda", f"--web.config.file={tmp_path / 'web.yml'}")
     status, headers, _ = get(exporter.port, "/metrics")
@@ -225,3 +226,24 @@ def test_healthz_503_names_hung_collector():
 ])
 def test_gzip_is_used_only_when_accepted(header, expected):
     assert accepts_gzip(header) is expected
+
+
+def test_the_listen_backlog_holds_a_burst_of_new_scrapers():
+    with serving(ScrapeAssembler([], "node-a")) as port:
+        listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+        backlog = int(listening.split()[2])  # a listening socket's Send-Q is its backlog
+        assert backlog == min(256, int(open("/proc/sys/net/core/somaxconn").read()))
+
+
+def test_connections_past_the_bound_are_answered_503_and_closed_and_a_slot_comes_back():
+    server = ExporterServer(("127.0.0.1", 0), WebConfig(), ScrapeAssembler([], "node-a"), [], [], "/metrics", 0,
+                            max_connections=2)
+    with serving_in_thread(server) as port:
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+        wait_until(lambda: server.connection_slots._value == 0)  # both are being served, idle
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as third:
+            assert third.recv(100).startswith(b"HTTP/1.1 503 ") and third.recv(100) == b""
+        idle[0].close()
+        wait_until(lambda: server.connection_slots._value == 1)
+        assert get(port, "/healthz")[0] == 200
+        idle[1].close()

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from alnair.exporter import webconfig
 from alnair.exporter.webconfig import WebConfigError, load_web_config
 from support import serving_in_thread
 
@@ -177,22 +178,40 @@ def test_basic_auth(pki, hashed):
     assert config.check_basic_auth(None) is False
 
 
-def _timed(call):
-    start = time.perf_counter()
-    return call(), time.perf_counter() - start
+@pytest.fixture
+def bcrypt_calls(monkeypatch):
+    """Every bcrypt check the config makes, as (password, hash), still answered by the real bcrypt."""
+    calls, real = [], webconfig._bcrypt_matches
+    monkeypatch.setattr(webconfig, "_bcrypt_matches", lambda password, hashed: calls.append((password, hashed)) or real(password, hashed))
+    return calls
 
 
-def test_successes_are_cached_failures_are_not(pki, hashed):
+def test_a_repeated_attempt_costs_no_bcrypt_whether_it_failed_or_not(pki, hashed, bcrypt_calls):
     config = load(pki, f"basic_auth_users:\n  alice: '{hashed}'\n")
-    header = basic("alice", PASSWORD)
-    first, first_s = _timed(lambda: config.check_basic_auth(header))
-    second, second_s = _timed(lambda: config.check_basic_auth(header))
-    assert (first, second) == (True, True)
-    assert second_s < first_s / 5
-    for _ in range(2):
-        failed, failed_s = _timed(lambda: config.check_basic_auth(basic("alice", b"wrong")))
-        assert failed is False
-        assert failed_s > first_s / 5
+    attempts = [("alice", PASSWORD, True), ("alice", b"wrong", False), ("mallory", b"guess", False)]
+    for user, password, expected in attempts * 3:
+        assert config.check_basic_auth(basic(user, password)) is expected
+    assert len(bcrypt_calls) == len(attempts)  # once each, the first time
+    assert config.check_basic_auth(basic("alice", b"another guess")) is False and len(bcrypt_calls) == 4
+
+
+def test_an_unknown_user_costs_one_bcrypt_against_a_configured_hash(pki, hashed, bcrypt_calls):
+    """The same work as a known user's check: the time taken does not tell which users exist."""
+    config = load(pki, f"basic_auth_users:\n  alice: '{hashed}'\n")
+    assert config.check_basic_auth(basic("bob", PASSWORD)) is False  # alice's password, bob's name
+    assert bcrypt_calls == [(PASSWORD, hashed.encode())]
+
+
+def test_logins_are_checked_in_parallel_not_behind_one_lock(pki, hashed, monkeypatch):
+    config = load(pki, f"basic_auth_users:\n  alice: '{hashed}'\n")
+    both_inside = threading.Barrier(2, timeout=30)  # passes only if two checks are in bcrypt at once
+    monkeypatch.setattr(webconfig, "_bcrypt_matches", lambda password, hashed: both_inside.wait() is not None and False)
+    results = []
+    threads = [threading.Thread(target=lambda p=p: results.append(config.check_basic_auth(basic("alice", p))))
+               for p in (b"one", b"two")]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert results == [False, False] and not both_inside.broken
 
 
 def test_check_basic_auth_is_thread_safe(pki, hashed):
@@ -207,6 +226,13 @@ def test_check_basic_auth_is_thread_safe(pki, hashed):
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert results == [True, False] * 4
+
+
+@pytest.mark.parametrize("cost", ["04", "09", "17", "31", "99"])
+def test_a_bcrypt_cost_outside_10_to_16_is_refused(pki, cost):
+    too = "$2b$" + cost + "$" + "a" * 53
+    with pytest.raises(WebConfigError, match=f"basic_auth_users.alice has bcrypt cost {cost}, outside 10-16"):
+        load(pki, f"basic_auth_users:\n  alice: '{too}'\n")
 
 
 @pytest.mark.parametrize("text, offending", [
