@@ -1,20 +1,21 @@
 """The explicit API training programs call: custom counters and timed phases (`alnair.counter`, `alnair.phase`).
 
-Works without PyTorch and without the environment switch; names that do not fit the
-record's bounded tables are reported once on stderr and ignored, never raised.
+Works without PyTorch and without the environment switch. Nothing here raises into the program:
+names are mapped to what the record can hold, and bad names and amounts are reported once on
+stderr and ignored (the rules: docs/python-api.md).
 """
 from __future__ import annotations
 
 import time
 
-from .recorder import CounterSlot, PhaseSlot
+from .recorder import CounterSlot, PhaseSlot, shown
 from .this_process import RECORDER
 
 _clock = time.monotonic_ns
 
 
 class Counter:
-    """A monotonic count exported as alnair_python_counter_total{name}."""
+    """A monotonic count exported as alnair_python_custom_total{name}; it saturates at 2**64 - 1."""
 
     __slots__ = ("_slot",)
 
@@ -25,7 +26,8 @@ class Counter:
         if self._slot is None:
             return
         if type(amount) is not int or amount < 0:
-            RECORDER.warn_once(f"inc:{self._slot.name}", f"counter {self._slot.name!r}: inc() takes an int >= 0, got {amount!r}; ignored")
+            name = self._slot.name
+            RECORDER.warn_once(f"inc:{name}", f"counter {name!r}: inc() takes an int >= 0, got {shown(amount)}; ignored")
             return
         RECORDER.add(self._slot, amount)
 

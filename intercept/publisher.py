@@ -14,7 +14,7 @@ from typing import Callable
 
 from alnair.abi import layout
 
-from .recorder import Recorder
+from .recorder import MAX_VALUE, Recorder
 from .segment_writer import WriterSegment
 
 # Ten times the C monitor's period: each tick takes the GIL from the training thread, which cost a bare
@@ -109,14 +109,15 @@ class Publisher:
         self._published_version = version
 
     def _copy_table(self, entries, valid: str, slots: list, fields: tuple[str, ...]) -> None:
-        """Slots into the record's table; names are written once, as slots are only ever appended."""
+        """Slots into the record's table; names are written once, as slots are only ever appended.
+        A slot's name is already its published form (recorder.published_name): it encodes and fits."""
         record = self._record
         for i in range(getattr(record, valid), len(slots)):
             entries[i].name = slots[i].name.encode()
         setattr(record, valid, len(slots))
         for entry, slot in zip(entries, slots):
-            for field in fields:
-                setattr(entry, field, getattr(slot, field))
+            for field in fields:  # saturate: a uint64 field keeps only the low 64 bits of a larger int
+                setattr(entry, field, min(getattr(slot, field), MAX_VALUE))
 
     def stop(self) -> None:
         """At exit: a last publish, then remove the segment."""

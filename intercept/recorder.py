@@ -7,6 +7,7 @@ is data wait / step time.
 """
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -16,6 +17,24 @@ from typing import Callable
 from alnair.abi import layout
 
 MAX_NAME_BYTES = layout.PYTHON_NAME_LEN - 1  # keep the NUL
+MAX_VALUE = 2**64 - 1  # the record's uint64: published sums saturate here rather than wrap
+MAX_SPELLINGS = 256  # names cached per table: a program may make up spellings without end
+# What cannot stand in a label value as text: a NUL ends the C string (two names would publish as one),
+# other controls are invisible or obeyed by terminals (the reader's set too), a surrogate has no UTF-8.
+_NOT_TEXT = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def published_name(name: str) -> str:
+    """The name as the record holds it (docs/python-api.md): each code point that is not text becomes U+FFFD."""
+    return _NOT_TEXT.sub("\ufffd", name)
+
+
+def shown(value) -> str:
+    """repr for a warning line; never raises, as repr of an int past 4300 digits or a hostile object would."""
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__} that cannot be shown>"
 
 
 class CounterSlot:
@@ -80,8 +99,10 @@ class Recorder:
 
     def __init__(self, start_publishing: Callable[[], bool] = lambda: False) -> None:
         self.start_publishing = start_publishing  # called at the first event; True when a publisher runs
-        self.counters: dict[str, CounterSlot] = {}
+        self.counters: dict[str, CounterSlot] = {}  # by published name, in creation order: what the publisher copies
         self.phases: dict[str, PhaseSlot] = {}
+        self._counter_names: dict[str, CounterSlot] = {}  # each name as the program spelt it, to its slot
+        self._phase_names: dict[str, PhaseSlot] = {}
         self._warned: set[str] = set()
         self.passes: list[LoaderPass] = []  # appended by the loop thread, folded and dropped by the publisher
         self.reset()
@@ -179,18 +200,46 @@ class Recorder:
     # ---- the explicit API ----
 
     def counter_slot(self, name: str) -> CounterSlot | None:
-        return self._slot(self.counters, name, CounterSlot, layout.PYTHON_MAX_COUNTERS, "counter")
+        return self._slot(self.counters, self._counter_names, name, CounterSlot, layout.PYTHON_MAX_COUNTERS, "counter")
 
     def phase_slot(self, name: str) -> PhaseSlot | None:
-        return self._slot(self.phases, name, PhaseSlot, layout.PYTHON_MAX_PHASES, "phase")
+        return self._slot(self.phases, self._phase_names, name, PhaseSlot, layout.PYTHON_MAX_PHASES, "phase")
 
-    def _slot(self, table: dict, name: str, make, limit: int, what: str):
-        """The named slot, made on first use; None (reported once) for a bad name or a full table."""
-        slot = table.get(name) if isinstance(name, str) else None
-        if slot is None and self._valid_name(name, table, limit, what):
-            with self.lock:
-                slot = table.setdefault(name, make(name))
+    def _slot(self, table: dict, names: dict, name: str, make, limit: int, what: str):
+        """The slot the name publishes into, made on first use; None (reported once) for a bad name or a full table."""
+        try:
+            return names[name]  # the hot path: one lookup of a name seen before
+        except Exception:  # not seen yet (KeyError), or not even hashable: the slow path tells which
+            pass
+        try:
+            return self._new_slot(table, names, name, make, limit, what)
+        except Exception as e:  # a str subclass whose hash or compare raises: still nothing into the program
+            self.warn_once(f"{what}:unreadable", f"a {what} name raised {type(e).__name__}; not recorded")
+            return None
+
+    def _new_slot(self, table: dict, names: dict, name: str, make, limit: int, what: str):
+        published = self._published(name, what)
+        if published is None:
+            return None
+        hash(name)  # a str subclass whose hash raises is refused (in _slot) before it makes a slot it cannot cache
+        with self.lock:  # check and add together: racing threads must not grow the table past the record's
+            slot = table.get(published)
+            if slot is None and len(table) < limit:
+                slot = table[published] = make(published)
+        if slot is None:
+            self.warn_once(f"{what}:full", f"at most {limit} {what}s per process; {shown(name)} and later ones are not recorded")
+        elif len(names) < MAX_SPELLINGS:  # bounded, and refused names never cached: made-up ones would grow it
+            names[name] = slot
         return slot
+
+    def _published(self, name: str, what: str) -> str | None:
+        """The name's published form; None, reported once, when the record cannot hold it."""
+        published = published_name(name) if isinstance(name, str) else ""
+        if not published or len(published.encode()) > MAX_NAME_BYTES:
+            text = shown(name)
+            self.warn_once(f"{what}:{text}", f"{what} name must be 1 to {MAX_NAME_BYTES} bytes of text, got {text}; not recorded")
+            return None
+        return published
 
     def add(self, slot: CounterSlot, amount: int) -> None:
         with self.lock:
@@ -207,18 +256,12 @@ class Recorder:
         if self.idle:
             self._recorded()
 
-    def _valid_name(self, name: str, table: dict, limit: int, what: str) -> bool:
-        if not isinstance(name, str) or not name or len(name.encode()) > MAX_NAME_BYTES:
-            self.warn_once(f"{what}:{name!r}", f"{what} name must be 1 to {MAX_NAME_BYTES} bytes of text, got {name!r}; not recorded")
-        elif len(table) >= limit:
-            self.warn_once(f"{what}:full", f"at most {limit} {what}s per process; {name!r} and later ones are not recorded")
-        else:
-            return True
-        return False
-
     def warn_once(self, key: str, message: str) -> None:
         """One line on stderr per problem: never an exception into the training program."""
         if key not in self._warned:
             self._warned.add(key)
-            print(f"alnair: {message}", file=sys.stderr)
+            try:
+                print(f"alnair: {message}", file=sys.stderr)
+            except Exception:  # stderr closed or gone: the line is lost, the program runs on
+                pass
 
