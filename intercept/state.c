@@ -7,11 +7,11 @@
  *   ALNAIR_MEMORY_LIMIT=8Gi       per-device memory limit; or "0=8Gi,1=4Gi"
  *   ALNAIR_COMPUTE_LIMIT=30       percent of each GPU; or "0=30,1=70"
  *   ALNAIR_PUBLISH_INTERVAL_MS=10 how often the monitor publishes
- * A malformed value is reported once on stderr and ignored.
+ * A malformed value costs one stderr line and counts as unset (the grammar and
+ * the refusal rules: docs/intercept.md, "Configuration").
  */
 #define _GNU_SOURCE
 #include <ctype.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,82 +46,192 @@ uint64_t alnair_monotonic_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* "8Gi", "512M", "1073741824" -> bytes; -1 if malformed. */
-static int parse_bytes(const char *text, uint64_t *out)
+/* ---- configuration: strict parsing, once per process ----------------------
+ *
+ * A value is taken whole or not at all: a value read half-right (1e30 or nan as
+ * no limit or 2^63 bytes, "0=1Gi,0=2Gi" as 2Gi, "10abc" as 10) looks as if it worked.
+ * Anything outside the grammar below costs one stderr line, and the variable
+ * counts as unset. Spans (s, e) let list items be parsed in place, unbounded. */
+
+#define MAX_LIMIT_BYTES (1ull << 50) /* 1Pi: far above any GPU, far below overflow in size sums */
+#define DEFAULT_PERIOD_MS 10
+_Static_assert(ALNAIR_CUDA_MAX_DEVICES == 64, "the device-index message says 0-63");
+
+typedef const char *(*value_parser)(const char *s, const char *e, uint64_t *out);
+
+/* Decimal digits only (no sign, space or base prefix); returns where they end.
+ * *out saturates just above cap, so a run of digits that would overflow reads as too big. */
+static const char *scan_digits(const char *s, const char *e, uint64_t cap, uint64_t *out)
 {
-    char *end;
-    errno = 0;
-    double value = strtod(text, &end);
-    if (errno || end == text || value < 0) return -1;
+    uint64_t v = 0;
+    for (; s < e && *s >= '0' && *s <= '9'; s++) v = v > cap ? v : v * 10 + (uint64_t)(*s - '0');
+    *out = v;
+    return s;
+}
+
+/* "", or K, M, G, T, P (any case), then a lowercase i for powers of 1024, then an optional B or b. */
+static const char *scan_unit(const char *p, const char *e, uint64_t *scale)
+{
     static const char units[] = "KMGTP";
-    double scale = 1;
-    if (*end) {
-        const char *u = strchr(units, toupper((unsigned char)*end));
-        if (!u) return -1;
-        int binary = end[1] == 'i';
-        for (const char *p = units; p <= u; p++) scale *= binary ? 1024 : 1000;
-        end += 1 + binary;
-        if (*end == 'B' || *end == 'b') end++;
-    }
-    if (*end) return -1;
-    *out = (uint64_t)(value * scale);
-    return 0;
+    *scale = 1;
+    if (p == e) return p;
+    const char *u = strchr(units, toupper((unsigned char)*p++));
+    if (!u || !*u) return NULL;
+    int binary = p < e && *p == 'i';
+    p += binary;
+    for (const char *q = units; q <= u; q++) *scale *= binary ? 1024 : 1000;
+    return p + (p < e && (*p == 'B' || *p == 'b'));
 }
 
-static int parse_percent(const char *text, uint64_t *out)
+/* scale x 0.DIGITS, exactly, or -1 if that is not a whole number. From the last digit,
+ * t = (t + digit x scale) / 10: if the total is whole every step is (t_next = 10 t - digit x scale),
+ * so one inexact step proves it fractional, and t < scale keeps every sum far from overflow. */
+static int scaled_fraction(const char *d, const char *e, uint64_t scale, uint64_t *out)
 {
-    char *end;
-    long v = strtol(text, &end, 10);
-    if (end == text || *end || v < 1 || v > 100) return -1;
-    *out = (uint64_t)v;
+    uint64_t t = 0;
+    while (e > d) {
+        t += (uint64_t)(*--e - '0') * scale;
+        if (t % 10) return -1;
+        t /= 10;
+    }
+    *out = t;
     return 0;
 }
 
-/* Applies "VALUE" to every device or "DEV=VALUE,DEV=VALUE" to some; returns -1
- * (and applies nothing) if any part is malformed. */
-static int parse_per_device(const char *text, int (*parse)(const char *, uint64_t *),
-                            uint64_t out[ALNAIR_CUDA_MAX_DEVICES])
+static const char want_bytes[] = "want bytes like 8Gi, 512M or 1073741824, or per device 0=8Gi,1=4Gi";
+static const char too_big[] = "more than 1Pi (2^50 bytes)";
+
+/* DIGITS[.DIGITS][UNIT] -> 1 .. MAX_LIMIT_BYTES bytes, exactly: "1.5Gi" is 1610612736, "0.5" is refused. */
+static const char *parse_bytes(const char *s, const char *e, uint64_t *out)
+{
+    uint64_t whole, ignored, scale, part;
+    const char *p = scan_digits(s, e, MAX_LIMIT_BYTES, &whole), *frac = p, *frac_end = p;
+    if (p == s) return want_bytes;
+    if (p < e && *p == '.') {
+        frac = p + 1;
+        frac_end = p = scan_digits(frac, e, 0, &ignored);
+        if (frac_end == frac) return want_bytes;
+    }
+    if (!(p = scan_unit(p, e, &scale)) || p != e) return want_bytes;
+    if (whole > MAX_LIMIT_BYTES / scale) return too_big; /* so whole x scale + part cannot overflow */
+    if (scaled_fraction(frac, frac_end, scale, &part) != 0) return "not a whole number of bytes";
+    uint64_t bytes = whole * scale + part;
+    if (bytes > MAX_LIMIT_BYTES) return too_big;
+    if (!bytes) return "a limit of 0 bytes (leave it unset for no limit)"; /* 0 would mean unlimited */
+    *out = bytes;
+    return NULL;
+}
+
+static const char *parse_percent(const char *s, const char *e, uint64_t *out)
+{
+    uint64_t v;
+    if (s == e || scan_digits(s, e, 100, &v) != e || v < 1 || v > 100)
+        return "want a percent 1-100, or per device 0=30,1=70";
+    *out = v;
+    return NULL;
+}
+
+/* One DEV=VALUE item of a per-device list; given[] catches a device named twice. */
+static const char *parse_item(const char *s, const char *e, value_parser parse, uint64_t staged[],
+                              unsigned char given[])
+{
+    uint64_t dev;
+    if (s == e) return "an empty item in the per-device list";
+    const char *eq = memchr(s, '=', (size_t)(e - s));
+    if (!eq) return "an item of the per-device list is not DEV=VALUE";
+    if (eq == s || scan_digits(s, eq, ALNAIR_CUDA_MAX_DEVICES, &dev) != eq || dev >= ALNAIR_CUDA_MAX_DEVICES)
+        return "a device index is not 0-63";
+    if (given[dev]++) return "a device is given twice";
+    return parse(eq + 1, e, &staged[dev]);
+}
+
+/* "VALUE" for every device or "DEV=VALUE,DEV=VALUE" for some (the rest unlimited);
+ * returns why not, applying nothing, if any part is malformed. */
+static const char *parse_per_device(const char *text, value_parser parse, uint64_t out[ALNAIR_CUDA_MAX_DEVICES])
 {
     uint64_t staged[ALNAIR_CUDA_MAX_DEVICES] = {0};
-    char buf[512];
-    if (strlen(text) >= sizeof buf) return -1;
-    strcpy(buf, text);
-    if (!strchr(buf, '=')) {
-        uint64_t v;
-        if (parse(buf, &v) != 0) return -1;
+    unsigned char given[ALNAIR_CUDA_MAX_DEVICES] = {0};
+    const char *end = text + strlen(text), *why = NULL;
+    if (!strchr(text, '=')) {
+        uint64_t v = 0;
+        why = parse(text, end, &v);
         for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) staged[i] = v;
     } else {
-        char *save = NULL;
-        for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-            char *eq = strchr(item, '='), *end;
-            if (!eq) return -1;
-            *eq = '\0';
-            long dev = strtol(item, &end, 10);
-            if (end == item || *end || dev < 0 || dev >= ALNAIR_CUDA_MAX_DEVICES) return -1;
-            if (parse(eq + 1, &staged[dev]) != 0) return -1;
+        for (const char *item = text, *comma; !why; item = comma + 1) {
+            comma = memchr(item, ',', (size_t)(end - item));
+            why = parse_item(item, comma ? comma : end, parse, staged, given);
+            if (!comma) break;
         }
     }
-    memcpy(out, staged, sizeof staged);
-    return 0;
+    if (!why) memcpy(out, staged, sizeof staged);
+    return why;
+}
+
+/* The value as it was, in quotes, with quotes, backslashes and control bytes as \xNN:
+ * a value holding a newline still makes one line, and a huge one is cut short. */
+static void quote(const char *v, char *out, size_t size)
+{
+    size_t n = 0;
+    out[n++] = '"';
+    for (; *v && n + 9 <= size; v++) {
+        unsigned char c = (unsigned char)*v;
+        if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') n += (size_t)snprintf(out + n, size - n, "\\x%02x", c);
+        else out[n++] = (char)c;
+    }
+    snprintf(out + n, size - n, "%s\"", *v ? "..." : "");
+}
+
+static void report_ignored(const char *name, const char *value, const char *why, const char *instead)
+{
+    char shown[160];
+    quote(value, shown, sizeof shown);
+    alnair_log("alnair: ignoring %s=%s: %s; %s", name, shown, why, instead);
+}
+
+/* Unset and empty mean the default, silently. */
+static const char *setting(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
 }
 
 static void configure_limits(void)
 {
     uint64_t memory[ALNAIR_CUDA_MAX_DEVICES] = {0}, compute[ALNAIR_CUDA_MAX_DEVICES] = {0};
-    const char *m = getenv("ALNAIR_MEMORY_LIMIT"), *c = getenv("ALNAIR_COMPUTE_LIMIT");
-    if (m && *m && parse_per_device(m, parse_bytes, memory) != 0)
-        alnair_log("alnair: ignoring ALNAIR_MEMORY_LIMIT=%s: want bytes like 8Gi, or 0=8Gi,1=4Gi", m);
-    if (c && *c && parse_per_device(c, parse_percent, compute) != 0)
-        alnair_log("alnair: ignoring ALNAIR_COMPUTE_LIMIT=%s: want a percent 1-100, or 0=30,1=70", c);
+    const char *m = setting("ALNAIR_MEMORY_LIMIT"), *c = setting("ALNAIR_COMPUTE_LIMIT"), *why;
+    if (m && (why = parse_per_device(m, parse_bytes, memory)))
+        report_ignored("ALNAIR_MEMORY_LIMIT", m, why, "running with no memory limit");
+    if (c && (why = parse_per_device(c, parse_percent, compute)))
+        report_ignored("ALNAIR_COMPUTE_LIMIT", c, why, "running with no compute limit");
     for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) {
         alnair.devices[i].memory_limit_bytes = memory[i];
         alnair.devices[i].compute_limit_percent = (uint32_t)compute[i];
     }
 }
 
-static int switched_off(const char *v)
+static int publish_period_ms(void)
 {
-    return v && (!strcasecmp(v, "off") || !strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no"));
+    const char *p = setting("ALNAIR_PUBLISH_INTERVAL_MS");
+    uint64_t ms;
+    if (!p) return DEFAULT_PERIOD_MS;
+    if (scan_digits(p, p + strlen(p), 60000, &ms) == p + strlen(p) && ms >= 1 && ms <= 60000) return (int)ms;
+    report_ignored("ALNAIR_PUBLISH_INTERVAL_MS", p, "want milliseconds 1-60000", "publishing every 10 ms");
+    return DEFAULT_PERIOD_MS;
+}
+
+/* The kill switch: off, 0, false, no (any case) pass everything through; on, 1, true, yes
+ * (or unset) intercept. Anything else is reported and counts as unset, like every variable. */
+static int intercept_wanted(void)
+{
+    static const char *const off[] = {"off", "0", "false", "no"}, *const on[] = {"on", "1", "true", "yes"};
+    const char *v = setting("ALNAIR_INTERCEPT");
+    if (!v) return 1;
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
+        if (!strcasecmp(v, off[i])) return 0;
+        if (!strcasecmp(v, on[i])) return 1;
+    }
+    report_ignored("ALNAIR_INTERCEPT", v, "want off, 0, false or no (or on, 1, true, yes)", "intercepting");
+    return 1;
 }
 
 /* The modules' ALNAIR_ON_FORK handlers, registered by their constructors (one thread, at load). */
@@ -172,16 +282,10 @@ int alnair_configure(void)
 {
     pthread_mutex_lock(&configure_lock);
     if (atomic_load(&alnair.mode) == ALNAIR_UNCONFIGURED) {
-        int active = !switched_off(getenv("ALNAIR_INTERCEPT"));
+        int active = intercept_wanted();
         if (active) {
             configure_limits();
-            const char *p = getenv("ALNAIR_PUBLISH_INTERVAL_MS");
-            long ms = p ? strtol(p, NULL, 10) : 10;
-            if (ms < 1 || ms > 60000) {
-                alnair_log("alnair: ignoring ALNAIR_PUBLISH_INTERVAL_MS=%s: want 1-60000", p);
-                ms = 10;
-            }
-            alnair.period_ms = (int)ms;
+            alnair.period_ms = publish_period_ms();
             pthread_atfork(fork_prepare, fork_parent, fork_child);
         }
         atomic_store(&alnair.mode, active ? ALNAIR_ACTIVE : ALNAIR_PASS_THROUGH);
