@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import socket
 import stat
@@ -10,7 +11,8 @@ from typing import Iterable, NoReturn
 from alnair import commandline
 from alnair.abi import naming
 from alnair.abi.segments import DEFAULT_MAX_SEGMENTS
-from alnair.commandline import OneLineParser, add_flag, duration, env_default, env_name, flag_type, non_negative_int, parse_bool
+from alnair.commandline import (OneLineParser, RepeatedList, add_flag, comma_separated, duration, env_default, env_name,
+                                flag_type, non_negative_int, parse_bool)
 
 from .registry import CollectorSpec
 
@@ -29,6 +31,11 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise ValueError(f"must be >= 1: {text!r}")
     return value
+
+
+def parse_network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """10.0.0.7 or 10.0.0.0/24 (host bits must be zero), IPv6 alike."""
+    return ipaddress.ip_network(text)
 
 
 @flag_type
@@ -60,6 +67,8 @@ def build_parser(collectors: Iterable[CollectorSpec]) -> argparse.ArgumentParser
     add_flag(parser, "--web.listen-address", type=parse_listen_address, default=DEFAULT_LISTEN, help="Address to serve /metrics on.")
     add_flag(parser, "--web.config.file", default="", help="exporter-toolkit web config (TLS, basic auth).")
     add_flag(parser, "--web.max-requests", type=non_negative_int, default=40, help="Concurrent scrapes served at most; 0 = no limit.")
+    add_flag(parser, "--web.priority-sources", type=comma_separated(parse_network), default=[], action=RepeatedList,
+             help="Addresses or networks (CIDR) whose scrapes --web.max-requests never refuses: your Prometheus.")
     add_flag(parser, "--web.telemetry-path", default="/metrics", help="Path of the metrics endpoint.")
     add_flag(parser, "--node.name", default=os.environ.get("NODE_NAME") or socket.gethostname(), help="Node name (Kubernetes downward API: NODE_NAME).")
     add_flag(parser, "--shm.dir", default=naming.DEFAULT_DIR, help="Directory of the writers' shared-memory segments.")

@@ -11,7 +11,7 @@ from .config import fail, enabled_collectors, parse_options
 from .registry import discover_collectors
 from .sampler import CollectorRunner
 from .scrape import ScrapeAssembler
-from .server import ExporterServer
+from .server import MAX_CONNECTIONS, ExporterServer
 from .webconfig import WebConfigError, load_web_config
 
 log = logging.getLogger("alnair.exporter")
@@ -19,7 +19,8 @@ log = logging.getLogger("alnair.exporter")
 
 def listen(options, web, assembler, runners, known) -> ExporterServer:
     host, port = options.web_listen_address
-    args = (web, assembler, runners, known, options.web_telemetry_path, options.web_max_requests)
+    args = (web, assembler, runners, known, options.web_telemetry_path, options.web_max_requests, MAX_CONNECTIONS,
+            options.web_priority_sources)
     try:
         try:
             return ExporterServer((host, port), *args)

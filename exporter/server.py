@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import html
+import ipaddress
 import logging
 import socket
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Sequence, Union
 
 from alnair.commandline import version
 
@@ -17,6 +19,7 @@ from .scrape import CONTENT_TYPE, ScrapeAssembler
 from .webconfig import WebConfig
 
 log = logging.getLogger(__name__)
+IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 HANDSHAKE_AND_READ_TIMEOUT = 30.0  # a client stalling TLS or headers holds only its own thread
 MAX_CONNECTIONS = 256  # connections served at once, each on its own thread; more are answered 503 and closed
 LISTEN_BACKLOG = 256  # connections the kernel holds before accept: a burst of new scrapers is never dropped
@@ -46,7 +49,7 @@ class ExporterServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], web: WebConfig, assembler: ScrapeAssembler,
                  runners: list[CollectorRunner], known: list[str], metrics_path: str, max_requests: int,
-                 max_connections: int = MAX_CONNECTIONS):
+                 max_connections: int = MAX_CONNECTIONS, priority_sources: Sequence[IPNetwork] = ()):
         host, port = address
         self.address_family = socket.AF_INET6 if ":" in host or host == "" else socket.AF_INET
         self.web = web
@@ -56,6 +59,7 @@ class ExporterServer(ThreadingHTTPServer):
         self.metrics_path = metrics_path
         self.scrape_slots = threading.BoundedSemaphore(max_requests) if max_requests else None
         self.connection_slots = threading.BoundedSemaphore(max_connections)
+        self.priority_sources = tuple(priority_sources)
         super().__init__((host or "::", port), Handler)
 
     def server_bind(self) -> None:
@@ -86,6 +90,14 @@ class ExporterServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self.connection_slots.release()
+
+    def has_priority(self, client_host: str) -> bool:
+        """A scrape from --web.priority-sources (Prometheus's own address, say) never waits for a slot."""
+        if not self.priority_sources:
+            return False
+        address = ipaddress.ip_address(client_host.split("%")[0])
+        address = getattr(address, "ipv4_mapped", None) or address  # ":port" serves IPv4 as ::ffff:a.b.c.d
+        return any(address in network for network in self.priority_sources)
 
     def unhealthy(self) -> list[str]:
         return [r.name for r in self.runners if r.hung()]
@@ -121,7 +133,7 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(404, b"Not Found\n", "text/plain")
 
     def _metrics(self) -> None:
-        slots = self.server.scrape_slots
+        slots = None if self.server.has_priority(self.client_address[0]) else self.server.scrape_slots
         if slots is not None and not slots.acquire(blocking=False):
             self.server.assembler.count_rejected_scrape()
             self._reply(503, b"Too many concurrent scrapes\n", "text/plain")

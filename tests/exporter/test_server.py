@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import http.client
+import ipaddress
 import socket
 import ssl
 import subprocess
@@ -23,10 +24,10 @@ from alnair.exporter.webconfig import WebConfig
 from support import parse_samples, serving_in_thread, wait_until, write_tls_files
 
 
-def get(port, path="/", headers=None, context=None):
+def get(port, path="/", headers=None, context=None, source="127.0.0.1"):
     """(status, headers, raw body) of one GET, without proxies or transparent decompression."""
     if context is None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
     else:
         conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
     try:
@@ -149,8 +150,10 @@ class HeldAssembler(ScrapeAssembler):
     def __init__(self):
         super().__init__([], "node-a")
         self.entered, self.release = threading.Event(), threading.Event()
+        self.renders = 0
 
     def render(self, compress):
+        self.renders += 1
         self.entered.set()
         assert self.release.wait(10)
         return super().render(compress)
@@ -247,3 +250,23 @@ def test_connections_past_the_bound_are_answered_503_and_closed_and_a_slot_comes
         wait_until(lambda: server.connection_slots._value == 1)
         assert get(port, "/healthz")[0] == 200
         idle[1].close()
+
+
+def test_a_priority_source_is_never_refused_by_max_requests():
+    assembler = HeldAssembler()
+    server = ExporterServer(("127.0.0.1", 0), WebConfig(), assembler, [], [], "/metrics", 1,
+                            priority_sources=[ipaddress.ip_network("127.0.0.2/32")])
+    with serving_in_thread(server) as port:
+        results = {}
+        held = [threading.Thread(target=lambda who=who: results.update({who: get(port, "/metrics", source=who)}))
+                for who in ("127.0.0.1", "127.0.0.2")]
+        held[0].start()
+        try:
+            assert assembler.entered.wait(10)  # the one slot is taken
+            held[1].start()
+            wait_until(lambda: assembler.renders == 2)  # the priority scrape went in without a slot
+            assert get(port, "/metrics")[0] == 503  # anyone else is refused as before
+        finally:
+            assembler.release.set()
+            [t.join(10) for t in held]
+        assert results["127.0.0.1"][0] == results["127.0.0.2"][0] == 200
