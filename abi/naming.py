@@ -10,6 +10,10 @@ DIR_VARIABLE = "ALNAIR_SHM_DIR"  # writers and readers meet in this directory
 DEFAULT_DIR = "/dev/shm"  # the POSIX shared-memory namespace
 NAME_PREFIX = "alnair."
 TEMP_SUFFIX = ".tmp"
+# Left in the directory by a reader that serves exited writers' last records (the exporter's --shm.linger):
+# where it exists, a writer that exits cleanly leaves its segment, final counters published, for the reader
+# to serve and then reclaim; where it does not (no exporter on this machine), the writer removes it.
+READER_MARKER = "alnair.reader"
 
 
 def segment_directory(environ: Mapping[str, str] = os.environ) -> str:
@@ -30,6 +34,11 @@ def segment_name(kind: int, pid_namespace_inode: int, pid: int, start_time_ticks
 def temp_name(name: str) -> str:
     """The hidden name a segment is built under before it is renamed into place."""
     return f".{name}{TEMP_SUFFIX}"
+
+
+def reader_lingers(directory: str) -> bool:
+    """Whether a reader that serves exited writers' records announced itself in `directory`."""
+    return os.path.isfile(os.path.join(directory, READER_MARKER))
 
 
 def is_temp_of_kind(name: str, kind: int) -> bool:

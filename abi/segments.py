@@ -40,7 +40,13 @@ class Segment:
     name: str
     header: layout.ShmHeader
     record: bytes
-    holder_pid: int  # the writer's pid as this process sees it; 0 if not visible
+    holder_pid: int  # the writer's pid as this process sees it (as last seen alive, once it exited); 0 if not visible
+    exited: bool = False  # the writer is gone: this is its last record, served while it lingers
+
+    @property
+    def ended_unix(self) -> float:
+        """When an exited writer published last (its final counters, after a clean exit)."""
+        return self.header.update_time_ns / 1e9
 
     @property
     def pod_uid(self) -> str:
@@ -74,6 +80,12 @@ class _Skip(Exception):
         self.reason = reason
 
 
+def _without_reused_pids(parsed: list[ParsedSegment]) -> list[ParsedSegment]:
+    """A lingering record whose pid a live writer now holds would repeat that writer's series: dropped."""
+    live = {p.segment.holder_pid for p in parsed if not p.segment.exited}
+    return [p for p in parsed if not (p.segment.exited and p.segment.holder_pid in live)]
+
+
 def lock_holder(fd: int) -> int | None:
     """The pid holding the writer's lock (0 if in an invisible pid namespace), or None if no one holds it."""
     request = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
@@ -90,15 +102,24 @@ class SegmentDirectory:
 
     Whatever the directory holds, a pass keeps at most `max_segments` records, each copied only as far
     as this reader's layout of the kind goes: memory is bounded by live writers x the largest record.
+
+    A dead writer's last record is served (`exited`) for `linger_seconds` from when this reader first
+    found it unlocked, so a Prometheus scraping every 15-60 s still gets a short job's final counters;
+    then it is reclaimed. A reader restarted meanwhile serves it for another linger.
     """
 
     def __init__(self, path: str, kind: int, *, retries: int = 4, reclaim: bool = True,
-                 max_segments: int = DEFAULT_MAX_SEGMENTS):
+                 max_segments: int = DEFAULT_MAX_SEGMENTS, linger_seconds: float = 0.0,
+                 clock=time.monotonic):
         self.path = path
         self.kind = kind
         self.retries = retries
         self.reclaim = reclaim
         self.max_segments = max_segments
+        self.linger_seconds = linger_seconds
+        self.clock = clock
+        self._dead_since: dict[str, float] = {}  # name -> when first found unlocked
+        self._holders: dict[str, int] = {}  # name -> its writer's pid as last seen alive
         self.prefix = naming.kind_prefix(kind)
         self.skipped: Counter[str] = Counter()
         self.reclaimed = 0
@@ -107,6 +128,7 @@ class SegmentDirectory:
         parse = PARSERS[self.kind]
         skipped: Counter[str] = Counter()
         out: list[ParsedSegment] = []
+        self._seen: set[str] = set()
         with os.scandir(self.path) as entries:  # streamed: a million planted names are never held at once
             for entry in entries:
                 name = entry.name
@@ -117,7 +139,13 @@ class SegmentDirectory:
                 elif naming.is_temp_of_kind(name, self.kind):
                     self._reclaim_abandoned_temp(name)
         self.skipped = skipped
-        return out
+        self._forget_unseen()
+        return _without_reused_pids(out)
+
+    def _forget_unseen(self) -> None:
+        """Segments removed by someone else: nothing more to remember of them."""
+        self._dead_since = {n: t for n, t in self._dead_since.items() if n in self._seen}
+        self._holders = {n: pid for n, pid in self._holders.items() if n in self._seen}
 
     def _read_into(self, name: str, parse, out: list[ParsedSegment], skipped: Counter[str]) -> None:
         try:
@@ -130,6 +158,7 @@ class SegmentDirectory:
             skipped["malformed"] += 1
 
     def _read_one(self, name: str) -> Segment | None:
+        self._seen.add(name)
         full = os.path.join(self.path, name)
         try:
             fd = os.open(full, _OPEN_FLAGS)
@@ -144,14 +173,32 @@ class SegmentDirectory:
             header = self._validated_header(fd, st.st_size)
             holder = lock_holder(fd)
             if holder is None:
-                self._reclaim(full)
-                return None
-            # A newer writer may append fields this reader does not know: they are not copied.
-            raw = self._consistent_copy(fd, header.header_size + min(header.record_size, RECORD_SIZES[self.kind]))
-            copy = layout.ShmHeader.from_buffer_copy(raw)
-            return Segment(name, copy, raw[copy.header_size :], holder)
+                return self._lingering(name, fd, header)
+            self._holders[name] = holder
+            return self._copy(name, fd, header, holder, self.retries)
         finally:
             os.close(fd)
+
+    def _copy(self, name: str, fd: int, header: layout.ShmHeader, holder: int, retries: int, exited: bool = False) -> Segment:
+        # A newer writer may append fields this reader does not know: they are not copied.
+        raw = self._consistent_copy(fd, header.header_size + min(header.record_size, RECORD_SIZES[self.kind]), retries)
+        copy = layout.ShmHeader.from_buffer_copy(raw)
+        return Segment(name, copy, raw[copy.header_size :], holder, exited)
+
+    def _lingering(self, name: str, fd: int, header: layout.ShmHeader) -> Segment | None:
+        """A dead writer's segment: its last record while it lingers, else reclaimed. One that died
+        mid-publish (seq odd) can never be read whole and is reclaimed at once."""
+        full = os.path.join(self.path, name)
+        if not self.reclaim:
+            return None  # a bystander (alnair top) shows the living only
+        dead_since = self._dead_since.setdefault(name, self.clock())
+        if self.clock() - dead_since < self.linger_seconds:
+            try:
+                return self._copy(name, fd, header, self._holders.get(name, 0), 1, exited=True)
+            except _Skip:
+                pass
+        self._reclaim(full)
+        return None
 
     def _validated_header(self, fd: int, size: int) -> layout.ShmHeader:
         raw = os.pread(fd, layout.HEADER_SIZE, 0)
@@ -170,9 +217,9 @@ class SegmentDirectory:
             raise _Skip("truncated")
         return header
 
-    def _consistent_copy(self, fd: int, size: int) -> bytes:
+    def _consistent_copy(self, fd: int, size: int, retries: int) -> bytes:
         """The seqlock read: a copy taken while seq stayed even and unchanged."""
-        for attempt in range(self.retries):
+        for attempt in range(retries):
             before = _SEQ.unpack(os.pread(fd, 8, layout.SEQ_OFFSET))[0]
             if not before & 1:
                 raw = os.pread(fd, size, 0)

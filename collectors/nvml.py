@@ -247,7 +247,7 @@ class NvmlCollector:
                 ("alnair_nvml_process_memory_used_bytes", "Device memory the process holds.")]):
             out.family(metric, "gauge", help_text, ((labels, values[position]) for labels, values in rows if values[position] is not None))
         pids = sorted({pid for _, s in samples for pid in s.processes})
-        self.identity.retain(pids)
+        self.identity.retain((pid, 0) for pid in pids)
         out.family("alnair_nvml_process_info", "gauge", "Pod identity of a process using a GPU; join on pid.",
                    ((self.labels.get((pid, "identity", who := self.identity.of_pid(pid)), {"pid": str(pid), **who.labels()}), 1)
                     for pid in pids))

@@ -72,6 +72,8 @@ def build_parser(collectors: Iterable[CollectorSpec]) -> argparse.ArgumentParser
     add_flag(parser, "--web.telemetry-path", default="/metrics", help="Path of the metrics endpoint.")
     add_flag(parser, "--node.name", default=os.environ.get("NODE_NAME") or socket.gethostname(), help="Node name (Kubernetes downward API: NODE_NAME).")
     add_flag(parser, "--shm.dir", default=naming.DEFAULT_DIR, help="Directory of the writers' shared-memory segments.")
+    add_flag(parser, "--shm.linger", type=duration, default=120.0,
+             help="How long an exited writer's last record is still served, so scrapes see its final counters.")
     add_flag(parser, "--shm.max-segments", type=positive_int, default=DEFAULT_MAX_SEGMENTS,
              help="Segments of each kind read per sample at most; more are counted as skipped (over_limit).")
     add_flag(parser, "--path.procfs", default="/proc", help="procfs mount point (the host's /proc in a DaemonSet).")

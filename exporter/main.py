@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import signal
 import sys
 import threading
+
+from alnair.abi import naming
 
 from .config import fail, enabled_collectors, parse_options
 from .registry import discover_collectors
@@ -32,6 +35,14 @@ def listen(options, web, assembler, runners, known) -> ExporterServer:
         fail(f"cannot listen on {host or '*'}:{port}: {e.strerror or e}")
 
 
+def announce_reader(shm_dir: str) -> None:
+    """Tell writers that exited writers' records are served here, so they leave them at exit (--shm.linger)."""
+    try:
+        os.close(os.open(os.path.join(shm_dir, naming.READER_MARKER), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+    except OSError as e:  # read-only, or a planted symlink: writers then remove their segments at exit
+        log.warning("cannot mark %s as read by this exporter (%s): segments of exited writers are not kept", shm_dir, e.strerror)
+
+
 def main(argv: list[str] | None = None) -> None:
     known = discover_collectors()
     options = parse_options(argv, known)
@@ -41,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         web = load_web_config(options.web_config_file)
     except WebConfigError as e:
         fail(str(e))
+    announce_reader(options.shm_dir)
     chosen = enabled_collectors(options, known)
     runners = [CollectorRunner(spec, options, getattr(options, f"collector_{spec.name}_interval")) for spec in chosen]
     assembler = ScrapeAssembler(runners, options.node_name)

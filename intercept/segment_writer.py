@@ -85,7 +85,7 @@ class WriterSegment:
     """
 
     def __init__(self, kind: int, record_size: int):
-        directory = naming.segment_directory()
+        self.directory = directory = naming.segment_directory()
         self.header = h = build_header(kind, record_size)
         name = naming.segment_name(kind, h.pid_namespace_inode, h.writer_pid, h.start_time_ticks)
         self.path = os.path.join(directory, name)
@@ -137,10 +137,12 @@ class WriterSegment:
             self.fd = -1
 
     def close(self) -> None:
-        """A clean exit: remove the file, then release the lock."""
+        """A clean exit, after the last publish: release the lock, leaving the file for a reader that serves
+        exited writers' records (abi/naming.py), else removing it first."""
         if self.fd >= 0:
-            try:
-                os.unlink(self.path)
-            except OSError:
-                pass  # already reclaimed or removed by hand
+            if not naming.reader_lingers(self.directory):
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass  # already reclaimed or removed by hand
             self.forget()

@@ -26,7 +26,8 @@ class ProcessIdentity:
 
 
 class PodIdentity:
-    """Resolves pids; a pid's cgroup is read once while the caller keeps asking for it (see `retain`).
+    """Resolves pids; a process's cgroup is read once while the caller keeps asking for it (see `retain`).
+    A process is its pid and start time (clock ticks since boot; 0 where unknown), so a reused pid is read afresh.
 
     The kernel decides: a process's pod and container are its cgroup's. What a writer claims of itself
     (its segment header) is used only where the kernel cannot tell: a pid this exporter cannot see (no
@@ -37,26 +38,34 @@ class PodIdentity:
         self.procfs = procfs
         self.watcher = watcher
         self.claims_ignored = 0
-        self._cgroups: dict[int, CgroupIdentity] = {}
-        self._contradicted: set[int] = set()
+        self._cgroups: dict[tuple[int, int], CgroupIdentity] = {}
+        self._contradicted: set[tuple[int, int]] = set()
 
-    def of_pid(self, pid: int | None, pod_uid: str = "", container_id: str = "") -> ProcessIdentity:
-        """`pod_uid`/`container_id`: what the process claimed of itself; the cgroup of `pid` wins."""
-        kernel = self._cgroup(pid) if pid is not None else None
+    def of_pid(self, pid: int | None, pod_uid: str = "", container_id: str = "", started: int = 0,
+               alive: bool = True) -> ProcessIdentity:
+        """`pod_uid`/`container_id`: what the process claimed of itself; the cgroup of `pid` wins. A process
+        that has exited is known only by what was read while it lived: its pid and its claim are anyone's now."""
+        if not alive:
+            return self._as_last_seen((pid, started))
+        kernel = self._cgroup((pid, started)) if pid is not None else None
         if kernel is None:  # the kernel cannot tell: the claim is all there is
             return self.named(pod_uid, container_id)
         if contradicts(CgroupIdentity(pod_uid, container_id), kernel):
-            if pid not in self._contradicted:
-                self._contradicted.add(pid)
+            if (pid, started) not in self._contradicted:
+                self._contradicted.add((pid, started))
                 self.claims_ignored += 1
             return self.named(kernel.pod_uid, kernel.container_id)
         # In a pod whose container the cgroup does not name (a v1 hierarchy mid-start), the claim may.
         return self.named(kernel.pod_uid, kernel.container_id or (container_id if kernel.pod_uid else ""))
 
-    def _cgroup(self, pid: int) -> CgroupIdentity | None:
-        found = self._cgroups.get(pid) or cgroup_identity(self.procfs, pid)
+    def _as_last_seen(self, process: tuple[int, int]) -> ProcessIdentity:
+        found = self._cgroups.get(process)
+        return self.named(found.pod_uid, found.container_id) if found else self.named("", "")
+
+    def _cgroup(self, process: tuple[int, int]) -> CgroupIdentity | None:
+        found = self._cgroups.get(process) or cgroup_identity(self.procfs, process[0])
         if found is not None:
-            self._cgroups[pid] = found
+            self._cgroups[process] = found
         return found
 
     def named(self, pod_uid: str, container_id: str) -> ProcessIdentity:
@@ -68,10 +77,10 @@ class PodIdentity:
         container = names.containers.get(container_id.rpartition("://")[2], UNKNOWN)
         return ProcessIdentity(pod_uid, container_id, names.name, names.namespace, container)
 
-    def retain(self, pids) -> None:
-        """Forget the cgroups of pids the caller no longer sees (a reused pid is read afresh)."""
-        keep = set(pids)
-        self._cgroups = {pid: found for pid, found in self._cgroups.items() if pid in keep}
+    def retain(self, processes) -> None:
+        """Forget the cgroups of processes ((pid, start ticks) pairs) the caller no longer sees."""
+        keep = set(processes)
+        self._cgroups = {process: found for process, found in self._cgroups.items() if process in keep}
         self._contradicted &= keep
 
 

@@ -21,7 +21,8 @@ class SegmentCollector:
 
     def __init__(self, options):
         self.directory = SegmentDirectory(options.shm_dir, self.kind,
-                                          max_segments=getattr(options, "shm_max_segments", DEFAULT_MAX_SEGMENTS))
+                                          max_segments=getattr(options, "shm_max_segments", DEFAULT_MAX_SEGMENTS),
+                                          linger_seconds=getattr(options, "shm_linger", 0.0))
         # btime never changes while the kernel runs: read it once, not every sample
         self.boot_seconds = boot_time_seconds(options.procfs)
         self.clock_ticks = os.sysconf("SC_CLK_TCK")
@@ -38,4 +39,4 @@ class SegmentCollector:
         self.record_families(out, processes)
         process_families(out, layout.KIND_NAMES[self.kind], processes, self.labels, self.boot_seconds,
                          self.clock_ticks, self.identity)
-        return out.text() + render(directory_metrics(self.directory, len(processes)))
+        return out.text() + render(directory_metrics(self.directory, processes))

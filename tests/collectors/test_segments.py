@@ -244,3 +244,26 @@ def test_control_characters_in_a_writers_strings_never_reach_a_label_or_a_termin
     locker.lock(planted)
     [parsed] = SegmentDirectory(str(shm_dir), layout.KIND_CUDA).read()
     assert parsed.segment.comm == "\ufffd[2Jx\ufffd\ufffdy\ufffd"
+
+
+def test_a_dead_writers_last_record_lingers_as_exited_then_is_reclaimed(start_writer, shm_dir):
+    clock = [1000.0]
+    directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA, linger_seconds=60, clock=lambda: clock[0])
+    writer = start_writer("--set", "kernel_launches=77")
+    [alive] = directory.read()
+    assert not alive.segment.exited and alive.segment.holder_pid == writer.pid
+    writer.kill()
+    [last] = directory.read()
+    assert last.segment.exited and last.segment.holder_pid == writer.pid  # the pid it had while it lived
+    assert last.record.devices[0].kernel_launches == 77 and last.segment.ended_unix == last.segment.header.update_time_ns / 1e9
+    clock[0] += 59.9
+    assert len(directory.read()) == 1 and writer.path.exists()
+    clock[0] += 0.2
+    assert directory.read() == [] and not writer.path.exists() and directory.reclaimed == 1
+
+
+def test_without_a_linger_a_dead_writers_segment_is_reclaimed_at_once(start_writer, shm_dir):
+    writer = start_writer()
+    writer.kill()
+    directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA)
+    assert directory.read() == [] and not writer.path.exists() and directory.reclaimed == 1

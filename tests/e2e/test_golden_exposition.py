@@ -92,11 +92,16 @@ def golden_scrape(tmp_path, shm_dir, start_writer, start_redis) -> str:
                          "--collector.nvml.interval=200ms", "--collector.cache.interval=200ms", "--node.name=golden"],
                         tmp_path / "exporter.log", env={"GOLDEN_GPU_PID": str(trainer.pid)}, python=sys.executable,
                         script=str(launcher))
+    exited = PythonProgram(PYTHON_WRITER.replace("sys.stdin.read()", ""), shm_dir)  # exits: its record lingers
+    exited.proc.wait(30)
+    start_writer("--devices", "1").kill()  # a crashed writer's last record lingers too
     try:
         collectors = ("cache", "cuda", "host", "nvml", "python")
         return wait_until(lambda: (text := scrape_text(exporter.url)) and all(
             parse_samples(text).get(f'alnair_exporter_collector_success{{collector="{c}"}}') == 1.0 for c in collectors)
-            and "alnair_python_phase_seconds_total{" in text and "alnair_cache_dataset_hits_total{" in text and text,
+            and "alnair_python_phase_seconds_total{" in text and "alnair_cache_dataset_hits_total{" in text
+            and "alnair_python_process_exited_timestamp_seconds{" in text
+            and "alnair_cuda_process_exited_timestamp_seconds{" in text and text,
             timeout=60)
     finally:
         end_all([exporter.proc])

@@ -19,14 +19,14 @@ def require(binary: str) -> str:
 
 @pytest.fixture
 def prometheus(tmp_path):
-    """Starts Debian's prometheus scraping the given target every second."""
+    """Starts Debian's prometheus scraping the given target every `interval` (a second by default)."""
     procs = []
 
-    def start(target: str) -> str:
+    def start(target: str, interval: str = "1s") -> str:
         port = free_port()
         config = tmp_path / "prometheus.yml"
         config.write_text(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+            f"global:\n  scrape_interval: {interval}\n  scrape_timeout: 1s\n"
             f"scrape_configs:\n  - job_name: alnair\n    static_configs:\n      - targets: ['{target}']\n"
         )
         log = open(tmp_path / "prometheus.log", "w")

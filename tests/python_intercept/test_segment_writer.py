@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 from alnair.abi import layout
-from alnair.abi.segments import lock_holder
+from alnair.abi.segments import SegmentDirectory, lock_holder
 from support import PythonProgram, python_records, wait_until
 
 FORKING = textwrap.dedent("""
@@ -66,3 +66,20 @@ def test_fork_child_gets_its_own_segment_and_the_parents_stays_locked(shm_dir):
     assert parent_counts == {b"before_fork": 5, b"after_fork": 1}
     assert child_counts == {b"before_fork": 0, b"in_child": 2}  # the child starts from zero
     assert p.finish() == ""
+
+
+def test_a_clean_exit_leaves_the_final_record_where_a_reader_lingers_and_removes_it_where_none_does(shm_dir):
+    program = "import alnair\nalnair.counter('done').inc(7)\nprint('ready', flush=True)\n"
+    PythonProgram(program, shm_dir).proc.wait(30)
+    assert list(shm_dir.iterdir()) == []  # no exporter has announced itself here: nothing is left behind
+    (shm_dir / "alnair.reader").touch()
+    done = PythonProgram(program, shm_dir)
+    done.proc.wait(30)
+    [segment] = [p for p in shm_dir.iterdir() if p.name.startswith("alnair.python.")]
+    fd = os.open(segment, os.O_RDONLY)
+    try:
+        assert lock_holder(fd) is None  # released: the writer is gone
+    finally:
+        os.close(fd)
+    [last] = SegmentDirectory(str(shm_dir), layout.KIND_PYTHON, linger_seconds=60).read()
+    assert last.segment.exited and {c.name: c.value for c in last.record.counters[: last.record.counter_count]} == {b"done": 7}
