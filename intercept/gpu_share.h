@@ -1,33 +1,47 @@
 /*
  * gpu_share.h - this process's place in a GPU's share table (see alnair_shm.h):
  * the window of every period in which it may launch work on that GPU.
- * Used by the monitor thread only.
+ * Used by the monitor thread only, except alnair_share_leave (the exit).
+ *
+ * Every limited process on the node may write the table, so nothing in it is
+ * trusted: it is never mapped, only read into a private copy, and a slot counts
+ * only while a live process holds its lock (gpu_share.c has the rules).
  */
 #ifndef ALNAIR_GPU_SHARE_H
 #define ALNAIR_GPU_SHARE_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "alnair_shm.h"
 
 struct alnair_share {
-    int fd;                          /* holds the slot's lock; -1 when not joined */
-    struct alnair_share_table *table;
-    int slot;
-    uint64_t dead;                   /* slots with a quota but no owner, at the last check */
-    uint64_t checked_ns;             /* when dead was last refreshed */
+    int fd;                  /* the table; holds this process's slot lock. -1 when not joined */
+    int slot;                /* this process's slot in it */
+    int32_t pid;             /* written into the slot, for people reading the file */
+    uint32_t quota_ppm;      /* this process's quota, rewritten into its slot every tick */
+    uint8_t uuid[16];        /* names the table's path, to rejoin it when the file is replaced */
+    uint64_t counted;        /* other slots that count: a live process held their lock when checked */
+    int32_t holder[ALNAIR_SHARE_SLOTS]; /* the pid that held each counted slot (0: not visible from here) */
+    uint64_t checked_ns;     /* the last liveness check: every slot, and whether the path is still ours */
+    uint64_t probed_ns;      /* the last look at slots not counted yet (a process that just joined) */
+    int rejoin_failing;      /* the table at the path could not be joined: said once, tried every check */
+    pthread_mutex_t switching; /* held while fd and slot change: the exit must not write a closed fd */
 };
 
 /* Opens (or creates) the table of the GPU with this UUID in ALNAIR_SHM_DIR and
  * claims a free slot. Returns 0, or -1 with a one-line reason in err. */
 int alnair_share_join(struct alnair_share *share, const uint8_t uuid[16], char *err, size_t err_len);
 
-/* Publishes this process's quota (parts per million of the period). */
+/* Publishes this process's quota (parts per million of the period, at most 10^6):
+ * writes its slot, which also repairs whatever someone else wrote there. */
 void alnair_share_set_quota(struct alnair_share *share, uint32_t quota_ppm);
 
 /* This process's window: offset and length (ns) within the period, laid out
- * from every live slot as of now. Returns how many other processes have one. */
+ * from the counted slots as of now. Once a second it also checks which slots
+ * are held and moves to a new table renamed over the old one. Returns how many
+ * other processes have a window. */
 int alnair_share_window(struct alnair_share *share, uint64_t now_ns, uint64_t *offset_ns, uint64_t *length_ns);
 
 /* Gives the window up (a clean exit): the others' layouts close the gap. */
