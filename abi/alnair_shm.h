@@ -32,6 +32,10 @@ extern "C" {
 #define ALNAIR_MAX_RECORD_SIZE 65536u
 #define ALNAIR_SHM_DEFAULT_DIR "/dev/shm"
 #define ALNAIR_SHM_NAME_PREFIX "alnair."
+/* Created in the directory by a reader that serves exited writers' last records for a while: where it
+ * exists, a writer that exits cleanly publishes its final counters and leaves its segment for that reader
+ * to serve and reclaim; where it does not, the writer removes its segment. */
+#define ALNAIR_READER_MARKER "alnair.reader"
 
 enum alnair_record_kind {
     ALNAIR_KIND_CUDA = 1,   /* struct alnair_cuda_record, written by the CUDA intercept */

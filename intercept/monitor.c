@@ -15,14 +15,17 @@
 #include "shm_segment.h"
 
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The monitor thread and the exit's final publish: one publisher at a time, as the seqlock needs. */
+static pthread_mutex_t publish_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int started;
+static _Atomic int exiting; /* the driver may be torn down already: never call it */
 static struct alnair_segment segment = {.fd = -1};
 static CUuuid uuids[ALNAIR_CUDA_MAX_DEVICES];
 static int uuid_known[ALNAIR_CUDA_MAX_DEVICES];
 
 const uint8_t *alnair_device_uuid(int ordinal)
 {
-    if (!uuid_known[ordinal]) {
+    if (!uuid_known[ordinal] && !atomic_load_explicit(&exiting, memory_order_relaxed)) {
         cuDeviceGetUuid_v2_fn get_uuid = REAL(cuDeviceGetUuid_v2);
         uuid_known[ordinal] = get_uuid && get_uuid(&uuids[ordinal], ordinal) == CUDA_SUCCESS;
     }
@@ -51,6 +54,7 @@ static void copy_device(struct alnair_cuda_device *out, int ordinal)
 
 static void publish(void)
 {
+    pthread_mutex_lock(&publish_lock);
     struct alnair_cuda_record *record = segment.record;
     alnair_segment_publish_begin(&segment);
     uint32_t count = 0;
@@ -59,6 +63,7 @@ static void publish(void)
     record->device_count = count;
     record->max_devices = ALNAIR_CUDA_MAX_DEVICES;
     alnair_segment_publish_end(&segment);
+    pthread_mutex_unlock(&publish_lock);
 }
 
 static void *monitor_main(void *arg)
@@ -110,12 +115,18 @@ static void fork_child(void)
     alnair_segment_forget(&segment);
     memset(uuid_known, 0, sizeof uuid_known);
     pthread_mutex_init(&start_lock, NULL);
+    pthread_mutex_init(&publish_lock, NULL);
     atomic_store(&started, 0);
 }
 ALNAIR_ON_FORK(monitor_fork, NULL, NULL, fork_child);
 
-/* A clean exit takes the segment away; a crash leaves it for the exporter to reclaim. */
-__attribute__((destructor)) static void remove_segment(void)
+/* A clean exit publishes the final counters (work done since the last tick would be lost otherwise), then
+ * leaves the segment to a reader that serves exited writers' records, or removes it; a crash leaves the
+ * last tick's record for the exporter to serve and reclaim. */
+__attribute__((destructor)) static void retire_segment(void)
 {
-    alnair_segment_remove_file(&segment);
+    if (segment.fd < 0 || !atomic_load(&started)) return;
+    atomic_store(&exiting, 1);
+    publish();
+    alnair_segment_retire(&segment);
 }

@@ -169,9 +169,17 @@ void alnair_segment_forget(struct alnair_segment *seg)
     seg->fd = -1;
 }
 
-void alnair_segment_remove_file(struct alnair_segment *seg)
+static int reader_lingers(void)
 {
-    if (seg->fd >= 0) unlink(seg->path);
+    char marker[4096];
+    struct stat st;
+    snprintf(marker, sizeof marker, "%s/" ALNAIR_READER_MARKER, alnair_shm_dir());
+    return stat(marker, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void alnair_segment_retire(struct alnair_segment *seg)
+{
+    if (seg->fd >= 0 && !reader_lingers()) unlink(seg->path);
 }
 
 void alnair_segment_close(struct alnair_segment *seg, int remove)

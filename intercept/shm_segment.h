@@ -34,8 +34,9 @@ void alnair_segment_publish_end(struct alnair_segment *seg);
 /* Unmaps and closes; with remove != 0 also unlinks (a clean exit). */
 void alnair_segment_close(struct alnair_segment *seg, int remove);
 
-/* Unlinks the file but keeps the mapping, for exit while another thread may still publish. */
-void alnair_segment_remove_file(struct alnair_segment *seg);
+/* At a clean exit, after the last publish: unlinks the file, unless a reader that serves exited writers'
+ * records announced itself (ALNAIR_READER_MARKER). Keeps the mapping: another thread may still publish. */
+void alnair_segment_retire(struct alnair_segment *seg);
 
 /* For a fork child: drop the parent's mapping and descriptor without touching the
  * file, so the parent's segment stays the parent's. */

@@ -94,7 +94,9 @@ def test_python_record_is_bounded_and_documented_size():
 
 def test_segment_naming_matches_the_header_and_the_c_writer(start_writer):
     defines = dict(re.findall(r'#define (ALNAIR_SHM_\w+) "([^"]*)"', ABI_HEADER.read_text()))
-    assert (defines["ALNAIR_SHM_DEFAULT_DIR"], defines["ALNAIR_SHM_NAME_PREFIX"]) == (naming.DEFAULT_DIR, naming.NAME_PREFIX)
+    defines.update(re.findall(r'#define (ALNAIR_READER_MARKER) "([^"]*)"', ABI_HEADER.read_text()))
+    assert (defines["ALNAIR_SHM_DEFAULT_DIR"], defines["ALNAIR_SHM_NAME_PREFIX"], defines["ALNAIR_READER_MARKER"]) == (
+        naming.DEFAULT_DIR, naming.NAME_PREFIX, naming.READER_MARKER)
     writer = start_writer()
     header = layout.ShmHeader.from_buffer_copy(writer.path.read_bytes())
     assert writer.path.name == naming.segment_name(layout.KIND_CUDA, header.pid_namespace_inode, writer.pid,

@@ -72,3 +72,16 @@ def test_full_segment_filesystem_costs_one_line_not_a_crash(run_client, tmp_path
         assert len(stderr.strip().splitlines()) == 1 and "No space left" in stderr
     finally:
         subprocess.run(["umount", "-l", str(full)], check=True)
+
+
+def test_a_clean_exit_publishes_the_final_counts_and_leaves_them_where_a_reader_lingers(run_client, shm_dir):
+    """With a 60 s publish period nothing after the first tick reaches the segment but the exit's publish."""
+    from alnair.abi import layout
+    from alnair.abi.segments import SegmentDirectory
+
+    (shm_dir / "alnair.reader").touch()
+    client = run_client("gpa", "launches", "2", "500", "1", env={"ALNAIR_PUBLISH_INTERVAL_MS": "60000"})
+    assert client.values("launches") == [["0", "1000"]]
+    assert client.stop() == "" and client.proc.returncode == 0
+    [last] = SegmentDirectory(str(shm_dir), layout.KIND_CUDA, linger_seconds=60).read()
+    assert last.segment.exited and last.record.devices[0].kernel_launches == 1000
