@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pynvml
 
-from alnair.abi import layout
+from alnair.abi import layout, naming
 from alnair.abi.segments import SegmentDirectory
 
 HERE = Path(__file__).resolve().parent
@@ -251,7 +251,25 @@ def part_bench() -> None:
     check("bench_torch_train_seconds", stats["ratio"] < 1.01, **stats)
 
 
-PARTS = {"counts": part_counts, "torch": part_torch, "oom": part_oom, "share": part_share,
+def part_exit() -> None:
+    """A clean exit on the real driver: the destructor's final publish, the segment left for the exporter."""
+    n = 4321
+    marker = SHM / naming.READER_MARKER
+    marker.touch()
+    try:
+        proc = spawn([str(KERNELS), "count", str(n), "1024", "1"], env=env(ALNAIR_PUBLISH_INTERVAL_MS="60000"))
+        read_until(proc, "ready")
+        proc.stdin.close()
+        code = proc.wait()
+        left = [p for p in SegmentDirectory(str(SHM), layout.KIND_CUDA, linger_seconds=60).read() if p.segment.exited]
+        launches = left[0].record.devices[0].kernel_launches if left else -1
+        check("exit_final_publish_left_for_the_exporter", code == 0 and launches == n, exit_code=code, launches=launches,
+              expected=n)
+    finally:
+        marker.unlink()
+
+
+PARTS = {"exit": part_exit, "counts": part_counts, "torch": part_torch, "oom": part_oom, "share": part_share,
          "share-baselines": part_share_baselines, "share-probe": part_share_probe,
          "share-deep-queue": part_share_deep_queue, "bench": part_bench}
 
