@@ -36,6 +36,11 @@ def temp_name(name: str) -> str:
     return f".{name}{TEMP_SUFFIX}"
 
 
+def reader_state_name(kind: int) -> str:
+    """Where a reader keeps the writers of a kind it saw alive, so a restart still serves those that exited."""
+    return f".{READER_MARKER}.{layout.KIND_NAMES[kind]}"
+
+
 def reader_lingers(directory: str) -> bool:
     """Whether a reader that serves exited writers' records announced itself in `directory`."""
     return os.path.isfile(os.path.join(directory, READER_MARKER))

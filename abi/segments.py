@@ -6,6 +6,7 @@ kill the exporter with SIGBUS, while pread just returns short.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -22,8 +23,12 @@ from .records import MAX_RECORD_SIZE, PARSERS, RECORD_SIZES, MalformedRecord, te
 
 log = logging.getLogger(__name__)
 
-SKIP_REASONS = ("truncated", "bad_magic", "abi_version", "malformed", "oversized", "torn", "unreadable", "over_limit")
+SKIP_REASONS = ("truncated", "bad_magic", "abi_version", "malformed", "oversized", "torn", "unreadable", "over_limit",
+                "duplicate")
 DEFAULT_MAX_SEGMENTS = 4096  # per kind and sample: a node's GPU processes, many times over
+FILES_PER_SEGMENT = 16  # files examined per sample at most, per record kept: planted junk bounds the work too
+STATE_MAX_BYTES = 1 << 20  # a reader's list of writers seen alive: names of ~100 bytes, thousands of them
+TORN_RETRIES_PER_PASS = 16  # segments retried (with sleeps) per pass when torn; more get one try
 TEMP_FILE_GRACE_SECONDS = 60.0  # a writer renames its temp file within microseconds
 
 _FLOCK = struct.Struct("hh4xqqi4x")  # struct flock on Linux (x86-64 and arm64)
@@ -80,10 +85,55 @@ class _Skip(Exception):
         self.reason = reason
 
 
-def _without_reused_pids(parsed: list[ParsedSegment]) -> list[ParsedSegment]:
-    """A lingering record whose pid a live writer now holds would repeat that writer's series: dropped."""
-    live = {p.segment.holder_pid for p in parsed if not p.segment.exited}
-    return [p for p in parsed if not (p.segment.exited and p.segment.holder_pid in live)]
+def load_holders(path: str | None) -> dict[str, int]:
+    """The writers a reader saw alive, as it saved them: only from a regular file of this user's, bounded."""
+    if not path:
+        return {}
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > STATE_MAX_BYTES:
+            log.warning("ignoring %r: not a file this reader wrote", path)
+            return {}
+        holders = {}
+        for line in os.pread(fd, STATE_MAX_BYTES, 0).decode(errors="replace").splitlines():
+            name, _, pid = line.rpartition(" ")
+            if name and pid.isdigit():
+                holders[name] = int(pid)
+        return holders
+    finally:
+        os.close(fd)
+
+
+def save_holders(path: str, holders: dict[str, int]) -> str:
+    """Returns "" or why it could not."""
+    # Written whole under a temporary name, then renamed: a reader restarting never finds half of it.
+    temp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, "".join(f"{name} {pid}\n" for name, pid in holders.items()).encode())
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        return e.strerror or str(e)
+    return ""
+
+
+def _one_per_pid(parsed: list[ParsedSegment]) -> list[ParsedSegment]:
+    """One record per pid label, as each series may appear once in a scrape: a live writer's before a
+    lingering one's (its pid was reused), the first found otherwise (a process holding several segments of a
+    kind is not an Alnair writer)."""
+    kept: dict[str, ParsedSegment] = {}
+    for p in sorted(parsed, key=lambda p: p.segment.exited):
+        kept.setdefault(p.segment.pid_label, p)
+    return list(kept.values())
 
 
 def lock_holder(fd: int) -> int | None:
@@ -105,12 +155,14 @@ class SegmentDirectory:
 
     A dead writer's last record is served (`exited`) for `linger_seconds` from when this reader first
     found it unlocked, so a Prometheus scraping every 15-60 s still gets a short job's final counters;
-    then it is reclaimed. A reader restarted meanwhile serves it for another linger.
+    then it is reclaimed. Only a writer this reader saw alive lingers (a file planted unlocked is anyone's
+    invention); `state_path` keeps that list, and each one's pid, across a restart of the reader, which
+    then serves the lingering records for another linger.
     """
 
     def __init__(self, path: str, kind: int, *, retries: int = 4, reclaim: bool = True,
                  max_segments: int = DEFAULT_MAX_SEGMENTS, linger_seconds: float = 0.0,
-                 clock=time.monotonic):
+                 clock=time.monotonic, state_path: str | None = None):
         self.path = path
         self.kind = kind
         self.retries = retries
@@ -119,7 +171,11 @@ class SegmentDirectory:
         self.linger_seconds = linger_seconds
         self.clock = clock
         self._dead_since: dict[str, float] = {}  # name -> when first found unlocked
-        self._holders: dict[str, int] = {}  # name -> its writer's pid as last seen alive
+        self.state_path = state_path
+        self._holders: dict[str, int] = load_holders(state_path)  # name -> its writer's pid as last seen alive
+        self._saved_holders = dict(self._holders)
+        self._state_failed = False
+        self._unremovable: set[str] = set()  # reclaims that failed, each logged once
         self.prefix = naming.kind_prefix(kind)
         self.skipped: Counter[str] = Counter()
         self.reclaimed = 0
@@ -129,23 +185,37 @@ class SegmentDirectory:
         skipped: Counter[str] = Counter()
         out: list[ParsedSegment] = []
         self._seen: set[str] = set()
+        self._torn_retries, examined = TORN_RETRIES_PER_PASS, 0
         with os.scandir(self.path) as entries:  # streamed: a million planted names are never held at once
             for entry in entries:
                 name = entry.name
-                if name.startswith(self.prefix) and len(out) >= self.max_segments:
+                if name.startswith(self.prefix):
+                    examined += 1
+                if name.startswith(self.prefix) and (len(out) >= self.max_segments
+                                                     or examined > FILES_PER_SEGMENT * self.max_segments):
                     skipped["over_limit"] += 1
                 elif name.startswith(self.prefix):
                     self._read_into(name, parse, out, skipped)
                 elif naming.is_temp_of_kind(name, self.kind):
                     self._reclaim_abandoned_temp(name)
+        kept = _one_per_pid(out)
+        if len(kept) < len(out):
+            skipped["duplicate"] += len(out) - len(kept)
         self.skipped = skipped
         self._forget_unseen()
-        return _without_reused_pids(out)
+        return kept
 
     def _forget_unseen(self) -> None:
         """Segments removed by someone else: nothing more to remember of them."""
         self._dead_since = {n: t for n, t in self._dead_since.items() if n in self._seen}
         self._holders = {n: pid for n, pid in self._holders.items() if n in self._seen}
+        self._unremovable = {f for f in self._unremovable if os.path.basename(f) in self._seen}
+        if self.state_path and self._holders != self._saved_holders:
+            self._saved_holders = dict(self._holders)
+            failure = save_holders(self.state_path, self._holders)
+            if failure and not self._state_failed:  # said once: exited writers then linger only until a restart
+                log.warning("cannot save the writers seen alive to %r: %s", self.state_path, failure)
+            self._state_failed = bool(failure)
 
     def _read_into(self, name: str, parse, out: list[ParsedSegment], skipped: Counter[str]) -> None:
         try:
@@ -175,7 +245,7 @@ class SegmentDirectory:
             if holder is None:
                 return self._lingering(name, fd, header)
             self._holders[name] = holder
-            return self._copy(name, fd, header, holder, self.retries)
+            return self._copy(name, fd, header, holder, self.retries if self._torn_retries > 0 else 1)
         finally:
             os.close(fd)
 
@@ -192,9 +262,9 @@ class SegmentDirectory:
         if not self.reclaim:
             return None  # a bystander (alnair top) shows the living only
         dead_since = self._dead_since.setdefault(name, self.clock())
-        if self.clock() - dead_since < self.linger_seconds:
+        if name in self._holders and self.clock() - dead_since < self.linger_seconds:
             try:
-                return self._copy(name, fd, header, self._holders.get(name, 0), 1, exited=True)
+                return self._copy(name, fd, header, self._holders[name], 1, exited=True)
             except _Skip:
                 pass
         self._reclaim(full)
@@ -218,8 +288,11 @@ class SegmentDirectory:
         return header
 
     def _consistent_copy(self, fd: int, size: int, retries: int) -> bytes:
-        """The seqlock read: a copy taken while seq stayed even and unchanged."""
+        """The seqlock read: a copy taken while seq stayed even and unchanged. Retries sleep, so they are
+        rationed per pass: a writer holding its seq odd for good costs the others one try, not four."""
         for attempt in range(retries):
+            if attempt == 1:
+                self._torn_retries -= 1
             before = _SEQ.unpack(os.pread(fd, 8, layout.SEQ_OFFSET))[0]
             if not before & 1:
                 raw = os.pread(fd, size, 0)
@@ -239,20 +312,23 @@ class SegmentDirectory:
         try:
             os.unlink(full)
         except OSError as e:
-            if e.errno != errno.ENOENT:
-                log.warning("cannot reclaim dead writer's segment %s: %s", full, e)
+            if e.errno != errno.ENOENT and full not in self._unremovable:
+                self._unremovable.add(full)  # said once: a name is a writer's, logged as repr, never raw
+                log.warning("cannot reclaim dead writer's segment %r: %s", full, e.strerror)
             return
         self.reclaimed += 1
 
     def _reclaim_abandoned_temp(self, name: str) -> None:
+        self._seen.add(name)
         full = os.path.join(self.path, name)
         try:
             fd = os.open(full, _OPEN_FLAGS)
         except OSError:
             return
         try:
-            old = time.time() - os.fstat(fd).st_mtime > TEMP_FILE_GRACE_SECONDS
-            if old and lock_holder(fd) is None:
+            st = os.fstat(fd)
+            old = time.time() - st.st_mtime > TEMP_FILE_GRACE_SECONDS
+            if stat.S_ISREG(st.st_mode) and old and lock_holder(fd) is None:  # a directory is not a writer's
                 self._reclaim(full)
         finally:
             os.close(fd)

@@ -38,8 +38,10 @@ def listen(options, web, assembler, runners, known) -> ExporterServer:
 def announce_reader(shm_dir: str) -> None:
     """Tell writers that exited writers' records are served here, so they leave them at exit (--shm.linger)."""
     try:
-        os.close(os.open(os.path.join(shm_dir, naming.READER_MARKER), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
-    except OSError as e:  # read-only, or a planted symlink: writers then remove their segments at exit
+        # O_NONBLOCK: a FIFO planted under the name must fail the open (ENXIO), not block start-up forever.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        os.close(os.open(os.path.join(shm_dir, naming.READER_MARKER), flags, 0o644))
+    except OSError as e:  # read-only, a planted symlink or FIFO: writers then remove their segments at exit
         log.warning("cannot mark %s as read by this exporter (%s): segments of exited writers are not kept", shm_dir, e.strerror)
 
 

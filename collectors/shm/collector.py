@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import ClassVar
 
-from alnair.abi import layout
+from alnair.abi import layout, naming
 from alnair.abi.segments import DEFAULT_MAX_SEGMENTS, ParsedSegment, SegmentDirectory
 from alnair.exporter.plugin import ExpositionBuilder, LabelSets, render
 
@@ -22,7 +22,8 @@ class SegmentCollector:
     def __init__(self, options):
         self.directory = SegmentDirectory(options.shm_dir, self.kind,
                                           max_segments=getattr(options, "shm_max_segments", DEFAULT_MAX_SEGMENTS),
-                                          linger_seconds=getattr(options, "shm_linger", 0.0))
+                                          linger_seconds=getattr(options, "shm_linger", 0.0),
+                                          state_path=os.path.join(options.shm_dir, naming.reader_state_name(self.kind)))
         # btime never changes while the kernel runs: read it once, not every sample
         self.boot_seconds = boot_time_seconds(options.procfs)
         self.clock_ticks = os.sysconf("SC_CLK_TCK")

@@ -267,3 +267,29 @@ def test_without_a_linger_a_dead_writers_segment_is_reclaimed_at_once(start_writ
     writer.kill()
     directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA)
     assert directory.read() == [] and not writer.path.exists() and directory.reclaimed == 1
+
+
+def test_a_process_holding_several_segments_is_served_once(shm_dir, locker):
+    """Every series once per scrape: the text format allows no repeats, and one pid is one process."""
+    for i in range(3):
+        planted = shm_dir / f"alnair.cuda.1.2.{10 + i}"
+        planted_segment(planted, layout.CUDA_RECORD_SIZE)
+        locker.lock(planted)  # one process holds them all
+    directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA)
+    assert len(directory.read()) == 1 and dict(directory.skipped) == {"duplicate": 2}
+
+
+def test_a_file_planted_unlocked_is_never_served_as_an_exited_writer(shm_dir):
+    planted = shm_dir / "alnair.cuda.1.2.20"
+    planted_segment(planted, layout.CUDA_RECORD_SIZE)  # valid, but no writer ever held it
+    directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA, linger_seconds=60)
+    assert directory.read() == [] and not planted.exists() and directory.reclaimed == 1
+
+
+def test_a_restarted_reader_still_serves_the_writers_that_exited_meanwhile(start_writer, shm_dir, tmp_path):
+    state = str(tmp_path / "seen")
+    writer = start_writer("--set", "kernel_launches=5")
+    SegmentDirectory(str(shm_dir), layout.KIND_CUDA, linger_seconds=60, state_path=state).read()  # seen alive
+    writer.kill()  # while no reader runs
+    [last] = SegmentDirectory(str(shm_dir), layout.KIND_CUDA, linger_seconds=60, state_path=state).read()
+    assert last.segment.exited and last.segment.holder_pid == writer.pid and last.record.devices[0].kernel_launches == 5

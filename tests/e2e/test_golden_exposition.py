@@ -92,10 +92,13 @@ def golden_scrape(tmp_path, shm_dir, start_writer, start_redis) -> str:
                          "--collector.nvml.interval=200ms", "--collector.cache.interval=200ms", "--node.name=golden"],
                         tmp_path / "exporter.log", env={"GOLDEN_GPU_PID": str(trainer.pid)}, python=sys.executable,
                         script=str(launcher))
-    exited = PythonProgram(PYTHON_WRITER.replace("sys.stdin.read()", ""), shm_dir)  # exits: its record lingers
-    exited.proc.wait(30)
-    start_writer("--devices", "1").kill()  # a crashed writer's last record lingers too
     try:
+        # Writers the exporter sees alive, then an exited one and a crashed one: their last records linger.
+        leaving = PythonProgram(PYTHON_WRITER.replace("sys.stdin.read()", "sys.stdin.readline()"), shm_dir)
+        crashing = start_writer("--devices", "1")
+        wait_until(lambda: all(f'pid="{pid}"' in scrape_text(exporter.url) for pid in (leaving.pid, crashing.pid)), timeout=60)
+        leaving.finish()
+        crashing.kill()
         collectors = ("cache", "cuda", "host", "nvml", "python")
         return wait_until(lambda: (text := scrape_text(exporter.url)) and all(
             parse_samples(text).get(f'alnair_exporter_collector_success{{collector="{c}"}}') == 1.0 for c in collectors)

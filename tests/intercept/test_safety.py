@@ -80,8 +80,13 @@ def test_a_clean_exit_publishes_the_final_counts_and_leaves_them_where_a_reader_
     from alnair.abi.segments import SegmentDirectory
 
     (shm_dir / "alnair.reader").touch()
-    client = run_client("gpa", "launches", "2", "500", "1", env={"ALNAIR_PUBLISH_INTERVAL_MS": "60000"})
-    assert client.values("launches") == [["0", "1000"]]
+    # 1 ms per launch: the first tick publishes near the start, and 60 s pass before the next one would.
+    client = run_client("gpa", "launches", "1", "500", "1",
+                        env={"ALNAIR_PUBLISH_INTERVAL_MS": "60000", "FAKE_CUDA_LAUNCH_NS": "1000000"})
+    reader = SegmentDirectory(str(shm_dir), layout.KIND_CUDA, linger_seconds=60)
+    wait_until(lambda: reader.read())  # seen alive
+    assert client.values("launches") == [["0", "500"]]
+    assert [p.record.devices[0].kernel_launches for p in reader.read()] < [500]  # still the first tick's count
     assert client.stop() == "" and client.proc.returncode == 0
-    [last] = SegmentDirectory(str(shm_dir), layout.KIND_CUDA, linger_seconds=60).read()
-    assert last.segment.exited and last.record.devices[0].kernel_launches == 1000
+    [last] = reader.read()
+    assert last.segment.exited and last.record.devices[0].kernel_launches == 500

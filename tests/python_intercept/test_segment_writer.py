@@ -73,13 +73,15 @@ def test_a_clean_exit_leaves_the_final_record_where_a_reader_lingers_and_removes
     PythonProgram(program, shm_dir).proc.wait(30)
     assert list(shm_dir.iterdir()) == []  # no exporter has announced itself here: nothing is left behind
     (shm_dir / "alnair.reader").touch()
-    done = PythonProgram(program, shm_dir)
-    done.proc.wait(30)
+    reader = SegmentDirectory(str(shm_dir), layout.KIND_PYTHON, linger_seconds=60)
+    done = PythonProgram(program + "import sys\nsys.stdin.readline()\n", shm_dir)
+    wait_until(lambda: len(reader.read()) == 1)  # seen alive
+    done.finish()
     [segment] = [p for p in shm_dir.iterdir() if p.name.startswith("alnair.python.")]
     fd = os.open(segment, os.O_RDONLY)
     try:
         assert lock_holder(fd) is None  # released: the writer is gone
     finally:
         os.close(fd)
-    [last] = SegmentDirectory(str(shm_dir), layout.KIND_PYTHON, linger_seconds=60).read()
+    [last] = reader.read()
     assert last.segment.exited and {c.name: c.value for c in last.record.counters[: last.record.counter_count]} == {b"done": 7}
