@@ -1,5 +1,5 @@
-"""The HTTP endpoint: /metrics, /healthz and an index page, with optional TLS, basic auth
-and a bound on concurrent scrapes."""
+"""The HTTP endpoint: /metrics, /healthz and an index page, with optional TLS, basic auth,
+a rate limit and a bound on concurrent scrapes."""
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +16,7 @@ from alnair.commandline import version
 
 from .sampler import CollectorRunner
 from .scrape import CONTENT_TYPE, ScrapeAssembler
-from .webconfig import WebConfig
+from .webconfig import LiveWebConfig, WebConfig, tls_accept
 
 log = logging.getLogger(__name__)
 IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
@@ -52,7 +52,7 @@ class ExporterServer(ThreadingHTTPServer):
                  max_connections: int = MAX_CONNECTIONS, priority_sources: Sequence[IPNetwork] = ()):
         host, port = address
         self.address_family = socket.AF_INET6 if ":" in host or host == "" else socket.AF_INET
-        self.web = web
+        self.live_web = LiveWebConfig(web)
         self.assembler = assembler
         self.runners = runners
         self.known = known
@@ -62,6 +62,11 @@ class ExporterServer(ThreadingHTTPServer):
         self.priority_sources = tuple(priority_sources)
         super().__init__((host or "::", port), Handler)
 
+    @property
+    def web(self) -> WebConfig:
+        """The web config now: the file is read again when it, or a certificate it names, changes."""
+        return self.live_web.current()
+
     def server_bind(self) -> None:
         if self.address_family == socket.AF_INET6:  # ":port" serves IPv4 too
             self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
@@ -70,15 +75,16 @@ class ExporterServer(ThreadingHTTPServer):
     def get_request(self):
         conn, addr = super().get_request()
         conn.settimeout(HANDSHAKE_AND_READ_TIMEOUT)
-        if self.web.ssl_context is not None:
+        context = self.web.ssl_context  # each new connection gets the certificate as it is on disk now
+        if context is not None:
             # The handshake runs on the request's own thread, not the accept loop.
-            conn = self.web.ssl_context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+            conn = context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
         return conn, addr
 
     def process_request(self, request, client_address) -> None:
         """A thread for the connection while fewer than max_connections are open, else 503 and close."""
         if not self.connection_slots.acquire(blocking=False):
-            if self.web.ssl_context is None:  # a TLS client would not understand a plain answer
+            if not isinstance(request, ssl.SSLSocket):  # a TLS client would not understand a plain answer
                 with contextlib.suppress(OSError):
                     request.send(_REFUSED)
             self.shutdown_request(request)
@@ -114,12 +120,22 @@ class Handler(BaseHTTPRequestHandler):
 
     def handle(self) -> None:
         try:
+            refused = tls_accept(self.connection) if isinstance(self.connection, ssl.SSLSocket) else ""
+            if refused:
+                log.debug("connection from %s closed: %s", self.client_address, refused)
+                return
             super().handle()
         except (ssl.SSLError, ConnectionError, TimeoutError) as e:
             log.debug("connection from %s ended: %s", self.client_address, e)
 
     def do_GET(self) -> None:
-        if not self.server.web.check_basic_auth(self.headers.get("Authorization")):
+        self.web = self.server.web  # one config for the whole request, should the file change meanwhile
+        # As the toolkit: rate_limit first, for every path; a priority source is exempt, so a flood cannot use up
+        # Prometheus's tokens.
+        if not self.server.has_priority(self.client_address[0]) and not self.web.allows_request():
+            self._reply(429, b"Too Many Requests\n", "text/plain; charset=utf-8")
+            return
+        if not self.web.check_basic_auth(self.headers.get("Authorization")):
             self._reply(401, b"Unauthorized\n", "text/plain", {"WWW-Authenticate": 'Basic realm="alnair"'})
             return
         path = self.path.split("?", 1)[0]
@@ -175,7 +191,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        for name, value in {**self.server.web.headers, **(extra or {})}.items():
+        for name, value in {**self.web.headers, **(extra or {})}.items():
             self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":

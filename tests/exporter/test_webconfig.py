@@ -1,4 +1,5 @@
-"""Tests for alnair.exporter.webconfig: TLS handshakes against a real server, basic auth, errors."""
+"""Tests for alnair.exporter.webconfig: TLS handshakes against a real server, basic auth, errors, the rate limit
+and reading the file again when it changes (test_toolkit_parity.py runs the toolkit's own cases)."""
 from __future__ import annotations
 
 import base64
@@ -6,9 +7,10 @@ import datetime
 import http.client
 import ipaddress
 import itertools
+import logging
+import socket
 import ssl
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import bcrypt
@@ -19,8 +21,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from alnair.exporter import webconfig
-from alnair.exporter.webconfig import WebConfigError, load_web_config
-from support import serving_in_thread
+from alnair.exporter.scrape import ScrapeAssembler
+from alnair.exporter.server import ExporterServer
+from alnair.exporter.webconfig import TokenBucket, WebConfigError, load_web_config
+from support import serving_in_thread, write_tls_files
 
 PASSWORD = b"s3cret"
 
@@ -131,7 +135,7 @@ def test_no_path_means_plain_http_without_auth():
 
 
 def test_relative_paths_resolve_against_config_dir_and_tls_serves(pki):
-    config = load(pki, TLS + "  cipher_suites: [TLS_AES_128_GCM_SHA256]\nhttp_server_config:\n"
+    config = load(pki, TLS + "  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\nhttp_server_config:\n"
                   "  http2: false\n  headers:\n    X-Frame-Options: deny\n")
     assert config.ssl_context.verify_mode == ssl.CERT_NONE
     assert config.ssl_context.minimum_version == ssl.TLSVersion.TLSv1_2
@@ -238,19 +242,27 @@ def test_a_bcrypt_cost_outside_10_to_16_is_refused(pki, cost):
 @pytest.mark.parametrize("text, offending", [
     ("tls_server_config: [unclosed\n", "invalid YAML"),
     ("- a list\n", "top level"),
-    ("rate_limit: {}\n", "rate_limit"),
+    ("rate_limit:\n  interval: 5\n", "rate_limit.interval"),  # Go would read 5 ns
+    ("rate_limit:\n  interval: -1s\n", "rate_limit.interval"),
+    ("rate_limit:\n  interval: 1s\n  burst: -1\n", "rate_limit.burst"),
+    ("rate_limit:\n  interval: 1s\n  burst: true\n", "rate_limit.burst"),
     (TLS + "  client_allowed_sans: [a]\n", "tls_server_config.client_allowed_sans"),
+    (TLS + "  client_auth_type: RequireAnyClientCert\n  client_allowed_sans: [a]\n", "unverified certificate"),
+    (TLS + "  cert: inline\n", "both cert and cert_file"),
+    (TLS + "  cipher_suites: [TLS_RSA_WITH_AES_128_CBC_SHA]\n", "unknown cipher TLS_RSA_WITH_AES_128_CBC_SHA"),
+    (TLS + "  cipher_suites: [TLS_AES_128_GCM_SHA256]\n  max_version: TLS12\n", "TLS 1.3 suites only"),
+    (TLS + "  curve_preferences: [X448]\n", "unknown curve X448"),
+    (TLS + "  prefer_server_cipher_suites: yes please\n", "prefer_server_cipher_suites"),
+    (TLS + "  key_file: client.key\n", "tls_server_config.key_file is given twice"),
+    ("http_server_config:\n  http2: 'no'\n", "http_server_config.http2"),
     ("http_server_config:\n  gzip: true\n", "http_server_config.gzip"),
-    ("tls_server_config:\n  key_file: server.key\n", "tls_server_config.cert_file"),
-    ("tls_server_config:\n  cert_file: server.crt\n", "tls_server_config.key_file"),
+    ("tls_server_config:\n  key_file: server.key\n", "missing one of cert or cert_file"),
+    ("tls_server_config:\n  cert_file: server.crt\n", "missing one of key or key_file"),
     ("tls_server_config:\n  cert_file: missing.crt\n  key_file: server.key\n", "cert_file missing.crt"),
     ("tls_server_config:\n  cert_file: garbage.pem\n  key_file: server.key\n", "cert_file garbage.pem"),
     ("tls_server_config:\n  cert_file: server.crt\n  key_file: client.key\n", "key_file client.key"),
     ("tls_server_config:\n  cert_file: ca.crt\n  key_file: encrypted.key\n", "key_file encrypted.key"),
     (TLS + "  client_auth_type: Sometimes\n", "client_auth_type"),
-    (TLS + "  client_auth_type: RequireAndVerifyClientCert\n", "client_ca_file"),
-    (TLS + "  client_auth_type: VerifyClientCertIfGiven\n", "client_ca_file"),
-    (TLS + "  client_auth_type: RequireAnyClientCert\n", "client_ca_file"),
     (TLS + "  client_ca_file: ca.crt\n", "client_ca_file"),
     (TLS + "  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: garbage.pem\n", "client_ca_file"),
     (TLS + "  min_version: TLS14\n", "min_version"),
@@ -275,3 +287,144 @@ def test_unreadable_file(tmp_path):
     missing = tmp_path / "nope.yml"
     with pytest.raises(WebConfigError, match=f"^web config {missing}: cannot read file"):
         load_web_config(str(missing))
+
+
+def test_client_auth_without_a_ca_verifies_against_the_system_pool(pki):
+    """As Go: no client_ca_file means the system's CAs, which never signed the test client."""
+    config = load(pki, TLS + "  client_auth_type: RequireAndVerifyClientCert\n")
+    with serving(config.ssl_context) as port:
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            fetch(port, client_context(pki, cert=True))
+
+
+@pytest.mark.parametrize("auth", ["RequestClientCert", "RequireAnyClientCert"])
+def test_an_unverified_client_auth_takes_any_certificate(pki, auth):
+    config = load(pki, TLS + f"  client_auth_type: {auth}\n")
+    with serving(config.ssl_context) as port:
+        assert fetch(port, client_context(pki, cert=True)) == (200, b"ok")  # its CA is not loaded: not verified
+        if auth == "RequestClientCert":
+            assert fetch(port, client_context(pki)) == (200, b"ok")
+        else:
+            with pytest.raises((ssl.SSLError, ConnectionError)):
+                fetch(port, client_context(pki))
+
+
+def test_cipher_suites_naming_only_tls13_suites_leave_tls12_out(pki):
+    """Go would then find no suite for a TLS 1.2 client; not offering TLS 1.2 fails it the same."""
+    config = load(pki, TLS + "  cipher_suites: [TLS_AES_128_GCM_SHA256]\n")
+    assert config.ssl_context.minimum_version == ssl.TLSVersion.TLSv1_3
+
+
+def test_without_the_openssl_calls_curves_are_refused_in_one_line(pki, monkeypatch):
+    monkeypatch.setattr(webconfig, "_libssl", lambda: None)  # a Python whose ssl module hides libssl
+    with pytest.raises(WebConfigError, match="curve_preferences needs an OpenSSL call"):
+        load(pki, TLS + "  curve_preferences: [X25519]\n")
+
+
+def test_header_values_are_served_as_written(pki):
+    config = load(pki, "http_server_config:\n  headers:\n    X-XSS-Protection: 1\n"
+                       "    Strict-Transport-Security: 0x10\n    Content-Security-Policy:\n")
+    assert dict(config.headers) == {"X-XSS-Protection": "1", "Strict-Transport-Security": "0x10",
+                                    "Content-Security-Policy": ""}  # as Go reads them into strings
+
+
+def test_client_names_are_the_toolkits_kinds_with_ips_as_go_writes_them():
+    peer = {"subjectAltName": (("DNS", "node-a"), ("email", "a@b.c"), ("URI", "spiffe://x/y"),
+                               ("IP Address", "2001:DB8:0:0:0:0:0:1\n"), ("IP Address", "10.0.0.1"),
+                               ("DirName", "CN=other"), ("othername", "<unsupported>"))}
+    assert webconfig._sans(peer) == {"node-a", "a@b.c", "spiffe://x/y", "2001:db8::1", "10.0.0.1"}
+    assert webconfig._sans(None) == set()  # no certificate: no name can match
+
+
+def test_rate_limit_is_a_token_bucket():
+    clock = [0.0]
+    bucket = TokenBucket(2.0, 3, clock=lambda: clock[0])
+    assert [bucket.allow() for _ in range(4)] == [True, True, True, False]  # full at start: the burst
+    clock[0] += 2.0
+    assert [bucket.allow(), bucket.allow()] == [True, False]  # then a token per interval
+    clock[0] += 100
+    assert sum(bucket.allow() for _ in range(5)) == 3  # never more held than the burst
+    assert TokenBucket(1.0, 0).allow() is False  # a burst of 0 refuses everything, as Go's limiter does
+
+
+def test_rate_limit_interval_reads_go_durations(pki):
+    assert load(pki, "rate_limit:\n  interval: 1m30s\n  burst: 2\n").rate_limit.interval == 90.0
+    assert load(pki, "rate_limit:\n  interval: 250ms\n").rate_limit.interval == 0.25
+    for off in ("0", "0s", "'0'"):
+        assert load(pki, f"rate_limit:\n  interval: {off}\n  burst: 5\n").rate_limit is None
+
+
+def exporter_serving(config_path, **kwargs):
+    server = ExporterServer(("127.0.0.1", 0), load_web_config(str(config_path)), ScrapeAssembler([], "node-a"), [], [],
+                            "/metrics", 0, **kwargs)
+    return serving_in_thread(server)
+
+
+def served_certificate(port, max_version=None) -> bytes:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # the test compares the certificate itself
+    if max_version:
+        ctx.maximum_version = max_version
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, ctx.wrap_socket(raw) as tls:
+        return tls.getpeercert(binary_form=True)
+
+
+def der(path) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(path.read_text())
+
+
+@pytest.fixture
+def tls_files(tmp_path):
+    write_tls_files(tmp_path)
+    (tmp_path / "web.yml").write_text(TLS)
+    return tmp_path
+
+
+def test_a_certificate_rotated_on_disk_is_served_to_the_next_connection(tls_files):
+    with exporter_serving(tls_files / "web.yml") as port:
+        first = served_certificate(port)
+        assert first == der(tls_files / "server.crt")
+        write_tls_files(tls_files)  # a new key and certificate, as cert-manager renews them
+        assert served_certificate(port) == der(tls_files / "server.crt") != first
+
+
+def web_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == webconfig.__name__]
+
+
+def test_a_broken_new_file_keeps_the_config_before_with_one_log_line(tls_files, caplog, monkeypatch):
+    monkeypatch.setattr(webconfig, "RETRY_SECONDS", 0)  # read again on every connection, to show the one line
+    config = tls_files / "web.yml"
+    with exporter_serving(config) as port:
+        config.write_text("tls_server_config: [unclosed\n")
+        for _ in range(3):
+            assert served_certificate(port) == der(tls_files / "server.crt")
+        [warning] = web_warnings(caplog)
+        assert "invalid YAML" in warning and "still serving with the web config read before" in warning
+        config.write_text(TLS + "  min_version: TLS13\n")
+        with pytest.raises(ssl.SSLError):  # the fixed file is the one served now
+            served_certificate(port, max_version=ssl.TLSVersion.TLSv1_2)
+
+
+def test_switching_between_http_and_https_needs_a_restart(tls_files, caplog):
+    config = tls_files / "web.yml"
+    with exporter_serving(config) as port:
+        config.write_text("")  # plain HTTP
+        assert served_certificate(port) == der(tls_files / "server.crt")
+        assert ["needs a restart" in warning for warning in web_warnings(caplog)] == [True]
+
+
+def status_from(port, source) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
+    try:
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_rate_limit_answers_429_but_never_to_a_priority_source(tmp_path):
+    (tmp_path / "web.yml").write_text("rate_limit:\n  interval: 1h\n  burst: 1\n")
+    with exporter_serving(tmp_path / "web.yml", priority_sources=[ipaddress.ip_network("127.0.0.2/32")]) as port:
+        assert [status_from(port, "127.0.0.1") for _ in range(2)] == [200, 429]
+        assert [status_from(port, "127.0.0.2") for _ in range(3)] == [200, 200, 200]
