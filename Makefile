@@ -7,9 +7,10 @@ test: system-packages
 	$(MAKE) -s -C intercept
 	$(PYTHON) -m pytest
 
-# The tests start a real Prometheus and a real redis-server.
+# The tests start a real Prometheus and a real redis-server, and read a listening socket's backlog with ss.
 system-packages:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v redis-server >/dev/null || \
-		$(SUDO) sh -c 'apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus redis-server'
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v redis-server >/dev/null && \
+		command -v ss >/dev/null || \
+		$(SUDO) sh -c 'apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus redis-server iproute2'
 
 .PHONY: test system-packages
