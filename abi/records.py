@@ -12,7 +12,14 @@ from . import layout
 # writer) up to MAX_RECORD_SIZE, never more: anything larger is refused unread (ALNAIR_MAX_RECORD_SIZE).
 RECORD_SIZES = {layout.KIND_CUDA: layout.CUDA_RECORD_SIZE, layout.KIND_PYTHON: layout.PYTHON_RECORD_SIZE}
 MAX_RECORD_SIZE = layout.MAX_RECORD_SIZE
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f]")
+# What cannot stand in a label value as text: a NUL ends a C string, other controls are invisible or obeyed by
+# terminals, a lone surrogate has no UTF-8. Writers map names with it before publishing, readers what they read.
+_NOT_TEXT = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def as_text(value: str) -> str:
+    """`value` with each code point that is not text replaced by U+FFFD."""
+    return _NOT_TEXT.sub("\ufffd", value)
 
 
 class MalformedRecord(ValueError):
@@ -59,7 +66,7 @@ def device_uuid(device: layout.CudaDevice) -> str:
 def text(raw: bytes) -> str:
     """A fixed-size string field as text: bounded by its field, invalid UTF-8 and control characters
     (which a terminal would obey) replaced by U+FFFD."""
-    return _UNPRINTABLE.sub("\ufffd", raw.decode(errors="replace"))
+    return as_text(raw.decode(errors="replace"))
 
 
 

@@ -176,6 +176,8 @@ class SegmentDirectory:
         self._saved_holders = dict(self._holders)
         self._state_failed = False
         self._unremovable: set[str] = set()  # reclaims that failed, each logged once
+        self._seen: set[str] = set()  # names met in the pass under way: what the pass after may remember
+        self._torn_retries = TORN_RETRIES_PER_PASS
         self.prefix = naming.kind_prefix(kind)
         self.skipped: Counter[str] = Counter()
         self.reclaimed = 0
@@ -184,7 +186,7 @@ class SegmentDirectory:
         parse = PARSERS[self.kind]
         skipped: Counter[str] = Counter()
         out: list[ParsedSegment] = []
-        self._seen: set[str] = set()
+        self._seen = set()
         self._torn_retries, examined = TORN_RETRIES_PER_PASS, 0
         with os.scandir(self.path) as entries:  # streamed: a million planted names are never held at once
             for entry in entries:

@@ -12,7 +12,7 @@ from alnair import commandline
 from alnair.abi import naming
 from alnair.abi.segments import DEFAULT_MAX_SEGMENTS
 from alnair.commandline import (OneLineParser, RepeatedList, add_flag, comma_separated, duration, env_default, env_name,
-                                flag_type, non_negative_int, parse_bool)
+                                flag_type, int_at_least, parse_bool)
 
 from .registry import CollectorSpec
 
@@ -23,14 +23,6 @@ RESERVED_PATHS = ("/", "/healthz")  # served by the exporter itself (exporter/se
 
 def fail(message: str) -> NoReturn:
     commandline.fail(PROG, message)
-
-
-@flag_type
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"must be >= 1: {text!r}")
-    return value
 
 
 def parse_network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
@@ -66,7 +58,7 @@ def build_parser(collectors: Iterable[CollectorSpec]) -> argparse.ArgumentParser
     parser = OneLineParser(prog=PROG, description="Alnair: GPU and AI workload metrics for Prometheus.")
     add_flag(parser, "--web.listen-address", type=parse_listen_address, default=DEFAULT_LISTEN, help="Address to serve /metrics on.")
     add_flag(parser, "--web.config.file", default="", help="exporter-toolkit web config (TLS, basic auth).")
-    add_flag(parser, "--web.max-requests", type=non_negative_int, default=40, help="Concurrent scrapes served at most; 0 = no limit.")
+    add_flag(parser, "--web.max-requests", type=int_at_least(0), default=40, help="Concurrent scrapes served at most; 0 = no limit.")
     add_flag(parser, "--web.priority-sources", type=comma_separated(parse_network), default=[], action=RepeatedList,
              help="Addresses or networks (CIDR) whose scrapes --web.max-requests never refuses: your Prometheus.")
     add_flag(parser, "--web.telemetry-path", default="/metrics", help="Path of the metrics endpoint.")
@@ -74,7 +66,7 @@ def build_parser(collectors: Iterable[CollectorSpec]) -> argparse.ArgumentParser
     add_flag(parser, "--shm.dir", default=naming.DEFAULT_DIR, help="Directory of the writers' shared-memory segments.")
     add_flag(parser, "--shm.linger", type=duration, default=120.0,
              help="How long an exited writer's last record is still served, so scrapes see its final counters.")
-    add_flag(parser, "--shm.max-segments", type=positive_int, default=DEFAULT_MAX_SEGMENTS,
+    add_flag(parser, "--shm.max-segments", type=int_at_least(1), default=DEFAULT_MAX_SEGMENTS,
              help="Segments of each kind read per sample at most; more are counted as skipped (over_limit).")
     add_flag(parser, "--path.procfs", default="/proc", help="procfs mount point (the host's /proc in a DaemonSet).")
     add_flag(parser, "--log.level", type=str.lower, default="info", help="debug, info, warning or error.")

@@ -110,7 +110,7 @@ class Publisher:
 
     def _copy_table(self, entries, valid: str, slots: list, fields: tuple[str, ...]) -> None:
         """Slots into the record's table; names are written once, as slots are only ever appended.
-        A slot's name is already its published form (recorder.published_name): it encodes and fits."""
+        A slot's name is already its published form (abi.records.as_text): it encodes and fits."""
         record = self._record
         for i in range(getattr(record, valid), len(slots)):
             entries[i].name = slots[i].name.encode()

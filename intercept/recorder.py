@@ -7,7 +7,6 @@ is data wait / step time.
 """
 from __future__ import annotations
 
-import re
 import sys
 import threading
 import time
@@ -15,18 +14,11 @@ import weakref
 from typing import Callable
 
 from alnair.abi import layout
+from alnair.abi.records import as_text
 
 MAX_NAME_BYTES = layout.PYTHON_NAME_LEN - 1  # keep the NUL
 MAX_VALUE = 2**64 - 1  # the record's uint64: published sums saturate here rather than wrap
 MAX_SPELLINGS = 256  # names cached per table: a program may make up spellings without end
-# What cannot stand in a label value as text: a NUL ends the C string (two names would publish as one),
-# other controls are invisible or obeyed by terminals (the reader's set too), a surrogate has no UTF-8.
-_NOT_TEXT = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-def published_name(name: str) -> str:
-    """The name as the record holds it (docs/python-api.md): each code point that is not text becomes U+FFFD."""
-    return _NOT_TEXT.sub("\ufffd", name)
 
 
 def shown(value) -> str:
@@ -234,7 +226,8 @@ class Recorder:
 
     def _published(self, name: str, what: str) -> str | None:
         """The name's published form; None, reported once, when the record cannot hold it."""
-        published = published_name(name) if isinstance(name, str) else ""
+        # The name as the record holds it (docs/python-api.md): names split by a NUL never publish as one.
+        published = as_text(name) if isinstance(name, str) else ""
         if not published or len(published.encode()) > MAX_NAME_BYTES:
             text = shown(name)
             self.warn_once(f"{what}:{text}", f"{what} name must be 1 to {MAX_NAME_BYTES} bytes of text, got {text}; not recorded")

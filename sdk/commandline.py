@@ -118,12 +118,17 @@ def format_duration(seconds: float) -> str:
     return "".join(parts) or "0s"
 
 
-@flag_type
-def non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(f"must be >= 0: {text!r}")
-    return value
+def int_at_least(minimum: int) -> Callable:
+    """An integer flag's type: whole numbers from `minimum` up."""
+
+    @flag_type
+    def at_least(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise ValueError(f"must be >= {minimum}: {text!r}")
+        return value
+
+    return at_least
 
 
 def comma_separated(parse: Callable) -> Callable:
