@@ -3,7 +3,6 @@ for the HTTP endpoint. It is read as prometheus/exporter-toolkit reads it, and r
 names, changes; docs/security.md lists where the exporter differs from the toolkit, and why."""
 from __future__ import annotations
 
-import _socket
 import _ssl
 import base64
 import binascii
@@ -114,7 +113,7 @@ RETRY_SECONDS = 1.0  # a new web config file that does not load is read again no
 
 # Go's net/http answers a TLS port's plain HTTP request (the first five bytes tell) with this, then closes.
 _HTTP_STARTS = {b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO"}
-_HTTP_TO_HTTPS = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+PLAIN_HTTP_REFUSAL = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
 
 # OpenSSL's verify callback: int (*)(int preverify_ok, X509_STORE_CTX *).
 _VERIFY_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
@@ -175,27 +174,33 @@ class WebConfig:
         """False when rate_limit has no token left for this request."""
         return self.rate_limit is None or self.rate_limit.allow()
 
-    def check_basic_auth(self, authorization_header: str | None) -> bool:
-        """True when auth is off or the header carries a configured user's password."""
+    def known_verdict(self, authorization_header: str | None) -> bool | None:
+        """check_basic_auth's answer where it costs no bcrypt (auth off, a malformed header, an attempt seen
+        before), else None: the server asks check_basic_auth off its event loop only then."""
         if not self.auth_required:
             return True
-        credentials = _parse_basic(authorization_header)
-        if credentials is None:
+        key = _attempt(authorization_header)
+        if key is None:
             return False
-        user, password = credentials
-        key = (user, hashlib.sha256(password).digest())
         with self._cache_lock:
             known = self._outcomes.get(key)
             if known is not None:
                 self._outcomes.move_to_end(key)
-                return known
+            return known
+
+    def check_basic_auth(self, authorization_header: str | None) -> bool:
+        """True when auth is off or the header carries a configured user's password."""
+        known = self.known_verdict(authorization_header)
+        if known is not None:
+            return known
+        user, password = _parse_basic(authorization_header)
         hashed = self.basic_auth_users.get(user)
         # An unknown user is checked against a configured user's hash: the same cost, so the time taken
         # does not tell which users exist, and the verdict is still no.
         with self._bcrypt_slots:
             ok = _bcrypt_matches(password, hashed or next(iter(self.basic_auth_users.values()))) and hashed is not None
         with self._cache_lock:
-            self._outcomes[key] = ok
+            self._outcomes[_attempt(authorization_header)] = ok
             if len(self._outcomes) > OUTCOMES_KEPT:
                 self._outcomes.popitem(last=False)
         return ok
@@ -243,18 +248,17 @@ class LiveWebConfig:
             log.info("web config %s read again", old.source)
 
 
-def tls_accept(conn: ssl.SSLSocket) -> str:
-    """Completes a new connection's handshake; the reason to close it unserved, or "". A plain HTTP request is
-    answered 400 first, as Go's server answers it; a certificate is refused here when client_allowed_sans is set
-    and the client's verified certificate has none of those names (or the client sent none)."""
-    # Before the handshake nothing has been read, so the socket's own recv (SSLSocket's takes no flags) peeks
-    # at the client's first bytes: a TLS record header, or Go's test for an HTTP request line.
-    if _socket.socket.recv(conn, 5, socket.MSG_PEEK) in _HTTP_STARTS:
-        _socket.socket.sendall(conn, _HTTP_TO_HTTPS)
-        return "a plain HTTP request to the HTTPS endpoint"
-    conn.do_handshake()
-    allowed = getattr(conn.context, "client_allowed_sans", None)
-    if allowed is not None and allowed.isdisjoint(_sans(conn.getpeercert())):
+def is_plain_http(first_bytes: bytes) -> bool:
+    """True when a client's first five bytes on the HTTPS port are an HTTP request line, not a TLS record:
+    it is answered PLAIN_HTTP_REFUSAL and closed, as Go's server does."""
+    return first_bytes in _HTTP_STARTS
+
+
+def refusal_after_handshake(tls: ssl.SSLObject) -> str:
+    """The reason to close a connection whose handshake succeeded, or "": with client_allowed_sans set, a verified
+    client certificate without any of those names (or no certificate)."""
+    allowed = getattr(tls.context, "client_allowed_sans", None)
+    if allowed is not None and allowed.isdisjoint(_sans(tls.getpeercert())):
         return "its certificate has none of client_allowed_sans"
     return ""
 
@@ -272,7 +276,7 @@ def _sans(peer_cert: dict | None) -> set[str]:
 
 
 class _ServerContext(ssl.SSLContext):
-    """An SSLContext that carries client_allowed_sans to the check after the handshake (tls_accept)."""
+    """An SSLContext that carries client_allowed_sans to the check after the handshake (refusal_after_handshake)."""
 
     client_allowed_sans: frozenset[str] | None = None
 
@@ -292,6 +296,12 @@ def _parse_basic(header: str | None) -> tuple[str, bytes] | None:
         return user.decode("utf-8"), password
     except UnicodeDecodeError:
         return None
+
+
+def _attempt(header: str | None) -> tuple[str, bytes] | None:
+    """(user, sha256 of the password) of a Basic header, the key its verdict is kept under; None if malformed."""
+    credentials = _parse_basic(header)
+    return None if credentials is None else (credentials[0], hashlib.sha256(credentials[1]).digest())
 
 
 def _bcrypt_matches(password: bytes, hashed: bytes) -> bool:

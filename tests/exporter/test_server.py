@@ -6,6 +6,7 @@ import base64
 import gzip
 import http.client
 import ipaddress
+import re
 import socket
 import ssl
 import subprocess
@@ -19,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily
 from alnair.exporter.registry import CollectorSpec
 from alnair.exporter.sampler import CollectorRunner
 from alnair.exporter.scrape import ScrapeAssembler
+from alnair.exporter import server as server_module
 from alnair.exporter.server import ExporterServer, accepts_gzip
 from alnair.exporter.webconfig import WebConfig
 from support import parse_samples, serving_in_thread, wait_until, write_tls_files
@@ -244,11 +246,11 @@ def test_connections_past_the_bound_are_answered_503_and_closed_and_a_slot_comes
                             max_connections=2)
     with serving_in_thread(server) as port:
         idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
-        wait_until(lambda: server.connection_slots._value == 0)  # both are being served, idle
+        wait_until(lambda: server.open_connections == 2)  # both are being served, idle
         with socket.create_connection(("127.0.0.1", port), timeout=10) as third:
             assert third.recv(100).startswith(b"HTTP/1.1 503 ") and third.recv(100) == b""
         idle[0].close()
-        wait_until(lambda: server.connection_slots._value == 1)
+        wait_until(lambda: server.open_connections == 1)
         assert get(port, "/healthz")[0] == 200
         idle[1].close()
 
@@ -271,3 +273,87 @@ def test_a_priority_source_is_never_refused_by_max_requests():
             assembler.release.set()
             [t.join(10) for t in held]
         assert results["127.0.0.1"][0] == results["127.0.0.2"][0] == 200
+
+
+def exchange(port: int, raw: bytes, timeout: float = 10) -> bytes:
+    """Everything the server sends back for `raw` until it closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+        conn.sendall(raw)
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+        return received
+
+
+def statuses(received: bytes) -> list[int]:
+    return [int(status) for status in re.findall(rb"HTTP/1\.1 (\d{3}) ", received)]
+
+
+def test_keep_alive_and_pipelined_requests_are_answered_in_order_on_one_connection():
+    with serving(ScrapeAssembler([], "node-a")) as port:
+        pipelined = b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\nGET /nowhere HTTP/1.1\r\nHost: a\r\n\r\n"
+        closing = b"HEAD /healthz HTTP/1.1\r\nConnection: close\r\n\r\n"
+        received = exchange(port, pipelined + closing)
+        assert statuses(received) == [200, 404, 200]
+        assert received.endswith(b"Content-Length: 3\r\nConnection: close\r\n\r\n")  # HEAD: no body
+        assert b"ok\n" in received and b"Not Found\n" in received
+
+
+def test_http_1_0_closes_after_its_answer_unless_it_asks_to_keep_alive():
+    with serving(ScrapeAssembler([], "node-a")) as port:
+        assert statuses(exchange(port, b"GET /healthz HTTP/1.0\r\n\r\n")) == [200]
+        kept = b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /healthz HTTP/1.0\r\n\r\n"
+        assert statuses(exchange(port, kept)) == [200, 200]
+
+
+@pytest.mark.parametrize("raw, status", [
+    (b"GARBAGE\r\n\r\n", 400),
+    (b"GET /healthz HTTP/2.0\r\n\r\n", 505),
+    (b"GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n", 400),
+    (b"GET /healthz HTTP/1.1\r\nX: 1\r\n folded\r\n\r\n", 400),
+    (b"GET /healthz HTTP/1.1\r\n" + b"X-Long: " + b"a" * 70000 + b"\r\n\r\n", 431),
+    (b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(101)) + b"\r\n", 431),
+    (b"GET /healthz HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 501),
+    (b"GET /healthz HTTP/1.1\r\nContent-Length: 999999\r\n\r\n", 413),
+    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400),  # a TLS ClientHello: told at once, not after a timeout
+])
+def test_a_malformed_request_gets_its_status_and_the_connection_closes(raw, status):
+    with serving(ScrapeAssembler([], "node-a")) as port:
+        assert statuses(exchange(port, raw)) == [status]
+
+
+def test_a_small_body_is_read_past_and_other_methods_are_refused_with_405():
+    with serving(ScrapeAssembler([], "node-a")) as port:
+        raw = (b"GET /healthz HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+               b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        received = exchange(port, raw)
+        assert statuses(received) == [200, 405] and b"Allow: GET, HEAD\r\n" in received
+
+
+def test_a_client_slow_to_send_its_head_is_cut_off_without_holding_up_others(monkeypatch):
+    monkeypatch.setattr(server_module, "READ_TIMEOUT", 0.5)
+    with serving(ScrapeAssembler([], "node-a")) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
+            slow.sendall(b"GET /healthz HTTP/1.1\r\nX-Slow: ")
+            assert get(port, "/healthz")[0] == 200
+            assert slow.recv(100) == b""  # closed once its deadline passed, unanswered
+
+
+def test_open_connections_and_refusals_cost_no_thread():
+    assembler = HeldAssembler()
+    with serving(assembler, max_requests=1) as port:
+        first = threading.Thread(target=lambda: get(port, "/metrics"))
+        first.start()
+        clients = [http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(50)]
+        try:
+            assert assembler.entered.wait(10)
+            threads = threading.active_count()
+            for client in clients:  # each stays open after its refusal, as a keep-alive flood's do
+                client.request("GET", "/metrics")
+                response = client.getresponse()
+                assert (response.status, response.read()) == (503, b"Too many concurrent scrapes\n")
+            assert threading.active_count() == threads
+        finally:
+            assembler.release.set()
+            first.join(10)
+            [client.close() for client in clients]
