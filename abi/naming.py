@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from typing import Mapping
 
 from . import layout
@@ -19,6 +20,19 @@ READER_MARKER = "alnair.reader"
 def segment_directory(environ: Mapping[str, str] = os.environ) -> str:
     """ALNAIR_SHM_DIR, or the default when it is unset or empty."""
     return environ.get(DIR_VARIABLE) or DEFAULT_DIR
+
+
+def unshared_safely(directory: str) -> str:
+    """Why `directory` is unfit to share between users ("" if it is fit): writable by every user without the sticky
+    bit, any of them could delete the others' segments. The exporter refuses it and writers do not publish there."""
+    try:
+        mode = os.stat(directory).st_mode
+    except OSError:
+        return ""  # the open that follows says what is wrong
+    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        return (f"{directory} is writable by every user without the sticky bit, so any of them could delete the "
+                "others' segments: chmod 1777 it, as /dev/shm is (docs/security.md)")
+    return ""
 
 
 def kind_prefix(kind: int) -> str:

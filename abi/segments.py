@@ -188,18 +188,24 @@ class SegmentDirectory:
         out: list[ParsedSegment] = []
         self._seen = set()
         self._torn_retries, examined = TORN_RETRIES_PER_PASS, 0
+        newcomers: list[str] = []  # at most the examined budget, however many names the directory holds
         with os.scandir(self.path) as entries:  # streamed: a million planted names are never held at once
             for entry in entries:
                 name = entry.name
                 if name.startswith(self.prefix):
                     examined += 1
-                if name.startswith(self.prefix) and (len(out) >= self.max_segments
-                                                     or examined > FILES_PER_SEGMENT * self.max_segments):
+                if name.startswith(self.prefix) and examined > FILES_PER_SEGMENT * self.max_segments:
                     skipped["over_limit"] += 1
+                elif name.startswith(self.prefix) and name not in self._holders:
+                    newcomers.append(name)
                 elif name.startswith(self.prefix):
-                    self._read_into(name, parse, out, skipped)
+                    self._read_within_cap(name, parse, out, skipped)
                 elif naming.is_temp_of_kind(name, self.kind):
                     self._reclaim_abandoned_temp(name)
+        # Writers seen alive before are read first, so files planted since can take only the slots left.
+        for name in newcomers:
+            self._read_within_cap(name, parse, out, skipped)
+        self._say_if_capped(skipped["over_limit"])
         kept = _one_per_pid(out)
         if len(kept) < len(out):
             skipped["duplicate"] += len(out) - len(kept)
@@ -218,6 +224,20 @@ class SegmentDirectory:
             if failure and not self._state_failed:  # said once: exited writers then linger only until a restart
                 log.warning("cannot save the writers seen alive to %r: %s", self.state_path, failure)
             self._state_failed = bool(failure)
+
+    def _read_within_cap(self, name: str, parse, out: list[ParsedSegment], skipped: Counter[str]) -> None:
+        if len(out) >= self.max_segments:
+            skipped["over_limit"] += 1
+        else:
+            self._read_into(name, parse, out, skipped)
+
+    def _say_if_capped(self, over_limit: int) -> None:
+        """One warning when the cap starts hiding segments, one line when it no longer does."""
+        if over_limit and not self.skipped["over_limit"]:
+            log.warning("%s: %d segments not read this pass, past --shm.max-segments %d (writers seen alive are "
+                        "read first; see alnair_*_segments_skipped{reason=\"over_limit\"})", self.path, over_limit, self.max_segments)
+        elif self.skipped["over_limit"] and not over_limit:
+            log.info("%s: every segment read again, within --shm.max-segments", self.path)
 
     def _read_into(self, name: str, parse, out: list[ParsedSegment], skipped: Counter[str]) -> None:
         try:

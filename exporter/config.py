@@ -5,7 +5,6 @@ import argparse
 import ipaddress
 import os
 import socket
-import stat
 from typing import Iterable, NoReturn
 
 from alnair import commandline
@@ -100,9 +99,8 @@ def parse_options(argv: list[str] | None, collectors: list[CollectorSpec]) -> ar
     for path_flag, path in (("--shm.dir", options.shm_dir), ("--path.procfs", options.path_procfs)):
         if not os.path.isdir(path):
             fail(f"{path_flag}: not a directory: {path}")
-    mode = os.stat(options.shm_dir).st_mode
-    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
-        fail(f"--shm.dir {options.shm_dir} is writable by every user without the sticky bit, so any of them could "
-             f"delete the others' segments: chmod 1777 it, as /dev/shm is (docs/security.md)")
+    unsafe = naming.unshared_safely(options.shm_dir)
+    if unsafe:
+        fail(f"--shm.dir {unsafe}")
     options.procfs = options.path_procfs
     return options

@@ -86,6 +86,9 @@ class WriterSegment:
 
     def __init__(self, kind: int, record_size: int):
         self.directory = directory = naming.segment_directory()
+        unsafe = naming.unshared_safely(directory)
+        if unsafe:
+            raise PermissionError(f"not publishing: {unsafe}")
         self.header = h = build_header(kind, record_size)
         name = naming.segment_name(kind, h.pid_namespace_inode, h.writer_pid, h.start_time_ticks)
         self.path = os.path.join(directory, name)

@@ -102,6 +102,13 @@ int alnair_segment_create(struct alnair_segment *seg, uint32_t kind, uint32_t re
                           char *err, size_t err_len)
 {
     const char *dir = alnair_shm_dir();
+    struct stat dir_st;
+    /* As the exporter refuses such a directory, a writer does not publish there: anyone could delete the segment. */
+    if (stat(dir, &dir_st) == 0 && (dir_st.st_mode & S_IWOTH) && !(dir_st.st_mode & S_ISVTX)) {
+        snprintf(err, err_len, "alnair: not publishing to %s: it is writable by every user without the sticky bit, "
+                 "so any of them could delete this process's segment (chmod 1777 it, as /dev/shm is)", dir);
+        return -1;
+    }
     struct alnair_shm_header probe = {0};
     fill_header(&probe, kind, record_size);
     snprintf(seg->path, sizeof seg->path, "%s/" ALNAIR_SHM_NAME_PREFIX "%s.%llu.%d.%llu", dir,

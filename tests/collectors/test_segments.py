@@ -238,6 +238,21 @@ def test_segments_past_the_cap_are_counted_not_read(shm_dir, start_writer):
     assert len(directory.read()) == 3 and dict(directory.skipped) == {"over_limit": 2}
 
 
+def test_writers_seen_alive_keep_their_place_when_newcomers_fill_the_cap(shm_dir, start_writer, caplog):
+    """tmpfs lists the newest entries first: without an order of its own the reader would serve whoever came last."""
+    established = {start_writer().pid for _ in range(3)}
+    directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA, max_segments=3)
+    assert {p.segment.holder_pid for p in directory.read()} == established
+    for _ in range(4):
+        start_writer()
+    for _ in range(2):
+        assert {p.segment.holder_pid for p in directory.read()} == established
+        assert dict(directory.skipped) == {"over_limit": 4}
+    assert [r.getMessage().split(": ", 1)[1] for r in caplog.records if "max-segments" in r.getMessage()] == [
+        "4 segments not read this pass, past --shm.max-segments 3 (writers seen alive are read first; "
+        'see alnair_*_segments_skipped{reason="over_limit"})']
+
+
 def test_control_characters_in_a_writers_strings_never_reach_a_label_or_a_terminal(shm_dir, locker):
     planted = shm_dir / "alnair.cuda.1.2.5"
     planted_segment(planted, layout.CUDA_RECORD_SIZE, comm=b"\x1b[2Jx\n\x7fy\xff")

@@ -49,6 +49,21 @@ def test_unusable_segment_directory_costs_one_line_and_the_program_runs(run_clie
     assert len(stderr.strip().splitlines()) == 1 and "cannot create" in stderr
 
 
+def test_a_world_writable_directory_without_the_sticky_bit_gets_no_segment_and_one_line(run_client, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # anyone could delete a segment here: the exporter refuses it, the writer does not publish
+    client = run_client("gpa", "launches", "4", "1000", "2", env={"ALNAIR_SHM_DIR": str(shared)})
+    assert client.values("launches") == [["0", "2000"], ["1", "2000"]]
+    stderr = client.stop()
+    assert client.proc.returncode == 0 and os.listdir(shared) == []
+    assert len(stderr.strip().splitlines()) == 1 and "without the sticky bit" in stderr and "chmod 1777" in stderr
+    shared.chmod(0o1777)
+    client = run_client("gpa", "launches", "4", "1000", "2", env={"ALNAIR_SHM_DIR": str(shared)})
+    wait_until(lambda: os.listdir(shared))  # with the sticky bit it publishes
+    assert client.stop() == ""
+
+
 def test_clean_exit_removes_the_segment(run_client, shm_dir):
     client = run_client("gpa", "launches", "1", "10", "1")
     wait_until(lambda: published(shm_dir, client.proc.pid))

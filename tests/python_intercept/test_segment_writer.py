@@ -85,3 +85,14 @@ def test_a_clean_exit_leaves_the_final_record_where_a_reader_lingers_and_removes
         os.close(fd)
     [last] = reader.read()
     assert last.segment.exited and {c.name: c.value for c in last.record.counters[: last.record.counter_count]} == {b"done": 7}
+
+
+def test_no_segment_in_a_world_writable_directory_without_the_sticky_bit(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    p = PythonProgram("import sys, alnair\nalnair.counter('c').inc()\nprint('ready', flush=True)\nsys.stdin.read()", shared)
+    assert os.listdir(shared) == []
+    err = p.finish()
+    assert p.proc.returncode == 0 and os.listdir(shared) == []
+    assert len(err.strip().splitlines()) == 1 and "without the sticky bit" in err and "chmod 1777" in err
