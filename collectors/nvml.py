@@ -1,9 +1,13 @@
 """The nvml collector: per-GPU (MIG instances included) and per-process GPU metrics from NVML,
-initialised once; processes carry pod identity through an _info series."""
+initialised once; processes carry pod identity through an _info series; XID errors counted on a watcher thread."""
 from __future__ import annotations
 
+import ctypes
 import logging
-from dataclasses import dataclass, field
+import math
+import threading
+import time
+from dataclasses import dataclass, field, replace
 
 from alnair.exporter.plugin import CollectorUnavailable, ExpositionBuilder, LabelSets
 
@@ -45,6 +49,10 @@ THROTTLE_REASONS = {  # pynvml constant -> label value
     "nvmlClocksThrottleReasonHwPowerBrakeSlowdown": "hw_power_brake_slowdown",
     "nvmlClocksThrottleReasonDisplayClockSetting": "display_clock_setting",
 }
+XID_WAIT_MS = 1000  # one wait's timeout: how soon the watcher sees it should stop (an event ends a wait at once)
+XID_RETRY_SECONDS = (1, 2, 5, 10, 30)  # back-off after NVML errors, by failures in a row; the last one repeats
+XID_STOP_SECONDS = 3.0  # how long close() waits for the watcher to leave NVML's wait
+MAX_XID_CODES = 32  # xid label values per GPU; later codes are counted under xid="other"
 
 
 @dataclass
@@ -86,6 +94,7 @@ class NvmlCollector:
         self.gpus = [self._gpu(i) for i in range(count)]
         self.identity = pod_identity(options)
         self.labels = LabelSets()
+        self.xids = XidWatcher(self.nvml, [gpu for gpu in self.gpus if gpu is not None]).start()
 
     def _gpu(self, index: int) -> Device | None:
         """None for a GPU NVML lists but cannot open (it stays down: its uuid is unknown)."""
@@ -97,7 +106,10 @@ class NvmlCollector:
             return None
 
     def close(self) -> None:
-        self.nvml.nvmlShutdown()
+        if self.xids.stop():
+            self.nvml.nvmlShutdown()
+        else:  # shutting NVML down under a thread inside it is not safe; the process is ending anyway
+            log.warning("the XID watcher is still inside NVML after %.0f s: NVML left initialised", XID_STOP_SECONDS)
 
     def collect(self) -> bytes:
         self.labels.new_sample()
@@ -115,9 +127,10 @@ class NvmlCollector:
             up.extend((self._labels(d), 1) for d, _ in sampled)
             samples.extend(sampled)
         out = ExpositionBuilder()
-        out.family("alnair_nvml_up", "gauge", "1 if NVML answered for the GPU this sample; 0 and no other series for it otherwise.", up)
+        out.family("alnair_nvml_up", "gauge", "1 if NVML answered for the GPU this sample; 0 and none of its sampled series otherwise (its XID series stay).", up)
         self._gpu_families(out, samples)
         self._process_families(out, samples)
+        self._xid_families(out)
         return out.text()
 
     def _mig_instances(self, gpu: Device) -> list[Device]:
@@ -251,6 +264,186 @@ class NvmlCollector:
         out.family("alnair_nvml_process_info", "gauge", "Pod identity of a process using a GPU; join on pid.",
                    ((self.labels.get((pid, "identity", who := self.identity.of_pid(pid)), {"pid": str(pid), **who.labels()}), 1)
                     for pid in pids))
+
+    def _xid_families(self, out: ExpositionBuilder) -> None:
+        rows = [(w, self.labels.get((w.labels["uuid"], "xid"), w.labels)) for w in self.xids.counts()]
+        out.family("alnair_nvml_xid_watch_up", "gauge",
+                   "1 if the GPU's XID critical errors are being watched; 0 if registering for them failed or is not supported.",
+                   ((labels, int(w.watched)) for w, labels in rows))
+        out.family("alnair_nvml_xid_errors", "counter", "XID critical errors on the GPU since its watch began.",
+                   ((labels, w.total) for w, labels in rows if w.registered_once))
+        out.family("alnair_nvml_xid_errors_by_code", "counter",
+                   f"XID critical errors on the GPU since its watch began, by XID code ({MAX_XID_CODES} codes at most, later ones as other).",
+                   ((self.labels.get((w.labels["uuid"], "xid", code), {**w.labels, "xid": code}), number)
+                    for w, _ in rows if w.registered_once for code, number in w.codes()))
+
+
+@dataclass
+class XidWatch:
+    """One GPU's XID watch: whether its events are registered now, and what it counted since the first registration."""
+
+    labels: dict[str, str]  # gpu, uuid
+    handle: object
+    watched: bool = False
+    registered_once: bool = False  # from then on its counters are served, from 0, so increase() sees the first error
+    total: int = 0
+    by_code: dict[str, int] = field(default_factory=dict)  # at most MAX_XID_CODES codes
+    other: int = 0  # errors with codes beyond those
+    retry_at: float = 0.0  # monotonic time to register it (again); inf: watched, or refused by NVML for good
+    failures: int = 0  # registrations failed in a row, for the back-off
+    reason: str = ""  # why it is not watched, as last logged
+
+    def codes(self) -> list[tuple[str, int]]:
+        return [*self.by_code.items(), *([("other", self.other)] if self.other else [])]
+
+
+class XidWatcher:
+    """Counts the GPUs' XID critical errors from one NVML event set on its own daemon thread. NVML's wait blocks, so
+    it never runs in a sample: collect() copies the counts under a lock that no NVML call is made under."""
+
+    def __init__(self, nvml, gpus: list[Device]):
+        self.nvml = nvml
+        self.watches = {handle_address(g.handle): XidWatch({"gpu": g.index, "uuid": g.uuid}, g.handle) for g in gpus}
+        self._lock = threading.Lock()
+        self._event_set = None
+        self._set_failures = 0  # event sets failed in a row, for the back-off
+        self._set_reason = ""  # why the last one failed, as logged
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nvml-xid-watcher", daemon=True)
+
+    def start(self) -> "XidWatcher":
+        self._thread.start()
+        return self
+
+    def stop(self) -> bool:
+        """True once the thread has ended (its event set freed); False while a wait in NVML outlives XID_STOP_SECONDS."""
+        self._stop.set()
+        self._thread.join(XID_STOP_SECONDS)
+        return not self._thread.is_alive()
+
+    def counts(self) -> list[XidWatch]:
+        with self._lock:
+            return [replace(w, by_code=dict(w.by_code)) for w in self.watches.values()]
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set() and any(w.watched or w.retry_at < math.inf for w in self.watches.values()):
+                self._stop.wait(self._step_or_back_off())
+        finally:
+            self._discard_set()
+
+    def _step_or_back_off(self) -> float:
+        """One round; the pause before the next (0 after a wait; the back-off after an NVML error)."""
+        try:
+            return self._step()
+        except self.nvml.NVMLError as e:
+            self._discard_set()
+            if str(e) != self._set_reason:
+                log.warning("watching XID errors failed (%s): retrying with back-off", e)
+                self._set_reason = str(e)
+            self._set_failures += 1
+            return back_off(self._set_failures - 1)
+
+    def _step(self) -> float:
+        """Registers the GPUs due, then waits for one event; without a GPU registered, the time to the next retry."""
+        if self._event_set is None:
+            self._event_set = self.nvml.nvmlEventSetCreate()
+        now = time.monotonic()
+        for watch in list(self.watches.values()):
+            if watch.retry_at <= now:
+                self._register(watch, now)
+        if not any(w.watched for w in self.watches.values()):  # nothing to wait on: sleep until a retry is due
+            return max(0.0, min((w.retry_at for w in self.watches.values() if w.retry_at < math.inf), default=now) - now)
+        try:
+            event = self.nvml.nvmlEventSetWait_v2(self._event_set, XID_WAIT_MS)
+        except self.nvml.NVMLError_Timeout:
+            event = None
+        if self._set_reason:
+            log.info("watching XID errors again")
+        self._set_reason, self._set_failures = "", 0
+        if event is not None:
+            self._count(event)
+        return 0.0
+
+    def _register(self, watch: XidWatch, now: float) -> None:
+        """A GPU NVML refuses is given up (not supported, or not root on some drivers); a lost one is retried with
+        back-off. Other errors propagate: NVML leaves the set undefined after them, so it is built again."""
+        nvml, xid = self.nvml, self.nvml.nvmlEventTypeXidCriticalError
+        try:
+            supported = nvml.nvmlDeviceGetSupportedEventTypes(watch.handle) & xid
+            if supported:
+                nvml.nvmlDeviceRegisterEvents(watch.handle, xid, self._event_set)
+        except (nvml.NVMLError_NotSupported, nvml.NVMLError_NoPermission) as e:
+            self._unwatched(watch, math.inf, str(e))
+            return
+        except nvml.NVMLError_GpuIsLost as e:
+            watch.failures += 1
+            self._unwatched(watch, now + back_off(watch.failures - 1), str(e))
+            return
+        if not supported:
+            self._unwatched(watch, math.inf, "the GPU does not report XID events")
+            return
+        with self._lock:
+            watch.watched = watch.registered_once = True
+        watch.retry_at, watch.failures = math.inf, 0
+        if watch.reason:
+            log.info("GPU %s (%s): watching XID errors again", watch.labels["gpu"], watch.labels["uuid"])
+            watch.reason = ""
+
+    def _unwatched(self, watch: XidWatch, retry_at: float, reason: str) -> None:
+        with self._lock:
+            watch.watched = False
+        watch.retry_at = retry_at
+        if reason != watch.reason:
+            log.warning("GPU %s (%s): XID errors not watched: %s", watch.labels["gpu"], watch.labels["uuid"], reason)
+            watch.reason = reason
+
+    def _discard_set(self) -> None:
+        """Frees the event set; the GPUs it watched are registered again in the next one."""
+        if self._event_set is None:
+            return
+        with self._lock:
+            for watch in self.watches.values():
+                if watch.watched:
+                    watch.watched, watch.retry_at = False, 0.0
+        try:
+            self.nvml.nvmlEventSetFree(self._event_set)
+        except self.nvml.NVMLError as e:
+            log.debug("freeing the XID event set failed: %s", e)
+        self._event_set = None
+
+    def _count(self, event) -> None:
+        watch = self.watches.get(handle_address(event.device)) or self._named_by_nvml(event.device)
+        if watch is None:
+            return
+        code = str(event.eventData)
+        with self._lock:
+            watch.total += 1
+            if code in watch.by_code or len(watch.by_code) < MAX_XID_CODES:
+                watch.by_code[code] = watch.by_code.get(code, 0) + 1
+            else:
+                watch.other += 1
+
+    def _named_by_nvml(self, handle) -> XidWatch | None:
+        """A watch for an event's device that is not among the GPUs registered, named by NVML from its handle."""
+        try:
+            labels = {"gpu": str(self.nvml.nvmlDeviceGetIndex(handle)), "uuid": text(self.nvml.nvmlDeviceGetUUID(handle))}
+        except self.nvml.NVMLError as e:
+            log.warning("an XID error on a device NVML cannot name (%s) is not counted", e)
+            return None
+        watch = XidWatch(labels, handle, registered_once=True, retry_at=math.inf)
+        with self._lock:
+            self.watches[handle_address(handle)] = watch
+        return watch
+
+
+def back_off(failures: int) -> float:
+    return XID_RETRY_SECONDS[min(failures, len(XID_RETRY_SECONDS) - 1)]
+
+
+def handle_address(handle) -> int:
+    """NVML device handles are pointers, a new ctypes object from each call: one device, one address."""
+    return ctypes.cast(handle, ctypes.c_void_p).value
 
 
 def import_pynvml():

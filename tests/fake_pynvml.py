@@ -2,10 +2,15 @@
 structures' field names and NVMLError subclasses (so the collector's error handling is the real one)."""
 from __future__ import annotations
 
+import threading
+import time
+from collections import deque
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pynvml
+
+XID = pynvml.nvmlEventTypeXidCriticalError
 
 
 @dataclass
@@ -29,6 +34,23 @@ class FakeGpu:
     mig: list["FakeGpu"] | None = None  # None: MIG off; a list of slots (None entries are empty slots)
     unsupported: set[str] = field(default_factory=set)  # pynvml function names this GPU refuses
     lost: bool = False  # fallen off the bus: every call fails
+    supported_events: int = XID | pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError | pynvml.nvmlEventTypePState
+    register_error: int | None = None  # the NVML code nvmlDeviceRegisterEvents fails with (NO_PERMISSION: not root)
+
+    @property
+    def _as_parameter_(self) -> int:
+        """The handle's address as ctypes sees it: NVML's handles are pointers, one per device."""
+        return id(self)
+
+
+@dataclass
+class FakeEventSet:
+    """An nvmlEventSet_t: what was registered on it and the events queued for its waits."""
+
+    registered: list[tuple[FakeGpu, int]] = field(default_factory=list)  # (GPU, event types)
+    events: deque = field(default_factory=deque)
+    created_at: float = field(default_factory=time.monotonic)
+    freed: bool = False
 
 
 class FakeNvml:
@@ -36,11 +58,16 @@ class FakeNvml:
 
     def __init__(self, gpus: list[FakeGpu], driver_loaded: bool = True, driver_version: str = "550.54.15"):
         for name in dir(pynvml):
-            if name.startswith(("NVML", "nvmlClocks", "nvmlMemory_v")):
+            if name.startswith(("NVML", "nvmlClocks", "nvmlMemory_v", "nvmlEventType")):
                 setattr(self, name, getattr(pynvml, name))
         self.gpus, self.driver_loaded, self.driver_version = gpus, driver_loaded, driver_version
         self.initialised = 0
         self.calls = 0
+        self.event_sets: list[FakeEventSet] = []
+        self.wait_errors: list[int] = []  # NVML codes the next nvmlEventSetWait_v2 calls fail with, one each
+        self.waiting = 0  # calls inside nvmlEventSetWait_v2 now
+        self._hung = False
+        self._events = threading.Condition()  # guards the event sets; notified when an event is queued
 
     def _device(self, function: str, gpu: FakeGpu) -> FakeGpu:
         self.calls += 1
@@ -140,3 +167,72 @@ class FakeNvml:
         if instance is None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return instance
+
+    def nvmlDeviceGetIndex(self, gpu):
+        self._device("nvmlDeviceGetIndex", gpu)
+        return next(index for index, g in enumerate(self.gpus) if g is gpu)
+
+    def nvmlEventSetCreate(self):
+        with self._events:
+            self.event_sets.append(FakeEventSet())
+            return self.event_sets[-1]
+
+    def nvmlEventSetFree(self, event_set):
+        with self._events:
+            assert not event_set.freed, "event set freed twice"
+            event_set.freed = True
+
+    def nvmlDeviceGetSupportedEventTypes(self, gpu):
+        return self._device("nvmlDeviceGetSupportedEventTypes", gpu).supported_events
+
+    def nvmlDeviceRegisterEvents(self, gpu, event_types, event_set):
+        """NVML: NOT_SUPPORTED if the GPU lacks any of the types (none is registered then; the set stays usable)."""
+        g = self._device("nvmlDeviceRegisterEvents", gpu)
+        if g.register_error is not None:
+            raise pynvml.NVMLError(g.register_error)
+        if event_types & ~g.supported_events:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        with self._events:
+            assert not event_set.freed, "registering on a freed event set"
+            event_set.registered.append((g, event_types))
+
+    def nvmlEventSetWait_v2(self, event_set, timeout_ms):
+        """The oldest queued event, else NVMLError_Timeout after timeout_ms; GPU_IS_LOST while a GPU registered on
+        the set is lost. While hung (hang_waits), a wait returns nothing, whatever its timeout, until released."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        with self._events:
+            assert not event_set.freed, "waiting on a freed event set"
+            self.waiting += 1
+            try:
+                while self._hung or (event := self._wait_outcome(event_set, deadline)) is None:
+                    self._events.wait(None if self._hung else max(0.0, deadline - time.monotonic()))
+                return event
+            finally:
+                self.waiting -= 1
+
+    def _wait_outcome(self, event_set: FakeEventSet, deadline: float):
+        if self.wait_errors:
+            raise pynvml.NVMLError(self.wait_errors.pop(0))
+        if any(g.lost for g, _ in event_set.registered):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if event_set.events:
+            return event_set.events.popleft()
+        if time.monotonic() >= deadline:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+        return None
+
+    def inject_xid(self, gpu: FakeGpu, xid: int, device: FakeGpu | None = None) -> None:
+        """The driver reports XID `xid` on `gpu`: queued on every live set `gpu` is registered in for XID events.
+        `device` is the handle the event names (NVML names the registered GPU, the parent of MIG instances)."""
+        with self._events:
+            for event_set in self.event_sets:
+                if not event_set.freed and any(g is gpu and types & XID for g, types in event_set.registered):
+                    event_set.events.append(SimpleNamespace(device=device or gpu, eventType=XID, eventData=xid,
+                                                            gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF))
+            self._events.notify_all()
+
+    def hang_waits(self, hung: bool) -> None:
+        """While hung, every nvmlEventSetWait_v2 blocks (a driver that never returns); False releases them."""
+        with self._events:
+            self._hung = hung
+            self._events.notify_all()

@@ -1,20 +1,39 @@
-"""The nvml collector against a pynvml test double: per-GPU, per-process, MIG, failing GPUs, no driver."""
+"""The nvml collector against a pynvml test double: per-GPU, per-process, MIG, failing GPUs, no driver, XID errors."""
 from __future__ import annotations
 
 import argparse
+import logging
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
+import pynvml
 import pytest
 
+import alnair.collectors.nvml as nvml_module
 from alnair.collectors.nvml import NvmlCollector
 from alnair.exporter.plugin import CollectorUnavailable
 from alnair.exporter.registry import CollectorSpec
 from alnair.exporter.sampler import CollectorRunner
 from fake_pynvml import FakeGpu, FakeNvml
-from support import parse_samples, require_binary
+from support import parse_samples, require_binary, wait_until
 
 A = 'gpu="0",uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000"'
 B = 'gpu="1",uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000"'
+WATCH_UP, ERRORS, BY_CODE = "alnair_nvml_xid_watch_up", "alnair_nvml_xid_errors_total", "alnair_nvml_xid_errors_by_code_total"
+RETRY_SECONDS = (0.05, 0.1)
+MADE: list[NvmlCollector] = []  # closed after each test: their XID watchers are threads
+
+
+@pytest.fixture(autouse=True)
+def quick_xid_watch(monkeypatch):
+    """XID waits and back-offs in milliseconds, so a watcher stops and retries quickly; every collector is closed."""
+    monkeypatch.setattr(nvml_module, "XID_WAIT_MS", 20)
+    monkeypatch.setattr(nvml_module, "XID_RETRY_SECONDS", RETRY_SECONDS)
+    yield
+    while MADE:
+        made = MADE.pop()
+        made.nvml.hang_waits(False)  # a test that failed while waits hung
+        made.close()
 
 
 def two_gpus() -> list[FakeGpu]:
@@ -22,11 +41,25 @@ def two_gpus() -> list[FakeGpu]:
 
 
 def collector(nvml: FakeNvml, procfs: str = "/proc") -> NvmlCollector:
-    return NvmlCollector(argparse.Namespace(procfs=procfs), nvml=nvml)
+    MADE.append(NvmlCollector(argparse.Namespace(procfs=procfs), nvml=nvml))
+    return MADE[-1]
 
 
 def sample(c: NvmlCollector) -> dict[str, float]:
     return parse_samples(c.collect().decode())
+
+
+def sample_when(c: NvmlCollector, condition) -> dict[str, float]:
+    """The first sample that meets `condition`: the XID watcher works on its own thread."""
+    return wait_until(lambda: s if condition(s := sample(c)) else None)
+
+
+def watched(*gpus: str):
+    return lambda s: all(s.get(f"{WATCH_UP}{{{gpu}}}") == 1 for gpu in gpus)
+
+
+def logged(caplog, level: int, text: str = "") -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == level and text in r.getMessage()]
 
 
 def test_per_gpu_metrics_are_in_base_units():
@@ -94,7 +127,7 @@ def test_gpu_failing_mid_run_drops_only_its_series_and_comes_back():
     gpus[1].lost = True
     s = sample(c)
     assert s[f"alnair_nvml_up{{{B}}}"] == 0 and s[f"alnair_nvml_up{{{A}}}"] == 1
-    assert [k for k in s if B[8:] in k] == [f"alnair_nvml_up{{{B}}}"]
+    assert [k for k in s if B[8:] in k and not k.startswith("alnair_nvml_xid_")] == [f"alnair_nvml_up{{{B}}}"]  # XIDs: the watcher's
     assert not any('pid="99"' in k for k in s)
     assert s[f"alnair_nvml_temperature_celsius{{{A}}}"] == 40
     gpus[1].lost = False
@@ -158,6 +191,153 @@ def test_promtool_check_metrics_is_clean():
     gpus[0].processes = {4242: 2**30}
     gpus[0].utilization_samples = [(4242, 100, 80, 30)]
     gpus[1].mig = [FakeGpu("MIG-11111111-2222-3333-4444-555555555555")]
-    text = collector(FakeNvml(gpus)).collect().decode()
+    nvml = FakeNvml(gpus)
+    c = collector(nvml)
+    sample_when(c, watched(A, B))
+    nvml.inject_xid(gpus[1], 79)
+    sample_when(c, lambda s: s.get(f"{ERRORS}{{{B}}}") == 1)
+    text = c.collect().decode()
     result = subprocess.run([require_binary("promtool"), "check", "metrics"], input=text, capture_output=True, text=True)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def test_xid_counters_exist_at_zero_once_registered():
+    c = collector(FakeNvml(two_gpus()))
+    s = sample_when(c, watched(A, B))
+    assert s[f"{ERRORS}{{{A}}}"] == 0 and s[f"{ERRORS}{{{B}}}"] == 0
+    assert not any(k.startswith(BY_CODE) for k in s)  # a series per code seen
+
+
+def test_an_xid_increments_both_counters_of_its_gpu_exactly():
+    gpus = two_gpus()
+    nvml = FakeNvml(gpus)
+    c = collector(nvml)
+    sample_when(c, watched(A, B))
+    nvml.inject_xid(gpus[1], 79)
+    s = sample_when(c, lambda s: s.get(f"{ERRORS}{{{B}}}") == 1)
+    assert s[f'{BY_CODE}{{{B},xid="79"}}'] == 1
+    assert s[f"{ERRORS}{{{A}}}"] == 0 and not any(k.startswith(BY_CODE) and A in k for k in s)
+    nvml.inject_xid(gpus[1], 79)
+    nvml.inject_xid(gpus[1], 48)
+    s = sample_when(c, lambda s: s.get(f"{ERRORS}{{{B}}}") == 3)
+    assert (s[f'{BY_CODE}{{{B},xid="79"}}'], s[f'{BY_CODE}{{{B},xid="48"}}']) == (2, 1)
+    assert s[f"{ERRORS}{{{A}}}"] == 0
+
+
+def test_xid_codes_past_32_per_gpu_are_counted_as_other():
+    gpus = two_gpus()
+    nvml = FakeNvml(gpus)
+    c = collector(nvml)
+    sample_when(c, watched(A, B))
+    for code in range(1, 41):
+        nvml.inject_xid(gpus[0], code)
+    s = sample_when(c, lambda s: s.get(f"{ERRORS}{{{A}}}") == 40)
+    by_code = {k: v for k, v in s.items() if k.startswith(BY_CODE)}
+    assert by_code == {**{f'{BY_CODE}{{{A},xid="{code}"}}': 1 for code in range(1, 33)}, f'{BY_CODE}{{{A},xid="other"}}': 8}
+    nvml.inject_xid(gpus[0], 5)  # a code already counted keeps its series
+    nvml.inject_xid(gpus[0], 99)
+    s = sample_when(c, lambda s: s.get(f"{ERRORS}{{{A}}}") == 42)
+    assert (s[f'{BY_CODE}{{{A},xid="5"}}'], s[f'{BY_CODE}{{{A},xid="other"}}']) == (2, 9)
+
+
+@pytest.mark.parametrize("refusal", [{"supported_events": 0}, {"unsupported": {"nvmlDeviceRegisterEvents"}},
+                                     {"register_error": pynvml.NVML_ERROR_NO_PERMISSION}],
+                         ids=["not-among-supported-events", "register-not-supported", "not-root"])
+def test_a_gpu_nvml_will_not_watch_has_watch_up_0_said_once(refusal, caplog):
+    gpus = two_gpus()
+    gpus[1].__dict__.update(refusal)
+    nvml = FakeNvml(gpus)
+    c = collector(nvml)
+    wait_until(lambda: nvml.waiting == 1)  # registration is over: the watcher waits on GPU 0 alone
+    nvml.inject_xid(gpus[0], 31)
+    for _ in range(3):
+        s = sample_when(c, lambda s: s.get(f"{ERRORS}{{{A}}}") == 1)
+    assert s[f"{WATCH_UP}{{{B}}}"] == 0 and s[f"{WATCH_UP}{{{A}}}"] == 1
+    assert f"{ERRORS}{{{B}}}" not in s and s[f"alnair_nvml_up{{{B}}}"] == 1
+    assert len(logged(caplog, logging.WARNING, "GPU 1 (GPU-bbbbbbbb")) == 1
+
+
+def test_a_hung_wait_never_delays_a_sample():
+    gpus = two_gpus()
+    nvml = FakeNvml(gpus)
+    nvml.hang_waits(True)
+    c = collector(nvml)
+    wait_until(lambda: nvml.waiting == 1)
+    nvml.inject_xid(gpus[1], 79)  # queued behind the hung wait
+    with ThreadPoolExecutor(1) as pool:
+        s = pool.submit(sample, c).result(timeout=10)  # a collect() that blocked would raise TimeoutError here
+    assert nvml.waiting == 1  # the watcher is still inside NVML
+    assert s[f"{WATCH_UP}{{{A}}}"] == s[f"{WATCH_UP}{{{B}}}"] == 1 and s[f"{ERRORS}{{{B}}}"] == 0
+    assert s[f"alnair_nvml_up{{{A}}}"] == 1 and s[f"alnair_nvml_memory_total_bytes{{{B}}}"] == 150_000 * 2**20
+    nvml.hang_waits(False)
+    assert sample_when(c, lambda s: s.get(f"{ERRORS}{{{B}}}") == 1)[f'{BY_CODE}{{{B},xid="79"}}'] == 1
+
+
+def test_nvml_errors_in_wait_are_survived_with_back_off_and_said_once(caplog):
+    caplog.set_level(logging.INFO, logger=nvml_module.__name__)
+    gpus = two_gpus()
+    nvml = FakeNvml(gpus)
+    c = collector(nvml)
+    sample_when(c, watched(A, B))
+    nvml.inject_xid(gpus[0], 64)
+    sample_when(c, lambda s: s.get(f"{ERRORS}{{{A}}}") == 1)
+    nvml.wait_errors = [pynvml.NVML_ERROR_UNKNOWN] * 3
+    s = sample_when(c, lambda s: len(nvml.event_sets) == 4 and watched(A, B)(s))
+    assert s[f"{ERRORS}{{{A}}}"] == 1 and s[f"{ERRORS}{{{B}}}"] == 0  # counts outlive the event sets
+    assert [e.freed for e in nvml.event_sets] == [True, True, True, False]
+    gaps = [later.created_at - earlier.created_at for earlier, later in zip(nvml.event_sets, nvml.event_sets[1:])]
+    assert all(gap >= pause for gap, pause in zip(gaps, [*RETRY_SECONDS, RETRY_SECONDS[-1]]))  # backing off, never busy
+    assert wait_until(lambda: logged(caplog, logging.INFO)) == ["watching XID errors again"]  # once a new set's wait worked
+    assert len(logged(caplog, logging.WARNING, "Unknown Error")) == 1
+    nvml.inject_xid(gpus[0], 64)
+    assert sample_when(c, lambda s: s.get(f"{ERRORS}{{{A}}}") == 2)[f'{BY_CODE}{{{A},xid="64"}}'] == 2
+
+
+def test_a_lost_gpu_is_not_watched_until_it_returns_and_the_others_go_on():
+    gpus = two_gpus()
+    nvml = FakeNvml(gpus)
+    c = collector(nvml)
+    sample_when(c, watched(A, B))
+    gpus[1].lost = True  # waits fail with GPU_IS_LOST; the set is built again without it
+    s = sample_when(c, lambda s: s.get(f"{WATCH_UP}{{{B}}}") == 0 and watched(A)(s))
+    assert s[f"{ERRORS}{{{B}}}"] == 0 and s[f"alnair_nvml_up{{{B}}}"] == 0
+    nvml.inject_xid(gpus[0], 79)
+    sample_when(c, lambda s: s.get(f"{ERRORS}{{{A}}}") == 1)
+    gpus[1].lost = False
+    sample_when(c, watched(A, B))
+    nvml.inject_xid(gpus[1], 79)
+    s = sample_when(c, lambda s: s.get(f"{ERRORS}{{{B}}}") == 1)
+    assert s[f"{ERRORS}{{{A}}}"] == 1
+
+
+def test_an_event_naming_a_gpu_not_registered_is_counted_under_its_index_and_uuid():
+    gpus = [*two_gpus(), FakeGpu("GPU-cccccccc-0000-0000-0000-000000000000", unsupported={"nvmlDeviceGetName"})]
+    nvml = FakeNvml(gpus)
+    c = collector(nvml)  # GPU 2 cannot be opened: the collector does not know it
+    sample_when(c, watched(A, B))
+    nvml.inject_xid(gpus[1], 94, device=gpus[2])
+    C = 'gpu="2",uuid="GPU-cccccccc-0000-0000-0000-000000000000"'
+    s = sample_when(c, lambda s: s.get(f"{ERRORS}{{{C}}}") == 1)
+    assert s[f'{BY_CODE}{{{C},xid="94"}}'] == 1 and s[f"{ERRORS}{{{B}}}"] == 0
+
+
+def test_close_stops_the_watcher_then_shuts_nvml_down():
+    nvml = FakeNvml(two_gpus())
+    c = collector(nvml)
+    MADE.remove(c)
+    wait_until(lambda: nvml.waiting == 1)
+    c.close()
+    assert nvml.waiting == 0 and all(e.freed for e in nvml.event_sets) and nvml.initialised == 0
+
+
+def test_close_leaves_nvml_initialised_while_a_wait_hangs(monkeypatch, caplog):
+    monkeypatch.setattr(nvml_module, "XID_STOP_SECONDS", 0.1)
+    nvml = FakeNvml(two_gpus())
+    nvml.hang_waits(True)
+    c = collector(nvml)
+    MADE.remove(c)
+    wait_until(lambda: nvml.waiting == 1)
+    c.close()
+    assert nvml.initialised == 1 and len(logged(caplog, logging.WARNING, "still inside NVML")) == 1
+    nvml.hang_waits(False)
+    wait_until(lambda: nvml.waiting == 0 and all(e.freed for e in nvml.event_sets))  # it ends once NVML returns

@@ -1,5 +1,5 @@
 """The nvml collector on a real GPU, against nvidia-smi: a PyTorch matmul process's SM utilization and memory,
-the per-GPU metrics, and the scrape time. Run from the repository root, no install needed:
+the per-GPU metrics, the XID watch, the scrape time and closing. Run from the repository root, no install needed:
 
     python3 tests/gpu/check_nvml.py
 
@@ -27,7 +27,7 @@ sys.path.insert(0, str(SHIM.parent))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from alnair.collectors.nvml import NvmlCollector  # noqa: E402
+from alnair.collectors.nvml import XID_STOP_SECONDS, XID_WAIT_MS, NvmlCollector  # noqa: E402
 from alnair.exporter.registry import CollectorSpec  # noqa: E402
 from alnair.exporter.sampler import CollectorRunner  # noqa: E402
 from alnair.exporter.scrape import ScrapeAssembler  # noqa: E402
@@ -97,6 +97,24 @@ def check_gpus(metrics) -> None:
             print(f"      {family}{{uuid={uuid}}} = {find(metrics, family, **at)}")
 
 
+def check_xid_watch(metrics) -> None:
+    for index, uuid in smi("index,uuid"):
+        up = find(metrics, "alnair_nvml_xid_watch_up", gpu=index, uuid=uuid)
+        check(f"GPU {index} XID events watched (watch_up 1)", up == 1,
+              f"watch_up {up}" + ("" if up == 1 else " (the collector logged why; some drivers let only root watch XIDs)"))
+        errors = find(metrics, "alnair_nvml_xid_errors_total", gpu=index, uuid=uuid)
+        check(f"GPU {index} alnair_nvml_xid_errors_total exists at 0", errors == 0, f"{errors}")
+
+
+def check_close(collector: NvmlCollector) -> None:
+    """close() returns once the XID watcher has left NVML's wait (else it gives up after XID_STOP_SECONDS)."""
+    started = time.perf_counter()
+    collector.close()
+    took = time.perf_counter() - started
+    check(f"nvml collector closes, its XID watcher out of NVML's wait, < {XID_STOP_SECONDS:.0f} s", took < XID_STOP_SECONDS,
+          f"{took:.3f} s (an XID wait lasts {XID_WAIT_MS} ms at most)")
+
+
 def check_scrape_time(runner: CollectorRunner) -> None:
     assembler = ScrapeAssembler([runner], "gpu-check")
     times = []
@@ -125,7 +143,9 @@ def main() -> int:
         metrics = samples(snapshot.text)
         check_process(metrics, worker.pid)
         check_gpus(metrics)
+        check_xid_watch(metrics)
         check_scrape_time(runner)
+        check_close(runner.collector)
     finally:
         worker.kill()
         worker.wait()
