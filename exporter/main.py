@@ -18,6 +18,9 @@ from .server import MAX_CONNECTIONS, ExporterServer
 from .webconfig import WebConfigError, load_web_config
 
 log = logging.getLogger("alnair.exporter")
+# The HTTP loop gives up the GIL at every wait and must take it back from a sampler thread that may be in the
+# middle of a long sample: at Python's default 5 ms, a large reply's several writes each waited that long.
+GIL_SWITCH_SECONDS = 0.0005
 
 
 def listen(options, web, assembler, runners, known) -> ExporterServer:
@@ -46,6 +49,7 @@ def announce_reader(shm_dir: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    sys.setswitchinterval(GIL_SWITCH_SECONDS)
     known = discover_collectors()
     options = parse_options(argv, known)
     logging.basicConfig(level=options.log_level.upper(), stream=sys.stderr,
