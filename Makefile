@@ -13,4 +13,8 @@ system-packages:
 		command -v ss >/dev/null || \
 		$(SUDO) sh -c 'apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus redis-server iproute2'
 
-.PHONY: test system-packages
+# Grafana dashboards, rules and docs/dashboards.md from dashboards/dashgen (needs the dashboards extra).
+dashboards:
+	PYTHONPATH=dashboards $(PYTHON) -m dashgen
+
+.PHONY: test system-packages dashboards
