@@ -29,7 +29,7 @@ PRODUCT = ("abi", "cli", "collectors", "datacache", "exporter", "intercept", "sd
 # The exporter as `python -m alnair.exporter` runs it, but NVML is the test double (tests/fake_pynvml.py):
 # one whole GPU with a process, one in MIG mode with an instance.
 EXPORTER_WITH_FAKE_NVML = textwrap.dedent(f"""
-    import os, sys
+    import os, sys, threading, time
     sys.path.insert(0, {str(TESTS)!r})
     from fake_pynvml import FakeGpu, FakeNvml
     import alnair.collectors.nvml as nvml
@@ -38,7 +38,15 @@ EXPORTER_WITH_FAKE_NVML = textwrap.dedent(f"""
                     utilization_samples=[(pid, 1, 50, 20)], throttle=1),
             FakeGpu("GPU-bbbbbbbb-0000-0000-0000-000000000000",
                     mig=[FakeGpu("MIG-11111111-2222-3333-4444-555555555555", name="NVIDIA H200 MIG 1g.18gb")])]
-    nvml.import_pynvml = lambda: FakeNvml(gpus)
+    fake = FakeNvml(gpus)
+    nvml.import_pynvml = lambda: fake
+
+    def one_xid():  # once the watcher has registered, the driver reports XID 48 (a double-bit ECC error)
+        while not any(s.registered for s in fake.event_sets):
+            time.sleep(0.05)
+        fake.inject_xid(gpus[0], 48)
+
+    threading.Thread(target=one_xid, daemon=True).start()
     from alnair.exporter import main
     main(sys.argv[1:])
 """)
@@ -104,7 +112,8 @@ def golden_scrape(tmp_path, shm_dir, start_writer, start_redis) -> str:
             parse_samples(text).get(f'alnair_exporter_collector_success{{collector="{c}"}}') == 1.0 for c in collectors)
             and "alnair_python_phase_seconds_total{" in text and "alnair_cache_dataset_hits_total{" in text
             and "alnair_python_process_exited_timestamp_seconds{" in text
-            and "alnair_cuda_process_exited_timestamp_seconds{" in text and text,
+            and "alnair_cuda_process_exited_timestamp_seconds{" in text
+            and 'alnair_nvml_xid_errors_by_code_total{gpu="0"' in text and text,
             timeout=60)
     finally:
         end_all([exporter.proc])
