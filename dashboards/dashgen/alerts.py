@@ -76,8 +76,8 @@ def gpu_missing(t) -> Alert:
     return Alert(
         f"{r.GPUS} < max_over_time({r.GPUS}[{t['lookback']}])",
         f"{label('node')} sees fewer GPUs than in the last {t['lookback']}",
-        f"Only {value()} GPUs answer NVML on {label('node')} ({label('instance')}), fewer than at some time in the last "
-        f"{t['lookback']}: a GPU fell off the bus, fails every query, or the driver lost it.",
+        f"GPUs answering NVML on {label('node')} ({label('instance')}): {value()}, fewer than at some time in the last "
+        f"{t['lookback']}. A GPU fell off the bus, fails every query, or the driver lost it.",
         "Run nvidia-smi on the node and read dmesg for XID 79 (fallen off the bus) or driver errors. Drain the node "
         "(kubectl drain), reset or reseat the GPU, and replace it if it drops out again.")
 
