@@ -45,9 +45,9 @@ def test_promtool_unit_tests_pass():
 
 
 def test_every_alert_is_tested_firing_silent_and_pending():
-    untested = []
+    untested, tested = [], cases("alert_rule_test")
     for name, rule in rules("alert").items():
-        mine = [c for c in cases("alert_rule_test") if c["alertname"] == name]
+        mine = [c for c in tested if c["alertname"] == name]
         firing = [minutes(c["eval_time"]) for c in mine if c["exp_alerts"]]
         silent = [minutes(c["eval_time"]) for c in mine if not c["exp_alerts"]]
         hold = minutes(rule["for"])

@@ -1,0 +1,246 @@
+"""Every query of every dashboard panel, and every rule, against a real Prometheus (Debian's, scraping every second
+and evaluating the rules files every second) that scrapes a live demo stack: the exporter with the NVML test
+double (two GPUs, the UUIDs the C writer's devices carry, an XID error), the C test writer under memory and
+compute limits, a PyTorch training loop under the Python intercept, and a real Redis with dataset-cache traffic.
+Grafana's variables are resolved as Grafana would, from their own queries against that Prometheus; each query
+must return data, and a panel that returns none fails with its dashboard, title and query."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from dashboard_support import DASHBOARD_FILES, ROOT, RULE_FILES, load, targets
+from support import (Exporter, PythonProgram, RedisServer, Writer, end_all, fill_cache, free_port, require_binary,
+                     wait_until)
+
+RATE_INTERVAL = "15s"  # Grafana's $__rate_interval is at least 4 scrape intervals; 15 one-second scrapes is ample
+SETTLE = 60  # seconds the slowest query may take to have data: two scrapes of a rate, one evaluation of a rule
+TESTS = ROOT / "tests"
+
+# The C writer gives device d the UUID bytes d*16 .. d*16+15 (intercept/shm_test_writer.c), spelt as NVML does.
+UUIDS = [f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}" for h in (bytes(range(d * 16, d * 16 + 16)).hex() for d in (0, 1))]
+
+EXPORTER_WITH_FAKE_NVML = textwrap.dedent(f"""
+    import os, sys, threading, time
+    sys.path.insert(0, {str(TESTS)!r})
+    from fake_pynvml import FakeGpu, FakeNvml
+    import alnair.collectors.nvml as nvml
+    pids = [int(p) for p in os.environ["DEMO_GPU_PIDS"].split(",")]
+    gpus = [FakeGpu(uuid, memory_used=(4 + i) << 30, utilization=(60, 25), temperature=55 + i, pcie_kb_per_s=(800, 1600),
+                    processes={{pid: 1 << 30 for pid in pids}}, utilization_samples=[(pid, 1, 30, 10) for pid in pids])
+            for i, uuid in enumerate({UUIDS!r})]
+    fake = FakeNvml(gpus)
+    nvml.import_pynvml = lambda: fake
+
+    def xid_once_watched():  # the driver reports XID 79 on GPU 0 once the exporter watches for it
+        while not any(s.registered for s in fake.event_sets):
+            time.sleep(0.05)
+        fake.inject_xid(gpus[0], 79)
+
+    threading.Thread(target=xid_once_watched, daemon=True).start()
+    from alnair.exporter import main
+    main(sys.argv[1:])
+""")
+
+# A training loop that never ends until stdin closes: decoding in a phase, a custom counter, a little data stall.
+TRAINER = textwrap.dedent("""
+    import sys, threading, time
+    import alnair, alnair.auto
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+
+    def collate(items):
+        with alnair.phase("decode"):
+            time.sleep(0.005)
+        alnair.counter("images_decoded").inc(len(items))
+        return torch.utils.data.default_collate(items)
+
+    data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    ready = False
+    while not stop.is_set():
+        for x, y in DataLoader(data, batch_size=8, collate_fn=collate):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+            time.sleep(0.01)
+            if not ready:
+                print("ready", flush=True)
+                ready = True
+""")
+
+# A job reading its dataset through the cache every 200 ms (hits, bytes, fetch latencies keep coming).
+CACHE_TRAFFIC = textwrap.dedent("""
+    import os, sys, threading
+    from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    dataset = CachedDataset(os.environ["DEMO_REDIS"], "images", DirectoryOrigin(os.environ["DEMO_ORIGIN"]), job="demo-job")
+    print("ready", flush=True)
+    while not stop.wait(0.2):
+        list(CacheLoader(dataset, 4))
+""")
+
+
+@dataclass
+class Stack:
+    prometheus: str
+    instance: str
+
+
+def prometheus_config(path: Path, target: str) -> None:
+    path.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(p) for p in RULE_FILES],
+        "scrape_configs": [{"job_name": "alnair", "static_configs": [{"targets": [target]}]}],
+    }))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, test_writer_binary):
+    """The demo stack, once for the module; everything it started is ended afterwards."""
+    prometheus = require_binary("prometheus")
+    tmp = tmp_path_factory.mktemp("live")
+    shm = tmp / "shm"
+    shm.mkdir()
+    (tmp / "redis").mkdir()
+    redis = RedisServer(tmp / "redis")
+    children, writers = [], []
+    try:
+        fill_cache(redis.url, tmp, [("images", "demo-job", range(12)), ("thumbnails", "demo-job", range(6, 18))], 4096)
+        writers.append(Writer(test_writer_binary, shm, [
+            "--devices", "2", "--period-ms", "10", "--compute-limit", "30", "--set", "compute_period_ns=100000000",
+            "--set", "compute_quota_ns=30000000", "--set", "bytes_in_use=805306368", "--set", "memory_limit_bytes=1073741824",
+            "--set", "allocations=40", "--set", "limit_denied_allocations=2", "--set", "throttled_ns=5000000000"]))
+        writers.append(PythonProgram(TRAINER, shm))
+        writers.append(PythonProgram(CACHE_TRAFFIC, shm, env={"DEMO_REDIS": redis.url, "DEMO_ORIGIN": str(tmp / "images")}))
+        launcher = tmp / "exporter_with_fake_nvml.py"
+        launcher.write_text(EXPORTER_WITH_FAKE_NVML)
+        exporter = Exporter(
+            [f"--shm.dir={shm}", "--node.name=demo-node", "--collector.cache", f"--collector.cache.redis-url={redis.url}",
+             "--collector.cuda.interval=200ms", "--collector.python.interval=200ms", "--collector.nvml.interval=500ms",
+             "--collector.cache.interval=500ms", "--collector.host.interval=500ms"],
+            tmp / "exporter.log", env={"DEMO_GPU_PIDS": f"{writers[0].pid},{writers[1].pid}"}, python=sys.executable,
+            script=str(launcher))
+        children.append(exporter.proc)
+        prometheus_config(tmp / "prometheus.yml", f"127.0.0.1:{exporter.port}")
+        port = free_port()
+        with open(tmp / "prometheus.log", "w") as log:
+            children.append(subprocess.Popen(
+                [prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+                 f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log))
+        prom = f"http://127.0.0.1:{port}"
+        wait_until(lambda: query(prom, 'up{job="alnair"} == 1'), timeout=60)
+        yield Stack(prom, f"127.0.0.1:{exporter.port}")
+    finally:
+        for child in children:
+            child.terminate()
+        end_all(children)
+        for writer in writers:
+            if isinstance(writer, Writer):
+                writer.stop()
+            else:
+                writer.finish()
+        redis.kill()
+
+
+def api(prom: str, path: str, **params) -> dict:
+    try:
+        response = requests.get(f"{prom}/api/v1/{path}", params=params, timeout=10)
+    except requests.ConnectionError:
+        return {}  # still starting
+    return response.json()["data"] if response.ok else {}
+
+
+def query(prom: str, promql: str) -> list[dict]:
+    return api(prom, "query", query=promql).get("result", [])
+
+
+def regex_of(values: list[str]) -> str:
+    """Several values as Grafana puts them in a PromQL regex: escaped, joined, inside a string literal."""
+    return "|".join(re.sub(r"([\\.^$*+?()\[\]{}|])", r"\\\1", v) for v in values).replace("\\", "\\\\")
+
+
+def interpolate(text: str, values: dict[str, str]) -> str:
+    text = text.replace("$__rate_interval", RATE_INTERVAL)
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: values[m.group(1)], text)
+
+
+def variable_values(prom: str, board: dict) -> dict[str, str]:
+    """Each query variable's options, from its own label_values() against Prometheus, in the order Grafana
+    resolves them (a variable may name those before it), as the regex of them all (All)."""
+    values: dict[str, str] = {}
+    for v in board["templating"]["list"]:
+        if v["type"] != "query":
+            continue
+        selector, label = re.fullmatch(r"label_values\((.+), (\w+)\)", interpolate(v["query"], values)).groups()
+        found = sorted({s[label] for s in api(prom, "series", **{"match[]": selector}) if label in s})
+        assert found, f"{board['title']}: variable {v['name']} has no options ({v['query']})"
+        values[v["name"]] = regex_of(found)
+    return values
+
+
+def empty_after_settling(prom: str, queries: dict[str, str]) -> list[str]:
+    """The descriptions of the queries still without data once they had SETTLE seconds to get some."""
+    pending = dict(queries)
+
+    def settled() -> bool:
+        for where, promql in list(pending.items()):
+            if query(prom, promql):
+                del pending[where]
+        return not pending
+
+    try:
+        wait_until(settled, timeout=SETTLE, interval=0.5)
+    except AssertionError:
+        pass
+    return [f"{where}: {promql}" for where, promql in pending.items()]
+
+
+def test_every_variable_of_every_dashboard_has_options(stack):
+    for path in DASHBOARD_FILES:
+        values = variable_values(stack.prometheus, load(path))
+        assert values.get("instance", regex_of([stack.instance])) == regex_of([stack.instance])  # node demo-node's
+
+
+def test_every_panel_query_returns_data(stack):
+    queries = {}
+    for path in DASHBOARD_FILES:
+        board = load(path)
+        values = variable_values(stack.prometheus, board)
+        for panel, target in targets(board):
+            queries[f"{board['title']} / {panel['title']} ({target['refId']})"] = interpolate(target["expr"], values)
+    assert empty_after_settling(stack.prometheus, queries) == []
+
+
+def rules(kind: str) -> list[dict]:
+    return [r for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"] if kind in r]
+
+
+def test_every_recorded_series_and_its_expression_return_data(stack):
+    recorded = {f"recorded {r['record']}": r["record"] for r in rules("record")}
+    recorded |= {f"expression of {r['record']}": r["expr"] for r in rules("record")}
+    assert empty_after_settling(stack.prometheus, recorded) == []
+
+
+def test_every_rule_evaluates_without_error(stack):
+    """Prometheus's own verdict on each rule: a join that matched many-to-many, for one, shows here."""
+    def evaluated() -> list[dict]:
+        loaded = [r for g in api(stack.prometheus, "rules").get("groups", []) for r in g["rules"]]
+        return loaded if loaded and all(not r["lastEvaluation"].startswith("0001") for r in loaded) else []
+
+    loaded = wait_until(evaluated, timeout=SETTLE)
+    assert len(loaded) == len(rules("record")) + len(rules("alert"))
+    assert [(r["name"], r.get("lastError")) for r in loaded if r["health"] != "ok"] == []
