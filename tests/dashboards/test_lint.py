@@ -1,12 +1,13 @@
 """The checks grafana/dashboard-linter makes (lint/rule_*.go), on the committed dashboards: a templated Prometheus
 data source that every panel and query uses, `$__rate_interval` in every rate(), irate() and increase(), a valid
 unit, a title and a description on every panel, unique panel ids, no overlapping panels, query variables that
-reload on time change; and, beyond the linter, that every variable a query names exists."""
+reload on time change; and, beyond the linter, that every variable a query names exists, every metric it names is
+served, and every per-process series is joined with its pod's names."""
 from __future__ import annotations
 
 import re
 
-from dashboard_support import panels, targets
+from dashboard_support import ROOT, panels, targets
 
 # Grafana's unit ids, as dashboard-linter's panel-units-rule lists them (lint/rule_panel_units.go, commit
 # 4d0844b40d49cbfd442916fc6c0c3c6fc81084e3, from Grafana's valueFormats/categories.ts).
@@ -27,6 +28,12 @@ rotrads rotdegs celsius fahrenheit kelvin hertz ns µs ms s m h d dtdurationms d
 clockms clocks cps ops reqps rps wps iops cpm opm rpm wpm mps mpm velocityms velocitykmh velocitymph velocityknot
 mlitre litre m3 Nm3 dm3 gallons bool bool_yes_no bool_on_off
 """.split())
+# Every family the exporter serves: "name type labels" (tests/e2e/fixtures/exposition.txt, the golden exposition).
+FAMILIES = {name: (kind, labels.split(",")) for name, kind, labels in
+            (line.split() for line in (ROOT / "tests/e2e/fixtures/exposition.txt").read_text().splitlines())}
+SERVED = {"up"} | {name + suffix for name, (kind, _) in FAMILIES.items()
+                   for suffix in ("", *(("_bucket", "_sum", "_count") if kind == "histogram" else ()))}
+PER_PROCESS = {name for name, (_, labels) in FAMILIES.items() if "pid" in labels and not name.endswith("_info")}
 GLOBAL_VARIABLES = {"__rate_interval", "__interval", "__interval_ms", "__range", "__range_s", "__range_ms"}
 RANGED_FUNCTIONS = re.compile(r"\b(rate|irate|increase)\s*\(")
 VARIABLE = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
@@ -127,6 +134,21 @@ def test_every_variable_a_query_names_is_defined(board):
                                               *((v["name"], v.get("query", "")) for v in board["templating"]["list"])]
             for name in (a or b for a, b in VARIABLE.findall(text))]
     assert [f"{where}: ${name}" for where, name in used if name not in defined] == []
+
+
+def metric_names(promql: str) -> set[str]:
+    return set(re.findall(r"\b(?:alnair|process)_\w+|\bup\b", without_strings(promql)))
+
+
+def test_every_metric_a_query_names_is_served(board):
+    assert [f"{p['title']}: {name}" for p, t in targets(board) for name in sorted(metric_names(t["expr"]) - SERVED)] == []
+
+
+def test_every_per_process_series_carries_its_pods_names(board):
+    """The issue's promise: pod names reach every per-process panel, through the _process_info joins."""
+    bare = [f"{p['title']}: {t['expr']}" for p, t in targets(board)
+            if metric_names(t["expr"]) & PER_PROCESS and "group_left (namespace, pod, container)" not in t["expr"]]
+    assert bare == []
 
 
 def test_the_dashboard_links_to_the_others_with_its_variables_and_time(board):
