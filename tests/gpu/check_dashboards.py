@@ -45,7 +45,8 @@ import torch
 import alnair
 stop = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
-model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).cuda()
+device = sys.argv[1]
+model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 seen = alnair.counter("rows_seen")
 data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(65536, 4096)), batch_size=256)
@@ -53,14 +54,14 @@ print("ready", flush=True)
 while not stop.is_set():
     for (x,) in data:
         with alnair.phase("forward"):
-            loss = model(x.cuda(non_blocking=True)).square().mean()
+            loss = model(x.to(device, non_blocking=True)).square().mean()
         seen.inc(len(x))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         if stop.is_set():
             break
-    torch.cuda.synchronize()
+    torch.cuda.synchronize() if device == "cuda" else None
 """
 
 
@@ -106,6 +107,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prometheus", required=True, help="Debian's prometheus binary")
     parser.add_argument("--seconds", type=float, default=45, help="how long Prometheus scrapes before the queries")
+    parser.add_argument("--device", default="cuda", help="cpu: a dry run of the plumbing on a machine without a GPU")
     args = parser.parse_args()
     subprocess.run(["make", "-s", "-C", str(REPO / "intercept")], check=True)
     work = Path(tempfile.mkdtemp(prefix="alnair-dashboards-"))
@@ -119,7 +121,7 @@ def main() -> int:
     jobs = []
     try:
         for limits in ({"ALNAIR_MEMORY_LIMIT": "8Gi", "ALNAIR_COMPUTE_LIMIT": "50"}, {}):
-            jobs.append(subprocess.Popen([sys.executable, "-m", "alnair.intercept.launcher", sys.executable, "-c", TRAINING],
+            jobs.append(subprocess.Popen([sys.executable, "-m", "alnair.intercept.launcher", sys.executable, "-c", TRAINING, args.device],
                                          env={**env, **limits}, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
         for job in jobs:
             assert job.stdout.readline().startswith("ready"), "a training job did not start"
