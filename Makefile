@@ -17,4 +17,9 @@ system-packages:
 dashboards:
 	PYTHONPATH=dashboards $(PYTHON) -m dashgen
 
-.PHONY: test system-packages dashboards
+# The chart's generated rules template (helm/alnair/templates/_rules.tpl) from dashboards/dashgen; the chart reads
+# the dashboards through its link helm/alnair/dashboards -> dashboards/json.
+chart:
+	PYTHONPATH=dashboards:helm $(PYTHON) -m alnair_chart
+
+.PHONY: test system-packages dashboards chart
