@@ -1,0 +1,4 @@
+"""`python -m alnair.injector` runs the webhook."""
+from . import main
+
+main()

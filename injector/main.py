@@ -1,0 +1,42 @@
+"""alnair-injector's start: flags, the certificate, the listening socket, then serving until SIGTERM."""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+
+from alnair.commandline import version
+
+from .config import fail, parse_options
+from .patch import Settings
+from .server import LiveTLS, TLSError, listen
+
+log = logging.getLogger("alnair.injector")
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = parse_options(argv)
+    logging.basicConfig(level=options.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        tls = LiveTLS(options.tls_cert_file, options.tls_key_file)
+    except TLSError as e:
+        fail(str(e))
+    settings = Settings(options.library_host_path, options.shm_host_path, options.python_intercept_default, version())
+    host, port = options.web_listen_address
+    try:
+        server = listen((host, port), tls, settings)
+    except OSError as e:
+        fail(f"cannot listen on {host or '*'}:{port}: {e.strerror or e}")
+    log.info("listening on %s:%d (https); library %s, segments %s, Python intercept %s by default",
+             *server.server_address[:2], settings.library_host_path, settings.shm_host_path,
+             "on" if settings.python_intercept_default else "off")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    threading.Thread(target=server.serve_forever, name="accept", daemon=True).start()
+    stop.wait()
+    log.info("shutting down")
+    server.shutdown()
+    server.server_close()

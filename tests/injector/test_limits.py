@@ -1,0 +1,82 @@
+"""The webhook's ALNAIR_MEMORY_LIMIT / ALNAIR_COMPUTE_LIMIT grammar is the intercept's: the cases of
+tests/intercept/test_configuration.py (there run through libalnair.so), each with the same verdict and reason."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from alnair.injector import limits
+from alnair.injector.limits import (BAD_DEVICE, EMPTY_ITEM, FRACTIONAL, NOT_AN_ITEM, TOO_BIG, TWICE, WANT_BYTES,
+                                    WANT_PERCENT, ZERO)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# tests/intercept/test_configuration.py's BAD_MEMORY, value and reason (the shown form is the intercept's own).
+BAD_MEMORY = [
+    ("1e30", WANT_BYTES), ("inf", WANT_BYTES), ("nan", WANT_BYTES), ("-inf", WANT_BYTES), ("infinity", WANT_BYTES),
+    ("1e3", WANT_BYTES), ("0x100000", WANT_BYTES), ("-1", WANT_BYTES), ("-0", WANT_BYTES), ("+1Mi", WANT_BYTES),
+    ("lots", WANT_BYTES), ("1_000_000", WANT_BYTES), ("1.", WANT_BYTES), (".5Mi", WANT_BYTES), ("1.5.0Mi", WANT_BYTES),
+    ("1Mi ", WANT_BYTES), (" 1Mi", WANT_BYTES), ("1 Mi", WANT_BYTES), ("1Mix", WANT_BYTES), ("1MiBB", WANT_BYTES),
+    ("1iB", WANT_BYTES), ("1E", WANT_BYTES), ("1024B", WANT_BYTES), ("1MI", WANT_BYTES), ("1Mi\n", WANT_BYTES),
+    ('1"Mi\\', WANT_BYTES), ("1Mi,2Mi", WANT_BYTES), (",", WANT_BYTES),
+    ("0.5", FRACTIONAL), ("1.5", FRACTIONAL), ("0.1", FRACTIONAL), ("1.3Ki", FRACTIONAL), ("1.0001K", FRACTIONAL),
+    ("0=1Mi,1=0.5", FRACTIONAL),
+    ("1125899906842625", TOO_BIG), ("2Pi", TOO_BIG), ("1.5Pi", TOO_BIG), ("1025Ti", TOO_BIG),
+    ("18446744073709551616", TOO_BIG), ("99999999999999999999999999Gi", TOO_BIG), ("1" * 1000, TOO_BIG),
+    ("0", ZERO), ("0Gi", ZERO), ("0.0", ZERO), ("0=1Mi,1=0", ZERO),
+    ("0=1Mi,", EMPTY_ITEM), (",0=1Mi", EMPTY_ITEM), ("0=1Mi,,1=2Mi", EMPTY_ITEM), ("0=1Mi,2Mi", NOT_AN_ITEM),
+    ("64=1Mi", BAD_DEVICE), ("-1=1Mi", BAD_DEVICE), ("=1Mi", BAD_DEVICE), ("a=1Mi", BAD_DEVICE), (" 0=1Mi", BAD_DEVICE),
+    ("0x0=1Mi", BAD_DEVICE), ("99999999999999999999=1Mi", BAD_DEVICE),
+    ("0=1Gi,0=2Gi", TWICE), ("0=1Mi,00=2Mi", TWICE), ("1=1Mi,0=1Mi,1=1Mi", TWICE),
+    ("0=", WANT_BYTES), ("0=1Mi=2Mi", WANT_BYTES), ("0=1Mi ,1=2Mi", WANT_BYTES), ("0=1Mi;1=2Mi", WANT_BYTES),
+    # beyond the intercept's table: where Python and C could part ways
+    ("١Mi", WANT_BYTES), ("1\x00Mi", WANT_BYTES), ("1." + "0" * 5000 + "1Mi", FRACTIONAL),  # other scripts' digits
+    ("0" * 5000 + "1=1Mi,1=1Mi", TWICE), ("1." + "0" * 49 + "1Pi", FRACTIONAL),
+]
+
+# ENFORCED_MEMORY and the per-device cases there, each accepted.
+GOOD_MEMORY = ["1048576", "3Mi", "3MiB", "3mi", "3Mib", "5M", "5MB", "5m", "2048K", "2048Ki", "2048k", "1.5Mi",
+               "1.50Mi", "1.0Mi", "007Mi", "0.25Gi", "0.001G", "1.5Gi", "1Gi", "1.000001M", "0=3Mi", "1=1Mi,0=3Mi",
+               "8Gi", "0=8Gi,1=4Gi", "5=1.5Gi,2=512M,63=1", "00=1Mi", "2Ti", "1.5Ti", "1T", "1P",
+               "0=1Pi,1=1125899906842624,2=0.5Pi", "1." + "0" * 5000 + "Mi", "0" * 5000 + "1Ki",
+               "0.00000000000000088817841970012523233890533447265625Pi"]  # 2^-50 Pi: exactly one byte
+
+BAD_COMPUTE = [
+    ("250", WANT_PERCENT), ("0", WANT_PERCENT), ("101", WANT_PERCENT), ("-30", WANT_PERCENT), ("+30", WANT_PERCENT),
+    ("30%", WANT_PERCENT), ("30.0", WANT_PERCENT), ("30.5", WANT_PERCENT), (" 30", WANT_PERCENT),
+    ("30 ", WANT_PERCENT), ("30abc", WANT_PERCENT), ("1e1", WANT_PERCENT), ("inf", WANT_PERCENT),
+    ("nan", WANT_PERCENT), ("0x1e", WANT_PERCENT), ("99999999999999999999", WANT_PERCENT),
+    ("0=30,1=0", WANT_PERCENT), ("0=30;1=70", WANT_PERCENT), ("0=", WANT_PERCENT),
+    ("0=30,0=70", TWICE), ("0=30,", EMPTY_ITEM), (",0=30", EMPTY_ITEM), ("0=30,70", NOT_AN_ITEM),
+    ("64=30", BAD_DEVICE), ("-1=30", BAD_DEVICE),
+]
+GOOD_COMPUTE = ["30", "1", "100", "007", "0=30,1=70", "63=1,5=100"]
+
+
+@pytest.mark.parametrize("value, why", BAD_MEMORY, ids=[repr(v[:30]) for v, _ in BAD_MEMORY])
+def test_a_memory_limit_the_intercept_ignores_is_refused_for_its_reason(value, why):
+    assert limits.memory_limit(value) == why
+
+
+@pytest.mark.parametrize("value", GOOD_MEMORY, ids=[repr(v[:30]) for v in GOOD_MEMORY])
+def test_a_memory_limit_the_intercept_applies_is_accepted(value):
+    assert limits.memory_limit(value) is None
+
+
+@pytest.mark.parametrize("value, why", BAD_COMPUTE)
+def test_a_compute_limit_the_intercept_ignores_is_refused_for_its_reason(value, why):
+    assert limits.compute_limit(value) == why
+
+
+@pytest.mark.parametrize("value", GOOD_COMPUTE)
+def test_a_compute_limit_the_intercept_applies_is_accepted(value):
+    assert limits.compute_limit(value) is None
+
+
+def test_the_reasons_are_the_intercepts_own_words():
+    """Each reason is a string literal of intercept/state.c, so the two cannot drift apart unnoticed."""
+    literals = set(re.findall(r'"((?:[^"\\]|\\.)*)"', (ROOT / "intercept" / "state.c").read_text()))
+    reasons = [WANT_BYTES, FRACTIONAL, TOO_BIG, ZERO, WANT_PERCENT, EMPTY_ITEM, NOT_AN_ITEM, BAD_DEVICE, TWICE]
+    assert [r for r in reasons if r not in literals] == []
