@@ -31,8 +31,9 @@ BAD_MEMORY = [
     ("0x0=1Mi", BAD_DEVICE), ("99999999999999999999=1Mi", BAD_DEVICE),
     ("0=1Gi,0=2Gi", TWICE), ("0=1Mi,00=2Mi", TWICE), ("1=1Mi,0=1Mi,1=1Mi", TWICE),
     ("0=", WANT_BYTES), ("0=1Mi=2Mi", WANT_BYTES), ("0=1Mi ,1=2Mi", WANT_BYTES), ("0=1Mi;1=2Mi", WANT_BYTES),
-    # beyond the intercept's table: where Python and C could part ways
-    ("١Mi", WANT_BYTES), ("1\x00Mi", WANT_BYTES), ("1." + "0" * 5000 + "1Mi", FRACTIONAL),  # other scripts' digits
+    # beyond the intercept's table, where a Python port could part ways with C: another script's digit (str.isdigit
+    # takes it), a NUL (it would end C's string), runs of digits longer than int() converts
+    ("١Mi", WANT_BYTES), ("1\x00Mi", WANT_BYTES), ("1." + "0" * 5000 + "1Mi", FRACTIONAL),
     ("0" * 5000 + "1=1Mi,1=1Mi", TWICE), ("1." + "0" * 49 + "1Pi", FRACTIONAL),
 ]
 
