@@ -116,3 +116,12 @@ FAILED = {
 def test_inconsistent_values_fail_the_render(values, message):
     with pytest.raises(helm.HelmRenderError, match=message):
         render_files(values)
+
+
+def test_helm_readme_names_every_value_group_and_its_keys():
+    readme = (CHART.parent / "README.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    missing = [name for name, value in values.items() if f"`{name}`" not in readme]
+    missing += [f"{name}.{key}" for name, value in values.items() if isinstance(value, dict)
+                and name not in ("commonLabels",) for key in value if f"`{key}`" not in readme]
+    assert missing == []
