@@ -84,6 +84,7 @@ REJECTED = {
     "unknown resource": ({"exporter": {"resources": {"limits": {"nvidia.com/gpu": 1}}}}, "nvidia.com/gpu"),
     "extra arg that is not a flag": ({"exporter": {"extraArgs": ["collector.cache"]}}, "extraArgs"),
     "job with a quote": ({"scrape": {"job": 'a"b'}}, "job"),
+    "job that is no label value": ({"scrape": {"job": "gpu nodes"}}, "job"),
 }
 
 
