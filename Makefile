@@ -7,11 +7,13 @@ test: system-packages
 	$(MAKE) -s -C intercept
 	$(PYTHON) -m pytest
 
-# The tests start a real Prometheus and a real redis-server, and read a listening socket's backlog with ss.
+# The tests start a real Prometheus and a real redis-server, and read a listening socket's backlog with ss;
+# tests/image builds and runs the images with rootful podman and runc on a base that debootstrap makes.
 system-packages:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v redis-server >/dev/null && \
-		command -v ss >/dev/null || \
-		$(SUDO) sh -c 'apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus redis-server iproute2'
+		command -v ss >/dev/null && command -v podman >/dev/null && command -v runc >/dev/null && \
+		command -v debootstrap >/dev/null || \
+		$(SUDO) sh -c 'apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus redis-server iproute2 podman runc debootstrap debian-archive-keyring'
 
 # Grafana dashboards, rules and docs/dashboards.md from dashboards/dashgen (needs the dashboards extra).
 dashboards:
