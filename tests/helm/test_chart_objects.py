@@ -359,6 +359,16 @@ def test_the_webhook_deployment_arguments():
     assert "--library.host-path=/var/lib/alnair/0.2.0" in custom and "--shm.host-path=/var/run/alnair" in custom
 
 
+def test_the_charts_dashboards_are_dashboards_json_byte_for_byte():
+    link = CHART / "dashboards"
+    assert link.is_symlink() and link.resolve() == (CHART.parent.parent / "dashboards" / "json").resolve()
+    source = sorted((CHART.parent.parent / "dashboards" / "json").glob("*.json"))
+    assert len(source) == 5
+    found = {o["metadata"]["name"]: o["data"] for o in objects({}) if o["kind"] == "ConfigMap"}
+    for path in source:
+        assert found[f"{RELEASE}-dashboard-{path.stem}"][path.name].encode() == path.read_bytes()
+
+
 def test_dashboards_are_configmaps_for_the_grafana_sidecar():
     found = objects(EVERYTHING)
     maps = {o["metadata"]["name"]: o for o in found if o["metadata"]["labels"].get("app.kubernetes.io/component") == "dashboards"}
