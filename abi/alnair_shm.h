@@ -91,12 +91,45 @@ struct alnair_cuda_device {
     uint64_t reserved;
 };
 
-/* The cuda kind's record: devices[0 .. device_count) are valid. */
+/* Which way a copy went; "device" is memory the process allocated on a GPU (managed memory too). */
+enum alnair_copy_direction {
+    ALNAIR_COPY_HOST_TO_DEVICE = 0,
+    ALNAIR_COPY_DEVICE_TO_HOST = 1,
+    ALNAIR_COPY_DEVICE_TO_DEVICE = 2, /* peer copies between GPUs too */
+    ALNAIR_COPY_DIRECTIONS = 3,
+};
+
+/* One direction's copies on one device: 24 bytes. */
+struct alnair_cuda_copy {
+    uint64_t copies;  /* copies the driver accepted (a batch counts each of its copies) */
+    uint64_t bytes;   /* their bytes */
+    uint64_t sync_ns; /* time the program spent inside the synchronous ones */
+};
+
+/* A device's fields appended after devices[]: devices_ext[i] belongs to devices[i]. 128 bytes. */
+struct alnair_cuda_device_ext {
+    struct alnair_cuda_copy copies[ALNAIR_COPY_DIRECTIONS]; /* by enum alnair_copy_direction */
+    uint64_t reserved[7];
+};
+
+/* The process's activity: times of its first and latest use of the GPU. 64 bytes. */
+struct alnair_cuda_activity {
+    uint64_t first_launch_ns;     /* process start (start_time_ticks) to its first kernel or graph launch; 0 before */
+    uint64_t first_allocation_ns; /* process start to its first device memory allocation; 0 before */
+    uint64_t last_launch_time_ns; /* CLOCK_REALTIME of the publish that first counted the latest launch; 0 before */
+    uint64_t reserved[5];
+};
+
+/* The cuda kind's record: devices[0 .. device_count) are valid, and so are devices_ext[0 .. device_count).
+ * activity and devices_ext were appended after the first writers shipped: a record_size that ends before
+ * a field means its writer does not have it (readers: absent, not zero). */
 struct alnair_cuda_record {
     uint32_t device_count;
     uint32_t max_devices; /* ALNAIR_CUDA_MAX_DEVICES */
     uint64_t reserved[3];
     struct alnair_cuda_device devices[ALNAIR_CUDA_MAX_DEVICES];
+    struct alnair_cuda_activity activity;                           /* appended: offset 8224 */
+    struct alnair_cuda_device_ext devices_ext[ALNAIR_CUDA_MAX_DEVICES]; /* appended: offset 8288 */
 };
 
 /* ---- kind ALNAIR_KIND_PYTHON ---------------------------------------------- */
@@ -171,6 +204,8 @@ struct alnair_share_table {
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(struct alnair_shm_header) == 256, "header is 256 bytes");
 _Static_assert(sizeof(struct alnair_cuda_device) == 128, "cuda device entry is 128 bytes");
+_Static_assert(sizeof(struct alnair_cuda_device_ext) == 128, "cuda device extension is 128 bytes");
+_Static_assert(sizeof(struct alnair_cuda_record) == 16480, "cuda record is 16480 bytes");
 _Static_assert(sizeof(struct alnair_python_record) == 4224, "python record is 4224 bytes");
 _Static_assert(sizeof(struct alnair_share_table) == 512, "share table is 512 bytes");
 #endif

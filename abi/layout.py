@@ -14,6 +14,12 @@ KIND_NAMES = {KIND_CUDA: "cuda", KIND_PYTHON: "python"}
 CUDA_MAX_DEVICES = 64
 CUDA_DEVICE_MIG = 0x1
 
+COPY_HOST_TO_DEVICE = 0
+COPY_DEVICE_TO_HOST = 1
+COPY_DEVICE_TO_DEVICE = 2
+COPY_DIRECTIONS = 3
+COPY_DIRECTION_NAMES = ("host_to_device", "device_to_host", "device_to_device")  # by index
+
 PYTHON_NAME_LEN = 48
 PYTHON_MAX_COUNTERS = 32
 PYTHON_MAX_PHASES = 32
@@ -66,12 +72,38 @@ class CudaDevice(C.LittleEndianStructure):
     ]
 
 
+class CudaCopy(C.LittleEndianStructure):
+    _fields_ = [
+        ("copies", C.c_uint64),
+        ("bytes", C.c_uint64),
+        ("sync_ns", C.c_uint64),
+    ]
+
+
+class CudaDeviceExt(C.LittleEndianStructure):
+    _fields_ = [
+        ("copies", CudaCopy * COPY_DIRECTIONS),
+        ("reserved", C.c_uint64 * 7),
+    ]
+
+
+class CudaActivity(C.LittleEndianStructure):
+    _fields_ = [
+        ("first_launch_ns", C.c_uint64),
+        ("first_allocation_ns", C.c_uint64),
+        ("last_launch_time_ns", C.c_uint64),
+        ("reserved", C.c_uint64 * 5),
+    ]
+
+
 class CudaRecord(C.LittleEndianStructure):
     _fields_ = [
         ("device_count", C.c_uint32),
         ("max_devices", C.c_uint32),
         ("reserved", C.c_uint64 * 3),
         ("devices", CudaDevice * CUDA_MAX_DEVICES),
+        ("activity", CudaActivity),  # appended: a shorter record's writer lacks it and what follows
+        ("devices_ext", CudaDeviceExt * CUDA_MAX_DEVICES),
     ]
 
 
@@ -129,11 +161,17 @@ CUDA_DEVICES_OFFSET = CudaRecord.devices.offset
 CUDA_DEVICE_SIZE = C.sizeof(CudaDevice)
 PYTHON_RECORD_SIZE = C.sizeof(PythonRecord)
 CUDA_RECORD_SIZE = C.sizeof(CudaRecord)
+CUDA_ACTIVITY_OFFSET = CudaRecord.activity.offset  # also the size of records written before it was appended
+CUDA_DEVICES_EXT_OFFSET = CudaRecord.devices_ext.offset
+CUDA_DEVICE_EXT_SIZE = C.sizeof(CudaDeviceExt)
 
 # Every struct the header defines, by its C name: what the ABI test walks.
 STRUCTS = {
     "alnair_shm_header": ShmHeader,
     "alnair_cuda_device": CudaDevice,
+    "alnair_cuda_copy": CudaCopy,
+    "alnair_cuda_device_ext": CudaDeviceExt,
+    "alnair_cuda_activity": CudaActivity,
     "alnair_cuda_record": CudaRecord,
     "alnair_python_counter": PythonCounter,
     "alnair_python_phase": PythonPhase,

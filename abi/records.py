@@ -2,6 +2,7 @@
 record whose header looked valid, so a hostile or corrupt one is refused the same way everywhere."""
 from __future__ import annotations
 
+import ctypes as C
 import re
 import struct
 from dataclasses import dataclass
@@ -28,7 +29,17 @@ class MalformedRecord(ValueError):
 
 @dataclass(frozen=True)
 class CudaProcess:
+    """A cuda record. `activity` and `devices_ext` (devices_ext[i] belongs to devices[i]) are None when the
+    writer's record ends before them: a writer older than those fields, whose zeros would be claims it never made."""
+
     devices: list[layout.CudaDevice]
+    activity: layout.CudaActivity | None = None
+    devices_ext: list[layout.CudaDeviceExt] | None = None
+
+
+def _appended(record: bytes, offset: int, size: int, cls):
+    """The appended struct at offset if the record holds all of it, else None."""
+    return cls.from_buffer_copy(record, offset) if len(record) >= offset + size else None
 
 
 def parse_cuda_record(record: bytes) -> CudaProcess:
@@ -39,12 +50,12 @@ def parse_cuda_record(record: bytes) -> CudaProcess:
         raise MalformedRecord(f"device_count {count} over max_devices {max_devices}")
     if len(record) < layout.CUDA_DEVICES_OFFSET + count * layout.CUDA_DEVICE_SIZE:
         raise MalformedRecord(f"device_count {count} does not fit the record")
-    return CudaProcess(
-        [
-            layout.CudaDevice.from_buffer_copy(record, layout.CUDA_DEVICES_OFFSET + i * layout.CUDA_DEVICE_SIZE)
-            for i in range(count)
-        ]
-    )
+    devices = [layout.CudaDevice.from_buffer_copy(record, layout.CUDA_DEVICES_OFFSET + i * layout.CUDA_DEVICE_SIZE)
+               for i in range(count)]
+    activity = _appended(record, layout.CUDA_ACTIVITY_OFFSET, C.sizeof(layout.CudaActivity), layout.CudaActivity)
+    extensions = [_appended(record, layout.CUDA_DEVICES_EXT_OFFSET + i * layout.CUDA_DEVICE_EXT_SIZE,
+                            layout.CUDA_DEVICE_EXT_SIZE, layout.CudaDeviceExt) for i in range(count)]
+    return CudaProcess(devices, activity, None if None in extensions else extensions)
 
 
 def parse_python_record(record: bytes) -> layout.PythonRecord:

@@ -47,6 +47,17 @@ int alloc_table_insert(struct alloc_table *t, uint64_t key, uint64_t size, int d
     return 0;
 }
 
+int alloc_table_find(struct alloc_table *t, uint64_t key, int *device)
+{
+    size_t b = bucket_of(key);
+    int found = 0;
+    pthread_mutex_lock(lock_of(t, b));
+    for (struct alloc_entry *e = t->buckets[b]; e && !found; e = e->next)
+        if (e->key == key) *device = e->device, found = 1;
+    pthread_mutex_unlock(lock_of(t, b));
+    return found;
+}
+
 int alloc_table_remove(struct alloc_table *t, uint64_t key, uint64_t *size, int *device)
 {
     size_t b = bucket_of(key);

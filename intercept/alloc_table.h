@@ -20,6 +20,8 @@ struct alloc_table {
 void alloc_table_init(struct alloc_table *t);
 /* Returns 0, or -1 if out of host memory (the allocation is then not tracked). */
 int alloc_table_insert(struct alloc_table *t, uint64_t key, uint64_t size, int device);
+/* Returns 1 and key's device if it is there. */
+int alloc_table_find(struct alloc_table *t, uint64_t key, int *device);
 /* Removes key; returns 1 and its size and device if it was there. */
 int alloc_table_remove(struct alloc_table *t, uint64_t key, uint64_t *size, int *device);
 /* Fork: hold every lock across fork; the child then forgets every entry. */

@@ -84,6 +84,99 @@ typedef struct CUlaunchConfig_st {
     unsigned int numAttrs;
 } CUlaunchConfig;
 
+/* What cuMemcpy2D/3D say each end is. */
+typedef int CUmemorytype;
+#define CU_MEMORYTYPE_HOST 1
+#define CU_MEMORYTYPE_DEVICE 2
+#define CU_MEMORYTYPE_ARRAY 3
+#define CU_MEMORYTYPE_UNIFIED 4
+
+typedef struct CUDA_MEMCPY2D_st {
+    size_t srcXInBytes, srcY;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
+
+typedef struct CUDA_MEMCPY3D_st {
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    void *reserved0;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    void *reserved1;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D;
+
+typedef struct CUDA_MEMCPY3D_PEER_st {
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    CUcontext srcContext;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    CUcontext dstContext;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D_PEER;
+
+typedef struct CUmemcpyAttributes_st CUmemcpyAttributes; /* passed through, never read */
+
+typedef struct CUoffset3D_st {
+    size_t x, y, z;
+} CUoffset3D;
+
+typedef struct CUextent3D_st {
+    size_t width, height, depth;
+} CUextent3D;
+
+#define CU_MEMCPY_OPERAND_TYPE_POINTER 1
+#define CU_MEMCPY_OPERAND_TYPE_ARRAY 2
+typedef struct CUmemcpy3DOperand_st {
+    int type;
+    union {
+        struct {
+            CUdeviceptr ptr;
+            size_t rowLength, layerHeight;
+            CUmemLocation locHint;
+        } ptr;
+        struct {
+            CUarray array;
+            CUoffset3D offset;
+        } array;
+    } op;
+} CUmemcpy3DOperand;
+
+typedef struct CUDA_MEMCPY3D_BATCH_OP_st {
+    CUmemcpy3DOperand src, dst;
+    CUextent3D extent;
+    int srcAccessOrder;
+    unsigned int flags;
+} CUDA_MEMCPY3D_BATCH_OP;
+
 typedef struct CUDA_LAUNCH_PARAMS_st {
     CUfunction function;
     unsigned int gridDimX, gridDimY, gridDimZ;
@@ -106,6 +199,115 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
      unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 #define ALNAIR_COOP_ARGS \
     (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams)
+
+/* The copy entry points' parameters, one pair per family of signatures. */
+#define ALNAIR_COPY_UNIFIED_PARAMS (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+#define ALNAIR_COPY_UNIFIED_ARGS (dst, src, ByteCount)
+#define ALNAIR_COPY_UNIFIED_ASYNC_PARAMS (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
+#define ALNAIR_COPY_UNIFIED_ASYNC_ARGS (dst, src, ByteCount, hStream)
+#define ALNAIR_COPY_PEER_PARAMS \
+    (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+#define ALNAIR_COPY_PEER_ARGS (dstDevice, dstContext, srcDevice, srcContext, ByteCount)
+#define ALNAIR_COPY_PEER_ASYNC_PARAMS \
+    (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, \
+     CUstream hStream)
+#define ALNAIR_COPY_PEER_ASYNC_ARGS (dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream)
+#define ALNAIR_COPY_HTOD_PARAMS (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+#define ALNAIR_COPY_HTOD_ARGS (dstDevice, srcHost, ByteCount)
+#define ALNAIR_COPY_HTOD_ASYNC_PARAMS (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
+#define ALNAIR_COPY_HTOD_ASYNC_ARGS (dstDevice, srcHost, ByteCount, hStream)
+#define ALNAIR_COPY_DTOH_PARAMS (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+#define ALNAIR_COPY_DTOH_ARGS (dstHost, srcDevice, ByteCount)
+#define ALNAIR_COPY_DTOH_ASYNC_PARAMS (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+#define ALNAIR_COPY_DTOH_ASYNC_ARGS (dstHost, srcDevice, ByteCount, hStream)
+#define ALNAIR_COPY_DTOD_PARAMS (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+#define ALNAIR_COPY_DTOD_ARGS (dstDevice, srcDevice, ByteCount)
+#define ALNAIR_COPY_DTOD_ASYNC_PARAMS (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+#define ALNAIR_COPY_DTOD_ASYNC_ARGS (dstDevice, srcDevice, ByteCount, hStream)
+#define ALNAIR_COPY_DTOA_PARAMS (CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
+#define ALNAIR_COPY_DTOA_ARGS (dstArray, dstOffset, srcDevice, ByteCount)
+#define ALNAIR_COPY_ATOD_PARAMS (CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
+#define ALNAIR_COPY_ATOD_ARGS (dstDevice, srcArray, srcOffset, ByteCount)
+#define ALNAIR_COPY_HTOA_PARAMS (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
+#define ALNAIR_COPY_HTOA_ARGS (dstArray, dstOffset, srcHost, ByteCount)
+#define ALNAIR_COPY_HTOA_ASYNC_PARAMS \
+    (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
+#define ALNAIR_COPY_HTOA_ASYNC_ARGS (dstArray, dstOffset, srcHost, ByteCount, hStream)
+#define ALNAIR_COPY_ATOH_PARAMS (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
+#define ALNAIR_COPY_ATOH_ARGS (dstHost, srcArray, srcOffset, ByteCount)
+#define ALNAIR_COPY_ATOH_ASYNC_PARAMS \
+    (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
+#define ALNAIR_COPY_ATOH_ASYNC_ARGS (dstHost, srcArray, srcOffset, ByteCount, hStream)
+#define ALNAIR_COPY_ATOA_PARAMS \
+    (CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
+#define ALNAIR_COPY_ATOA_ARGS (dstArray, dstOffset, srcArray, srcOffset, ByteCount)
+#define ALNAIR_COPY_2D_PARAMS (const CUDA_MEMCPY2D *pCopy)
+#define ALNAIR_COPY_2D_ARGS (pCopy)
+#define ALNAIR_COPY_2D_ASYNC_PARAMS (const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+#define ALNAIR_COPY_2D_ASYNC_ARGS (pCopy, hStream)
+#define ALNAIR_COPY_3D_PARAMS (const CUDA_MEMCPY3D *pCopy)
+#define ALNAIR_COPY_3D_ARGS (pCopy)
+#define ALNAIR_COPY_3D_ASYNC_PARAMS (const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+#define ALNAIR_COPY_3D_ASYNC_ARGS (pCopy, hStream)
+#define ALNAIR_COPY_3D_PEER_PARAMS (const CUDA_MEMCPY3D_PEER *pCopy)
+#define ALNAIR_COPY_3D_PEER_ARGS (pCopy)
+#define ALNAIR_COPY_3D_PEER_ASYNC_PARAMS (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+#define ALNAIR_COPY_3D_PEER_ASYNC_ARGS (pCopy, hStream)
+/* CUDA 12.8's batched copies report the failing copy's index; CUDA 13's _v2 forms dropped it. */
+#define ALNAIR_COPY_BATCH_12080_PARAMS \
+    (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, \
+     size_t numAttrs, size_t *failIdx, CUstream hStream)
+#define ALNAIR_COPY_BATCH_12080_ARGS (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream)
+#define ALNAIR_COPY_BATCH_PARAMS \
+    (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, \
+     size_t numAttrs, CUstream hStream)
+#define ALNAIR_COPY_BATCH_ARGS (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream)
+#define ALNAIR_COPY_BATCH_3D_12080_PARAMS \
+    (size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream)
+#define ALNAIR_COPY_BATCH_3D_12080_ARGS (numOps, opList, failIdx, flags, hStream)
+#define ALNAIR_COPY_BATCH_3D_PARAMS \
+    (size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
+#define ALNAIR_COPY_BATCH_3D_ARGS (numOps, opList, flags, hStream)
+
+/*
+ * The copy entry points: R(X, name, family, kind), one row each. The family names
+ * the parameters above (and, in hooks_copy.c, which end of the copy is where); the
+ * kind says how it is counted: SYNC (timed), ASYNC, or BATCH (many copies a call).
+ * Only the 64-bit (_v2 and later) names: the v1 ones take 32-bit device pointers,
+ * which no 64-bit program can use. _ptds/_ptsz are the per-thread default stream forms.
+ */
+#define ALNAIR_COPY_HOOKS(R, X) \
+    R(X, cuMemcpy, UNIFIED, SYNC) R(X, cuMemcpy_ptds, UNIFIED, SYNC) \
+    R(X, cuMemcpyAsync, UNIFIED_ASYNC, ASYNC) R(X, cuMemcpyAsync_ptsz, UNIFIED_ASYNC, ASYNC) \
+    R(X, cuMemcpyPeer, PEER, SYNC) R(X, cuMemcpyPeer_ptds, PEER, SYNC) \
+    R(X, cuMemcpyPeerAsync, PEER_ASYNC, ASYNC) R(X, cuMemcpyPeerAsync_ptsz, PEER_ASYNC, ASYNC) \
+    R(X, cuMemcpyHtoD_v2, HTOD, SYNC) R(X, cuMemcpyHtoD_v2_ptds, HTOD, SYNC) \
+    R(X, cuMemcpyHtoDAsync_v2, HTOD_ASYNC, ASYNC) R(X, cuMemcpyHtoDAsync_v2_ptsz, HTOD_ASYNC, ASYNC) \
+    R(X, cuMemcpyDtoH_v2, DTOH, SYNC) R(X, cuMemcpyDtoH_v2_ptds, DTOH, SYNC) \
+    R(X, cuMemcpyDtoHAsync_v2, DTOH_ASYNC, ASYNC) R(X, cuMemcpyDtoHAsync_v2_ptsz, DTOH_ASYNC, ASYNC) \
+    R(X, cuMemcpyDtoD_v2, DTOD, SYNC) R(X, cuMemcpyDtoD_v2_ptds, DTOD, SYNC) \
+    R(X, cuMemcpyDtoDAsync_v2, DTOD_ASYNC, ASYNC) R(X, cuMemcpyDtoDAsync_v2_ptsz, DTOD_ASYNC, ASYNC) \
+    R(X, cuMemcpyDtoA_v2, DTOA, SYNC) R(X, cuMemcpyDtoA_v2_ptds, DTOA, SYNC) \
+    R(X, cuMemcpyAtoD_v2, ATOD, SYNC) R(X, cuMemcpyAtoD_v2_ptds, ATOD, SYNC) \
+    R(X, cuMemcpyHtoA_v2, HTOA, SYNC) R(X, cuMemcpyHtoA_v2_ptds, HTOA, SYNC) \
+    R(X, cuMemcpyHtoAAsync_v2, HTOA_ASYNC, ASYNC) R(X, cuMemcpyHtoAAsync_v2_ptsz, HTOA_ASYNC, ASYNC) \
+    R(X, cuMemcpyAtoH_v2, ATOH, SYNC) R(X, cuMemcpyAtoH_v2_ptds, ATOH, SYNC) \
+    R(X, cuMemcpyAtoHAsync_v2, ATOH_ASYNC, ASYNC) R(X, cuMemcpyAtoHAsync_v2_ptsz, ATOH_ASYNC, ASYNC) \
+    R(X, cuMemcpyAtoA_v2, ATOA, SYNC) R(X, cuMemcpyAtoA_v2_ptds, ATOA, SYNC) \
+    R(X, cuMemcpy2D_v2, 2D, SYNC) R(X, cuMemcpy2D_v2_ptds, 2D, SYNC) \
+    R(X, cuMemcpy2DUnaligned_v2, 2D, SYNC) R(X, cuMemcpy2DUnaligned_v2_ptds, 2D, SYNC) \
+    R(X, cuMemcpy2DAsync_v2, 2D_ASYNC, ASYNC) R(X, cuMemcpy2DAsync_v2_ptsz, 2D_ASYNC, ASYNC) \
+    R(X, cuMemcpy3D_v2, 3D, SYNC) R(X, cuMemcpy3D_v2_ptds, 3D, SYNC) \
+    R(X, cuMemcpy3DAsync_v2, 3D_ASYNC, ASYNC) R(X, cuMemcpy3DAsync_v2_ptsz, 3D_ASYNC, ASYNC) \
+    R(X, cuMemcpy3DPeer, 3D_PEER, SYNC) R(X, cuMemcpy3DPeer_ptds, 3D_PEER, SYNC) \
+    R(X, cuMemcpy3DPeerAsync, 3D_PEER_ASYNC, ASYNC) R(X, cuMemcpy3DPeerAsync_ptsz, 3D_PEER_ASYNC, ASYNC) \
+    R(X, cuMemcpyBatchAsync, BATCH_12080, BATCH) R(X, cuMemcpyBatchAsync_ptsz, BATCH_12080, BATCH) \
+    R(X, cuMemcpyBatchAsync_v2, BATCH, BATCH) R(X, cuMemcpyBatchAsync_v2_ptsz, BATCH, BATCH) \
+    R(X, cuMemcpy3DBatchAsync, BATCH_3D_12080, BATCH) R(X, cuMemcpy3DBatchAsync_ptsz, BATCH_3D_12080, BATCH) \
+    R(X, cuMemcpy3DBatchAsync_v2, BATCH_3D, BATCH) R(X, cuMemcpy3DBatchAsync_v2_ptsz, BATCH_3D, BATCH)
+
+/* A copy row as a row of the hook table. */
+#define ALNAIR_COPY_ROW(X, name, family, kind) X(name, ALNAIR_COPY_##family##_PARAMS, ALNAIR_COPY_##family##_ARGS)
 
 /*
  * The hook table: X(name, parameters, arguments), one row per driver entry point
@@ -153,6 +355,13 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
       (CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels), \
       (pHandle, pMipmappedArrayDesc, numMipmapLevels)) \
     X(cuMipmappedArrayDestroy, (CUmipmappedArray hMipmappedArray), (hMipmappedArray)) \
+    /* where virtual memory management maps device memory: copies there are device copies */ \
+    X(cuMemMap, \
+      (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags), \
+      (ptr, size, offset, handle, flags)) \
+    X(cuMemUnmap, (CUdeviceptr ptr, size_t size), (ptr, size)) \
+    /* copies: their own table */ \
+    ALNAIR_COPY_HOOKS(ALNAIR_COPY_ROW, X) \
     /* waits for the GPU: a compute-limited process is charged for work that ran past its window */ \
     X(cuCtxSynchronize, (void), ()) \
     X(cuCtxSynchronize_v2, (CUcontext ctx), (ctx)) \
@@ -183,6 +392,7 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
     X(cuCtxGetCurrent, (CUcontext *pctx), (pctx)) \
     X(cuCtxGetDevice, (CUdevice *device), (device)) \
     X(cuStreamGetCtx, (CUstream hStream, CUcontext *pctx), (hStream, pctx)) \
-    X(cuDeviceGetUuid_v2, (CUuuid *uuid, CUdevice dev), (uuid, dev))
+    X(cuDeviceGetUuid_v2, (CUuuid *uuid, CUdevice dev), (uuid, dev)) \
+    X(cuArray3DGetDescriptor_v2, (CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray), (pArrayDescriptor, hArray))
 
 #endif

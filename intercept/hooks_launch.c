@@ -3,8 +3,10 @@
  * thread's device, and hold it for its compute-limit window when a limit is set.
  *
  * The hot path with no limit is: a mode load, a thread-local device lookup and,
- * after the driver accepts the launch, one relaxed atomic add. No locks, no
- * syscalls, no getenv, no driver calls.
+ * after the driver accepts the launch, one relaxed atomic add and a check that the
+ * first launch's time is known. No locks, no syscalls, no getenv, no driver calls.
+ * The latest launch's time is not taken here (a clock read per launch): the
+ * monitor stamps it when it sees the count move (monitor.c).
  */
 #include "intercept.h"
 
@@ -18,7 +20,10 @@ static inline struct alnair_device *before_launch(void)
 
 static inline CUresult count(CUresult r, struct alnair_device *d, _Atomic uint64_t *counter)
 {
-    if (r == CUDA_SUCCESS && d) atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+    if (r == CUDA_SUCCESS && d) {
+        atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+        alnair_note_first(&alnair.first_launch_boottime_ns);
+    }
     return r;
 }
 

@@ -6,6 +6,7 @@
  * driver is asked, so concurrent allocations from any number of threads can never
  * take the process over its limit; a refused or failed allocation gives them back.
  */
+#include "address_map.h"
 #include "alloc_table.h"
 #include "intercept.h"
 
@@ -67,7 +68,8 @@ static void release(struct alnair_device *d, uint64_t size)
     }
 }
 
-/* After the driver answered an admitted allocation: record it or undo the reservation. */
+/* After the driver answered an admitted allocation: record it or undo the reservation. Device pointers
+ * also go into the address map, so copies to and from them are known as device copies. */
 static CUresult settle(CUresult r, struct alnair_device *d, struct alloc_table *t, uint64_t key, uint64_t size)
 {
     if (r != CUDA_SUCCESS) {
@@ -76,7 +78,9 @@ static CUresult settle(CUresult r, struct alnair_device *d, struct alloc_table *
         return r;
     }
     atomic_fetch_add_explicit(&d->allocations, 1, memory_order_relaxed);
+    alnair_note_first(&alnair.first_allocation_boottime_ns);
     if (alloc_table_insert(t, key, size, alnair_device_ordinal(d)) != 0) release(d, size);
+    else if (t == &device_pointers) alnair_address_map_add(key, size, alnair_device_ordinal(d));
     return r;
 }
 
@@ -97,8 +101,12 @@ static int forget(struct alloc_table *t, uint64_t key, uint64_t *size, int *devi
 static CUresult freed(CUresult r, struct alloc_table *t, int known, uint64_t key, uint64_t size, int device)
 {
     if (!known) return r;
-    if (r == CUDA_SUCCESS) release(alnair_device_at(device), size);
-    else alloc_table_insert(t, key, size, device);
+    if (r != CUDA_SUCCESS) {
+        alloc_table_insert(t, key, size, device);
+        return r;
+    }
+    release(alnair_device_at(device), size);
+    if (t == &device_pointers) alnair_address_map_remove(key, size);
     return r;
 }
 
@@ -191,20 +199,29 @@ ALNAIR_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     FREE(&vmm_handles, handle, CALL_REAL(cuMemRelease, (handle)));
 }
 
-/* Bytes per element of the common array formats; others count as 4 (an estimate:
- * the driver also pads arrays, so array accounting is approximate). */
-static uint64_t format_bytes(int format)
+/* A mapping of a handle's memory (how PyTorch's expandable segments grow) is device memory of the
+ * handle's device; a handle this library did not see created (imported) is left unknown. */
+ALNAIR_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                                unsigned long long flags)
 {
-    switch (format) {
-    case 0x01: case 0x08: return 1; /* 8-bit integers */
-    case 0x02: case 0x09: case 0x10: return 2; /* 16-bit integers, half */
-    default: return 4;
-    }
+    CUresult r = CALL_REAL(cuMemMap, (ptr, size, offset, handle, flags));
+    int device;
+    if (r == CUDA_SUCCESS && alnair_active() && alloc_table_find(&vmm_handles, handle, &device))
+        alnair_address_map_add(ptr, size, device);
+    return r;
+}
+
+ALNAIR_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    CUresult r = CALL_REAL(cuMemUnmap, (ptr, size));
+    if (r == CUDA_SUCCESS && alnair_active()) alnair_address_map_remove(ptr, size);
+    return r;
 }
 
 static uint64_t array_bytes(size_t w, size_t h, size_t depth, int format, unsigned int channels)
 {
-    return (uint64_t)w * (h ? h : 1) * (depth ? depth : 1) * format_bytes(format) * (channels ? channels : 1);
+    return (uint64_t)w * (h ? h : 1) * (depth ? depth : 1) * alnair_array_format_bytes(format) *
+           (channels ? channels : 1);
 }
 
 ALNAIR_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)

@@ -48,8 +48,16 @@ void *alnair_resolve_real(const char *name, void **slot);
     })
 
 uint64_t alnair_monotonic_ns(void);
+uint64_t alnair_boottime_ns(void);
 
 /* ---- per-device state ----------------------------------------------------- */
+
+/* One direction's copies on one device (enum alnair_copy_direction). */
+struct alnair_copy_counters {
+    _Atomic uint64_t copies;
+    _Atomic uint64_t bytes;
+    _Atomic uint64_t sync_ns; /* time inside the synchronous ones */
+};
 
 struct alnair_device {
     _Atomic uint64_t kernel_launches;
@@ -68,6 +76,7 @@ struct alnair_device {
     _Atomic int seen;            /* the process has used this device */
     uint64_t memory_limit_bytes; /* 0 = none; fixed after init */
     uint32_t compute_limit_percent; /* 0 = none; fixed after init */
+    struct alnair_copy_counters copies[ALNAIR_COPY_DIRECTIONS];
 } __attribute__((aligned(64)));
 
 enum alnair_mode { ALNAIR_UNCONFIGURED = 0, ALNAIR_PASS_THROUGH = 1, ALNAIR_ACTIVE = 2 };
@@ -75,6 +84,9 @@ enum alnair_mode { ALNAIR_UNCONFIGURED = 0, ALNAIR_PASS_THROUGH = 1, ALNAIR_ACTI
 struct alnair_state {
     _Atomic int mode;  /* enum alnair_mode; ALNAIR_INTERCEPT=off gives pass-through */
     int period_ms;     /* monitor publish period */
+    /* CLOCK_BOOTTIME (the clock of the process start time) of the first launch and allocation; 0 before */
+    _Atomic uint64_t first_launch_boottime_ns;
+    _Atomic uint64_t first_allocation_boottime_ns;
     struct alnair_device devices[ALNAIR_CUDA_MAX_DEVICES];
 };
 
@@ -111,6 +123,26 @@ static inline struct alnair_device *alnair_current_device(void)
     return d;
 }
 int alnair_device_ordinal(const struct alnair_device *d);
+/* The device a context is on, if a context call told us; NULL otherwise (never asks the driver). */
+struct alnair_device *alnair_context_device(CUcontext ctx);
+
+/* Records now as the first time of an event (a launch, an allocation): one load and a branch after that. */
+void alnair_note_first_slow(_Atomic uint64_t *boottime_ns);
+static inline void alnair_note_first(_Atomic uint64_t *boottime_ns)
+{
+    if (ALNAIR_UNLIKELY(!atomic_load_explicit(boottime_ns, memory_order_relaxed))) alnair_note_first_slow(boottime_ns);
+}
+
+/* Bytes per element of a CUDA array format (CUarray_format): the common ones exactly, others as 4 (an
+ * estimate: the driver also pads arrays, so array sizes are approximate). */
+static inline uint64_t alnair_array_format_bytes(int format)
+{
+    switch (format) {
+    case 0x01: case 0x08: return 1; /* 8-bit integers */
+    case 0x02: case 0x09: case 0x10: return 2; /* 16-bit integers, half */
+    default: return 4;
+    }
+}
 /* The device's UUID bytes, asked of the driver once; NULL if it will not say (monitor thread). */
 const uint8_t *alnair_device_uuid(int ordinal);
 

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "intercept.h"
 #include "shm_segment.h"
@@ -22,6 +23,10 @@ static _Atomic int exiting; /* the driver may be torn down already: never call i
 static struct alnair_segment segment = {.fd = -1};
 static CUuuid uuids[ALNAIR_CUDA_MAX_DEVICES];
 static int uuid_known[ALNAIR_CUDA_MAX_DEVICES];
+/* Launches are not timed (a clock read each would double a launch's cost): a publish that finds the count
+ * moved since the last one stamps its own time. Only publish() touches these, under publish_lock. */
+static uint64_t launches_seen;
+static uint64_t last_launch_time_ns;
 
 const uint8_t *alnair_device_uuid(int ordinal)
 {
@@ -52,16 +57,61 @@ static void copy_device(struct alnair_cuda_device *out, int ordinal)
     out->throttled_ns = atomic_load_explicit(&d->throttled_ns, memory_order_relaxed);
 }
 
+static void copy_device_ext(struct alnair_cuda_device_ext *out, int ordinal)
+{
+    const struct alnair_device *d = &alnair.devices[ordinal];
+    for (int k = 0; k < ALNAIR_COPY_DIRECTIONS; k++) {
+        out->copies[k].copies = atomic_load_explicit(&d->copies[k].copies, memory_order_relaxed);
+        out->copies[k].bytes = atomic_load_explicit(&d->copies[k].bytes, memory_order_relaxed);
+        out->copies[k].sync_ns = atomic_load_explicit(&d->copies[k].sync_ns, memory_order_relaxed);
+    }
+}
+
+static uint64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* From the process start to an event's CLOCK_BOOTTIME; 0 (not yet) stays 0. The start is known to a
+ * clock tick, so an event within the first tick still reads as 1 ns, not as "not yet". */
+static uint64_t since_start(uint64_t boottime_ns)
+{
+    uint64_t start_ns = segment.header->start_time_ticks * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
+    if (!boottime_ns) return 0;
+    return boottime_ns > start_ns ? boottime_ns - start_ns : 1;
+}
+
+static void copy_activity(struct alnair_cuda_activity *out, uint64_t launches)
+{
+    if (launches != launches_seen) {
+        launches_seen = launches;
+        last_launch_time_ns = realtime_ns();
+    }
+    out->first_launch_ns = since_start(atomic_load_explicit(&alnair.first_launch_boottime_ns, memory_order_relaxed));
+    out->first_allocation_ns =
+        since_start(atomic_load_explicit(&alnair.first_allocation_boottime_ns, memory_order_relaxed));
+    out->last_launch_time_ns = last_launch_time_ns;
+}
+
 static void publish(void)
 {
     pthread_mutex_lock(&publish_lock);
     struct alnair_cuda_record *record = segment.record;
     alnair_segment_publish_begin(&segment);
     uint32_t count = 0;
-    for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++)
-        if (atomic_load_explicit(&alnair.devices[i].seen, memory_order_relaxed)) copy_device(&record->devices[count++], i);
+    uint64_t launches = 0;
+    for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) {
+        if (!atomic_load_explicit(&alnair.devices[i].seen, memory_order_relaxed)) continue;
+        copy_device(&record->devices[count], i);
+        copy_device_ext(&record->devices_ext[count], i);
+        launches += record->devices[count].kernel_launches + record->devices[count].graph_launches;
+        count++;
+    }
     record->device_count = count;
     record->max_devices = ALNAIR_CUDA_MAX_DEVICES;
+    copy_activity(&record->activity, launches);
     alnair_segment_publish_end(&segment);
     pthread_mutex_unlock(&publish_lock);
 }
@@ -114,6 +164,7 @@ static void fork_child(void)
 {
     alnair_segment_forget(&segment);
     memset(uuid_known, 0, sizeof uuid_known);
+    launches_seen = last_launch_time_ns = 0;
     pthread_mutex_init(&start_lock, NULL);
     pthread_mutex_init(&publish_lock, NULL);
     atomic_store(&started, 0);

@@ -4,9 +4,12 @@
  * It publishes through the same shm_segment.c the CUDA intercept uses, with values
  * given on the command line, so reader tests check the real writer's bytes.
  *
- *   alnair-shm-test-writer [--devices N] [--set FIELD=V]... [--churn] [--period-ms P]
+ *   alnair-shm-test-writer [--devices N] [--set FIELD=V]... [--record-size BYTES] [--churn] [--period-ms P]
  *
- * Device i gets FIELD = V + i. It prints "ready PATH" once published, then waits
+ * Device i gets FIELD = V + i; a copy field is DIRECTION.FIELD (host_to_device.bytes), an
+ * activity field (first_launch_ns, ...) is the process's, V itself. --record-size publishes
+ * only the record's first BYTES (at least its devices), as a writer older than the fields
+ * past them did (8224: no activity, no copies). It prints "ready PATH" once published, then waits
  * until stdin closes or SIGTERM (removing the segment); SIGKILL leaves it behind
  * as a dead writer's. --churn republishes in a tight loop with every counter equal
  * to a running count (a torn read shows as unequal counters); --period-ms P
@@ -40,13 +43,29 @@ static const struct field_spec counters[] = {
 };
 #define N_COUNTERS (sizeof counters / sizeof counters[0])
 
+#define COPY_FIELDS(direction, k) \
+    {#direction ".copies", offsetof(struct alnair_cuda_device_ext, copies[k].copies)}, \
+    {#direction ".bytes", offsetof(struct alnair_cuda_device_ext, copies[k].bytes)}, \
+    {#direction ".sync_ns", offsetof(struct alnair_cuda_device_ext, copies[k].sync_ns)}
+static const struct field_spec ext_fields[] = {
+    COPY_FIELDS(host_to_device, ALNAIR_COPY_HOST_TO_DEVICE),
+    COPY_FIELDS(device_to_host, ALNAIR_COPY_DEVICE_TO_HOST),
+    COPY_FIELDS(device_to_device, ALNAIR_COPY_DEVICE_TO_DEVICE),
+};
+
+#define ACTIVITY(f) {#f, offsetof(struct alnair_cuda_activity, f)}
+static const struct field_spec activity_fields[] = {
+    ACTIVITY(first_launch_ns), ACTIVITY(first_allocation_ns), ACTIVITY(last_launch_time_ns),
+};
+#define COUNT(table) (sizeof table / sizeof table[0])
+
 static volatile sig_atomic_t stop;
 static void on_term(int sig) { (void)sig; stop = 1; }
 
 static void usage(void)
 {
     fprintf(stderr, "usage: alnair-shm-test-writer [--devices N] [--set FIELD=V]... "
-                    "[--compute-limit PCT] [--churn] [--period-ms P]\n");
+                    "[--compute-limit PCT] [--record-size BYTES] [--churn] [--period-ms P]\n");
     exit(2);
 }
 
@@ -55,19 +74,32 @@ static uint64_t *counter(struct alnair_cuda_device *d, size_t i)
     return (uint64_t *)((char *)d + counters[i].offset);
 }
 
+/* The table's field named by spec up to its '=', or NULL. */
+static const struct field_spec *find(const struct field_spec *table, size_t n, const char *spec, const char *eq)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strlen(table[i].name) == (size_t)(eq - spec) && strncmp(table[i].name, spec, (size_t)(eq - spec)) == 0)
+            return &table[i];
+    return NULL;
+}
+
+static void set_u64(void *base, size_t offset, uint64_t v) { *(uint64_t *)((char *)base + offset) = v; }
+
 static int set_field(struct alnair_cuda_record *r, const char *spec)
 {
     const char *eq = strchr(spec, '=');
+    const struct field_spec *f;
     if (!eq) return -1;
-    for (size_t i = 0; i < N_COUNTERS; i++) {
-        if (strlen(counters[i].name) != (size_t)(eq - spec) ||
-            strncmp(counters[i].name, spec, (size_t)(eq - spec)) != 0)
-            continue;
-        uint64_t v = strtoull(eq + 1, NULL, 10);
-        for (uint32_t d = 0; d < r->max_devices; d++) *counter(&r->devices[d], i) = v + d;
-        return 0;
-    }
-    return -1;
+    uint64_t v = strtoull(eq + 1, NULL, 10);
+    if ((f = find(counters, N_COUNTERS, spec, eq)))
+        for (uint32_t d = 0; d < r->max_devices; d++) set_u64(&r->devices[d], f->offset, v + d);
+    else if ((f = find(ext_fields, COUNT(ext_fields), spec, eq)))
+        for (uint32_t d = 0; d < r->max_devices; d++) set_u64(&r->devices_ext[d], f->offset, v + d);
+    else if ((f = find(activity_fields, COUNT(activity_fields), spec, eq)))
+        set_u64(&r->activity, f->offset, v);
+    else
+        return -1;
+    return 0;
 }
 
 static void init_devices(struct alnair_cuda_record *r, uint32_t n)
@@ -129,7 +161,8 @@ int main(int argc, char **argv)
 {
     uint32_t devices = 1;
     int churn_mode = 0, period_ms = 0;
-    struct alnair_cuda_record staged = {0};
+    uint32_t record_size = sizeof(struct alnair_cuda_record);
+    static struct alnair_cuda_record staged; /* 16 KiB: not on the stack */
     init_devices(&staged, devices);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
@@ -141,6 +174,9 @@ int main(int argc, char **argv)
             uint32_t pct = (uint32_t)atoi(argv[++i]);
             for (uint32_t d = 0; d < ALNAIR_CUDA_MAX_DEVICES; d++)
                 staged.devices[d].compute_limit_percent = pct;
+        } else if (!strcmp(argv[i], "--record-size") && i + 1 < argc) {
+            record_size = (uint32_t)atoi(argv[++i]);
+            if (record_size < offsetof(struct alnair_cuda_record, activity) || record_size > sizeof staged) usage();
         } else if (!strcmp(argv[i], "--churn")) {
             churn_mode = 1;
         } else if (!strcmp(argv[i], "--period-ms") && i + 1 < argc) {
@@ -157,13 +193,13 @@ int main(int argc, char **argv)
 
     struct alnair_segment seg;
     char err[512];
-    if (alnair_segment_create(&seg, ALNAIR_KIND_CUDA, sizeof staged, err, sizeof err) != 0) {
+    if (alnair_segment_create(&seg, ALNAIR_KIND_CUDA, record_size, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
     struct alnair_cuda_record *r = seg.record;
     alnair_segment_publish_begin(&seg);
-    memcpy(r, &staged, sizeof staged);
+    memcpy(r, &staged, record_size);
     alnair_segment_publish_end(&seg);
     printf("ready %s\n", seg.path);
     fflush(stdout);

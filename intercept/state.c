@@ -39,11 +39,22 @@ void alnair_log(const char *fmt, ...)
     fwrite(line, 1, (size_t)n + 1, stderr);
 }
 
-uint64_t alnair_monotonic_ns(void)
+static uint64_t clock_ns(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t alnair_monotonic_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+
+uint64_t alnair_boottime_ns(void) { return clock_ns(CLOCK_BOOTTIME); }
+
+/* The first caller's time wins; a late racer finds it set and leaves it. */
+void alnair_note_first_slow(_Atomic uint64_t *boottime_ns)
+{
+    uint64_t unset = 0;
+    atomic_compare_exchange_strong(boottime_ns, &unset, alnair_boottime_ns());
 }
 
 /* ---- configuration: strict parsing, once per process ----------------------
@@ -273,6 +284,8 @@ static void reset_in_child(void)
         d->memory_limit_bytes = memory_limit;
         d->compute_limit_percent = compute_limit;
     }
+    atomic_store(&alnair.first_launch_boottime_ns, 0);
+    atomic_store(&alnair.first_allocation_boottime_ns, 0);
     pthread_mutex_init(&configure_lock, NULL);
     alnair_thread_context_changed();
 }
@@ -330,6 +343,8 @@ static int context_device(CUcontext ctx)
         if (atomic_load(&contexts[i].ctx) == ctx) return atomic_load(&contexts[i].device);
     return -1;
 }
+
+struct alnair_device *alnair_context_device(CUcontext ctx) { return alnair_device_at(context_device(ctx)); }
 
 void alnair_context_forget(CUcontext ctx)
 {

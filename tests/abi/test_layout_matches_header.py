@@ -18,6 +18,10 @@ CONSTANTS = {
     "ALNAIR_KIND_PYTHON": layout.KIND_PYTHON,
     "ALNAIR_CUDA_MAX_DEVICES": layout.CUDA_MAX_DEVICES,
     "ALNAIR_CUDA_DEVICE_MIG": layout.CUDA_DEVICE_MIG,
+    "ALNAIR_COPY_HOST_TO_DEVICE": layout.COPY_HOST_TO_DEVICE,
+    "ALNAIR_COPY_DEVICE_TO_HOST": layout.COPY_DEVICE_TO_HOST,
+    "ALNAIR_COPY_DEVICE_TO_DEVICE": layout.COPY_DEVICE_TO_DEVICE,
+    "ALNAIR_COPY_DIRECTIONS": layout.COPY_DIRECTIONS,
     "ALNAIR_PYTHON_NAME_LEN": layout.PYTHON_NAME_LEN,
     "ALNAIR_PYTHON_MAX_COUNTERS": layout.PYTHON_MAX_COUNTERS,
     "ALNAIR_PYTHON_MAX_PHASES": layout.PYTHON_MAX_PHASES,
@@ -84,6 +88,17 @@ def test_fixed_sizes_documented_in_the_abi():
     assert layout.CUDA_DEVICE_SIZE == 128
     assert layout.CUDA_DEVICES_OFFSET == 32
     assert layout.SHM_MAGIC.to_bytes(8, "little") == b"ALNAIRSH"
+
+
+def test_cuda_fields_are_appended_after_every_existing_offset():
+    """The activity and per-device extensions come after the 8224 bytes the first writers published, so every
+    offset those writers and their readers know stays where it was (and abi_version stays 2)."""
+    assert layout.CUDA_ACTIVITY_OFFSET == 32 + 64 * 128 == 8224
+    assert layout.CUDA_DEVICES_EXT_OFFSET == 8224 + 64 and layout.CUDA_DEVICE_EXT_SIZE == 128
+    assert layout.CUDA_RECORD_SIZE == 8288 + 64 * 128 == 16480 <= layout.MAX_RECORD_SIZE
+    assert [f for f, _ in layout.CudaRecord._fields_][:4] == ["device_count", "max_devices", "reserved", "devices"]
+    assert layout.ABI_VERSION == 2
+    assert layout.COPY_DIRECTION_NAMES[layout.COPY_DEVICE_TO_DEVICE] == "device_to_device"
 
 
 def test_python_record_is_bounded_and_documented_size():

@@ -86,13 +86,16 @@ def run_client(intercept_library, fake_driver_dir, client_programs, shm_dir):
     end_all(c.proc for c in clients)
 
 
-def published(shm_dir: Path, pid: int) -> dict[int, object]:
-    """The devices a live writer has published: device index -> its CudaDevice."""
+def published_record(shm_dir: Path, pid: int):
+    """The CudaProcess a live writer has published, or None."""
     from alnair.abi import layout
     from alnair.abi.segments import SegmentDirectory
 
     directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA, reclaim=False)
-    for parsed in directory.read():
-        if parsed.segment.holder_pid == pid:
-            return {d.device_index: d for d in parsed.record.devices}
-    return {}
+    return next((parsed.record for parsed in directory.read() if parsed.segment.holder_pid == pid), None)
+
+
+def published(shm_dir: Path, pid: int) -> dict[int, object]:
+    """The devices a live writer has published: device index -> its CudaDevice."""
+    record = published_record(shm_dir, pid)
+    return {d.device_index: d for d in record.devices} if record else {}

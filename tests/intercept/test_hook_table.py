@@ -14,10 +14,18 @@ TOOLKIT_INCLUDE = Path("/usr/local/cuda/include")
 STRUCT_FIELDS = {
     "CUmemAllocationProp": ["type", "location.type", "location.id", "win32HandleMetaData"],
     "CUDA_ARRAY_DESCRIPTOR": ["Width", "Height", "Format", "NumChannels"],
-    "CUDA_ARRAY3D_DESCRIPTOR": ["Width", "Height", "Depth", "Format", "NumChannels", "Flags"],
     "CUlaunchConfig": ["gridDimX", "sharedMemBytes", "hStream", "attrs", "numAttrs"],
     "CUDA_LAUNCH_PARAMS": ["function", "sharedMemBytes", "hStream", "kernelParams"],
     "CUuuid": ["bytes"],
+    "CUDA_MEMCPY2D": ["srcMemoryType", "srcDevice", "srcArray", "dstMemoryType", "dstDevice", "dstArray", "WidthInBytes",
+                      "Height"],
+    "CUDA_MEMCPY3D": ["srcMemoryType", "srcDevice", "dstMemoryType", "dstDevice", "WidthInBytes", "Height", "Depth"],
+    "CUDA_MEMCPY3D_PEER": ["srcMemoryType", "srcDevice", "srcContext", "dstMemoryType", "dstDevice", "dstContext",
+                           "WidthInBytes", "Height", "Depth"],
+    "CUDA_MEMCPY3D_BATCH_OP": ["src", "dst", "extent", "extent.width", "extent.height", "extent.depth", "srcAccessOrder",
+                               "flags"],
+    "CUmemcpy3DOperand": ["type", "op.ptr.ptr", "op.array.array"],
+    "CUDA_ARRAY3D_DESCRIPTOR": ["Width", "Height", "Depth", "Format", "NumChannels", "Flags"],
 }
 
 

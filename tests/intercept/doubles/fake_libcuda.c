@@ -16,7 +16,10 @@
  * each timed launch marks it running, and a launch that finds it already running,
  * which a real time-sliced GPU would have to interleave, is counted as an overlap),
  * FAKE_CUDA_ASYNC (timed launches queue their time on the device and return at
- * once, like a real GPU's queue; the synchronize calls sleep until it drains).
+ * once, like a real GPU's queue; the synchronize calls sleep until it drains),
+ * FAKE_CUDA_COPY_NS (time each copy call takes, default 0: asynchronous ones too, so
+ * a test can tell they are not timed). A copy of more bytes than a device holds is
+ * refused, like an out-of-range copy.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -39,7 +42,7 @@
 #define CUDA_ERROR_INVALID_HANDLE 400
 #define MAX_DEVICES 64
 #define MAX_ALLOCS 65536
-#define MAX_CALLED 128
+#define MAX_CALLED 256
 
 struct CUctx_st {
     int device;
@@ -48,6 +51,7 @@ struct CUctx_st {
 static int n_devices = 4;
 static uint64_t device_bytes = 16ull << 30;
 static uint64_t launch_ns;
+static uint64_t copy_ns;
 static int bare_launches;
 
 /* The FAKE_CUDA_SHARED_GPU file's layout (tests read it with struct "<iiQQ"). */
@@ -80,6 +84,8 @@ struct allocation {
     uint64_t key;
     uint64_t size;
     int device;
+    int format;            /* arrays: CUarray_format and channels, for cuArray3DGetDescriptor_v2 */
+    unsigned int channels;
 };
 static struct allocation allocations[MAX_ALLOCS];
 static pthread_mutex_t allocations_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -97,6 +103,7 @@ __attribute__((constructor)) static void configure(void)
     if ((v = getenv("FAKE_CUDA_DEVICES"))) n_devices = atoi(v);
     if ((v = getenv("FAKE_CUDA_DEVICE_BYTES"))) device_bytes = strtoull(v, NULL, 10);
     if ((v = getenv("FAKE_CUDA_LAUNCH_NS"))) launch_ns = strtoull(v, NULL, 10);
+    if ((v = getenv("FAKE_CUDA_COPY_NS"))) copy_ns = strtoull(v, NULL, 10);
     bare_launches = getenv("FAKE_CUDA_BARE") != NULL;
     if ((v = getenv("FAKE_CUDA_SHARED_GPU"))) map_shared_gpu(v);
     async_launches = getenv("FAKE_CUDA_ASYNC") != NULL;
@@ -183,7 +190,7 @@ static void run_kernel(void)
 
 /* ---- allocations --------------------------------------------------------- */
 
-static CUresult take(int device, uint64_t size, uint64_t *key)
+static CUresult take_array(int device, uint64_t size, int format, unsigned int channels, uint64_t *key)
 {
     if (device < 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (device >= n_devices) return CUDA_ERROR_INVALID_DEVICE;
@@ -195,13 +202,15 @@ static CUresult take(int device, uint64_t size, uint64_t *key)
     pthread_mutex_lock(&allocations_lock);
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (!allocations[i].key) {
-            allocations[i] = (struct allocation){*key, size, device};
+            allocations[i] = (struct allocation){*key, size, device, format, channels};
             break;
         }
     }
     pthread_mutex_unlock(&allocations_lock);
     return CUDA_SUCCESS;
 }
+
+static CUresult take(int device, uint64_t size, uint64_t *key) { return take_array(device, size, 0, 0, key); }
 
 static CUresult give_back(uint64_t key)
 {
@@ -424,7 +433,8 @@ EXPORT CUresult cuArrayCreate_v2(CUarray *handle, const CUDA_ARRAY_DESCRIPTOR *a
 {
     record("cuArrayCreate_v2");
     uint64_t key;
-    CUresult r = take(current_device(), array_size(a->Width, a->Height, 1, a->NumChannels), &key);
+    CUresult r = take_array(current_device(), array_size(a->Width, a->Height, 1, a->NumChannels), a->Format,
+                            a->NumChannels, &key);
     if (r == CUDA_SUCCESS) *handle = (CUarray)(uintptr_t)key;
     return r;
 }
@@ -433,7 +443,8 @@ EXPORT CUresult cuArray3DCreate_v2(CUarray *handle, const CUDA_ARRAY3D_DESCRIPTO
 {
     record("cuArray3DCreate_v2");
     uint64_t key;
-    CUresult r = take(current_device(), array_size(a->Width, a->Height, a->Depth, a->NumChannels), &key);
+    CUresult r = take_array(current_device(), array_size(a->Width, a->Height, a->Depth, a->NumChannels), a->Format,
+                            a->NumChannels, &key);
     if (r == CUDA_SUCCESS) *handle = (CUarray)(uintptr_t)key;
     return r;
 }
@@ -478,6 +489,97 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *desc, CUarray array)
+{
+    record("cuArray3DGetDescriptor_v2");
+    CUresult r = CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&allocations_lock);
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (allocations[i].key && allocations[i].key == (uint64_t)(uintptr_t)array) {
+            *desc = (CUDA_ARRAY3D_DESCRIPTOR){.Format = allocations[i].format, .NumChannels = allocations[i].channels};
+            r = CUDA_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&allocations_lock);
+    return r;
+}
+
+/* Virtual memory management: mapping is only bookkeeping here. */
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                         unsigned long long flags)
+{
+    (void)ptr, (void)size, (void)offset, (void)handle, (void)flags;
+    record("cuMemMap");
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    (void)ptr, (void)size;
+    record("cuMemUnmap");
+    return CUDA_SUCCESS;
+}
+
+/* ---- copies: every entry point of the intercept's copy table ------------------ */
+
+/* A copy moves nothing here; it is counted, refused when larger than a device, and takes FAKE_CUDA_COPY_NS. */
+static CUresult copied(const char *name, uint64_t bytes)
+{
+    if (bare_launches) return CUDA_SUCCESS;
+    record(name);
+    if (bytes > device_bytes) return CUDA_ERROR_INVALID_VALUE;
+    if (copy_ns) sleep_ns(copy_ns);
+    return CUDA_SUCCESS;
+}
+
+static uint64_t batch_bytes(const size_t *sizes, size_t count)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < count; i++) total += sizes[i];
+    return total;
+}
+
+static uint64_t batch_3d_bytes(const CUDA_MEMCPY3D_BATCH_OP *ops, size_t count)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < count; i++) total += (uint64_t)ops[i].extent.width * ops[i].extent.height * ops[i].extent.depth;
+    return total;
+}
+
+/* The bytes each family copies, from its parameters (an array's element size aside). */
+#define BYTES_UNIFIED ByteCount
+#define BYTES_UNIFIED_ASYNC ByteCount
+#define BYTES_PEER ByteCount
+#define BYTES_PEER_ASYNC ByteCount
+#define BYTES_HTOD ByteCount
+#define BYTES_HTOD_ASYNC ByteCount
+#define BYTES_DTOH ByteCount
+#define BYTES_DTOH_ASYNC ByteCount
+#define BYTES_DTOD ByteCount
+#define BYTES_DTOD_ASYNC ByteCount
+#define BYTES_DTOA ByteCount
+#define BYTES_ATOD ByteCount
+#define BYTES_HTOA ByteCount
+#define BYTES_HTOA_ASYNC ByteCount
+#define BYTES_ATOH ByteCount
+#define BYTES_ATOH_ASYNC ByteCount
+#define BYTES_ATOA ByteCount
+#define BYTES_2D (uint64_t)pCopy->WidthInBytes * pCopy->Height
+#define BYTES_2D_ASYNC BYTES_2D
+#define BYTES_3D (uint64_t)pCopy->WidthInBytes * pCopy->Height * pCopy->Depth
+#define BYTES_3D_ASYNC BYTES_3D
+#define BYTES_3D_PEER BYTES_3D
+#define BYTES_3D_PEER_ASYNC BYTES_3D
+#define BYTES_BATCH_12080 batch_bytes(sizes, count)
+#define BYTES_BATCH BYTES_BATCH_12080
+#define BYTES_BATCH_3D_12080 batch_3d_bytes(opList, numOps)
+#define BYTES_BATCH_3D BYTES_BATCH_3D_12080
+
+#define FAKE_COPY(X, name, family, kind) \
+    EXPORT CUresult name ALNAIR_COPY_##family##_PARAMS { return copied(#name, BYTES_##family); }
+ALNAIR_COPY_HOOKS(FAKE_COPY, unused)
+
 /* ---- waiting for the device ----------------------------------------------- */
 
 #define SYNC(name, params) \
@@ -516,6 +618,9 @@ static const struct {
     ENTRY(cuMemRelease) ENTRY(cuArrayDestroy) ENTRY(cuMipmappedArrayDestroy) ENTRY(cuMemGetInfo_v2)
     ENTRY(cuDeviceTotalMem_v2) ENTRY(cuGetProcAddress) ENTRY(cuGetProcAddress_v2) ENTRY(cuCtxSynchronize)
     ENTRY(cuCtxSynchronize_v2) ENTRY(cuStreamSynchronize) ENTRY(cuStreamSynchronize_ptsz) ENTRY(cuEventSynchronize)
+    ENTRY(cuMemMap) ENTRY(cuMemUnmap) ENTRY(cuArray3DGetDescriptor_v2)
+#define COPY_ENTRY(X, name, family, kind) ENTRY(name)
+    ALNAIR_COPY_HOOKS(COPY_ENTRY, unused)
 };
 
 static void *entry(const char *name)
@@ -525,26 +630,39 @@ static void *entry(const char *name)
     return NULL;
 }
 
-/* Per-thread-stream flags pick _ptsz; newer versions pick the newest _vN. */
+/* The CUDA version that introduced a _vN name (most _v2 names came with 64-bit pointers in 3.2). */
+static int introduced(const char *name, int default_since)
+{
+    static const struct {
+        const char *name;
+        int since;
+    } late[] = {{"cuGetProcAddress_v2", 12000}, {"cuCtxSynchronize_v2", 13000}, {"cuMemcpyBatchAsync_v2", 13000},
+                {"cuMemcpy3DBatchAsync_v2", 13000}};
+    for (size_t i = 0; i < sizeof late / sizeof late[0]; i++)
+        if (strcmp(name, late[i].name) == 0) return late[i].since;
+    return default_since;
+}
+
+/* The newest _vN the version allows, and with per-thread-stream flags its _ptsz or _ptds form if there is one
+ * (cuLaunchKernel_ptsz, cuMemcpyHtoD_v2_ptds, cuMemcpyBatchAsync_v2_ptsz). */
 static void *resolve(const char *symbol, int version, cuuint64_t flags)
 {
-    char name[128];
-    void *fn = NULL;
-    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
-        snprintf(name, sizeof name, "%s_ptsz", symbol);
-        fn = entry(name);
-    }
     static const struct {
         const char *suffix;
         int since;
-    } versions[] = {{"_v4", 12050}, {"_v2", 3020}};
-    for (size_t i = 0; !fn && i < sizeof versions / sizeof versions[0]; i++) {
-        snprintf(name, sizeof name, "%s%s", symbol, versions[i].suffix);
-        int since = strcmp(name, "cuGetProcAddress_v2") == 0 ? 12000
-                    : strcmp(name, "cuCtxSynchronize_v2") == 0 ? 13000 : versions[i].since;
-        if (version >= since) fn = entry(name);
+    } versions[] = {{"_v4", 12050}, {"_v2", 3020}, {"", 0}};
+    static const char *const per_thread[] = {"_ptsz", "_ptds"};
+    char base[128], name[136];
+    for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
+        snprintf(base, sizeof base, "%s%s", symbol, versions[i].suffix);
+        if (version < introduced(base, versions[i].since)) continue;
+        for (size_t p = 0; (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && p < 2; p++) {
+            snprintf(name, sizeof name, "%s%s", base, per_thread[p]);
+            if (entry(name)) return entry(name);
+        }
+        if (entry(base)) return entry(base);
     }
-    return fn ? fn : entry(symbol);
+    return NULL;
 }
 
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,

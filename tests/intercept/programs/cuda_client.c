@@ -27,7 +27,8 @@
 #define MIB (1ull << 20)
 
 /* Every hooked entry point, with the query the runtime would make for it. */
-#define ENTRY_POINTS(X) \
+#define ENTRY_POINTS(X) BASE_ENTRY_POINTS(X) COPY_ENTRY_POINTS(X)
+#define BASE_ENTRY_POINTS(X) \
     X(cuLaunchKernel, "cuLaunchKernel", 13000, 0) X(cuLaunchKernel_ptsz, "cuLaunchKernel", 13000, PTDS) \
     X(cuLaunchKernelEx, "cuLaunchKernelEx", 13000, 0) X(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 13000, PTDS) \
     X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 13000, 0) \
@@ -51,7 +52,49 @@
     X(cuCtxSynchronize, "cuCtxSynchronize", 12000, 0) X(cuCtxSynchronize_v2, "cuCtxSynchronize", 13000, 0) \
     X(cuStreamSynchronize, "cuStreamSynchronize", 13000, 0) \
     X(cuStreamSynchronize_ptsz, "cuStreamSynchronize", 13000, PTDS) X(cuEventSynchronize, "cuEventSynchronize", 13000, 0) \
-    X(cuGetProcAddress, "cuGetProcAddress", 11030, 0) X(cuGetProcAddress_v2, "cuGetProcAddress", 13000, 0)
+    X(cuGetProcAddress, "cuGetProcAddress", 11030, 0) X(cuGetProcAddress_v2, "cuGetProcAddress", 13000, 0) \
+    X(cuMemMap, "cuMemMap", 13000, 0) X(cuMemUnmap, "cuMemUnmap", 13000, 0)
+
+/* The copies, with the query the runtime makes: the _ptds/_ptsz forms by flags, the 12.8 batches by version. */
+#define COPY_ENTRY_POINTS(X) \
+    X(cuMemcpy, "cuMemcpy", 13000, 0) X(cuMemcpy_ptds, "cuMemcpy", 13000, PTDS) \
+    X(cuMemcpyAsync, "cuMemcpyAsync", 13000, 0) X(cuMemcpyAsync_ptsz, "cuMemcpyAsync", 13000, PTDS) \
+    X(cuMemcpyPeer, "cuMemcpyPeer", 13000, 0) X(cuMemcpyPeer_ptds, "cuMemcpyPeer", 13000, PTDS) \
+    X(cuMemcpyPeerAsync, "cuMemcpyPeerAsync", 13000, 0) X(cuMemcpyPeerAsync_ptsz, "cuMemcpyPeerAsync", 13000, PTDS) \
+    X(cuMemcpyHtoD_v2, "cuMemcpyHtoD", 13000, 0) X(cuMemcpyHtoD_v2_ptds, "cuMemcpyHtoD", 13000, PTDS) \
+    X(cuMemcpyHtoDAsync_v2, "cuMemcpyHtoDAsync", 13000, 0) \
+    X(cuMemcpyHtoDAsync_v2_ptsz, "cuMemcpyHtoDAsync", 13000, PTDS) \
+    X(cuMemcpyDtoH_v2, "cuMemcpyDtoH", 13000, 0) X(cuMemcpyDtoH_v2_ptds, "cuMemcpyDtoH", 13000, PTDS) \
+    X(cuMemcpyDtoHAsync_v2, "cuMemcpyDtoHAsync", 13000, 0) \
+    X(cuMemcpyDtoHAsync_v2_ptsz, "cuMemcpyDtoHAsync", 13000, PTDS) \
+    X(cuMemcpyDtoD_v2, "cuMemcpyDtoD", 13000, 0) X(cuMemcpyDtoD_v2_ptds, "cuMemcpyDtoD", 13000, PTDS) \
+    X(cuMemcpyDtoDAsync_v2, "cuMemcpyDtoDAsync", 13000, 0) \
+    X(cuMemcpyDtoDAsync_v2_ptsz, "cuMemcpyDtoDAsync", 13000, PTDS) \
+    X(cuMemcpyDtoA_v2, "cuMemcpyDtoA", 13000, 0) X(cuMemcpyDtoA_v2_ptds, "cuMemcpyDtoA", 13000, PTDS) \
+    X(cuMemcpyAtoD_v2, "cuMemcpyAtoD", 13000, 0) X(cuMemcpyAtoD_v2_ptds, "cuMemcpyAtoD", 13000, PTDS) \
+    X(cuMemcpyHtoA_v2, "cuMemcpyHtoA", 13000, 0) X(cuMemcpyHtoA_v2_ptds, "cuMemcpyHtoA", 13000, PTDS) \
+    X(cuMemcpyHtoAAsync_v2, "cuMemcpyHtoAAsync", 13000, 0) \
+    X(cuMemcpyHtoAAsync_v2_ptsz, "cuMemcpyHtoAAsync", 13000, PTDS) \
+    X(cuMemcpyAtoH_v2, "cuMemcpyAtoH", 13000, 0) X(cuMemcpyAtoH_v2_ptds, "cuMemcpyAtoH", 13000, PTDS) \
+    X(cuMemcpyAtoHAsync_v2, "cuMemcpyAtoHAsync", 13000, 0) \
+    X(cuMemcpyAtoHAsync_v2_ptsz, "cuMemcpyAtoHAsync", 13000, PTDS) \
+    X(cuMemcpyAtoA_v2, "cuMemcpyAtoA", 13000, 0) X(cuMemcpyAtoA_v2_ptds, "cuMemcpyAtoA", 13000, PTDS) \
+    X(cuMemcpy2D_v2, "cuMemcpy2D", 13000, 0) X(cuMemcpy2D_v2_ptds, "cuMemcpy2D", 13000, PTDS) \
+    X(cuMemcpy2DUnaligned_v2, "cuMemcpy2DUnaligned", 13000, 0) \
+    X(cuMemcpy2DUnaligned_v2_ptds, "cuMemcpy2DUnaligned", 13000, PTDS) \
+    X(cuMemcpy2DAsync_v2, "cuMemcpy2DAsync", 13000, 0) X(cuMemcpy2DAsync_v2_ptsz, "cuMemcpy2DAsync", 13000, PTDS) \
+    X(cuMemcpy3D_v2, "cuMemcpy3D", 13000, 0) X(cuMemcpy3D_v2_ptds, "cuMemcpy3D", 13000, PTDS) \
+    X(cuMemcpy3DAsync_v2, "cuMemcpy3DAsync", 13000, 0) X(cuMemcpy3DAsync_v2_ptsz, "cuMemcpy3DAsync", 13000, PTDS) \
+    X(cuMemcpy3DPeer, "cuMemcpy3DPeer", 13000, 0) X(cuMemcpy3DPeer_ptds, "cuMemcpy3DPeer", 13000, PTDS) \
+    X(cuMemcpy3DPeerAsync, "cuMemcpy3DPeerAsync", 13000, 0) \
+    X(cuMemcpy3DPeerAsync_ptsz, "cuMemcpy3DPeerAsync", 13000, PTDS) \
+    X(cuMemcpyBatchAsync, "cuMemcpyBatchAsync", 12080, 0) X(cuMemcpyBatchAsync_ptsz, "cuMemcpyBatchAsync", 12080, PTDS) \
+    X(cuMemcpyBatchAsync_v2, "cuMemcpyBatchAsync", 13000, 0) \
+    X(cuMemcpyBatchAsync_v2_ptsz, "cuMemcpyBatchAsync", 13000, PTDS) \
+    X(cuMemcpy3DBatchAsync, "cuMemcpy3DBatchAsync", 12080, 0) \
+    X(cuMemcpy3DBatchAsync_ptsz, "cuMemcpy3DBatchAsync", 12080, PTDS) \
+    X(cuMemcpy3DBatchAsync_v2, "cuMemcpy3DBatchAsync", 13000, 0) \
+    X(cuMemcpy3DBatchAsync_v2_ptsz, "cuMemcpy3DBatchAsync", 13000, PTDS)
 
 #define FN_TYPE(name, query, version, flags) typedef __typeof__(name) *name##_t;
 #define DECLARE(name, params, args) CUresult name params;
@@ -248,18 +291,15 @@ static void scenario_batches(double warmup, double seconds, int batch)
 
 /* ---- scenario: call every hooked entry point once -------------------------- */
 
-static void report_wrapped(void)
-{
-    Dl_info info;
 #define WRAPPED(name, query, version, flags) \
     printf("wrapped %s %s\n", #name, \
            cu.name && dladdr((void *)cu.name, &info) && strstr(info.dli_fname, "libalnair") ? "yes" : "no");
-    ENTRY_POINTS(WRAPPED)
-}
+#define DRIVER(name, query, version, flags) printf("driver %s %llu\n", #name, (unsigned long long)driver_calls(#name));
 
 static void scenario_every_entry(void)
 {
-    report_wrapped();
+    Dl_info info;
+    BASE_ENTRY_POINTS(WRAPPED)
     CUcontext c0, c1, c2, popped;
     check(cu.cuInit(0), "init");
     check(cu.cuDevicePrimaryCtxRetain(&c0, 0), "retain");
@@ -305,6 +345,8 @@ static void scenario_every_entry(void)
     check(cu.cuMemAllocFromPoolAsync(&pool, 5 * MIB, NULL, NULL), "pool");
     check(cu.cuMemAllocFromPoolAsync_ptsz(&pool_ptsz, 6 * MIB, NULL, NULL), "pool ptsz");
     check(cu.cuMemCreate(&handle, 8 * MIB, &prop, 0), "create");
+    check(cu.cuMemMap(0x300000000000ull, 8 * MIB, 0, handle, 0), "map");
+    check(cu.cuMemUnmap(0x300000000000ull, 8 * MIB), "unmap");
     check(cu.cuArrayCreate_v2(&array, &desc), "array");
     check(cu.cuArray3DCreate_v2(&array3d, &desc3d), "array 3d");
     check(cu.cuMipmappedArrayCreate(&mipmapped, &mip, 2), "mipmapped");
@@ -321,8 +363,273 @@ static void scenario_every_entry(void)
     check(cu.cuGetProcAddress("cuInit", &fn, 11030, 0), "gpa v1");
     check(cu.cuGetProcAddress_v2("cuInit", &fn, 13000, 0, NULL), "gpa v2");
     printf("bytes 0 %llu\n", (unsigned long long)(pitch * 10 + 2 * MIB + 5 * MIB + 6 * MIB + 16 * 16 * 16 * 4));
-#define DRIVER(name, query, version, flags) printf("driver %s %llu\n", #name, (unsigned long long)driver_calls(#name));
-    ENTRY_POINTS(DRIVER)
+    BASE_ENTRY_POINTS(DRIVER)
+}
+
+/* ---- scenario: every copy entry point, each end of each kind ------------------ */
+
+/* What a copy should count as: "copy NAME DEVICE DIRECTION BYTES SYNC", DIRECTION one of h2d d2h d2d, or
+ * none (not counted). Each call copies a size of its own, so any mix-up shows in the sums. */
+static size_t next_size = 4096;
+
+static size_t expect(const char *name, int device, const char *direction, int sync)
+{
+    next_size += 64;
+    printf("copy %s %d %s %zu %d\n", name, device, direction, next_size, sync);
+    return next_size;
+}
+
+static CUdeviceptr allocate_on(int device, size_t bytes)
+{
+    CUdeviceptr p;
+    use_device(device);
+    check(cu.cuMemAlloc_v2(&p, bytes), "alloc");
+    return p;
+}
+
+static CUcontext context_of(int device)
+{
+    CUcontext ctx;
+    check(cu.cuDevicePrimaryCtxRetain(&ctx, device), "retain");
+    return ctx;
+}
+
+#define UNKNOWN_DEVICE_POINTER 0x200000000000ull /* device memory this process did not allocate (imported) */
+#define VMM_RANGE 0x300000000000ull             /* where a cuMemCreate handle is mapped */
+#define MEMCPY2D(dst_type, dst, src_type, src, w, h) \
+    (CUDA_MEMCPY2D){.srcMemoryType = src_type, .srcDevice = src, .srcHost = (void *)(uintptr_t)src, \
+                    .srcArray = array, .dstMemoryType = dst_type, .dstDevice = dst, .dstHost = (void *)(uintptr_t)dst, \
+                    .dstArray = array, .WidthInBytes = w, .Height = h}
+#define MEMCPY3D(dst_type, dst, src_type, src, w) \
+    (CUDA_MEMCPY3D){.srcMemoryType = src_type, .srcDevice = src, .srcHost = (void *)(uintptr_t)src, \
+                    .srcArray = array, .dstMemoryType = dst_type, .dstDevice = dst, .dstHost = (void *)(uintptr_t)dst, \
+                    .dstArray = array, .WidthInBytes = w, .Height = 2, .Depth = 4}
+#define PEER3D(dst_type, dst, dst_ctx, src_type, src, src_ctx, w) \
+    (CUDA_MEMCPY3D_PEER){.srcMemoryType = src_type, .srcDevice = src, .srcHost = (void *)(uintptr_t)src, \
+                         .srcContext = src_ctx, .dstMemoryType = dst_type, .dstDevice = dst, \
+                         .dstHost = (void *)(uintptr_t)dst, .dstContext = dst_ctx, .WidthInBytes = w, .Height = 2, \
+                         .Depth = 4}
+
+static CUmemcpy3DOperand pointer_operand(CUdeviceptr p)
+{
+    return (CUmemcpy3DOperand){.type = CU_MEMCPY_OPERAND_TYPE_POINTER, .op.ptr.ptr = p};
+}
+
+static CUmemcpy3DOperand array_operand(CUarray a)
+{
+    return (CUmemcpy3DOperand){.type = CU_MEMCPY_OPERAND_TYPE_ARRAY, .op.array.array = a};
+}
+
+static void scenario_copies(void)
+{
+    Dl_info info;
+    COPY_ENTRY_POINTS(WRAPPED)
+    static char host_buffer[64 << 10], other_host[64 << 10];
+    CUdeviceptr host = (CUdeviceptr)(uintptr_t)host_buffer, host2 = (CUdeviceptr)(uintptr_t)other_host;
+    CUdeviceptr d0 = allocate_on(0, 8 * MIB) + 4096, d1 = allocate_on(1, 8 * MIB), d2 = allocate_on(2, 8 * MIB);
+    CUcontext c0 = context_of(0), c1 = context_of(1), c2 = context_of(2);
+    CUarray array; /* on device 3: array ends count on the calling thread's device */
+    CUDA_ARRAY_DESCRIPTOR floats = {64, 64, 0x20, 1};
+    use_device(3);
+    check(cu.cuArrayCreate_v2(&array, &floats), "array");
+    use_device(0);
+    size_t n;
+
+    /* unified: the pointers decide, an interior pointer too */
+    n = expect("cuMemcpy", 0, "h2d", 1), check(cu.cuMemcpy(d0 + 100, host, n), "cuMemcpy");
+    n = expect("cuMemcpy", 2, "d2d", 1), check(cu.cuMemcpy(d2, d1, n), "cuMemcpy");
+    n = expect("cuMemcpy", 0, "none", 1), check(cu.cuMemcpy(host, host2, n), "cuMemcpy");
+    n = expect("cuMemcpy_ptds", 1, "d2h", 1), check(cu.cuMemcpy_ptds(host, d1, n), "cuMemcpy_ptds");
+    n = expect("cuMemcpyAsync", 1, "h2d", 0), check(cu.cuMemcpyAsync(d1, host, n, NULL), "cuMemcpyAsync");
+    n = expect("cuMemcpyAsync_ptsz", 0, "d2h", 0), check(cu.cuMemcpyAsync_ptsz(host, d0, n, NULL), "async ptsz");
+    /* peer: the destination's device, from its pointer, else its context */
+    n = expect("cuMemcpyPeer", 2, "d2d", 1), check(cu.cuMemcpyPeer(d2, c2, d1, c1, n), "peer");
+    n = expect("cuMemcpyPeer_ptds", 1, "d2d", 1);
+    check(cu.cuMemcpyPeer_ptds(UNKNOWN_DEVICE_POINTER, c1, d0, c0, n), "peer ptds");
+    n = expect("cuMemcpyPeerAsync", 0, "d2d", 0), check(cu.cuMemcpyPeerAsync(d0, c0, d2, c2, n, NULL), "peer async");
+    n = expect("cuMemcpyPeerAsync_ptsz", 2, "d2d", 0);
+    check(cu.cuMemcpyPeerAsync_ptsz(d2, c2, d0, c0, n, NULL), "peer async ptsz");
+    /* named directions: the device end's device, else the thread's */
+    n = expect("cuMemcpyHtoD_v2", 2, "h2d", 1), check(cu.cuMemcpyHtoD_v2(d2, host_buffer, n), "htod");
+    n = expect("cuMemcpyHtoD_v2_ptds", 0, "h2d", 1);
+    check(cu.cuMemcpyHtoD_v2_ptds(UNKNOWN_DEVICE_POINTER, host_buffer, n), "htod ptds");
+    n = expect("cuMemcpyHtoDAsync_v2", 1, "h2d", 0), check(cu.cuMemcpyHtoDAsync_v2(d1, host_buffer, n, NULL), "htod a");
+    n = expect("cuMemcpyHtoDAsync_v2_ptsz", 0, "h2d", 0);
+    check(cu.cuMemcpyHtoDAsync_v2_ptsz(d0, host_buffer, n, NULL), "htod async ptsz");
+    n = expect("cuMemcpyDtoH_v2", 1, "d2h", 1), check(cu.cuMemcpyDtoH_v2(host_buffer, d1, n), "dtoh");
+    n = expect("cuMemcpyDtoH_v2_ptds", 2, "d2h", 1), check(cu.cuMemcpyDtoH_v2_ptds(host_buffer, d2, n), "dtoh ptds");
+    n = expect("cuMemcpyDtoHAsync_v2", 0, "d2h", 0), check(cu.cuMemcpyDtoHAsync_v2(host_buffer, d0, n, NULL), "dtoh a");
+    n = expect("cuMemcpyDtoHAsync_v2_ptsz", 1, "d2h", 0);
+    check(cu.cuMemcpyDtoHAsync_v2_ptsz(host_buffer, d1, n, NULL), "dtoh async ptsz");
+    n = expect("cuMemcpyDtoD_v2", 1, "d2d", 1), check(cu.cuMemcpyDtoD_v2(d1, d2, n), "dtod");
+    n = expect("cuMemcpyDtoD_v2_ptds", 2, "d2d", 1), check(cu.cuMemcpyDtoD_v2_ptds(d2, d0, n), "dtod ptds");
+    n = expect("cuMemcpyDtoDAsync_v2", 0, "d2d", 0), check(cu.cuMemcpyDtoDAsync_v2(d0, d1, n, NULL), "dtod async");
+    n = expect("cuMemcpyDtoDAsync_v2_ptsz", 2, "d2d", 0);
+    check(cu.cuMemcpyDtoDAsync_v2_ptsz(UNKNOWN_DEVICE_POINTER, d2, n, NULL), "dtod async ptsz");
+    n = expect("cuMemcpyDtoA_v2", 2, "d2d", 1), check(cu.cuMemcpyDtoA_v2(array, 0, d2, n), "dtoa");
+    n = expect("cuMemcpyAtoD_v2", 1, "d2d", 1), check(cu.cuMemcpyAtoD_v2(d1, array, 0, n), "atod");
+    use_device(3); /* array to and from host: the thread's device */
+    n = expect("cuMemcpyDtoA_v2_ptds", 3, "d2d", 1);
+    check(cu.cuMemcpyDtoA_v2_ptds(array, 0, UNKNOWN_DEVICE_POINTER, n), "dtoa ptds");
+    n = expect("cuMemcpyAtoD_v2_ptds", 0, "d2d", 1), check(cu.cuMemcpyAtoD_v2_ptds(d0, array, 0, n), "atod ptds");
+    n = expect("cuMemcpyHtoA_v2", 3, "h2d", 1), check(cu.cuMemcpyHtoA_v2(array, 0, host_buffer, n), "htoa");
+    n = expect("cuMemcpyHtoA_v2_ptds", 3, "h2d", 1), check(cu.cuMemcpyHtoA_v2_ptds(array, 0, host_buffer, n), "htoa p");
+    n = expect("cuMemcpyHtoAAsync_v2", 3, "h2d", 0);
+    check(cu.cuMemcpyHtoAAsync_v2(array, 0, host_buffer, n, NULL), "htoa async");
+    n = expect("cuMemcpyHtoAAsync_v2_ptsz", 3, "h2d", 0);
+    check(cu.cuMemcpyHtoAAsync_v2_ptsz(array, 0, host_buffer, n, NULL), "htoa async ptsz");
+    n = expect("cuMemcpyAtoH_v2", 3, "d2h", 1), check(cu.cuMemcpyAtoH_v2(host_buffer, array, 0, n), "atoh");
+    n = expect("cuMemcpyAtoH_v2_ptds", 3, "d2h", 1), check(cu.cuMemcpyAtoH_v2_ptds(host_buffer, array, 0, n), "atoh p");
+    n = expect("cuMemcpyAtoHAsync_v2", 3, "d2h", 0);
+    check(cu.cuMemcpyAtoHAsync_v2(host_buffer, array, 0, n, NULL), "atoh async");
+    n = expect("cuMemcpyAtoHAsync_v2_ptsz", 3, "d2h", 0);
+    check(cu.cuMemcpyAtoHAsync_v2_ptsz(host_buffer, array, 0, n, NULL), "atoh async ptsz");
+    n = expect("cuMemcpyAtoA_v2", 3, "d2d", 1), check(cu.cuMemcpyAtoA_v2(array, 0, array, 64, n), "atoa");
+    n = expect("cuMemcpyAtoA_v2_ptds", 3, "d2d", 1), check(cu.cuMemcpyAtoA_v2_ptds(array, 0, array, 64, n), "atoa p");
+
+    /* 2D and 3D: each memory type at each end; bytes are width x height (x depth) */
+    CUDA_MEMCPY2D c2d;
+    n = expect("cuMemcpy2D_v2", 1, "h2d", 1) / 4;
+    c2d = MEMCPY2D(CU_MEMORYTYPE_DEVICE, d1, CU_MEMORYTYPE_HOST, host, n, 4), check(cu.cuMemcpy2D_v2(&c2d), "2d");
+    n = expect("cuMemcpy2D_v2_ptds", 0, "d2h", 1) / 4;
+    c2d = MEMCPY2D(CU_MEMORYTYPE_HOST, host, CU_MEMORYTYPE_DEVICE, d0, n, 4), check(cu.cuMemcpy2D_v2_ptds(&c2d), "2d p");
+    n = expect("cuMemcpy2DUnaligned_v2", 2, "d2h", 1) / 4;
+    c2d = MEMCPY2D(CU_MEMORYTYPE_UNIFIED, host, CU_MEMORYTYPE_UNIFIED, d2, n, 4);
+    check(cu.cuMemcpy2DUnaligned_v2(&c2d), "2d unaligned");
+    n = expect("cuMemcpy2DUnaligned_v2_ptds", 1, "d2d", 1) / 4;
+    c2d = MEMCPY2D(CU_MEMORYTYPE_DEVICE, d1, CU_MEMORYTYPE_ARRAY, 0, n, 4);
+    check(cu.cuMemcpy2DUnaligned_v2_ptds(&c2d), "2d unaligned ptds");
+    n = expect("cuMemcpy2DAsync_v2", 3, "h2d", 0) / 4;
+    c2d = MEMCPY2D(CU_MEMORYTYPE_ARRAY, 0, CU_MEMORYTYPE_HOST, host, n, 4), check(cu.cuMemcpy2DAsync_v2(&c2d, NULL), "2d a");
+    n = expect("cuMemcpy2DAsync_v2_ptsz", 0, "none", 0) / 4;
+    c2d = MEMCPY2D(CU_MEMORYTYPE_UNIFIED, host, CU_MEMORYTYPE_UNIFIED, host2, n, 4);
+    check(cu.cuMemcpy2DAsync_v2_ptsz(&c2d, NULL), "2d async ptsz");
+    CUDA_MEMCPY3D c3d;
+    n = expect("cuMemcpy3D_v2", 2, "h2d", 1) / 8;
+    c3d = MEMCPY3D(CU_MEMORYTYPE_DEVICE, d2, CU_MEMORYTYPE_HOST, host, n), check(cu.cuMemcpy3D_v2(&c3d), "3d");
+    n = expect("cuMemcpy3D_v2_ptds", 0, "d2d", 1) / 8;
+    c3d = MEMCPY3D(CU_MEMORYTYPE_DEVICE, d0, CU_MEMORYTYPE_DEVICE, d1, n), check(cu.cuMemcpy3D_v2_ptds(&c3d), "3d p");
+    n = expect("cuMemcpy3DAsync_v2", 0, "d2h", 0) / 8;
+    c3d = MEMCPY3D(CU_MEMORYTYPE_HOST, host, CU_MEMORYTYPE_UNIFIED, d0, n), check(cu.cuMemcpy3DAsync_v2(&c3d, NULL), "3d a");
+    n = expect("cuMemcpy3DAsync_v2_ptsz", 3, "d2h", 0) / 8;
+    c3d = MEMCPY3D(CU_MEMORYTYPE_HOST, host, CU_MEMORYTYPE_ARRAY, 0, n);
+    check(cu.cuMemcpy3DAsync_v2_ptsz(&c3d, NULL), "3d async ptsz");
+    CUDA_MEMCPY3D_PEER p3d;
+    n = expect("cuMemcpy3DPeer", 2, "d2d", 1) / 8;
+    p3d = PEER3D(CU_MEMORYTYPE_DEVICE, UNKNOWN_DEVICE_POINTER, c2, CU_MEMORYTYPE_DEVICE, d1, c1, n);
+    check(cu.cuMemcpy3DPeer(&p3d), "3d peer");
+    n = expect("cuMemcpy3DPeer_ptds", 1, "h2d", 1) / 8;
+    p3d = PEER3D(CU_MEMORYTYPE_DEVICE, d1, c1, CU_MEMORYTYPE_HOST, host, NULL, n);
+    check(cu.cuMemcpy3DPeer_ptds(&p3d), "3d peer ptds");
+    n = expect("cuMemcpy3DPeerAsync", 0, "d2h", 0) / 8;
+    p3d = PEER3D(CU_MEMORYTYPE_HOST, host, NULL, CU_MEMORYTYPE_DEVICE, d0, c0, n);
+    check(cu.cuMemcpy3DPeerAsync(&p3d, NULL), "3d peer async");
+    n = expect("cuMemcpy3DPeerAsync_ptsz", 1, "d2d", 0) / 8;
+    p3d = PEER3D(CU_MEMORYTYPE_DEVICE, d1, c1, CU_MEMORYTYPE_DEVICE, d2, c2, n);
+    check(cu.cuMemcpy3DPeerAsync_ptsz(&p3d, NULL), "3d peer async ptsz");
+
+    /* batches: each copy by its pointers; a 3D batch's array operand by its element size (4-byte floats) */
+    CUdeviceptr dsts[3], srcs[3];
+    size_t sizes[3], fail = 0;
+    dsts[0] = d0, srcs[0] = host, sizes[0] = expect("cuMemcpyBatchAsync", 0, "h2d", 0);
+    dsts[1] = host, srcs[1] = d1, sizes[1] = expect("cuMemcpyBatchAsync", 1, "d2h", 0);
+    dsts[2] = d0, srcs[2] = d2, sizes[2] = expect("cuMemcpyBatchAsync", 0, "d2d", 0);
+    check(cu.cuMemcpyBatchAsync(dsts, srcs, sizes, 3, NULL, NULL, 0, &fail, NULL), "batch");
+    dsts[0] = d2, srcs[0] = d1, sizes[0] = expect("cuMemcpyBatchAsync_ptsz", 2, "d2d", 0);
+    check(cu.cuMemcpyBatchAsync_ptsz(dsts, srcs, sizes, 1, NULL, NULL, 0, &fail, NULL), "batch ptsz");
+    dsts[0] = d2, srcs[0] = host, sizes[0] = expect("cuMemcpyBatchAsync_v2", 2, "h2d", 0);
+    dsts[1] = host, srcs[1] = host2, sizes[1] = expect("cuMemcpyBatchAsync_v2", 0, "none", 0);
+    check(cu.cuMemcpyBatchAsync_v2(dsts, srcs, sizes, 2, NULL, NULL, 0, NULL), "batch v2");
+    dsts[0] = host, srcs[0] = d0, sizes[0] = expect("cuMemcpyBatchAsync_v2_ptsz", 0, "d2h", 0);
+    check(cu.cuMemcpyBatchAsync_v2_ptsz(dsts, srcs, sizes, 1, NULL, NULL, 0, NULL), "batch v2 ptsz");
+    CUDA_MEMCPY3D_BATCH_OP ops[2];
+    n = expect("cuMemcpy3DBatchAsync", 1, "h2d", 0) / 8;
+    ops[0] = (CUDA_MEMCPY3D_BATCH_OP){pointer_operand(host), pointer_operand(d1), {n, 4, 2}, 1, 0};
+    n = expect("cuMemcpy3DBatchAsync", 3, "d2h", 0) / 32;
+    ops[1] = (CUDA_MEMCPY3D_BATCH_OP){array_operand(array), pointer_operand(host), {n, 4, 2}, 1, 0};
+    check(cu.cuMemcpy3DBatchAsync(2, ops, &fail, 0, NULL), "3d batch");
+    n = expect("cuMemcpy3DBatchAsync_ptsz", 3, "d2d", 0) / 32;
+    ops[0] = (CUDA_MEMCPY3D_BATCH_OP){pointer_operand(d0), array_operand(array), {n, 4, 2}, 1, 0};
+    check(cu.cuMemcpy3DBatchAsync_ptsz(1, ops, &fail, 0, NULL), "3d batch ptsz");
+    n = expect("cuMemcpy3DBatchAsync_v2", 2, "d2h", 0) / 8;
+    ops[0] = (CUDA_MEMCPY3D_BATCH_OP){pointer_operand(d2), pointer_operand(host), {n, 4, 2}, 1, 0};
+    check(cu.cuMemcpy3DBatchAsync_v2(1, ops, 0, NULL), "3d batch v2");
+    n = expect("cuMemcpy3DBatchAsync_v2_ptsz", 0, "none", 0) / 8;
+    ops[0] = (CUDA_MEMCPY3D_BATCH_OP){pointer_operand(host), pointer_operand(host2), {n, 4, 2}, 1, 0};
+    check(cu.cuMemcpy3DBatchAsync_v2_ptsz(1, ops, 0, NULL), "3d batch v2 ptsz");
+
+    /* a mapped virtual memory range is device memory until unmapped; a freed allocation is not */
+    CUmemGenericAllocationHandle handle;
+    CUmemAllocationProp on_device2 = {.location = {CU_MEM_LOCATION_TYPE_DEVICE, 2}};
+    use_device(0);
+    check(cu.cuMemCreate(&handle, 4 * MIB, &on_device2, 0), "create");
+    check(cu.cuMemMap(VMM_RANGE, 4 * MIB, 0, handle, 0), "map");
+    n = expect("cuMemcpy", 2, "h2d", 1), check(cu.cuMemcpy(VMM_RANGE + 3 * MIB, host, n), "to the mapping");
+    check(cu.cuMemUnmap(VMM_RANGE, 4 * MIB), "unmap");
+    n = expect("cuMemcpy", 0, "none", 1), check(cu.cuMemcpy(VMM_RANGE, host, n), "to where it was mapped");
+    CUdeviceptr small1 = allocate_on(1, 64 << 10), small2 = allocate_on(1, 64 << 10);
+    check(cu.cuMemFree_v2(small1), "free");
+    n = expect("cuMemcpyAsync", 1, "h2d", 0), check(cu.cuMemcpyAsync(small2, host, n, NULL), "beside a freed one");
+    CUdeviceptr gone = allocate_on(2, 4 * MIB);
+    check(cu.cuMemFree_v2(gone), "free");
+    n = expect("cuMemcpyAsync", 0, "none", 0), check(cu.cuMemcpyAsync(gone, host, n, NULL), "to freed memory");
+
+    /* refused by the driver: not counted */
+    printf("refused cuMemcpyHtoD_v2 %d\n", cu.cuMemcpyHtoD_v2(d0, host_buffer, (size_t)1 << 62));
+    printf("refused cuMemcpyBatchAsync_v2 %d\n",
+           (sizes[0] = (size_t)1 << 62, cu.cuMemcpyBatchAsync_v2(dsts, srcs, sizes, 1, NULL, NULL, 0, NULL)));
+    COPY_ENTRY_POINTS(DRIVER)
+}
+
+/* ---- scenario: activity times ---------------------------------------------------- */
+
+static uint64_t clock_ns(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Nanoseconds since this process started, reckoned as the intercept reckons them. */
+static uint64_t since_start(void)
+{
+    char stat[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    size_t n = f ? fread(stat, 1, sizeof stat - 1, f) : 0;
+    if (f) fclose(f);
+    stat[n] = '\0';
+    char *p = strrchr(stat, ')');
+    for (int field = 2; field < 22 && p; field++) p = strchr(p + 1, ' ');
+    uint64_t start = p ? strtoull(p + 1, NULL, 10) * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK)) : 0;
+    return clock_ns(CLOCK_BOOTTIME) - start;
+}
+
+static void wait_for_line(void)
+{
+    printf("ready\n");
+    char c;
+    while (read(0, &c, 1) == 1 && c != '\n') {
+    }
+}
+
+/* Allocates, then (on a line from stdin) launches, then (on another) launches again, printing the
+ * bounds of each event: since-start times and, for launches, CLOCK_REALTIME. */
+static void scenario_activity(void)
+{
+    CUdeviceptr p;
+    use_device(0);
+    usleep(100000);
+    printf("before_allocation %llu\n", (unsigned long long)since_start());
+    check(cu.cuMemAlloc_v2(&p, MIB), "alloc");
+    printf("after_allocation %llu\n", (unsigned long long)since_start());
+    wait_for_line();
+    for (int round = 1; round <= 2; round++) {
+        printf("before_launch %llu\nbefore_launch_realtime %llu\n", (unsigned long long)since_start(),
+               (unsigned long long)clock_ns(CLOCK_REALTIME));
+        check(launch(), "launch");
+        printf("after_launch %llu\n", (unsigned long long)since_start());
+        if (round == 1) wait_for_line();
+    }
 }
 
 /* ---- scenario: fork ---------------------------------------------------------- */
@@ -333,6 +640,7 @@ static void scenario_fork(void)
     for (int i = 0; i < 5; i++) check(launch(), "launch");
     pid_t child = fork();
     if (child == 0) {
+        usleep(50000); /* the child's first launch comes 50 ms after its own start */
         use_device(0);
         for (int i = 0; i < 7; i++) check(launch(), "launch");
         printf("child %d\n", getpid());
@@ -359,6 +667,8 @@ int main(int argc, char **argv)
     else if (!strcmp(scenario, "rate") && argc == 5) scenario_rate(atof(argv[3]), atof(argv[4]));
     else if (!strcmp(scenario, "batches") && argc == 6) scenario_batches(atof(argv[3]), atof(argv[4]), atoi(argv[5]));
     else if (!strcmp(scenario, "every-entry")) scenario_every_entry();
+    else if (!strcmp(scenario, "copies")) scenario_copies();
+    else if (!strcmp(scenario, "activity")) scenario_activity();
     else if (!strcmp(scenario, "fork")) scenario_fork();
     else fprintf(stderr, "unknown scenario %s\n", scenario), exit(2);
     wait_for_stdin_close();
