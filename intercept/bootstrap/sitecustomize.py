@@ -14,9 +14,14 @@ def _activate() -> None:
     activate_from_environment()
 
 
+# Directories whose copy of this file already ran in this interpreter. Two copies on the path (an injected pod's
+# /opt/alnair/python and alnair-run's bootstrap) would otherwise run each other until a RecursionError.
+_RAN = "_alnair_bootstrap_dirs"
+
+
 def _run_shadowed_sitecustomize() -> None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    ran = sys.__dict__[_RAN]
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) not in ran]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return
@@ -25,5 +30,8 @@ def _run_shadowed_sitecustomize() -> None:
     spec.loader.exec_module(module)
 
 
-_activate()
+if _RAN not in sys.__dict__:
+    setattr(sys, _RAN, set())
+    _activate()
+sys.__dict__[_RAN].add(os.path.dirname(os.path.abspath(__file__)))
 _run_shadowed_sitecustomize()

@@ -51,6 +51,7 @@ def test_every_contract_is_kept(tree):
     ("cli/top.py", "import alnair.collectors.cuda", "Command-line tools read records through the ABI"),
     ("intercept/segment_writer.py", "import prometheus_client", "The training side runs on the standard library alone"),
     ("intercept/recorder.py", "import alnair.intercept.this_process", "No import cycles between sibling modules"),
+    ("injector/patch.py", "import alnair.exporter.scrape", "The injector imports no exporter"),
 ])
 def test_a_backwards_import_breaks_its_contract(tree, module, backwards_import, contract):
     target = tree / "alnair" / module

@@ -24,7 +24,7 @@ EXPORTER_EXTRA = {"prometheus-client", "psutil", "pyyaml", "bcrypt", "nvidia-ml-
 CACHE_EXTRA = {"redis", "xxhash"}
 EXPORTER_SIDE_MODULES = ["prometheus_client", "yaml", "bcrypt", "pynvml", "kubernetes", "redis", "psutil", "xxhash"]
 SCRIPTS = {"alnair-exporter": "alnair.exporter:main", "alnair": "alnair.cli.main:main",
-           "alnair-run": "alnair.intercept.launcher:main"}
+           "alnair-run": "alnair.intercept.launcher:main", "alnair-injector": "alnair.injector:main"}
 COLLECTORS = {"host": "alnair.collectors.host:HostCollector", "cuda": "alnair.collectors.cuda:CudaCollector",
               "python": "alnair.collectors.python:PythonCollector", "cache": "alnair.collectors.cache:CacheCollector",
               "nvml": "alnair.collectors.nvml:NvmlCollector"}
@@ -128,7 +128,7 @@ def test_wheel_carries_the_abi_the_intercept_library_and_the_switch(wheel_files)
     assert wheel_files["alnair_intercept.pth"] == (ROOT / "alnair_intercept.pth").read_bytes()
 
 
-def test_wheel_registers_the_three_commands_and_the_five_collectors(wheel_files):
+def test_wheel_registers_the_four_commands_and_the_five_collectors(wheel_files):
     entry_points = configparser.ConfigParser(delimiters=("=",))
     entry_points.optionxform = str  # names are case-sensitive
     entry_points.read_string(dist_info(wheel_files, "entry_points.txt").decode())

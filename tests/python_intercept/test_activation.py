@@ -132,3 +132,18 @@ def test_installed_package_is_one_namespace_with_the_public_api(installed_python
     code = "import alnair, alnair.exporter, alnair.collectors.cuda, alnair.cli.top; print(alnair.phase.__name__, alnair.__file__)"
     out = subprocess.run([installed_python, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True).stdout.split()
     assert out[0] == "phase" and "site-packages" in out[1]
+
+
+def test_two_bootstrap_copies_on_the_path_run_once_each_and_then_the_shadowed_sitecustomize(tmp_path):
+    """An injected pod's /opt/alnair/python holds a copy of the bootstrap; alnair-run inside it puts its own first."""
+    bootstrap = Path(launcher.BOOTSTRAP_DIR) / "sitecustomize.py"
+    copy, own = tmp_path / "injected", tmp_path / "site"
+    copy.mkdir()
+    own.mkdir()
+    shutil.copy(bootstrap, copy / "sitecustomize.py")
+    (own / "sitecustomize.py").write_text("import sys\nsys.ran_own = getattr(sys, 'ran_own', 0) + 1\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(launcher.BOOTSTRAP_DIR), str(copy), str(own)]),
+           "ALNAIR_PYTHON_INTERCEPT": "1"}
+    out = subprocess.run([sys.executable, "-c", "import sys; print(sys.ran_own, 'alnair.intercept.activation' in sys.modules)"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout.split(), out.stderr) == (0, ["1", "True"], "")
