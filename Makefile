@@ -15,9 +15,11 @@ system-packages:
 		command -v debootstrap >/dev/null || \
 		$(SUDO) sh -c 'apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus redis-server iproute2 podman runc debootstrap debian-archive-keyring'
 
-# Grafana dashboards, rules and docs/dashboards.md from dashboards/dashgen (needs the dashboards extra).
+# Grafana dashboards, rules and docs/dashboards.md from dashboards/dashgen (needs the dashboards extra), and the
+# chart's rules template made from the same code, so the two never disagree.
 dashboards:
 	PYTHONPATH=dashboards $(PYTHON) -m dashgen
+	$(MAKE) -s chart
 
 # The chart's generated rules template (helm/alnair/templates/_rules.tpl) from dashboards/dashgen; the chart reads
 # the dashboards through its link helm/alnair/dashboards -> dashboards/json.
