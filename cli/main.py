@@ -16,7 +16,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="alnair", description="Alnair command-line tools for a GPU node.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     top = commands.add_parser("top", help="live view of the node's GPU and training processes, from shared memory",
-                              description="Per process: GPU, kernel launches/s, GPU memory and limit, throttled %, "
+                              description="Per process: GPU, kernel launches/s, GPU memory and limit, "
+                                          "host-to-device and device-to-host copy bytes/s, throttled %, "
                                           "data-stall %, steps/s. On a terminal it refreshes every interval "
                                           "(</> sort column, r reverse, q quit); piped, it prints one table.")
     add_flag(top, "--shm.dir", default=naming.DEFAULT_DIR, help="Directory of the writers' segments.")

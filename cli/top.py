@@ -22,6 +22,9 @@ class ProcessCounters:
     memory_used: int = 0
     memory_limit: int = 0
     throttled_ns: int = 0
+    copies_known: bool = False  # the writer counts copies (older ones do not)
+    host_to_device_bytes: int = 0
+    device_to_host_bytes: int = 0
     python_time_ns: int = 0
     steps: int = 0
     data_wait_ns: int = 0
@@ -37,6 +40,8 @@ class Row:
     launches_per_s: float | None
     memory_used: int | None
     memory_limit: int | None
+    host_to_device_per_s: float | None
+    device_to_host_per_s: float | None
     throttled_pct: float | None
     stall_pct: float | None
     steps_per_s: float | None
@@ -66,6 +71,10 @@ class NodeReader:
             p.memory_used = sum(d.bytes_in_use for d in devices)
             p.memory_limit = sum(d.memory_limit_bytes for d in devices)
             p.throttled_ns = sum(d.throttled_ns for d in devices)
+            extensions = parsed.record.devices_ext
+            p.copies_known = extensions is not None
+            p.host_to_device_bytes = sum(e.copies[layout.COPY_HOST_TO_DEVICE].bytes for e in extensions or ())
+            p.device_to_host_bytes = sum(e.copies[layout.COPY_DEVICE_TO_HOST].bytes for e in extensions or ())
         for parsed in self.python.read():
             p = process(parsed.segment)
             r = parsed.record
@@ -88,10 +97,13 @@ def _ratio_pct(part: int, whole: int) -> float | None:
 def row(now: ProcessCounters, before: ProcessCounters | None) -> Row:
     """Rates over the time between the two publishes read; None where there is no earlier read."""
     has_cuda, has_python = bool(now.cuda_time_ns), bool(now.python_time_ns)
-    launches = throttled = stall = steps = None
+    launches = throttled = stall = steps = to_device = to_host = None
     if before is not None and has_cuda and before.cuda_time_ns:
         seconds = (now.cuda_time_ns - before.cuda_time_ns) / 1e9
         launches = _rate(now.kernel_launches, before.kernel_launches, seconds)
+        if now.copies_known and before.copies_known:
+            to_device = _rate(now.host_to_device_bytes, before.host_to_device_bytes, seconds)
+            to_host = _rate(now.device_to_host_bytes, before.device_to_host_bytes, seconds)
         busy = _rate(now.throttled_ns, before.throttled_ns, seconds * max(1, len(now.gpus)))
         throttled = None if busy is None else min(100.0, busy / 1e7)  # ns per s -> percent
     if before is not None and has_python and before.python_time_ns:
@@ -104,6 +116,7 @@ def row(now: ProcessCounters, before: ProcessCounters | None) -> Row:
         launches_per_s=launches,
         memory_used=now.memory_used if has_cuda else None,
         memory_limit=(now.memory_limit or None) if has_cuda else None,
+        host_to_device_per_s=to_device, device_to_host_per_s=to_host,
         throttled_pct=throttled, stall_pct=stall, steps_per_s=steps,
     )
 
@@ -112,7 +125,7 @@ def rows(now: dict[str, ProcessCounters], before: dict[str, ProcessCounters]) ->
     return [row(p, before.get(pid)) for pid, p in now.items()]
 
 
-def _bytes(n: int | None) -> str:
+def _bytes(n: float | None) -> str:
     if n is None:
         return "-"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -143,6 +156,8 @@ COLUMNS = [
     Column("LAUNCH/s", "launches_per_s", 10, _number(".0f")),
     Column("MEM", "memory_used", 9, _bytes),
     Column("LIMIT", "memory_limit", 9, _bytes),
+    Column("H2D/s", "host_to_device_per_s", 9, _bytes),  # copy throughput: bytes a second, each way
+    Column("D2H/s", "device_to_host_per_s", 9, _bytes),
     Column("THR%", "throttled_pct", 6, _number(".1f")),
     Column("STALL%", "stall_pct", 7, _number(".1f")),
     Column("STEP/s", "steps_per_s", 8, _number(".1f")),

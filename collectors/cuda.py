@@ -21,8 +21,31 @@ DEVICE_FIELDS = [
 ]
 
 
+def _seconds(ns: int) -> float:
+    return ns / 1e9  # divided, not multiplied by 1e-9: a Unix time in ns keeps its last digits
+
+
+# (metric, help, field, unit): per device and direction, from the record's per-device extensions.
+COPY_FIELDS = [
+    ("alnair_cuda_copies", "Memory copies the driver accepted, by direction (a batch counts each copy).", "copies", int),
+    ("alnair_cuda_copy_bytes", "Bytes of those copies, by direction.", "bytes", int),
+    ("alnair_cuda_sync_copy_seconds",
+     "Time the program spent inside synchronous copy calls, by direction (asynchronous copies are not timed).",
+     "sync_ns", _seconds),
+]
+# (metric, help, field): per process, in seconds, absent until the event.
+ACTIVITY_FIELDS = [
+    ("alnair_cuda_time_to_first_launch_seconds", "From process start to its first kernel or graph launch.",
+     "first_launch_ns"),
+    ("alnair_cuda_time_to_first_allocation_seconds", "From process start to its first device memory allocation.",
+     "first_allocation_ns"),
+    ("alnair_cuda_last_launch_timestamp_seconds",
+     "When the process last launched a kernel or graph, to within its publish period (10 ms by default).",
+     "last_launch_time_ns"),
+]
+
 class CudaCollector(SegmentCollector):
-    help = "Per-process CUDA counters (launches, memory, limits) from the intercept's shared memory."
+    help = "Per-process CUDA counters (launches, memory, copies, limits) from the intercept's shared memory."
     kind = layout.KIND_CUDA
 
     def record_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]]) -> None:
@@ -43,3 +66,26 @@ class CudaCollector(SegmentCollector):
                    "Share of each scheduling period the process may launch in now: its limit after feedback, "
                    "scaled down when the GPU's limits add up to more than 1.",
                    ((labels, d.compute_quota_ns / d.compute_period_ns) for labels, d in rows if d.compute_period_ns))
+        self._copy_families(out, processes)
+        self._activity_families(out, processes)
+
+    def _copy_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]]) -> None:
+        """Every direction of every device, 0 until it copies; none for a writer older than the counters."""
+        rows = []
+        for p in processes:
+            pid = p.segment.pid_label
+            for d, ext in zip(p.record.devices, p.record.devices_ext or ()):
+                uuid = device_uuid(d)
+                for direction, name in enumerate(layout.COPY_DIRECTION_NAMES):
+                    key = (p.segment.name, pid, d.device_index, uuid, name)
+                    labels = {"pid": pid, "gpu": str(d.device_index), "uuid": uuid, "direction": name}
+                    rows.append((self.labels.get(key, labels), ext.copies[direction]))
+        for metric, text, field, unit in COPY_FIELDS:
+            out.family(metric, "counter", text, ((labels, unit(getattr(c, field))) for labels, c in rows))
+
+    def _activity_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]]) -> None:
+        """Each time once its event has happened (0 in the record: not yet); none for a writer older than them."""
+        rows = [(self.labels.get((p.segment.name, p.segment.pid_label), {"pid": p.segment.pid_label}), p.record.activity)
+                for p in processes if p.record.activity is not None]
+        for metric, text, field in ACTIVITY_FIELDS:
+            out.family(metric, "gauge", text, ((labels, _seconds(getattr(a, field))) for labels, a in rows if getattr(a, field)))

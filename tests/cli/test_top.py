@@ -15,8 +15,9 @@ import pytest
 from support import PythonProgram, python_records, wait_until
 
 # One process with both records: a training loop taking a batch every 10 ms and waiting 6 ms of each for
-# it, and a cuda segment on GPU 3 launching 5000 kernels/s, throttled 25%, 3 of 8 GiB in use. Every value
-# follows the clock, not how often the threads get to run, so the rates do not depend on the machine.
+# it, and a cuda segment on GPU 3 launching 5000 kernels/s, throttled 25%, 3 of 8 GiB in use, copying
+# 3,000,000 bytes/s to the GPU and 1,000,000 back. Every value follows the clock, not how often the threads
+# get to run, so the rates do not depend on the machine.
 TRAINER = textwrap.dedent("""
     import ctypes, sys, threading, time
     from alnair.abi import layout
@@ -47,6 +48,8 @@ TRAINER = textwrap.dedent("""
         while not stop.wait(0.01):
             elapsed = time.time_ns() - start
             device.kernel_launches, device.throttled_ns = elapsed * 5 // 1_000_000, elapsed // 4
+            copies = record.devices_ext[0].copies
+            copies[layout.COPY_HOST_TO_DEVICE].bytes, copies[layout.COPY_DEVICE_TO_HOST].bytes = elapsed * 3 // 1000, elapsed // 1000
             segment.publish(bytes(record))
 
     cuda = WriterSegment(layout.KIND_CUDA, ctypes.sizeof(layout.CudaRecord))
@@ -60,6 +63,15 @@ TRAINER = textwrap.dedent("""
         t.join()
     cuda.close()
 """)
+
+
+HEADER = ["PID", "COMM", "POD", "GPU", "LAUNCH/s", "MEM", "LIMIT", "H2D/s", "D2H/s", "THR%", "STALL%", "STEP/s"]
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def byte_count(cell: str) -> float:
+    number = cell.rstrip("BKiMG")
+    return float(number) * UNITS[cell[len(number):]]
 
 
 def alnair_command() -> str:
@@ -87,7 +99,7 @@ def test_piped_top_prints_one_table_with_rates_joined_by_pid(shm_dir, writers):
     wait_until(lambda: len(list(shm_dir.glob("alnair.*"))) == 3)
     wait_until(lambda: python_records(shm_dir)[trainer.pid].steps > 1)  # past the first step, which is all wait
     header, *rows = piped_table(shm_dir, "--interval=1", "--sort=pid", "--ascending")
-    assert header == ["PID", "COMM", "POD", "GPU", "LAUNCH/s", "MEM", "LIMIT", "THR%", "STALL%", "STEP/s"]
+    assert header == HEADER
     by_pid = {int(r[0]): dict(zip(header, r)) for r in rows}
     assert list(by_pid) == sorted([trainer.pid, c_writer.pid])
     t = by_pid[trainer.pid]
@@ -98,9 +110,19 @@ def test_piped_top_prints_one_table_with_rates_joined_by_pid(shm_dir, writers):
     assert 24 <= float(t["THR%"]) <= 26
     assert t["STALL%"] == "60.0"
     assert 95 <= float(t["STEP/s"]) <= 105
+    assert 2.8e6 <= byte_count(t["H2D/s"]) <= 3.2e6 and 0.9e6 <= byte_count(t["D2H/s"]) <= 1.1e6  # one decimal of MiB, KiB
     c = by_pid[c_writer.pid]
     assert (c["COMM"], c["GPU"], c["MEM"], c["LIMIT"], c["STALL%"], c["STEP/s"]) == ("alnair-shm-test", "0,1", "2.0MiB", "-", "-", "-")
+    assert (c["H2D/s"], c["D2H/s"]) == ("0B", "0B")
     assert 195 <= float(c["LAUNCH/s"]) <= 205  # 2 devices x 100/s
+
+
+def test_top_shows_no_copy_rates_for_a_writer_older_than_the_copy_counters(shm_dir, start_writer):
+    old = start_writer("--record-size", "8224", "--period-ms", "10")
+    header, *rows = piped_table(shm_dir, "--interval=0.5")
+    row = dict(zip(header, rows[0]))
+    assert int(row["PID"]) == old.pid and 90 <= float(row["LAUNCH/s"]) <= 110
+    assert (row["H2D/s"], row["D2H/s"]) == ("-", "-")
 
 
 def test_top_never_removes_segments_not_even_a_dead_writers(shm_dir, start_writer):
@@ -158,7 +180,7 @@ def test_top_under_a_terminal_refreshes_sorts_and_quits(shm_dir, writers):
 
         lines = term.rows_once(trainer_row_has_rates)
         assert lines[0].startswith("alnair top: 2 processes  sort: PID ascending")
-        assert lines[1].split() == ["PID", "COMM", "POD", "GPU", "LAUNCH/s", "MEM", "LIMIT", "THR%", "STALL%", "STEP/s"]
+        assert lines[1].split() == HEADER
         first_steps = float(next(line for line in lines if line.startswith(str(trainer.pid))).split()[-1])
 
         term.child.send("r")

@@ -71,3 +71,44 @@ def test_empty_directory_yields_no_process_series(shm_dir):
     s = sample(shm_dir)
     assert s["alnair_cuda_segments"] == 0
     assert not any(k.startswith("alnair_cuda_kernel_launches_total{") for k in s)
+
+
+COPIES = ["--set", "host_to_device.copies=10", "--set", "host_to_device.bytes=1048576",
+          "--set", "host_to_device.sync_ns=250000000", "--set", "device_to_host.copies=4",
+          "--set", "device_to_host.bytes=4096", "--set", "device_to_device.copies=2", "--set", "device_to_device.bytes=512"]
+ACTIVITY = ["--set", "first_launch_ns=2500000000", "--set", "first_allocation_ns=1250000000",
+            "--set", "last_launch_time_ns=1700000000123456789"]
+
+
+def test_copies_are_exported_per_device_and_direction(start_writer, shm_dir):
+    w = start_writer("--devices", "2", *COPIES)
+    s = sample(shm_dir)
+    gpu = {0: f'gpu="0",pid="{w.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"',
+           1: f'gpu="1",pid="{w.pid}",uuid="GPU-10111213-1415-1617-1819-1a1b1c1d1e1f"'}
+    h2d, d2h, d2d = (f'direction="{d}",' for d in ("host_to_device", "device_to_host", "device_to_device"))
+    assert s[f"alnair_cuda_copies_total{{{h2d}{gpu[0]}}}"] == 10
+    assert s[f"alnair_cuda_copies_total{{{h2d}{gpu[1]}}}"] == 11  # the writer gives device i V + i
+    assert s[f"alnair_cuda_copy_bytes_total{{{h2d}{gpu[0]}}}"] == 1048576
+    assert s[f"alnair_cuda_sync_copy_seconds_total{{{h2d}{gpu[0]}}}"] == 0.25
+    assert s[f"alnair_cuda_copies_total{{{d2h}{gpu[0]}}}"] == 4 and s[f"alnair_cuda_copy_bytes_total{{{d2h}{gpu[0]}}}"] == 4096
+    assert s[f"alnair_cuda_copy_bytes_total{{{d2d}{gpu[1]}}}"] == 513
+    assert s[f"alnair_cuda_sync_copy_seconds_total{{{d2d}{gpu[0]}}}"] == 0  # every direction, 0 until it copies
+    assert sum(k.startswith("alnair_cuda_copies_total{") for k in s) == 6  # 2 devices x 3 directions
+
+
+def test_activity_times_are_exported_per_process_once_they_happened(start_writer, shm_dir):
+    active = start_writer(*ACTIVITY)
+    allocated_only = start_writer("--set", "first_allocation_ns=500000000")
+    s = sample(shm_dir)
+    assert s[f'alnair_cuda_time_to_first_launch_seconds{{pid="{active.pid}"}}'] == 2.5
+    assert s[f'alnair_cuda_time_to_first_allocation_seconds{{pid="{active.pid}"}}'] == 1.25
+    assert s[f'alnair_cuda_last_launch_timestamp_seconds{{pid="{active.pid}"}}'] == 1700000000.1234567
+    assert s[f'alnair_cuda_time_to_first_allocation_seconds{{pid="{allocated_only.pid}"}}'] == 0.5
+    assert not any(f'pid="{allocated_only.pid}"' in k for k in s if "launch_" in k and "seconds" in k)
+
+
+def test_a_writer_older_than_the_copy_and_activity_fields_has_none_of_their_series(start_writer, shm_dir):
+    old = start_writer("--record-size", "8224", *COPIES, *ACTIVITY, "--set", "kernel_launches=5")
+    s = sample(shm_dir)
+    assert s[f'alnair_cuda_kernel_launches_total{{gpu="0",pid="{old.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"}}'] == 5
+    assert not any(f'pid="{old.pid}"' in k for k in s if "cop" in k or "first_" in k or "last_launch" in k)
