@@ -84,6 +84,6 @@ DASHBOARD = Dashboard(
     "alnair-exporter-health", "Alnair / Exporter health",
     "Whether every exporter is scraped and every collector samples; segments read, skipped and reclaimed; the "
     "exporter's own CPU, memory and files.",
-    (v.DATASOURCE, v.NODE, v.INSTANCE),
+    (v.DATASOURCE, v.FLEET, v.INSTANCE),
     (EXPORTER, COLLECTORS, SEGMENTS, GPUS, PROCESS),
 )

@@ -40,6 +40,7 @@ class Variable:
     query: str = ""  # a Prometheus template query (label_values(...)); empty for the data source
     hidden: bool = False
     all_value: str | None = None  # "All" as this regex instead of every value joined (fleets have thousands)
+    starts_at_all: bool = True  # False: Grafana opens the dashboard at the first value
 
 
 @dataclass(frozen=True)

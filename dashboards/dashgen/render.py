@@ -106,7 +106,9 @@ def variable(v: Variable):
         return dashboard.DatasourceVariable(v.name).label(v.label).type("prometheus")
     q = (dashboard.QueryVariable(v.name).label(v.label).datasource(DATASOURCE).query(v.query).definition(v.query)
          .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(model.VariableSort.NATURAL_ASC)
-         .multi(True).include_all(True).current(model.VariableOption(selected=True, text=["All"], value=["$__all"])))
+         .multi(True).include_all(True))
+    if v.starts_at_all:
+        q = q.current(model.VariableOption(selected=True, text=["All"], value=["$__all"]))
     if v.all_value is not None:
         q = q.all_value(v.all_value)
     return q.hide(model.VariableHide.HIDE_VARIABLE) if v.hidden else q

@@ -7,7 +7,11 @@ from collections.abc import Sequence
 from .model import Variable
 
 DATASOURCE = Variable("datasource", "Data source")  # dashboard-linter's name and label for a single data source
-NODE = Variable("node", "Node", "label_values(alnair_node_info, node)", all_value=".*")
+# The per-node dashboards open at one node: on a fleet, "All" draws thousands of series no one can read, and
+# bench/dashboard_queries.py measured its 6 h range queries at 5-35 s on 1,000 GPUs (docs/benchmarks.md).
+# Exporter health opens at All: a few series per node.
+NODE = Variable("node", "Node", "label_values(alnair_node_info, node)", all_value=".*", starts_at_all=False)
+FLEET = Variable("node", "Node", "label_values(alnair_node_info, node)", all_value=".*")
 # Its "All" is the values joined (no all_value): with node=X that is X's exporters, where ".*" would be all of them.
 INSTANCE = Variable("instance", "Exporter", 'label_values(alnair_node_info{node=~"$node"}, instance)', hidden=True)
 GPU = Variable("gpu", "GPU", 'label_values(alnair_nvml_gpu_info{instance=~"$instance"}, uuid)', all_value=".*")
