@@ -40,17 +40,22 @@ def environment(work: Path, preload: bool) -> dict[str, str]:
     return env
 
 
-def wall_ns(program: Path, work: Path, preload: bool, calls: int, rounds: int) -> list[float]:
-    out = subprocess.run(["taskset", "-c", "1", str(program), str(calls), str(rounds)], env=environment(work, preload),
-                         capture_output=True, text=True, check=True).stdout
+def wall_ns(program: Path, work: Path, preload: bool, calls: int, rounds: int, mode: str = "launch") -> list[float]:
+    out = subprocess.run(["taskset", "-c", "1", str(program), str(calls), str(rounds), mode],
+                         env=environment(work, preload), capture_output=True, text=True, check=True).stdout
     return [float(x) for x in out.split()]
 
 
-def instructions(program: Path, work: Path, preload: bool, calls: int) -> int:
+def instructions(program: Path, work: Path, preload: bool, calls: int, mode: str = "launch") -> int:
     out_file = work / "callgrind.out"
-    result = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}", str(program), str(calls), "1"],
-                            env=environment(work, preload), capture_output=True, text=True, check=True)
+    result = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}", str(program), str(calls),
+                             "1", mode], env=environment(work, preload), capture_output=True, text=True, check=True)
     return int(re.search(r"Collected : (\d+)", result.stderr).group(1))
+
+
+def per_call_instructions(program: Path, work: Path, preload: bool, mode: str = "launch", n: int = 200_000) -> float:
+    """Instructions of 2N calls minus those of N, over N: exact, whatever the start-up costs."""
+    return (instructions(program, work, preload, 2 * n, mode) - instructions(program, work, preload, n, mode)) / n
 
 
 def main() -> None:
@@ -66,8 +71,7 @@ def main() -> None:
         for _ in range(args.alternations):
             for preload in (False, True):
                 times[preload] += wall_ns(program, work, preload, args.calls, args.rounds)
-        n = 200_000
-        per_call = {p: (instructions(program, work, p, 2 * n) - instructions(program, work, p, n)) / n for p in (False, True)}
+        per_call = {p: per_call_instructions(program, work, p) for p in (False, True)}
     without, with_ = statistics.median(times[False]), statistics.median(times[True])
     print(f"{'':24}{'median ns/call':>16}{'p10-p90 ns':>16}{'instructions/call':>20}")
     for label, preload, median in (("direct to driver", False, without), ("through libalnair", True, with_)):
