@@ -4,10 +4,11 @@
  * A copy through cuMemcpy, cuMemcpyAsync or a batch names no direction: the
  * pointers do, and asking the driver (cuPointerGetAttribute) on every copy would
  * cost a driver call. Device memory the process allocated is marked here instead,
- * in 2 MiB granules (the GPU's large page and the virtual memory granularity:
- * one granule never holds two devices' memory, nor host memory), each holding the
- * device and how many live allocations overlap it, so a free unmarks exactly what
- * its allocation marked even when small allocations share a granule. Reads take
+ * in 2 MiB granules (the GPU's large page and the virtual memory granularity: the
+ * driver hands out device memory in such pages of one device, so a granule holds
+ * one device's memory and no host memory), each holding the device and how many
+ * live allocations overlap it, so a free unmarks exactly what its allocation
+ * marked even when small allocations share a granule. Reads take
  * two loads and no lock; marking happens on allocation and free, never on a copy.
  * The table is two-level over 48-bit addresses (the x86-64 and arm64 user space
  * CUDA uses): a static array of 8 GiB leaves, each made on first use and kept for

@@ -9,15 +9,16 @@
  * memory, anything else host memory, pageable or pinned alike. A copy counts on
  * the device at its device end (the destination's for device-to-device, so a peer
  * copy counts where it lands); an end the name says is device memory but the map
- * does not know (memory imported from another process) counts on the calling
- * thread's device, as do CUDA arrays. A copy between two host ends is not counted:
- * it moves nothing to or from a GPU.
+ * does not know (memory imported from another process) counts on the peer
+ * context's device where the call names one, else on the calling thread's, as do
+ * CUDA arrays. A copy between two host ends is not counted: it moves nothing to or
+ * from a GPU.
  *
  * The hot path is the mode check, at most two map lookups and, once the driver has
- * accepted the copy, two relaxed atomic adds (three and two clock reads for the
- * synchronous ones): no locks, syscalls or driver calls, except the one call that
- * asks a CUDA array's element size in a 3D batch (the bytes of such a copy depend
- * on it). Failed copies are not counted; a batch counts each of its copies.
+ * accepted the copy, two relaxed atomic adds; a synchronous copy adds two clock
+ * reads and a third add. No locks, syscalls or driver calls, except the one call
+ * that asks a CUDA array's element size in a 3D batch (the bytes of such a copy
+ * depend on it). Failed copies are not counted; a batch counts each of its copies.
  */
 #include "address_map.h"
 #include "intercept.h"
