@@ -1,0 +1,158 @@
+"""What the whole Alnair stack costs a real training job, on a GPU machine: ResNet-50 bare against the same
+job under the CUDA and Python intercepts, with the exporter sampling every second and scraped every second.
+
+    python3 bench/stack_overhead.py [--pairs 20] [--steps 60] [--warmup 15] [--batch 128] [--limits] [--json PATH]
+
+Run from the repository root; nothing needs installing (the intercept is built with make, the package is a
+shim of symlinks, as tests/gpu does). Each run is its own process training on synthetic data (batch 128,
+bf16 autocast, channels_last, SGD), timing --steps steps after --warmup with the GPU synchronised; it
+prints images per second. Runs alternate in ABBA order (bare, stack, stack, bare, ...), so drift in clocks
+or temperature falls on both sides; each adjacent pair gives a ratio, and the cost is the mean ratio's
+distance from 1 with a 95% confidence interval (Student's t over the pairs). With --limits a third variant
+runs the stack with ALNAIR_MEMORY_LIMIT=120Gi and ALNAIR_COMPUTE_LIMIT=100, so the limit paths run without
+limiting anything: A B C C B A.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "gpu"))
+from check_python_and_cuda_records import free_port, shim  # noqa: E402
+
+T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
+         15: 2.13, 20: 2.09, 25: 2.06, 30: 2.04, 40: 2.02, 60: 2.00}  # Student's t, two-sided 95%
+TRAIN = """
+import sys, time
+import torch
+try:
+    from torchvision.models import resnet50
+except ImportError:
+    sys.exit("torchvision is missing: pip install the torchvision that matches this torch")
+steps, warmup, batch = (int(a) for a in sys.argv[1:4])
+torch.manual_seed(0)
+model = resnet50().cuda().to(memory_format=torch.channels_last)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+y = torch.randint(0, 1000, (batch,), device="cuda")
+
+def step():
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+for _ in range(warmup):
+    step()
+torch.cuda.synchronize()
+began = time.perf_counter()
+for _ in range(steps):
+    step()
+torch.cuda.synchronize()
+print(f"images_per_second {steps * batch / (time.perf_counter() - began):.3f}", flush=True)
+"""
+
+
+class Stack:
+    """The exporter over the runs' segment directory, scraped once a second as Prometheus would."""
+
+    def __init__(self, work: Path, env: dict[str, str]):
+        self.port = free_port()
+        self.proc = subprocess.Popen([sys.executable, "-m", "alnair.exporter", f"--web.listen-address=127.0.0.1:{self.port}",
+                                      f"--shm.dir={env['ALNAIR_SHM_DIR']}", "--collector.cuda.interval=1s",
+                                      "--collector.python.interval=1s", "--collector.nvml.interval=1s"],
+                                     env=env, stdout=subprocess.DEVNULL, stderr=open(work / "exporter.log", "w"))
+        self.scrapes, self.failures = 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._scrape_every_second, daemon=True)
+        self._thread.start()
+
+    def _scrape_every_second(self) -> None:
+        while not self._stop.wait(1.0):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
+                    response.read()
+                self.scrapes += 1
+            except OSError:
+                self.failures += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def run(variant: str, args, env: dict[str, str]) -> float:
+    limits = {"ALNAIR_MEMORY_LIMIT": "120Gi", "ALNAIR_COMPUTE_LIMIT": "100"} if variant == "limits" else {}
+    command = [sys.executable, "-c", TRAIN, str(args.steps), str(args.warmup), str(args.batch)]
+    if variant != "bare":
+        command = [sys.executable, "-m", "alnair.intercept.launcher", *command]
+    out = subprocess.run(command, env={**env, **limits}, capture_output=True, text=True, timeout=600)
+    line = next((l for l in out.stdout.splitlines() if l.startswith("images_per_second")), None)
+    if out.returncode != 0 or line is None:
+        raise RuntimeError(f"{variant} run failed: {out.stderr[-2000:]}")
+    return float(line.split()[1])
+
+
+def interval(ratios: list[float]) -> tuple[float, float]:
+    """Mean cost (ratio - 1) and the half-width of its 95% confidence interval."""
+    n = len(ratios)
+    mean = statistics.fmean(ratios)
+    if n < 2:
+        return mean - 1, float("nan")
+    t = T_975[min((k for k in T_975 if k >= n - 1), default=60)]
+    return mean - 1, t * statistics.stdev(ratios) / n ** 0.5
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=15)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--limits", action="store_true", help="also the stack with a memory and a 100%% compute limit")
+    parser.add_argument("--json", help="also write the figures here")
+    args = parser.parse_args()
+    subprocess.run(["make", "-s", "-C", str(REPO / "intercept")], check=True)
+    work = Path(tempfile.mkdtemp(prefix="alnair-stack-"))
+    (work / "shm").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(shim(work / "site")), "ALNAIR_SHM_DIR": str(work / "shm")}
+    env.pop("ALNAIR_PYTHON_INTERCEPT", None)
+    variants = ["bare", "stack", *(["limits"] if args.limits else [])]
+    stack = Stack(work, env)
+    results: dict[str, list[float]] = {v: [] for v in variants}
+    try:
+        for i in range(args.pairs):
+            for variant in (variants if i % 2 == 0 else variants[::-1]):  # ABBA: A B, B A, A B ...
+                results[variant].append(run(variant, args, env))
+                print(f"pair {i + 1:2d} {variant:6s} {results[variant][-1]:9.1f} images/s", flush=True)
+    finally:
+        stack.stop()
+    report = {"pairs": args.pairs, "steps": args.steps, "batch": args.batch, "images_per_second": results,
+              "scrapes": stack.scrapes, "scrape_failures": stack.failures}
+    for variant in variants[1:]:
+        ratios = [s / b for s, b in zip(results[variant], results["bare"])]
+        cost, half = interval(ratios)
+        report[f"{variant}_cost"], report[f"{variant}_cost_halfwidth"] = -cost, half
+        print(f"{variant}: throughput ratio {1 + cost:.4f}, cost {-cost * 100:+.2f}% +- {half * 100:.2f}% (95% CI, "
+              f"{len(ratios)} pairs); bare median {statistics.median(results['bare']):.1f} images/s")
+    print(f"exporter scraped {stack.scrapes} times, {stack.failures} failures")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
