@@ -29,6 +29,11 @@ FETCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 # Dataset-only fields.
 FINGERPRINT, SAMPLES, LOGICAL_BYTES = "fingerprint", "samples", "logical_bytes"
 
+# On a Redis Cluster every metadata key (manifests, check digests, counter hashes, the registries, the content
+# index) carries this hash tag, so they share one slot and a batch's scripts never cross slots; blobs carry
+# none and spread over every slot by their digest. One server needs no tag: its names stay as they were.
+CLUSTER_TAG = "{meta}"
+
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}")
 
 
@@ -64,3 +69,8 @@ def checks(name: str) -> str:
 
 def job(name: str) -> str:
     return f"{PREFIX}job:{name}"
+
+
+def metadata(key: str, cluster: bool) -> str:
+    """A metadata key as a cluster target names it (`alnair:{meta}:...`), or unchanged for one server."""
+    return key.replace(PREFIX, f"{PREFIX}{CLUSTER_TAG}:", 1) if cluster else key

@@ -21,9 +21,10 @@ from .counters import PendingCounters
 from .health import RedisHealth
 from .manifest import Manifest
 from .origin import Origin
+from .cluster import UNAVAILABLE, ClusterReads, NodeDown, NodeUnavailable
 from .resp_client import MgetPipeline
 from .singleflight import SingleFlight
-from .store import CacheStore, Writes
+from .store import Writes, open_store
 
 log = logging.getLogger(__name__)
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
@@ -51,6 +52,7 @@ class _Asked:
     fetch: process_record.FetchTimer  # running from the ask to the answer
     wanted: list[int] = field(default_factory=list)  # positions whose digests were known: the MGET's keys, in order
     redis_up: bool = True  # Redis was asked (misses) rather than skipped or failed (fallbacks)
+    unavailable: int = 0  # of the values asked, those whose cluster node failed or was down (fallbacks)
     sent: bool = False
     origin: dict[int, Future] = field(default_factory=dict)  # position -> its origin read
     writes: Writes = field(default_factory=Writes)  # what the batch learned from the origin
@@ -62,7 +64,7 @@ class _Runtime:
     worker (forked or spawned) builds its own on first use."""
 
     pid: int
-    store: CacheStore
+    store: Any  # store.CacheStore, or store.ClusterStore for a redis+cluster:// URL
     health: RedisHealth
     origin_pool: ThreadPoolExecutor  # a batch's origin reads run at once
     counters: PendingCounters = field(default_factory=PendingCounters)
@@ -119,7 +121,7 @@ class CachedDataset:
         go to Redis at most every `counter_seconds` (with a batch's blobs, if it writes any) and when the
         run ends: a round trip of their own per batch would wait behind the next batch's reply."""
         runtime = self._runtime_here()
-        reads = runtime.store.blob_reads()
+        reads = runtime.store.blob_reads(lambda error: self._redis_failed(runtime, error))
         asked: deque[_Asked] = deque()
         try:
             for indices in index_batches:
@@ -158,7 +160,8 @@ class CachedDataset:
                 if runtime is None or runtime.pid != os.getpid():
                     allocator.keep_freed_memory()
                     pool = ThreadPoolExecutor(getattr(self.origin, "parallel_reads", ORIGIN_READS), "cache-origin")
-                    runtime = _Runtime(os.getpid(), CacheStore(self.redis_url, self.timeout), RedisHealth(self.retry_seconds), pool)
+                    store = open_store(self.redis_url, self.timeout, self.retry_seconds)
+                    runtime = _Runtime(os.getpid(), store, RedisHealth(self.retry_seconds), pool)
                     self._open(runtime)
                     self._runtime = runtime
         return runtime
@@ -172,7 +175,7 @@ class CachedDataset:
         except redis.RedisError as e:
             self._redis_failed(runtime, e)
 
-    def _ask(self, runtime: _Runtime, reads: MgetPipeline, indices: list[int]) -> _Asked:
+    def _ask(self, runtime: _Runtime, reads: MgetPipeline | ClusterReads, indices: list[int]) -> _Asked:
         """Sends the batch's MGET for the samples whose digests are known, unless Redis is away."""
         if not runtime.opened and runtime.health.available():
             self._open(runtime)  # Redis was away when this process started
@@ -191,7 +194,8 @@ class CachedDataset:
                 asked.redis_up = False
         return asked
 
-    def _answer(self, runtime: _Runtime, reads: MgetPipeline, asked: _Asked, counter_seconds: float) -> list[Any]:
+    def _answer(self, runtime: _Runtime, reads: MgetPipeline | ClusterReads, asked: _Asked,
+                counter_seconds: float) -> list[Any]:
         """The asked batch: verified values from Redis, the rest from the origin; then the write-back."""
         samples: list[bytes | None] = [None] * len(asked.indices)
         if asked.sent:
@@ -202,13 +206,15 @@ class CachedDataset:
                 self._start_origin_read(runtime, asked, position)
         for position in from_origin:
             samples[position] = asked.origin[position].result()
-        self._count(runtime, **{keys.MISSES if asked.redis_up else keys.FALLBACKS: len(from_origin),
+        fallbacks = asked.unavailable if asked.redis_up else len(from_origin)
+        self._count(runtime, **{keys.MISSES: len(from_origin) - fallbacks, keys.FALLBACKS: fallbacks,
                                 keys.ORIGIN_BYTES: sum(len(samples[p]) for p in from_origin)})
         runtime.counters.observe_fetch(asked.fetch.done())
         self._write_back(runtime, asked.writes if asked.redis_up else Writes(), counter_seconds)
         return [self.transform(s) for s in samples] if self.transform else samples
 
-    def _from_cache(self, runtime: _Runtime, reads: MgetPipeline, asked: _Asked, samples: list[bytes | None]) -> bool:
+    def _from_cache(self, runtime: _Runtime, reads: MgetPipeline | ClusterReads, asked: _Asked,
+                    samples: list[bytes | None]) -> bool:
         """Fill `samples` with the verified values of the asked MGET; False if Redis did not answer."""
         try:
             values = reads.receive()
@@ -220,6 +226,9 @@ class CachedDataset:
         hits = corrupt = cache_bytes = 0
         for position, value in zip(asked.wanted, values):
             if value is None:
+                continue
+            if value is UNAVAILABLE:  # its cluster node failed (counted by the reads): the origin's, a fallback
+                asked.unavailable += 1
                 continue
             if self._verified(asked.indices[position], asked.digests[position], value, asked.writes):
                 samples[position] = value
@@ -278,8 +287,12 @@ class CachedDataset:
         process_record.add(deltas)
 
     def _redis_failed(self, runtime: _Runtime, error: redis.RedisError) -> None:
+        if isinstance(error, NodeDown):
+            return  # not asked: its failure was counted when it happened, as with one server
         self._count(runtime, **{keys.REDIS_ERRORS: 1})
-        if isinstance(error, UNREACHABLE):
+        if isinstance(error, NodeUnavailable):  # one cluster node: the store keeps it down, the others serve
+            log.warning("dataset cache %s: %s", self.name, error)
+        elif isinstance(error, UNREACHABLE):
             if runtime.health.available():
                 log.warning("dataset cache %s: Redis unreachable, reading from the origin for %gs: %s",
                             self.name, self.retry_seconds, error)

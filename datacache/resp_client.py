@@ -25,6 +25,18 @@ def encode(*args: bytes | str | int) -> bytes:
     return hiredis.pack_command(args)
 
 
+class ReplyError:
+    """An error reply read in a value's place (a cluster node's `MOVED 3999 127.0.0.1:6381`, say)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"ReplyError({self.text!r})"
+
+
 def expect_crlf(data: bytes) -> None:
     if data != b"\r\n":
         raise redis.InvalidResponse("a bulk string without its CRLF")
@@ -71,14 +83,37 @@ class RespConnection:
         self.sock.sendall(encode(*args))
         return self._line()
 
-    def run_script(self, script: Script, keys: list[str], args: list) -> bytes:
-        """EVALSHA, or EVAL where the server does not hold the script yet; its reply is one line."""
-        try:
-            return self.command("EVALSHA", script.sha, len(keys), *keys, *args)
-        except redis.ResponseError as e:
-            if not str(e).startswith("NOSCRIPT"):
-                raise
-        return self.command("EVAL", script.script, len(keys), *keys, *args)
+    def run_script(self, script: Script, keys: list[str], args: list, array: bool = False) -> bytes | list:
+        """EVALSHA, or EVAL where the server does not hold the script yet; its reply is one line, or with
+        `array` an array of bulk strings."""
+        for command, body in (("EVALSHA", script.sha), ("EVAL", script.script)):
+            self.sock.sendall(encode(command, body, len(keys), *keys, *args))
+            try:
+                return self.read_array() if array else self._line()
+            except redis.ResponseError as e:
+                if command == "EVAL" or not str(e).startswith("NOSCRIPT"):
+                    raise
+
+    def send(self, commands: list[tuple]) -> None:
+        """Commands in one write, their replies read later (read_lines)."""
+        self.sock.sendall(b"".join(encode(*command) for command in commands))
+
+    def read_lines(self, count: int) -> list[bytes | ReplyError]:
+        """The replies of `count` commands each answered in one line (+OK, :1), an error reply in place."""
+        replies: list[bytes | ReplyError] = []
+        for _ in range(count):
+            try:
+                replies.append(self._line())
+            except redis.ResponseError as e:
+                replies.append(ReplyError(str(e)))
+        return replies
+
+    def read_array(self) -> list[bytes | None | ReplyError]:
+        """An array of bulk strings (MGET's, or a script's)."""
+        header = self._line()
+        if not header.startswith(b"*"):
+            raise redis.InvalidResponse(f"unexpected reply {header[:80]!r}, not an array")
+        return self._read_values(int(header[1:]))
 
     def mget(self, names: list[str]) -> list[bytes | None]:
         self.send_mget(names)
@@ -89,10 +124,18 @@ class RespConnection:
 
     def read_mget(self) -> list[bytes | None]:
         """The reply to the oldest MGET sent and not yet read."""
-        header = self._line()
-        if not header.startswith(b"*"):
-            raise redis.InvalidResponse(f"unexpected MGET reply {header[:80]!r}")
-        count, values, crlf_due = int(header[1:]), [], False
+        return self.read_array()
+
+    def send_gets(self, names: list[str]) -> None:
+        """A GET per name in one write: a cluster node answers no MGET whose keys span slots."""
+        self.sock.sendall(b"".join(encode("GET", name) for name in names))
+
+    def read_gets(self, count: int) -> list[bytes | None | ReplyError]:
+        """The replies to the oldest `count` GETs sent and not yet read; an error reply (MOVED, ASK...) in place."""
+        return self._read_values(count)
+
+    def _read_values(self, count: int) -> list[bytes | None | ReplyError]:
+        values, crlf_due = [], False
         while len(values) < count:
             crlf_due = self._values(values, count, crlf_due)
         if crlf_due:
@@ -116,6 +159,10 @@ class RespConnection:
             if end < 0:
                 break
             header, start = peeked[position:end], end + 2
+            if header.startswith(b"-"):  # a GET's own error (never inside an MGET's array)
+                values.append(ReplyError(header[1:].decode(errors="replace")))
+                position = start
+                continue
             size = self._size(header)
             if size < 0:
                 values.append(None)
@@ -131,7 +178,10 @@ class RespConnection:
         if position:
             self._recv_exactly(position)
         if len(values) == appended < count:  # not even a whole header arrived yet: read it, waiting for the rest
-            values.append(self._element(self._line_rest(peeked[position:])))
+            try:
+                values.append(self._element(self._line_rest(peeked[position:])))
+            except redis.ResponseError as e:
+                values.append(ReplyError(str(e)))
         return False
 
     @staticmethod
@@ -257,8 +307,9 @@ class RespClient:
     unreachable or timed out raise redis.ConnectionError / redis.TimeoutError, and every idle connection
     is dropped (the server may have restarted). TLS (rediss://) goes through redis-py."""
 
-    def __init__(self, url: str, timeout: float, client: redis.Redis):
-        self._params = parse_url(url)
+    def __init__(self, url: str | dict, timeout: float, client: redis.Redis | None):
+        """`url`, or a cluster node's connection parameters (host, port, credentials: plain TCP, no client)."""
+        self._params = parse_url(url) if isinstance(url, str) else url
         self._timeout = timeout
         self._client = client
         self.direct = self._params.get("connection_class") is not SSLConnection

@@ -1,15 +1,18 @@
 """The cache's Redis side: open a dataset's manifest, read blobs, and write blobs, manifest entries, check
-digests and counters in one pipelined round trip."""
+digests and counters in one pipelined round trip; on one server (CacheStore) or a Redis Cluster (ClusterStore)."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import redis
 from redis.backoff import NoBackoff
+from redis.commands.core import Script
 from redis.retry import Retry
 
 from alnair.abi import cache_keys as keys
+from . import cluster as cluster_
 from .resp_client import MgetPipeline, RespClient
 
 SOCKET_READ_SIZE = 4 << 20  # a batch of 100 KB samples arrives in a few reads, not hundreds
@@ -123,8 +126,9 @@ class CacheStore:
         manifest, checks = self._open(keys=keys_, args=[dataset, fingerprint, samples])
         return manifest, checks
 
-    def blob_reads(self) -> MgetPipeline:
-        """Pipelined MGETs of blobs (their keys.blob names) on a connection of its own; close it when done."""
+    def blob_reads(self, on_error: Callable[[redis.RedisError], None]) -> MgetPipeline:
+        """Pipelined MGETs of blobs (their keys.blob names) on a connection of its own; close it when done.
+        A failure raises (`on_error` is for a cluster's reads, which fail node by node)."""
         return self._direct.pipeline()
 
     def write(self, dataset: str, fingerprint: str, writes: Writes, job: str, job_ttl: int,
@@ -162,9 +166,72 @@ class CacheStore:
     @staticmethod
     def _counters_call(dataset: str, job: str, job_ttl: int, deltas: dict[str, float]) -> tuple[list, list]:
         """ADD_COUNTERS's keys and arguments."""
-        return ([keys.dataset(dataset), keys.job(job), keys.JOBS, keys.manifest(dataset), keys.CONTENT, keys.DATASETS,
-                 keys.checks(dataset)], [job, job_ttl, time.time(), *counter_args(deltas)])
+        return counters_keys(dataset, job, False), [job, job_ttl, time.time(), *counter_args(deltas)]
 
     def close(self) -> None:
         self._direct.close()
         self.client.close()
+
+
+def counters_keys(dataset: str, job: str, cluster: bool) -> list[str]:
+    """ADD_COUNTERS's keys."""
+    names = [keys.dataset(dataset), keys.job(job), keys.JOBS, keys.manifest(dataset), keys.CONTENT, keys.DATASETS,
+             keys.checks(dataset)]
+    return [keys.metadata(name, cluster) for name in names]
+
+
+class ClusterStore:
+    """CacheStore's interface on a Redis Cluster: blobs by their own slots, every metadata key in the one
+    slot of keys.CLUSTER_TAG (so each script runs on one node), reads pipelined to every node at once.
+    A node that fails raises cluster.NodeUnavailable (the metadata's) or costs only its own keys."""
+
+    def __init__(self, url: str, timeout: float, retry_seconds: float):
+        self.cluster = cluster_.Cluster(url, timeout, retry_seconds)
+        self._open, self._record, self._record_checks, self._add_counters = (
+            Script(None, source.encode()) for source in (OPEN, RECORD, RECORD_CHECKS, ADD_COUNTERS))
+
+    @staticmethod
+    def _meta(*names: str) -> list[str]:
+        return [keys.metadata(name, True) for name in names]
+
+    def open(self, dataset: str, fingerprint: str, samples: int) -> tuple[bytes, bytes]:
+        keys_ = self._meta(keys.dataset(dataset), keys.manifest(dataset), keys.checks(dataset), keys.DATASETS)
+        manifest, checks = self.cluster.script(self._open, keys_, [dataset, fingerprint, samples], array=True)
+        return manifest or b"", checks or b""
+
+    def blob_reads(self, on_error: Callable[[redis.RedisError], None]) -> cluster_.ClusterReads:
+        return cluster_.ClusterReads(self.cluster, on_error)
+
+    def write(self, dataset: str, fingerprint: str, writes: Writes, job: str, job_ttl: int,
+              deltas: dict[str, float]) -> int:
+        """Blobs to their nodes at once, then the metadata's scripts; returns how many commands failed."""
+        failed = cluster_.set_blobs(self.cluster, {keys.blob(d): data for d, data in writes.blobs.items()})
+        calls = []
+        if writes.entries:
+            args = [fingerprint]
+            for index, digest, size, check in writes.entries:
+                args += [index, keys.ENTRY.pack(digest, size), size, check]
+            calls.append((self._record, self._meta(keys.dataset(dataset), keys.manifest(dataset), keys.CONTENT,
+                                                   keys.checks(dataset)), args))
+        if writes.checks:
+            calls.append((self._record_checks, self._meta(keys.dataset(dataset), keys.manifest(dataset), keys.checks(dataset)),
+                          [fingerprint, *(x for item in writes.checks for x in item)]))
+        if deltas:
+            calls.append((self._add_counters, counters_keys(dataset, job, True),
+                          [job, job_ttl, time.time(), *counter_args(deltas)]))
+        for script, keys_, args in calls:
+            try:
+                self.cluster.script(script, keys_, args)
+            except redis.ResponseError:
+                failed += 1
+        return failed
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
+def open_store(url: str, timeout: float, retry_seconds: float) -> CacheStore | ClusterStore:
+    """The store for `url`: a Redis Cluster for redis+cluster://, else one server."""
+    if cluster_.is_cluster_url(url):
+        return ClusterStore(url, timeout, retry_seconds)
+    return CacheStore(url, timeout)

@@ -252,11 +252,11 @@ class RedisServer:
     """A real redis-server on a free loopback port, without persistence; `args` add settings
     (`--maxmemory 2mb`...). It can be killed, restarted on the same port, paused and resumed."""
 
-    def __init__(self, directory: Path, *args: str):
+    def __init__(self, directory: Path, *args: str, port: int | None = None):
         self.binary = shutil.which("redis-server")
         if self.binary is None:
             pytest.fail("redis-server is not installed: .ci/run installs it (apt-get install redis-server)")
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                         "--dir", str(directory), *args]
@@ -368,3 +368,116 @@ def write_tls_files(directory: Path) -> None:
     (directory / "server.crt").write_bytes(server.public_bytes(serialization.Encoding.PEM))
     (directory / "server.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                              serialization.NoEncryption()))
+
+
+def cluster_port() -> int:
+    """A free port P whose cluster bus port, P + 10000, is free too (and a port at all)."""
+    while True:
+        port = free_port()
+        if port + 10000 <= 65535:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            return port
+
+
+class RedisCluster:
+    """A real Redis Cluster on loopback: `primaries` primaries with a replica each (redis-server
+    --cluster-enabled, joined by redis-cli --cluster create), without persistence. The URL is the
+    cache's: redis+cluster://127.0.0.1:P,... A killed node restarts on its port and config file."""
+
+    def __init__(self, directory: Path, primaries: int = 3):
+        require_binary("redis-cli")
+        self.servers = []
+        for n in range(2 * primaries):
+            node_dir = directory / f"node-{n}"
+            node_dir.mkdir()
+            # A node that loses sight of a primary for 1 s fails over to its replica; the others keep
+            # serving their slots meanwhile (full coverage not required), as the cache wants.
+            self.servers.append(RedisServer(node_dir, "--cluster-enabled", "yes", "--cluster-config-file",
+                                            str(node_dir / "nodes.conf"), "--cluster-node-timeout", "1000",
+                                            "--cluster-require-full-coverage", "no", port=cluster_port()))
+        addresses = [f"127.0.0.1:{s.port}" for s in self.servers]
+        subprocess.run([require_binary("redis-cli"), "--cluster", "create", *addresses, "--cluster-replicas", "1",
+                        "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        self.url = "redis+cluster://" + ",".join(addresses)
+        self.wait_healthy()
+
+    def by_port(self, port: int) -> RedisServer:
+        return next(s for s in self.servers if s.port == port)
+
+    def live(self) -> list[RedisServer]:
+        return [s for s in self.servers if s.proc.poll() is None]
+
+    def nodes(self) -> list[dict]:
+        """CLUSTER NODES as a live node sees it: id, port, role flags, primary's id, slot ranges."""
+        text = self.live()[0].client().execute_command("CLUSTER", "NODES").decode()
+        nodes = []
+        for line in text.strip().splitlines():
+            fields = line.split()
+            nodes.append({"id": fields[0], "port": int(fields[1].split("@")[0].rsplit(":", 1)[1]),
+                          "flags": fields[2].split(","), "primary": fields[3], "slots": fields[8:]})
+        return nodes
+
+    def primaries(self) -> list[RedisServer]:
+        return [self.by_port(n["port"]) for n in self.nodes() if "master" in n["flags"] and n["slots"]]
+
+    def owner(self, slot: int) -> RedisServer:
+        """The primary that serves `slot` (per CLUSTER SLOTS of a live node)."""
+        for start, end, primary, *_ in self.live()[0].client().execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return self.by_port(int(primary[1]))
+        raise AssertionError(f"no node serves slot {slot}")
+
+    def _healthy(self) -> bool:
+        try:
+            for server in self.servers:
+                client = server.client()
+                info = client.execute_command("CLUSTER", "INFO").decode()
+                if "cluster_state:ok" not in info or "cluster_known_nodes:6" not in info:
+                    return False
+                if client.info("replication")["role"] == "slave" and client.info("replication")["master_link_status"] != "up":
+                    return False
+            return len(self.primaries()) == len(self.servers) // 2
+        except redis.RedisError:
+            return False
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        """Every node up, cluster_state:ok everywhere, every replica in sync with its primary."""
+        for server in self.servers:
+            if server.proc.poll() is not None:
+                server.start()
+        wait_until(self._healthy, timeout=timeout, interval=0.1)
+
+    def flush(self) -> None:
+        for server in self.primaries():
+            server.client().flushall()
+            server.client().config_set("maxmemory", 0)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            if server.proc.poll() is None:
+                server.kill()
+
+
+_session_cluster: list[RedisCluster] = []
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """One Redis Cluster (3 primaries, 3 replicas) for the whole session, however many test modules import
+    this fixture (each import is a fixture of its own; they share the one cluster): starting one takes
+    seconds. Each test that uses it through `cluster` starts on an empty, healthy cluster."""
+    if not _session_cluster:
+        _session_cluster.append(RedisCluster(tmp_path_factory.mktemp("redis-cluster")))
+    yield _session_cluster[0]
+    _session_cluster[0].stop()  # at the session's end: every import's teardown comes then
+
+
+@pytest.fixture
+def cluster(redis_cluster):
+    redis_cluster.wait_healthy()
+    redis_cluster.flush()
+    yield redis_cluster

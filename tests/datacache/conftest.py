@@ -1,4 +1,5 @@
-"""Fixtures for the dataset cache: real redis-servers (support.start_redis) and origin directories."""
+"""Fixtures for the dataset cache: real redis-servers (support.start_redis), a real Redis Cluster
+(support.redis_cluster, one per session) and origin directories."""
 from __future__ import annotations
 
 import random
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from alnair.datacache import DirectoryOrigin
-from support import start_redis  # noqa: F401  (a fixture)
+from support import cluster, redis_cluster, start_redis  # noqa: F401  (fixtures)
 
 
 def sample_bytes(count: int, size: int = 4096, seed: int = 0) -> list[bytes]:
