@@ -1,5 +1,6 @@
 """The cache collector: Redis INFO and keys per database, the dataset cache's per-dataset and per-job
-counters, and logical vs physical bytes, for each Redis given by --collector.cache.redis-url."""
+counters, and logical vs physical bytes, for each Redis given by --collector.cache.redis-url; for a Redis
+Cluster (redis+cluster://host:port,...), every node's INFO, keys and slots and the cluster's state."""
 from __future__ import annotations
 
 import urllib.parse
@@ -11,12 +12,15 @@ import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 from redis.retry import Retry
 
 from alnair.abi import cache_keys as keys
-from alnair.exporter.plugin import CollectorUnavailable, RepeatedList, add_flag, comma_separated, duration
+from alnair.exporter.plugin import CollectorUnavailable, RepeatedList, add_flag, duration, flag_type
 
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
+CLUSTER_SCHEME = "redis+cluster"
+SLOTS = 16384
 
 # (INFO field, metric suffix, help, counter?)
 INFO_FIELDS = [
@@ -44,9 +48,24 @@ CACHE_COUNTERS = [
 
 def parse_redis_url(text: str) -> str:
     parsed = urllib.parse.urlparse(text)
-    if parsed.scheme not in REDIS_SCHEMES or not (parsed.netloc or parsed.path):
-        raise ValueError(f"not a Redis URL (redis://host:port/db, rediss://..., unix:///path): {text!r}")
+    if parsed.scheme not in REDIS_SCHEMES or not (parsed.netloc or parsed.path) or (
+            parsed.scheme == CLUSTER_SCHEME and not parsed.netloc.rpartition("@")[2]):
+        raise ValueError(f"not a Redis URL (redis://host:port/db, rediss://..., unix:///path, "
+                         f"redis+cluster://host:port[,host:port...]): {text!r}")
     return text
+
+
+@flag_type
+def redis_url_list(text: str) -> list[str]:
+    """Comma-separated Redis URLs; a cluster URL's own commas (between its nodes) stay in it: an item
+    without a scheme continues the redis+cluster:// URL before it."""
+    urls: list[str] = []
+    for item in filter(None, (item.strip() for item in text.split(","))):
+        if "://" not in item and urls and urls[-1].startswith(CLUSTER_SCHEME + "://"):
+            urls[-1] += "," + item
+        else:
+            urls.append(item)
+    return [parse_redis_url(url) for url in urls]
 
 
 def connect(url: str, timeout: float) -> redis.Redis:
@@ -63,14 +82,28 @@ def url_label(url: str) -> str:
 
 
 @dataclass
+class NodeReading:
+    """One cluster node as CLUSTER NODES names it, and its INFO (None when it did not answer)."""
+
+    address: str
+    role: str
+    slots: int
+    info: dict | None = None
+
+
+@dataclass
 class Reading:
-    """What one Redis said in one sample; `info` is None when it did not answer."""
+    """What one Redis (or cluster) said in one sample; `up` is False when it (its metadata's node) did not
+    answer. `info` is one server's INFO; a cluster's are in `nodes`, with its CLUSTER INFO in `cluster`."""
 
     label: str
+    up: bool = False
     info: dict | None = None
     datasets: dict[str, dict[str, float]] = field(default_factory=dict)
     jobs: dict[str, dict[str, float]] = field(default_factory=dict)
     physical_bytes: float = 0.0
+    nodes: list[NodeReading] = field(default_factory=list)
+    cluster: dict | None = None
 
 
 def numbers(fields: dict[bytes, bytes]) -> dict[str, float]:
@@ -88,21 +121,119 @@ def numbers(fields: dict[bytes, bytes]) -> dict[str, float]:
 def read_target(label: str, client: redis.Redis) -> Reading:
     try:
         info = client.info()
-        pipe = client.pipeline(transaction=False)
-        pipe.smembers(keys.DATASETS).zrange(keys.JOBS, 0, -1).hget(keys.CONTENT, keys.CONTENT_TOTAL)
-        dataset_names, job_names, physical = pipe.execute()
-        dataset_names = sorted(n.decode(errors="replace") for n in dataset_names)
-        job_names = [n.decode(errors="replace") for n in job_names]
-        for name in dataset_names:
-            pipe.hgetall(keys.dataset(name))
-        for name in job_names:
-            pipe.hgetall(keys.job(name))
-        hashes = [numbers(h) for h in pipe.execute()]
+        reading = read_counters(label, client, cluster=False)
     except redis.RedisError:
         return Reading(label)
+    reading.info = info
+    return reading
+
+
+def read_counters(label: str, client: redis.Redis, cluster: bool) -> Reading:
+    """The dataset cache's registries, counter hashes and content total (metadata keys: keys.metadata)."""
+    def meta(name: str) -> str:
+        return keys.metadata(name, cluster)
+
+    pipe = client.pipeline(transaction=False)
+    pipe.smembers(meta(keys.DATASETS)).zrange(meta(keys.JOBS), 0, -1).hget(meta(keys.CONTENT), keys.CONTENT_TOTAL)
+    dataset_names, job_names, physical = pipe.execute()
+    dataset_names = sorted(n.decode(errors="replace") for n in dataset_names)
+    job_names = [n.decode(errors="replace") for n in job_names]
+    for name in dataset_names:
+        pipe.hgetall(meta(keys.dataset(name)))
+    for name in job_names:
+        pipe.hgetall(meta(keys.job(name)))
+    hashes = [numbers(h) for h in pipe.execute()]
     datasets = dict(zip(dataset_names, hashes))
     jobs = {name: h for name, h in zip(job_names, hashes[len(dataset_names):]) if h}  # {}: expired
-    return Reading(label, info, {name: h for name, h in datasets.items() if h}, jobs, float(physical or 0))
+    return Reading(label, True, None, {name: h for name, h in datasets.items() if h}, jobs, float(physical or 0))
+
+
+def cluster_nodes(text: str) -> list[tuple[str, str, list[tuple[int, int]]]]:
+    """(host:port, "primary" or "replica", slot ranges served) of each node in CLUSTER NODES."""
+    nodes = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 8 or "noaddr" in fields[2] or "handshake" in fields[2]:
+            continue
+        ranges = []
+        for item in fields[8:]:
+            if item.startswith("["):
+                continue  # a slot being imported or migrated: still served where it was
+            start, _, end = item.partition("-")
+            ranges.append((int(start), int(end or start)))
+        nodes.append((fields[1].split("@")[0], "primary" if "master" in fields[2] else "replica", ranges))
+    return nodes
+
+
+class ClusterTarget:
+    """A Redis Cluster read through its seeds: CLUSTER NODES and CLUSTER INFO from the first node that
+    answers, then every node's INFO at once (a node down costs one timeout on its own thread) and the
+    counters from the primary that serves the metadata's slot."""
+
+    def __init__(self, url: str, timeout: float):
+        parsed = urllib.parse.urlsplit(url)
+        credentials, _, hosts = parsed.netloc.rpartition("@")
+        user, _, password = credentials.partition(":")
+        self.seeds = [address for address in hosts.split(",") if address]
+        self.timeout = timeout
+        self._credentials = {"username": urllib.parse.unquote(user) or None, "password": urllib.parse.unquote(password) or None}
+        self._clients: dict[str, redis.Redis] = {}
+        self._pool = ThreadPoolExecutor(16, thread_name_prefix="cache-collector-node")
+
+    def client(self, address: str) -> redis.Redis:
+        if address not in self._clients:
+            host, _, port = address.rpartition(":")
+            self._clients[address] = redis.Redis(host=host.strip("[]"), port=int(port), socket_timeout=self.timeout,
+                                                 socket_connect_timeout=self.timeout, retry=Retry(NoBackoff(), 0),
+                                                 **self._credentials)
+        return self._clients[address]
+
+    def read(self, label: str) -> Reading:
+        topology = self._topology()
+        if topology is None:
+            return Reading(label)
+        nodes, cluster_info = topology
+        readings = [NodeReading(address, role, sum(end - start + 1 for start, end in ranges)) for address, role, ranges in nodes]
+        meta_slot = key_slot(keys.metadata(keys.DATASETS, True).encode())
+        meta_node = next((address for address, role, ranges in nodes
+                          if role == "primary" and any(start <= meta_slot <= end for start, end in ranges)), None)
+        counters = self._pool.submit(self._counters, label, meta_node)
+        for node, info in zip(readings, self._pool.map(self._info, [n.address for n in readings])):
+            node.info = info
+        reading = counters.result()
+        reading.nodes, reading.cluster = readings, cluster_info
+        return reading
+
+    def _topology(self) -> tuple[list, dict] | None:
+        """CLUSTER NODES and CLUSTER INFO of the first seed (then node seen before) that answers."""
+        for address in dict.fromkeys([*self.seeds, *self._clients]):
+            try:
+                client = self.client(address)
+                nodes, info = client.execute_command("CLUSTER", "NODES"), client.execute_command("CLUSTER", "INFO")
+            except redis.RedisError:
+                continue
+            info = dict(line.split(":", 1) for line in info.decode().splitlines() if ":" in line)
+            return cluster_nodes(nodes.decode()), info
+        return None
+
+    def _info(self, address: str) -> dict | None:
+        try:
+            return self.client(address).info()
+        except redis.RedisError:
+            return None
+
+    def _counters(self, label: str, meta_node: str | None) -> Reading:
+        if meta_node is None:
+            return Reading(label)
+        try:
+            return read_counters(label, self.client(meta_node), cluster=True)
+        except redis.RedisError:
+            return Reading(label)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        for client in self._clients.values():
+            client.close()
 
 
 class CacheCollector:
@@ -112,8 +243,9 @@ class CacheCollector:
 
     @classmethod
     def add_arguments(cls, parser) -> None:
-        add_flag(parser, "--collector.cache.redis-url", type=comma_separated(parse_redis_url), default=[], action=RepeatedList,
-                 help="Redis to read, redis://[:password@]host:port/db (repeatable; comma-separated in the environment).")
+        add_flag(parser, "--collector.cache.redis-url", type=redis_url_list, default=[], action=RepeatedList,
+                 help="Redis to read, redis://[:password@]host:port/db, or a Redis Cluster, "
+                      "redis+cluster://[:password@]host:port[,host:port...] (repeatable; comma-separated in the environment).")
         add_flag(parser, "--collector.cache.timeout", type=duration, default=1.0,
                  help="How long to wait for each Redis before reporting it down.")
 
@@ -121,20 +253,28 @@ class CacheCollector:
         urls = options.collector_cache_redis_url
         if not urls:
             raise CollectorUnavailable("no Redis to read: set --collector.cache.redis-url")
-        self.targets = [(url_label(url), connect(url, options.collector_cache_timeout)) for url in urls]
+        timeout = options.collector_cache_timeout
+        self.targets = [(url_label(url), ClusterTarget(url, timeout) if url.startswith(CLUSTER_SCHEME + "://")
+                         else connect(url, timeout)) for url in urls]
         self.pool = ThreadPoolExecutor(len(self.targets), thread_name_prefix="cache-collector")
 
     def collect(self) -> Iterator[Metric]:
-        readings = list(self.pool.map(lambda target: read_target(*target), self.targets))
+        readings = list(self.pool.map(self._read, self.targets))
         yield from server_metrics(readings)
         yield from cache_metrics(readings, "dataset", "dataset", lambda r: r.datasets)
         yield from cache_metrics(readings, "job", "job_name", lambda r: r.jobs)
         yield from dedupe_metrics(readings)
+        yield from node_metrics(readings)
+
+    @staticmethod
+    def _read(target: tuple[str, redis.Redis | ClusterTarget]) -> Reading:
+        label, source = target
+        return source.read(label) if isinstance(source, ClusterTarget) else read_target(label, source)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
-        for _, client in self.targets:
-            client.close()
+        for _, source in self.targets:
+            source.close()
 
 
 def server_metrics(readings: list[Reading]) -> Iterator[Metric]:
@@ -146,7 +286,7 @@ def server_metrics(readings: list[Reading]) -> Iterator[Metric]:
     db_keys = GaugeMetricFamily("alnair_cache_db_keys", "Keys in each database.", labels=["redis", "db"])
     db_expiring = GaugeMetricFamily("alnair_cache_db_expiring_keys", "Keys with an expiry in each database.", labels=["redis", "db"])
     for r in readings:
-        up.add_metric([r.label], r.info is not None)
+        up.add_metric([r.label], r.up)
         if r.info is None:
             continue
         info.add_metric([r.label, str(r.info.get("redis_version", "")), str(r.info.get("role", "")),
@@ -191,10 +331,42 @@ def dedupe_metrics(readings: list[Reading]) -> Iterator[Metric]:
     physical = GaugeMetricFamily("alnair_cache_physical_bytes",
                                  "Bytes of distinct content the manifests reference: each shared sample counted once.", labels=["redis"])
     for r in readings:
-        if r.info is None:
+        if not r.up:
             continue
         physical.add_metric([r.label], r.physical_bytes)
         for name, values in r.datasets.items():
             samples.add_metric([r.label, name], values.get(keys.SAMPLES, 0))
             logical.add_metric([r.label, name], values.get(keys.LOGICAL_BYTES, 0))
     yield from (samples, logical, physical)
+
+
+def node_metrics(readings: list[Reading]) -> Iterator[Metric]:
+    """A cluster target's nodes (each with the INFO families of one server, `alnair_cache_node_*`) and state."""
+    labels = ["redis", "node"]
+    up = GaugeMetricFamily("alnair_cache_node_up", "1 if the cluster node answered INFO this sample.", labels=labels)
+    info = GaugeMetricFamily("alnair_cache_node_info", "A cluster node's role (primary, replica), version and eviction policy.",
+                             labels=[*labels, "role", "version", "maxmemory_policy"])
+    slots = GaugeMetricFamily("alnair_cache_node_slots", "Hash slots the cluster node serves as a primary.", labels=labels)
+    fields = [(CounterMetricFamily if counter else GaugeMetricFamily)(f"alnair_cache_node_{suffix}", text, labels=labels)
+              for _, suffix, text, counter in INFO_FIELDS]
+    node_keys = GaugeMetricFamily("alnair_cache_node_keys", "Keys the cluster node holds.", labels=labels)
+    state = GaugeMetricFamily("alnair_cache_cluster_state_ok", "1 if the cluster says cluster_state:ok.", labels=["redis"])
+    covered = GaugeMetricFamily("alnair_cache_cluster_slots_covered",
+                                f"Hash slots (of {SLOTS}) the cluster serves (cluster_slots_ok).", labels=["redis"])
+    for r in readings:
+        if r.cluster is not None:
+            state.add_metric([r.label], r.cluster.get("cluster_state") == "ok")
+            covered.add_metric([r.label], float(r.cluster.get("cluster_slots_ok", 0)))
+        for node in r.nodes:
+            up.add_metric([r.label, node.address], node.info is not None)
+            slots.add_metric([r.label, node.address], node.slots)
+            if node.info is None:
+                continue
+            info.add_metric([r.label, node.address, node.role, str(node.info.get("redis_version", "")),
+                             str(node.info.get("maxmemory_policy", ""))], 1)
+            for family, (info_field, _, _, _) in zip(fields, INFO_FIELDS):
+                if info_field in node.info:
+                    family.add_metric([r.label, node.address], float(node.info[info_field]))
+            node_keys.add_metric([r.label, node.address], sum(space.get("keys", 0) for db, space in node.info.items()
+                                                              if db.startswith("db") and isinstance(space, dict)))
+    yield from (up, info, slots, *fields, node_keys, state, covered)

@@ -1,5 +1,6 @@
-"""The cache collector against real redis-servers: INFO, keys per database, the dataset cache's
-counters and dedupe bytes; an unreachable Redis is up 0 and costs at most its timeout."""
+"""The cache collector against real redis-servers and a real Redis Cluster: INFO, keys per database, the
+dataset cache's counters and dedupe bytes, every cluster node and the cluster's state; an unreachable Redis
+(or cluster node) is up 0 and costs at most its timeout."""
 from __future__ import annotations
 
 import subprocess
@@ -14,7 +15,8 @@ from alnair.exporter.plugin import CollectorUnavailable
 from alnair.exporter.config import parse_options
 from alnair.exporter.plugin import render
 from alnair.exporter.registry import CollectorSpec
-from support import fill_cache, free_port, parse_samples, start_redis, wait_until  # noqa: F401  (start_redis is a fixture)
+from support import (cluster, fill_cache, free_port, parse_samples, redis_cluster, start_redis,  # noqa: F401  (fixtures)
+                     wait_until)
 
 SIZE = 1000
 
@@ -130,3 +132,46 @@ def test_a_job_leaves_the_metrics_when_its_ttl_passes_and_its_dataset_stays(star
 
     wait_until(lambda: job_misses not in scrape(collector), timeout=10)
     assert scrape(collector)[series("alnair_cache_dataset_misses_total", redis=server.url, dataset="d")] == 1
+
+
+def test_a_cluster_target_reports_every_node_the_cluster_state_and_the_cache_counters(cluster, tmp_path):
+    fill_cache(cluster.url, tmp_path, [("a", "job-1", range(10)), ("b", "job-2", range(5, 15))], SIZE)
+    collector = CacheCollector(options(f"--collector.cache.redis-url={cluster.url}", "--collector.cache.timeout=0.3"))
+    nodes = [f"127.0.0.1:{s.port}" for s in cluster.servers]
+    samples = scrape(collector)
+
+    assert samples[series("alnair_cache_up", redis=cluster.url)] == 1
+    assert samples[series("alnair_cache_cluster_state_ok", redis=cluster.url)] == 1
+    assert samples[series("alnair_cache_cluster_slots_covered", redis=cluster.url)] == 16384
+    assert [samples[series("alnair_cache_node_up", redis=cluster.url, node=n)] for n in nodes] == [1] * 6
+    assert sum(samples[series("alnair_cache_node_slots", redis=cluster.url, node=n)] for n in nodes) == 16384
+    primaries = [f"127.0.0.1:{s.port}" for s in cluster.primaries()]
+    assert sum(samples[series("alnair_cache_node_keys", redis=cluster.url, node=n)] for n in primaries) == sum(
+        s.client().dbsize() for s in cluster.primaries())
+    assert all(samples[series("alnair_cache_node_memory_used_bytes", redis=cluster.url, node=n)] > 0 for n in nodes)
+    assert sorted(k.split('role="')[1].split('"')[0] for k in samples if k.startswith("alnair_cache_node_info{")) == (
+        ["primary"] * 3 + ["replica"] * 3)
+    assert samples[series("alnair_cache_dataset_misses_total", redis=cluster.url, dataset="a")] == 10
+    assert samples[series("alnair_cache_job_misses_total", redis=cluster.url, job_name="job-2")] == 10
+    assert samples[series("alnair_cache_physical_bytes", redis=cluster.url)] == 15 * SIZE
+    assert series("alnair_cache_memory_used_bytes", redis=cluster.url) not in samples  # per node instead
+
+    replica = next(s for s in cluster.servers if f"127.0.0.1:{s.port}" not in primaries)
+    replica.pause()
+    try:
+        started = time.monotonic()
+        samples = scrape(collector)
+        elapsed = time.monotonic() - started
+    finally:
+        replica.resume()
+    assert elapsed < 0.3 * 3  # the stalled node costs one timeout, on its own thread
+    up = {n: samples[series("alnair_cache_node_up", redis=cluster.url, node=n)] for n in nodes}
+    assert up == {n: 0 if n == f"127.0.0.1:{replica.port}" else 1 for n in nodes}
+    assert samples[series("alnair_cache_up", redis=cluster.url)] == 1
+    assert samples[series("alnair_cache_dataset_misses_total", redis=cluster.url, dataset="b")] == 10
+
+
+def test_a_cluster_urls_commas_stay_in_it_beside_other_urls(monkeypatch):
+    env = {"ALNAIR_COLLECTOR_CACHE_REDIS_URL": "redis://a:1/0,redis+cluster://b:1, c:2,redis://d:3/0"}
+    assert options(env=env, monkeypatch=monkeypatch).collector_cache_redis_url == [
+        "redis://a:1/0", "redis+cluster://b:1,c:2", "redis://d:3/0"]

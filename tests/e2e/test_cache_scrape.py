@@ -1,4 +1,5 @@
-"""A real Prometheus scrapes the cache collector reading a live and a dead Redis; promtool lints it."""
+"""A real Prometheus scrapes the cache collector reading a live and a dead Redis, and a Redis Cluster with
+one node down; promtool lints it."""
 from __future__ import annotations
 
 import subprocess
@@ -6,7 +7,7 @@ import subprocess
 import requests
 
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
-from support import fill_cache, free_port, start_redis, wait_until  # noqa: F401  (start_redis is a fixture)
+from support import cluster, fill_cache, free_port, redis_cluster, start_redis, wait_until  # noqa: F401  (fixtures)
 from test_prometheus_scrape import prometheus, query, require  # noqa: F401  (prometheus is a fixture)
 
 SIZE = 2048
@@ -35,6 +36,30 @@ def test_prometheus_scrapes_cache_counters_dedupe_and_up(start_redis, start_expo
     assert value(prom, 'alnair_cache_job_fetch_duration_seconds_count{job_name="job-a"}') == 6
     assert value(prom, 'histogram_quantile(0.5, alnair_cache_job_fetch_duration_seconds_bucket{job_name="job-a"})') > 0
     assert value(prom, f'alnair_cache_db_keys{{redis="{server.url}",db="0"}}') == server.client().dbsize()
+    assert value(prom, 'alnair_exporter_collector_success{collector="cache"}') == 1
+
+    body = requests.get(exporter.url + "/metrics").text
+    result = subprocess.run([require("promtool"), "check", "metrics"], input=body, capture_output=True, text=True)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def test_prometheus_scrapes_a_cluster_with_one_node_down(cluster, start_exporter, prometheus, tmp_path):
+    fill_cache(cluster.url, tmp_path, [("a", "job-a", range(10))], SIZE)
+    primaries = {s.port for s in cluster.primaries()}
+    down = next(s for s in cluster.servers if s.port not in primaries)  # a replica: no failover to wait for
+    down.kill()
+    exporter = start_exporter("--collector.disable-defaults", "--collector.cache", "--collector.cache.interval=0.5",
+                              "--collector.cache.timeout=0.5", env={"ALNAIR_COLLECTOR_CACHE_REDIS_URL": cluster.url})
+    prom = prometheus(f"127.0.0.1:{exporter.port}")
+    node = f'redis="{cluster.url}",node="127.0.0.1:{down.port}"'
+
+    assert wait_until(lambda: value(prom, "count(alnair_cache_node_up == 1)"), timeout=60) == 5
+    assert value(prom, f"alnair_cache_node_up{{{node}}}") == 0
+    assert value(prom, f'alnair_cache_up{{redis="{cluster.url}"}}') == 1
+    assert value(prom, "sum(alnair_cache_node_slots)") == 16384
+    assert value(prom, "alnair_cache_cluster_slots_covered") == 16384
+    assert value(prom, 'alnair_cache_dataset_misses_total{dataset="a"}') == 10
+    assert value(prom, "count(alnair_cache_node_memory_used_bytes)") == 5
     assert value(prom, 'alnair_exporter_collector_success{collector="cache"}') == 1
 
     body = requests.get(exporter.url + "/metrics").text
