@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import limit_cases
 import pytest
 
 from alnair.injector import limits
@@ -13,24 +14,8 @@ from alnair.injector.limits import (BAD_DEVICE, EMPTY_ITEM, FRACTIONAL, NOT_AN_I
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# tests/intercept/test_configuration.py's BAD_MEMORY, value and reason (the shown form is the intercept's own).
-BAD_MEMORY = [
-    ("1e30", WANT_BYTES), ("inf", WANT_BYTES), ("nan", WANT_BYTES), ("-inf", WANT_BYTES), ("infinity", WANT_BYTES),
-    ("1e3", WANT_BYTES), ("0x100000", WANT_BYTES), ("-1", WANT_BYTES), ("-0", WANT_BYTES), ("+1Mi", WANT_BYTES),
-    ("lots", WANT_BYTES), ("1_000_000", WANT_BYTES), ("1.", WANT_BYTES), (".5Mi", WANT_BYTES), ("1.5.0Mi", WANT_BYTES),
-    ("1Mi ", WANT_BYTES), (" 1Mi", WANT_BYTES), ("1 Mi", WANT_BYTES), ("1Mix", WANT_BYTES), ("1MiBB", WANT_BYTES),
-    ("1iB", WANT_BYTES), ("1E", WANT_BYTES), ("1024B", WANT_BYTES), ("1MI", WANT_BYTES), ("1Mi\n", WANT_BYTES),
-    ('1"Mi\\', WANT_BYTES), ("1Mi,2Mi", WANT_BYTES), (",", WANT_BYTES),
-    ("0.5", FRACTIONAL), ("1.5", FRACTIONAL), ("0.1", FRACTIONAL), ("1.3Ki", FRACTIONAL), ("1.0001K", FRACTIONAL),
-    ("0=1Mi,1=0.5", FRACTIONAL),
-    ("1125899906842625", TOO_BIG), ("2Pi", TOO_BIG), ("1.5Pi", TOO_BIG), ("1025Ti", TOO_BIG),
-    ("18446744073709551616", TOO_BIG), ("99999999999999999999999999Gi", TOO_BIG), ("1" * 1000, TOO_BIG),
-    ("0", ZERO), ("0Gi", ZERO), ("0.0", ZERO), ("0=1Mi,1=0", ZERO),
-    ("0=1Mi,", EMPTY_ITEM), (",0=1Mi", EMPTY_ITEM), ("0=1Mi,,1=2Mi", EMPTY_ITEM), ("0=1Mi,2Mi", NOT_AN_ITEM),
-    ("64=1Mi", BAD_DEVICE), ("-1=1Mi", BAD_DEVICE), ("=1Mi", BAD_DEVICE), ("a=1Mi", BAD_DEVICE), (" 0=1Mi", BAD_DEVICE),
-    ("0x0=1Mi", BAD_DEVICE), ("99999999999999999999=1Mi", BAD_DEVICE),
-    ("0=1Gi,0=2Gi", TWICE), ("0=1Mi,00=2Mi", TWICE), ("1=1Mi,0=1Mi,1=1Mi", TWICE),
-    ("0=", WANT_BYTES), ("0=1Mi=2Mi", WANT_BYTES), ("0=1Mi ,1=2Mi", WANT_BYTES), ("0=1Mi;1=2Mi", WANT_BYTES),
+# The intercept's refusals (tests/limit_cases.py) as (value, reason), then cases beyond its table.
+BAD_MEMORY = [(value, why) for value, _shown, why in limit_cases.BAD_MEMORY] + [
     # beyond the intercept's table, where a Python port could part ways with C: another script's digit (str.isdigit
     # takes it), a NUL (it would end C's string), runs of digits longer than int() converts
     ("١Mi", WANT_BYTES), ("1\x00Mi", WANT_BYTES), ("1." + "0" * 5000 + "1Mi", FRACTIONAL),
@@ -44,15 +29,7 @@ GOOD_MEMORY = ["1048576", "3Mi", "3MiB", "3mi", "3Mib", "5M", "5MB", "5m", "2048
                "0=1Pi,1=1125899906842624,2=0.5Pi", "1." + "0" * 5000 + "Mi", "0" * 5000 + "1Ki",
                "0.00000000000000088817841970012523233890533447265625Pi"]  # 2^-50 Pi: exactly one byte
 
-BAD_COMPUTE = [
-    ("250", WANT_PERCENT), ("0", WANT_PERCENT), ("101", WANT_PERCENT), ("-30", WANT_PERCENT), ("+30", WANT_PERCENT),
-    ("30%", WANT_PERCENT), ("30.0", WANT_PERCENT), ("30.5", WANT_PERCENT), (" 30", WANT_PERCENT),
-    ("30 ", WANT_PERCENT), ("30abc", WANT_PERCENT), ("1e1", WANT_PERCENT), ("inf", WANT_PERCENT),
-    ("nan", WANT_PERCENT), ("0x1e", WANT_PERCENT), ("99999999999999999999", WANT_PERCENT),
-    ("0=30,1=0", WANT_PERCENT), ("0=30;1=70", WANT_PERCENT), ("0=", WANT_PERCENT),
-    ("0=30,0=70", TWICE), ("0=30,", EMPTY_ITEM), (",0=30", EMPTY_ITEM), ("0=30,70", NOT_AN_ITEM),
-    ("64=30", BAD_DEVICE), ("-1=30", BAD_DEVICE),
-]
+BAD_COMPUTE = limit_cases.BAD_COMPUTE
 GOOD_COMPUTE = ["30", "1", "100", "007", "0=30,1=70", "63=1,5=100"]
 
 
