@@ -24,6 +24,7 @@ UNKNOWN_CHECK = bytes(CHECK_SIZE)
 # Counter fields, the same in a dataset's hash and in a job's hash.
 HITS, MISSES, FALLBACKS, CORRUPT, REDIS_ERRORS = "hits", "misses", "fallbacks", "corrupt", "redis_errors"
 CACHE_BYTES, ORIGIN_BYTES = "cache_bytes", "origin_bytes"
+SUBSTITUTED = "substituted"  # hits served in place of a sample that missed (substitutable datasets)
 FETCHES, FETCH_SECONDS = "fetches", "fetch_seconds"
 FETCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # Dataset-only fields.

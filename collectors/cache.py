@@ -43,6 +43,7 @@ CACHE_COUNTERS = [
     (keys.REDIS_ERRORS, "redis_errors", "Redis operations that failed: unreachable, timed out or refused."),
     (keys.CACHE_BYTES, "cache_read_bytes", "Bytes of samples served from the cache."),
     (keys.ORIGIN_BYTES, "origin_read_bytes", "Bytes of samples read from the origin."),
+    (keys.SUBSTITUTED, "substituted", "Hits served in place of a sample that missed, which came later in the epoch."),
 ]
 
 

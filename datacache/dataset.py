@@ -25,6 +25,7 @@ from .cluster import UNAVAILABLE, ClusterReads, NodeDown, NodeUnavailable
 from .resp_client import MgetPipeline
 from .singleflight import SingleFlight
 from .store import Writes, open_store
+from .substitution import SUBSTITUTE_ROUNDS, Deferred, EpochPlan
 
 log = logging.getLogger(__name__)
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
@@ -52,7 +53,8 @@ class _Asked:
     fetch: process_record.FetchTimer  # running from the ask to the answer
     wanted: list[int] = field(default_factory=list)  # positions whose digests were known: the MGET's keys, in order
     redis_up: bool = True  # Redis was asked (misses) rather than skipped or failed (fallbacks)
-    unavailable: int = 0  # of the values asked, those whose cluster node failed or was down (fallbacks)
+    unavailable: set[int] = field(default_factory=set)  # positions whose cluster node failed or was down (fallbacks)
+    deferred: list[int] = field(default_factory=list)  # positions given to deferred samples (substitutable datasets)
     sent: bool = False
     origin: dict[int, Future] = field(default_factory=dict)  # position -> its origin read
     writes: Writes = field(default_factory=Writes)  # what the batch learned from the origin
@@ -81,10 +83,14 @@ class CachedDataset:
     where the manifest has none yet), and anything absent, evicted or wrong is read from the origin
     and written back. If Redis does not answer within `timeout` seconds, the
     batch comes from the origin and Redis is tried again after `retry_seconds`.
+
+    With `substitutable`, `batches` (and so CacheLoader) serves a sample that misses later in the same
+    pass and a cached one from the end of the pass in its place meanwhile (docs/datacache.md: when not to).
     """
 
     def __init__(self, redis_url: str, name: str, origin: Origin, *, transform: Callable[[bytes], Any] | None = None,
-                 job: str | None = None, timeout: float = 0.2, retry_seconds: float = 1.0, job_ttl_seconds: int = 3600):
+                 job: str | None = None, timeout: float = 0.2, retry_seconds: float = 1.0, job_ttl_seconds: int = 3600,
+                 substitutable: bool = False):
         if not timeout > 0 or not retry_seconds > 0 or job_ttl_seconds < 1:
             raise ValueError("timeout and retry_seconds must be > 0, job_ttl_seconds >= 1")
         self.redis_url = redis_url
@@ -95,6 +101,7 @@ class CachedDataset:
         self.timeout = timeout
         self.retry_seconds = retry_seconds
         self.job_ttl_seconds = job_ttl_seconds
+        self.substitutable = substitutable
         self.fingerprint = origin.fingerprint()
         self.manifest = Manifest(len(origin))
         self._runtime: _Runtime | None = None
@@ -119,17 +126,20 @@ class CachedDataset:
         """`__getitems__` of each batch, in order, with up to `depth` batches' MGETs in flight on one
         connection: Redis builds the next reply while this thread receives and checks the last. Counters
         go to Redis at most every `counter_seconds` (with a batch's blobs, if it writes any) and when the
-        run ends: a round trip of their own per batch would wait behind the next batch's reply."""
+        run ends: a round trip of their own per batch would wait behind the next batch's reply.
+        A substitutable dataset's batches are all taken first: the last ones give up substitutes."""
         runtime = self._runtime_here()
         reads = runtime.store.blob_reads(lambda error: self._redis_failed(runtime, error))
         asked: deque[_Asked] = deque()
+        checked = ([self._checked(i) for i in indices] for indices in index_batches)
+        plan = EpochPlan(list(checked)) if self.substitutable else None
         try:
-            for indices in index_batches:
-                asked.append(self._ask(runtime, reads, [self._checked(i) for i in indices]))
+            for indices in (plan.batches if plan else checked):
+                asked.append(self._ask(runtime, reads, list(indices), plan))
                 if len(asked) >= depth:
-                    yield self._answer(runtime, reads, asked.popleft(), counter_seconds)
+                    yield self._answer(runtime, reads, asked.popleft(), counter_seconds, plan)
             while asked:
-                yield self._answer(runtime, reads, asked.popleft(), counter_seconds)
+                yield self._answer(runtime, reads, asked.popleft(), counter_seconds, plan)
         finally:
             reads.close()
             self._write_back(runtime, Writes())
@@ -175,15 +185,24 @@ class CachedDataset:
         except redis.RedisError as e:
             self._redis_failed(runtime, e)
 
-    def _ask(self, runtime: _Runtime, reads: MgetPipeline | ClusterReads, indices: list[int]) -> _Asked:
+    def _ask(self, runtime: _Runtime, reads: MgetPipeline | ClusterReads, indices: list[int],
+             plan: EpochPlan | None = None) -> _Asked:
         """Sends the batch's MGET for the samples whose digests are known, unless Redis is away."""
         if not runtime.opened and runtime.health.available():
             self._open(runtime)  # Redis was away when this process started
         asked = _Asked(indices, [self.manifest.digest(i) for i in indices], process_record.FetchTimer())
-        asked.wanted = [position for position, digest in enumerate(asked.digests) if digest is not None]
+        if plan is not None:
+            plan.asked += 1
+            asked.deferred = [position for position, index in enumerate(indices) if index in plan.deferred]
+        asked.wanted = [position for position, digest in enumerate(asked.digests)
+                        if digest is not None and position not in asked.deferred]
         for position, digest in enumerate(asked.digests):
-            if digest is None:  # never cached: its origin read starts now, beside the batches before it
-                self._start_origin_read(runtime, asked, position)
+            if digest is None and position not in asked.deferred:
+                # never cached: its origin read starts now, beside the batches before it
+                if plan is None:
+                    self._start_origin_read(runtime, asked, position)
+                else:
+                    self._defer(runtime, plan, indices[position], fallback=False)
         asked.redis_up = runtime.health.available()
         if asked.redis_up and asked.wanted:
             try:
@@ -195,18 +214,21 @@ class CachedDataset:
         return asked
 
     def _answer(self, runtime: _Runtime, reads: MgetPipeline | ClusterReads, asked: _Asked,
-                counter_seconds: float) -> list[Any]:
-        """The asked batch: verified values from Redis, the rest from the origin; then the write-back."""
+                counter_seconds: float, plan: EpochPlan | None = None) -> list[Any]:
+        """The asked batch: verified values from Redis, the rest from the origin (or, substitutable, from
+        the end of the pass); then the write-back."""
         samples: list[bytes | None] = [None] * len(asked.indices)
         if asked.sent:
             asked.redis_up = self._from_cache(runtime, reads, asked, samples)
+        if plan is not None:
+            self._substitute(runtime, asked, samples, plan)
         from_origin = [position for position, sample in enumerate(samples) if sample is None]
         for position in from_origin:  # absent, evicted or wrong in Redis: read now, all at once
             if position not in asked.origin:
                 self._start_origin_read(runtime, asked, position)
         for position in from_origin:
             samples[position] = asked.origin[position].result()
-        fallbacks = asked.unavailable if asked.redis_up else len(from_origin)
+        fallbacks = len(asked.unavailable) if asked.redis_up else len(from_origin)
         self._count(runtime, **{keys.MISSES: len(from_origin) - fallbacks, keys.FALLBACKS: fallbacks,
                                 keys.ORIGIN_BYTES: sum(len(samples[p]) for p in from_origin)})
         runtime.counters.observe_fetch(asked.fetch.done())
@@ -228,7 +250,7 @@ class CachedDataset:
             if value is None:
                 continue
             if value is UNAVAILABLE:  # its cluster node failed (counted by the reads): the origin's, a fallback
-                asked.unavailable += 1
+                asked.unavailable.add(position)
                 continue
             if self._verified(asked.indices[position], asked.digests[position], value, asked.writes):
                 samples[position] = value
@@ -252,6 +274,65 @@ class CachedDataset:
         self.manifest.learn_check(index, check)
         writes.checks.append((index, digest, check))
         return True
+
+    def _substitute(self, runtime: _Runtime, asked: _Asked, samples: list[bytes | None], plan: EpochPlan) -> None:
+        """Fills every position: deferred samples given this batch's slots, then, for each sample that missed
+        (its origin read now deferred), a cached one from the end of the pass, or its own read if none is left."""
+        for position in asked.deferred:  # its origin read has run since an earlier batch missed it
+            self._serve_deferred(runtime, asked, samples, plan, position)
+        missing = [position for position, sample in enumerate(samples) if sample is None]
+        for position in missing:
+            self._defer(runtime, plan, asked.indices[position], not asked.redis_up or position in asked.unavailable)
+        asked.unavailable.clear()  # counted when served
+        if missing and asked.redis_up and runtime.health.available():
+            missing = self._fill(runtime, asked, samples, plan, missing)
+        for position in missing:  # no substitute: wait for its own read
+            self._serve_deferred(runtime, asked, samples, plan, position)
+
+    def _fill(self, runtime: _Runtime, asked: _Asked, samples: list[bytes | None], plan: EpochPlan,
+              missing: list[int]) -> list[int]:
+        """Serves cached samples from the end of the pass at the `missing` positions, each missed sample
+        taking its substitute's slot there; returns the positions still unfilled."""
+        missing, hits, cache_bytes = list(missing), 0, 0
+        for _ in range(SUBSTITUTE_ROUNDS):
+            slots = plan.candidates(len(missing), lambda index: self.manifest.digest(index) is not None)
+            if not slots:
+                break
+            indices = [plan.batches[batch][position] for batch, position in slots]
+            digests = [self.manifest.digest(index) for index in indices]
+            try:
+                values = runtime.store.read_now([keys.blob(d) for d in digests], lambda e: self._redis_failed(runtime, e))
+            except redis.RedisError as e:
+                self._redis_failed(runtime, e)
+                break
+            for slot, index, digest, value in zip(slots, indices, digests, values):
+                if isinstance(value, bytes) and self._verified(index, digest, value, asked.writes):
+                    position = missing.pop(0)
+                    samples[position] = value
+                    plan.give(slot, asked.indices[position])
+                    hits, cache_bytes = hits + 1, cache_bytes + len(value)
+                else:  # it missed too: read now, served in its own slot
+                    self._count(runtime, **{keys.CORRUPT: int(isinstance(value, bytes))})
+                    self._defer(runtime, plan, index, fallback=value is UNAVAILABLE)
+            if not missing:
+                break
+        self._count(runtime, **{keys.HITS: hits, keys.SUBSTITUTED: hits, keys.CACHE_BYTES: cache_bytes})
+        return missing
+
+    def _defer(self, runtime: _Runtime, plan: EpochPlan, index: int, fallback: bool) -> None:
+        """Starts sample `index`'s origin read, to be served in whichever slot it is given."""
+        if index not in plan.deferred:
+            writes = Writes()
+            plan.deferred[index] = Deferred(runtime.origin_pool.submit(self._from_origin, runtime, index, writes),
+                                            writes, fallback)
+
+    def _serve_deferred(self, runtime: _Runtime, asked: _Asked, samples: list[bytes | None], plan: EpochPlan,
+                        position: int) -> None:
+        deferred = plan.deferred.pop(asked.indices[position])
+        samples[position] = deferred.read.result()
+        asked.writes.merge(deferred.writes)
+        self._count(runtime, **{keys.FALLBACKS if deferred.fallback else keys.MISSES: 1,
+                                keys.ORIGIN_BYTES: len(samples[position])})
 
     def _start_origin_read(self, runtime: _Runtime, asked: _Asked, position: int) -> None:
         asked.origin[position] = runtime.origin_pool.submit(self._from_origin, runtime, asked.indices[position], asked.writes)

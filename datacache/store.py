@@ -110,6 +110,11 @@ class Writes:
     def __bool__(self) -> bool:
         return bool(self.blobs or self.entries or self.checks)
 
+    def merge(self, other: "Writes") -> None:
+        self.blobs.update(other.blobs)
+        self.entries.extend(other.entries)
+        self.checks.extend(other.checks)
+
 
 class CacheStore:
     def __init__(self, url: str, timeout: float):
@@ -130,6 +135,10 @@ class CacheStore:
         """Pipelined MGETs of blobs (their keys.blob names) on a connection of its own; close it when done.
         A failure raises (`on_error` is for a cluster's reads, which fail node by node)."""
         return self._direct.pipeline()
+
+    def read_now(self, names: list[str], on_error: Callable[[redis.RedisError], None]) -> list[bytes | None]:
+        """One MGET on a connection of its own (substitutes for a batch's misses); a failure raises."""
+        return self._direct.mget(names)
 
     def write(self, dataset: str, fingerprint: str, writes: Writes, job: str, job_ttl: int,
               deltas: dict[str, float]) -> int:
@@ -201,6 +210,15 @@ class ClusterStore:
 
     def blob_reads(self, on_error: Callable[[redis.RedisError], None]) -> cluster_.ClusterReads:
         return cluster_.ClusterReads(self.cluster, on_error)
+
+    def read_now(self, names: list[str], on_error: Callable[[redis.RedisError], None]) -> list:
+        """The values of `names` at once, from every node they live on; UNAVAILABLE where a node failed."""
+        reads = cluster_.ClusterReads(self.cluster, on_error)
+        try:
+            reads.send(names)
+            return reads.receive()
+        finally:
+            reads.close()
 
     def write(self, dataset: str, fingerprint: str, writes: Writes, job: str, job_ttl: int,
               deltas: dict[str, float]) -> int:

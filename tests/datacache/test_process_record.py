@@ -67,7 +67,7 @@ def test_shared_memory_record_holds_the_same_counts_as_redis(start_redis, make_o
         stored = {k.decode(): float(v) for k, v in client.hgetall(keys.job("mirror-job")).items()}
         expected = {field: int(stored.get(field, 0)) for field in process_record.MIRRORED}
         assert expected | {keys.REDIS_ERRORS: 0} == {"hits": 23, "misses": 13, "fallbacks": 12, "corrupt": 1, "redis_errors": 0,
-                                                     "cache_bytes": 23 * SIZE, "origin_bytes": 25 * SIZE}
+                                                     "cache_bytes": 23 * SIZE, "origin_bytes": 25 * SIZE, "substituted": 0}
         assert expected[keys.REDIS_ERRORS] >= 1
         record = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and record_counts(r) == expected and r)
         phase = fetch_phase(record)
