@@ -24,6 +24,6 @@ dashboards:
 # The chart's generated rules template (helm/alnair/templates/_rules.tpl) from dashboards/dashgen; the chart reads
 # the dashboards through its link helm/alnair/dashboards -> dashboards/json.
 chart:
-	PYTHONPATH=dashboards:helm $(PYTHON) -m alnair_chart
+	PYTHONPATH=dashboards $(PYTHON) -m chartgen
 
 .PHONY: test system-packages dashboards chart

@@ -12,8 +12,8 @@ import yaml
 
 from chart_support import CHART, ROOT, objects, one
 
-sys.path[:0] = [str(ROOT / "dashboards"), str(ROOT / "helm")]
-from alnair_chart import rules as chart_rules  # noqa: E402
+sys.path.insert(0, str(ROOT / "dashboards"))  # not helm/: its alnair/ (the chart) would shadow the package
+from chartgen import rules as chart_rules  # noqa: E402
 from dashgen import alerts  # noqa: E402
 
 RULES = ROOT / "dashboards" / "rules"

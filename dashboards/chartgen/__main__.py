@@ -1,4 +1,4 @@
-"""`python -m alnair_chart` (with helm/ and dashboards/ on the path; `make chart`) writes helm/alnair/templates/_rules.tpl;
+"""`python -m chartgen` (with helm/ and dashboards/ on the path; `make chart`) writes helm/alnair/templates/_rules.tpl;
 `--check` writes nothing and exits 1 when the committed file is not what dashgen generates."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from .rules import OUTPUT, template
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m alnair_chart", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m chartgen", description=__doc__)
     parser.add_argument("--check", action="store_true", help="only report whether the file is current")
     args = parser.parse_args(argv)
     text = template()
