@@ -1,7 +1,7 @@
 """Dataset-cache loader throughput against redis-benchmark GET, a per-sample GET loader and local files.
 
     python bench/cache_loader.py [--samples 2000] [--size 102400] [--clients 4] [--batch 32]
-                                 [--rounds 7] [--json PATH]
+                                 [--rounds 7] [--origin-ms 20] [--json PATH]
 
 One redis-server (no persistence) on loopback holds SAMPLES random samples of SIZE bytes twice: as
 the dataset cache's content-addressed blobs and as redis-benchmark's keys (key:000000000000 ...),
@@ -20,6 +20,9 @@ rounds and the reverse on odd ones:
   with each value checked against its check digest, as the cache's loader does
 - local files: the same samples read from the origin directory (page cache) by CLIENTS threads, each
   reading its share in one task
+- half-warm epoch: one epoch of the default loader over a dataset whose manifest knows every other
+  sample (a fresh dataset name each time, its even samples read first), from an origin ORIGIN_MS away
+  per read (a remote store's latency; 32 reads at once), with and without substitutable reads
 - ceilings, to show where the loader's time goes: on one thread, the loader's pipelined MGETs, every value
   checked, with nothing else; on CLIENTS threads, the same MGET batches, one at a time, through the
   loader's reader with every value checked by its check digest (the loader's work without its bookkeeping), the
@@ -142,6 +145,42 @@ def redis_benchmark(port: int, args, clients: int) -> tuple[int, float]:
     return requests, float(rows[0]["rps"])  # its own rate: the process's start is not a GET
 
 
+class SlowOrigin(DirectoryOrigin):
+    """The origin with a remote store's latency per read, its reads overlapping 32 at once."""
+
+    parallel_reads = 32
+
+    def __init__(self, root: Path, seconds: float):
+        super().__init__(root)
+        self.seconds = seconds
+
+    def read(self, index: int) -> bytes:
+        time.sleep(self.seconds)
+        return super().read(index)
+
+
+class HalfWarm:
+    """Epochs of fresh datasets over one origin whose even samples were read first: half the manifest known."""
+
+    def __init__(self, url: str, origin_dir: Path, args):
+        self.url, self.origin_dir, self.args, self.runs = url, origin_dir, args, 0
+
+    def epoch(self, substitutable: bool) -> tuple[int, float]:
+        self.runs += 1
+        name = f"half-warm-{self.runs}"
+        warm = CachedDataset(self.url, name, DirectoryOrigin(self.origin_dir), job="bench")
+        for start in range(0, len(warm), 2 * self.args.batch):
+            warm.__getitems__(list(range(start, min(start + 2 * self.args.batch, len(warm)), 2)))
+        warm.close()
+        dataset = CachedDataset(self.url, name, SlowOrigin(self.origin_dir, self.args.origin_ms / 1000), job="bench",
+                                substitutable=substitutable)
+        started = time.perf_counter()
+        count = sum(len(batch) for batch in CacheLoader(dataset, self.args.batch))
+        rate = count / (time.perf_counter() - started)
+        dataset.close()
+        return count, rate
+
+
 def cache_loader(dataset: CachedDataset, args, workers: int | None) -> int:
     return sum(len(batch) for batch in CacheLoader(dataset, args.batch, workers=workers))
 
@@ -233,6 +272,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--origin-ms", type=float, default=20.0, help="the half-warm epochs' origin latency per read")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     for binary in ("redis-server", "redis-benchmark"):
@@ -267,6 +307,7 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
     own_client = RespClient(url, 10, redis_py)
     reader = own_client.mget
     default_workers = default_loader.workers
+    half_warm = HalfWarm(url, origin_dir, args)
     methods: dict[str, Callable[[], int | tuple[int, float] | None]] = {
         f"redis-benchmark GET, {args.clients} clients": lambda: redis_benchmark(port, args, args.clients),
         f"CacheLoader, {default_workers} worker (default), batch {args.batch}": lambda: cache_loader(dataset, args, None),
@@ -280,6 +321,8 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
         "per-sample GET, 1 client": lambda: per_sample_get(client, entries, None),
         "per-sample GET + XXH3-128 check, 1 client": lambda: per_sample_get(client, entries, "XXH3-128"),
         f"local files, {args.clients} threads": lambda: local_files(origin, args),
+        f"half-warm epoch, origin {args.origin_ms:g} ms": lambda: half_warm.epoch(False),
+        f"half-warm epoch, origin {args.origin_ms:g} ms, substitutable": lambda: half_warm.epoch(True),
         "ceiling: pipelined MGET + XXH3-128, 1 thread": lambda: pipelined_mgets(own_client, batches, "XXH3-128"),
         f"ceiling: MGET + XXH3-128 check, {args.clients} threads": lambda: mget_batches(reader, batches, args, "XXH3-128"),
         f"ceiling: MGET + SHA-256, {args.clients} threads": lambda: mget_batches(reader, batches, args, "SHA-256"),

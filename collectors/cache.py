@@ -179,6 +179,7 @@ class ClusterTarget:
         self.timeout = timeout
         self._credentials = {"username": urllib.parse.unquote(user) or None, "password": urllib.parse.unquote(password) or None}
         self._clients: dict[str, redis.Redis] = {}
+        self._answered: list[str] = []  # the node whose topology the last sample used
         self._pool = ThreadPoolExecutor(16, thread_name_prefix="cache-collector-node")
 
     def client(self, address: str) -> redis.Redis:
@@ -206,13 +207,15 @@ class ClusterTarget:
         return reading
 
     def _topology(self) -> tuple[list, dict] | None:
-        """CLUSTER NODES and CLUSTER INFO of the first seed (then node seen before) that answers."""
-        for address in dict.fromkeys([*self.seeds, *self._clients]):
+        """CLUSTER NODES and CLUSTER INFO of the node that answered last time, else of the first seed (then
+        node seen before) that answers: a seed that is down costs a timeout once, not every sample."""
+        for address in dict.fromkeys([*self._answered[-1:], *self.seeds, *self._clients]):
             try:
                 client = self.client(address)
                 nodes, info = client.execute_command("CLUSTER", "NODES"), client.execute_command("CLUSTER", "INFO")
             except redis.RedisError:
                 continue
+            self._answered = [address]
             info = dict(line.split(":", 1) for line in info.decode().splitlines() if ":" in line)
             return cluster_nodes(nodes.decode()), info
         return None
