@@ -13,6 +13,7 @@ from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.datacache.cluster import parse_cluster_url, slot_of
 from conftest import sample_bytes
 from support import wait_until
+from test_loader import require_torch
 
 BATCH = 8
 META_SLOT = slot_of(keys.metadata(keys.DATASETS, True))
@@ -244,3 +245,14 @@ def test_a_cold_epoch_writes_into_migrating_slots_through_ask(cluster, make_orig
     dataset.close()
     assert origin.reads == 0
     assert counts(cluster, "cold").get("redis_errors", 0) == 0
+
+
+def test_torch_dataloader_workers_read_the_cluster_on_their_own_connections(cluster, make_origin):
+    data = require_torch()
+    samples = sample_bytes(40)
+    dataset = CachedDataset(cluster.url, "train", make_origin(samples), job="torch")
+    loader = data.DataLoader(dataset, batch_size=BATCH, num_workers=2, collate_fn=list, multiprocessing_context="fork")
+    for _ in range(2):
+        assert [s for batch in loader for s in batch] == samples
+    stored = counts(cluster)
+    assert (stored["misses"], stored["hits"], stored["fetches"]) == (40, 40, 10)
