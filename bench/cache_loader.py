@@ -1,7 +1,7 @@
 """Dataset-cache loader throughput against redis-benchmark GET, a per-sample GET loader and local files.
 
     python bench/cache_loader.py [--samples 2000] [--size 102400] [--clients 4] [--batch 32]
-                                 [--rounds 7] [--origin-ms 20] [--json PATH]
+                                 [--rounds 7] [--origin-ms 20] [--shards N] [--json PATH]
 
 One redis-server (no persistence) on loopback holds SAMPLES random samples of SIZE bytes twice: as
 the dataset cache's content-addressed blobs and as redis-benchmark's keys (key:000000000000 ...),
@@ -31,6 +31,12 @@ rounds and the reverse on odd ones:
   SHA-256 of every sample already in memory; from these, the most any client that checks every value
   could reach on this machine
 
+With --shards N (N >= 1), a Redis Cluster of N primaries on loopback (no replicas, no persistence) instead,
+and only: `redis-benchmark --cluster -t get` with CLIENTS clients (its keys SET first with values of SIZE
+bytes), the default loader in one process, the pipelined loader (CachedDataset.batches) in N forked
+processes, each reading every N-th batch, and the torch DataLoader with N workers. The server CPU is
+every node's.
+
 Reported: median samples/s over the rounds and its ratio to redis-benchmark's median; the CPU time
 each method costs per sample, in redis-server (all its threads) and in the client (this process, or
 redis-benchmark and DataLoader workers as children), medians over the rounds; and the rate those
@@ -43,6 +49,7 @@ import argparse
 import csv
 import io
 import json
+import multiprocessing
 import os
 import platform
 import resource
@@ -74,9 +81,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_redis(port: int, directory: Path) -> subprocess.Popen:
+CLUSTER_ARGS = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+
+
+def start_redis(port: int, directory: Path, *extra: str) -> subprocess.Popen:
+    directory.mkdir(exist_ok=True)
     server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                               "--dir", str(directory)], stdout=subprocess.DEVNULL)
+                               "--dir", str(directory), *extra], stdout=subprocess.DEVNULL)
     client = redis.Redis(port=port)
     deadline = time.monotonic() + 10
     while True:
@@ -88,6 +99,26 @@ def start_redis(port: int, directory: Path) -> subprocess.Popen:
                 server.kill()
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.05)
+
+
+def cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is a port too."""
+    while (port := free_port()) + 10000 > 65535:
+        pass
+    return port
+
+
+def create_cluster(ports: list[int]) -> str:
+    """Joins the servers into one cluster of primaries; returns its redis+cluster:// URL once every node says ok."""
+    addresses = [f"127.0.0.1:{port}" for port in ports]
+    subprocess.run(["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+                   check=True, capture_output=True, timeout=60)
+    deadline = time.monotonic() + 30
+    while not all(b"cluster_state:ok" in redis.Redis(port=port).execute_command("CLUSTER", "INFO") for port in ports):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the cluster did not come up")
+        time.sleep(0.05)
+    return "redis+cluster://" + ",".join(addresses)
 
 
 def write_origin(directory: Path, samples: int, size: int) -> None:
@@ -125,15 +156,18 @@ def client_cpu_seconds() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-def measured(run: Callable[[], int | tuple[int, float] | None], server_pid: int) -> Measured | None:
+def measured(run: Callable[[], int | tuple[int, float] | None], server_pids: list[int]) -> Measured | None:
     """Runs `run`, which returns how many samples it read (and, if it timed itself, its rate)."""
-    server, client, started = server_cpu_seconds(server_pid), client_cpu_seconds(), time.perf_counter()
+    def server_cpu() -> float:
+        return sum(map(server_cpu_seconds, server_pids))
+
+    server, client, started = server_cpu(), client_cpu_seconds(), time.perf_counter()
     result = run()
     seconds = time.perf_counter() - started
     if result is None:
         return None
     count, rate = result if isinstance(result, tuple) else (result, result / seconds)
-    return Measured(rate, (server_cpu_seconds(server_pid) - server) / count * 1e6, (client_cpu_seconds() - client) / count * 1e6)
+    return Measured(rate, (server_cpu() - server) / count * 1e6, (client_cpu_seconds() - client) / count * 1e6)
 
 
 def redis_benchmark(port: int, args, clients: int) -> tuple[int, float]:
@@ -181,18 +215,74 @@ class HalfWarm:
         return count, rate
 
 
+def loader_processes(dataset: CachedDataset, plan: list[list[int]], processes: int) -> tuple[int, float]:
+    """The pipelined loader (CachedDataset.batches) in `processes` forked processes, each reading every
+    processes-th batch; timed from when every process is ready to when the last is done."""
+    context = multiprocessing.get_context("fork")
+    ready, go, counts = context.Barrier(processes + 1), context.Event(), context.Queue()
+
+    def read(share: list[list[int]]) -> None:
+        ready.wait()
+        go.wait()
+        counts.put(sum(len(batch) for batch in dataset.batches(share)))
+
+    children = [context.Process(target=read, args=(plan[i::processes],)) for i in range(processes)]
+    for child in children:
+        child.start()
+    ready.wait()
+    started = time.perf_counter()
+    go.set()
+    count = sum(counts.get() for _ in children)
+    seconds = time.perf_counter() - started
+    for child in children:
+        child.join()
+    return count, count / seconds
+
+
+def redis_benchmark_cluster(port: int, args, command: str) -> tuple[int, float]:
+    requests = 3 * args.samples
+    result = subprocess.run(["redis-benchmark", "--cluster", "-p", str(port), "-t", command, "-d", str(args.size),
+                             "-c", str(args.clients), "-r", str(args.samples), "-n", str(requests), "--csv"],
+                            capture_output=True, text=True, check=True)
+    table = result.stdout[result.stdout.index('"test"'):]  # after its description of the cluster
+    return requests, float(next(csv.DictReader(io.StringIO(table)))["rps"])
+
+
+def run_cluster_rounds(args, url: str, server_pids: list[int], origin_dir: Path) -> tuple[dict[str, list[Measured]], float]:
+    dataset = CachedDataset(url, "bench", DirectoryOrigin(origin_dir), job="bench")
+    started = time.perf_counter()
+    cold = sum(len(batch) for batch in CacheLoader(dataset, args.batch)) / (time.perf_counter() - started)
+    port = int(url.rsplit(":", 1)[1])
+    redis_benchmark_cluster(port, args, "set")  # redis-benchmark's keys, values of the same size
+    plan = CacheLoader(dataset, args.batch).batch_indices(0)
+    methods: dict[str, Callable[[], int | tuple[int, float] | None]] = {
+        f"redis-benchmark --cluster GET, {args.clients} clients": lambda: redis_benchmark_cluster(port, args, "get"),
+        f"CacheLoader, 1 process, batch {args.batch}": lambda: cache_loader(dataset, args, None),
+        f"CachedDataset.batches, {args.shards} processes": lambda: loader_processes(dataset, plan, args.shards),
+        f"torch DataLoader, {args.shards} workers, batch {args.batch}": lambda: torch_loader(dataset, args, args.shards),
+    }
+    results: dict[str, list[Measured]] = {name: [] for name in methods}
+    for round_ in range(args.rounds):
+        for name in (list(methods) if round_ % 2 == 0 else list(reversed(methods))):
+            result = measured(methods[name], server_pids)
+            if result is not None:
+                results[name].append(result)
+    return results, cold
+
+
 def cache_loader(dataset: CachedDataset, args, workers: int | None) -> int:
     return sum(len(batch) for batch in CacheLoader(dataset, args.batch, workers=workers))
 
 
-def torch_loader(dataset: CachedDataset, args) -> int | None:
+def torch_loader(dataset: CachedDataset, args, workers: int | None = None) -> int | None:
     try:
         from torch.utils.data import DataLoader
     except ImportError:
         return None
     with warnings.catch_warnings():  # more workers than CPUs is the point of the comparison
         warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
-        return sum(len(batch) for batch in DataLoader(dataset, batch_size=args.batch, num_workers=args.clients, collate_fn=list))
+        loader = DataLoader(dataset, batch_size=args.batch, num_workers=workers or args.clients, collate_fn=list)
+        return sum(len(batch) for batch in loader)
 
 
 def per_sample_get(client: redis.Redis, entries: list[Entry], check: str | None) -> int:
@@ -273,9 +363,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--origin-ms", type=float, default=20.0, help="the half-warm epochs' origin latency per read")
+    parser.add_argument("--shards", type=int, default=0, help="a Redis Cluster of this many primaries (0: one server)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    for binary in ("redis-server", "redis-benchmark"):
+    for binary in ("redis-server", "redis-benchmark", *(["redis-cli"] if args.shards else [])):
         if shutil.which(binary) is None:
             sys.exit(f"{binary} is not installed (apt-get install redis-server)")
 
@@ -283,13 +374,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as temp:
         origin_dir = Path(temp) / "origin"
         write_origin(origin_dir, args.samples, args.size)
-        port = free_port()
-        server = start_redis(port, Path(temp))
+        ports = [cluster_port() if args.shards else free_port() for _ in range(max(args.shards, 1))]
+        servers = [start_redis(port, Path(temp) / str(port), *(CLUSTER_ARGS if args.shards else ())) for port in ports]
         try:
-            results, cold = run_rounds(args, port, server.pid, origin_dir)
+            if args.shards:
+                results, cold = run_cluster_rounds(args, create_cluster(ports), [s.pid for s in servers], origin_dir)
+            else:
+                results, cold = run_rounds(args, ports[0], servers[0].pid, origin_dir)
         finally:
-            server.terminate()
-            server.wait(10)
+            for server in servers:
+                server.terminate()
+                server.wait(10)
     report(args, results, cold, load_before, os.getloadavg())
 
 
@@ -335,7 +430,7 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
     for round_ in range(args.rounds):
         order = list(methods) if round_ % 2 == 0 else list(reversed(methods))  # drift hits every method alike
         for name in order:
-            result = measured(methods[name], server_pid)
+            result = measured(methods[name], [server_pid])
             if result is not None:
                 results[name].append(result)
     return results, cold
@@ -364,7 +459,8 @@ def report(args, results: dict[str, list[Measured]], cold: float, load_before, l
               f"{median / baseline:6.2f} {server_us:9.1f} {client_us:9.1f} {bound:11.0f}")
     print(f"{'CacheLoader, cold cache (origin + write-back)':44} {cold:9.0f} {'':6} {'':6} {cold * args.size / 1e6:5.0f} "
           f"{cold / baseline:6.2f}")
-    print_verifying_bound(summary, cpus)
+    if CHECK_ONE_THREAD in summary:  # one server's run
+        print_verifying_bound(summary, cpus)
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), "args": vars(args) | {"json": str(args.json)},
                                          "load": [load_before, load_after], "summary": summary, "cold": cold,
