@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from . import layout, naming
+from .arrivals import ArrivalWatcher
 from .records import MAX_RECORD_SIZE, PARSERS, RECORD_SIZES, MalformedRecord, text
 
 log = logging.getLogger(__name__)
@@ -162,7 +163,7 @@ class SegmentDirectory:
 
     def __init__(self, path: str, kind: int, *, retries: int = 4, reclaim: bool = True,
                  max_segments: int = DEFAULT_MAX_SEGMENTS, linger_seconds: float = 0.0,
-                 clock=time.monotonic, state_path: str | None = None):
+                 clock=time.monotonic, state_path: str | None = None, watch_arrivals: bool = False):
         self.path = path
         self.kind = kind
         self.retries = retries
@@ -179,11 +180,19 @@ class SegmentDirectory:
         self._seen: set[str] = set()  # names met in the pass under way: what the pass after may remember
         self._torn_retries = TORN_RETRIES_PER_PASS
         self.prefix = naming.kind_prefix(kind)
+        # A writer that starts and exits between two passes is still seen alive (abi/arrivals.py).
+        self._arrivals = ArrivalWatcher(path, self.prefix, lock_holder) if watch_arrivals else None
         self.skipped: Counter[str] = Counter()
         self.reclaimed = 0
 
+    def close(self) -> None:
+        if self._arrivals is not None:
+            self._arrivals.stop()
+
     def read(self) -> list[ParsedSegment]:
         parse = PARSERS[self.kind]
+        for name, holder in self._arrivals.drain() if self._arrivals is not None else ():
+            self._holders.setdefault(name, holder)
         skipped: Counter[str] = Counter()
         out: list[ParsedSegment] = []
         self._seen = set()

@@ -23,7 +23,8 @@ class SegmentCollector:
         self.directory = SegmentDirectory(options.shm_dir, self.kind,
                                           max_segments=getattr(options, "shm_max_segments", DEFAULT_MAX_SEGMENTS),
                                           linger_seconds=getattr(options, "shm_linger", 0.0),
-                                          state_path=os.path.join(options.shm_dir, naming.reader_state_name(self.kind)))
+                                          state_path=os.path.join(options.shm_dir, naming.reader_state_name(self.kind)),
+                                          watch_arrivals=True)
         # btime never changes while the kernel runs: read it once, not every sample
         self.boot_seconds = boot_time_seconds(options.procfs)
         self.clock_ticks = os.sysconf("SC_CLK_TCK")
@@ -32,6 +33,9 @@ class SegmentCollector:
 
     def record_families(self, out: ExpositionBuilder, processes: list[ParsedSegment]) -> None:
         raise NotImplementedError
+
+    def close(self) -> None:
+        self.directory.close()
 
     def collect(self) -> bytes:
         processes = self.directory.read()

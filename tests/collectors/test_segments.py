@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from alnair.abi import layout
 from alnair.abi.records import parse_cuda_record
 from alnair.abi.segments import SegmentDirectory
+from support import wait_until
 
 COUNTERS = ["kernel_launches", "graph_launches", "bytes_in_use", "peak_bytes", "allocations",
             "failed_allocations", "limit_denied_allocations", "memory_limit_bytes", "throttled_ns"]
@@ -275,6 +276,40 @@ def test_a_dead_writers_last_record_lingers_as_exited_then_is_reclaimed(start_wr
     assert len(directory.read()) == 1 and writer.path.exists()
     clock[0] += 0.2
     assert directory.read() == [] and not writer.path.exists() and directory.reclaimed == 1
+
+
+def test_a_writer_that_lived_between_two_passes_is_seen_alive_and_lingers(start_writer, shm_dir):
+    """Its segment was renamed into place while it held the lock: the watcher saw that, no pass did."""
+    directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA, linger_seconds=60, watch_arrivals=True)
+    blind = SegmentDirectory(str(shm_dir), layout.KIND_CUDA, linger_seconds=60, reclaim=False)
+    try:
+        assert directory.read() == []
+        writer = start_writer("--set", "kernel_launches=5")
+        wait_until(lambda: directory._arrivals._arrivals)  # the watcher probed the new segment while it was locked
+        writer.kill()
+        [last] = directory.read()  # the first pass to meet it finds it unlocked
+        assert last.segment.exited and last.segment.holder_pid == writer.pid
+        assert last.record.devices[0].kernel_launches == 5
+        assert blind.read() == []  # without the watcher the same file is anyone's invention
+    finally:
+        directory.close()
+
+
+def test_a_flood_of_names_costs_the_watcher_at_most_its_budget(shm_dir, monkeypatch):
+    import alnair.abi.arrivals as arrivals
+
+    probes = []
+    monkeypatch.setattr(arrivals, "PROBES_PER_SECOND", 50)
+    watcher = arrivals.ArrivalWatcher(str(shm_dir), "alnair.cuda.", lambda fd: probes.append(fd) or 1)
+    first_second = int(time.monotonic())
+    try:
+        for i in range(400):  # published as writers publish: made under another name, renamed into place
+            (shm_dir / f".t{i}").write_bytes(b"")
+            os.rename(shm_dir / f".t{i}", shm_dir / f"alnair.cuda.1.{i}.1")
+        wait_until(lambda: len(probes) >= 50)
+        assert len(probes) <= 50 * (int(time.monotonic()) - first_second + 1)  # the budget of each second so far
+    finally:
+        watcher.stop()
 
 
 def test_without_a_linger_a_dead_writers_segment_is_reclaimed_at_once(start_writer, shm_dir):

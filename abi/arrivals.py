@@ -1,0 +1,124 @@
+"""Writers seen alive the moment their segment is published, between two passes of the reader.
+
+A job that lives less than one sample interval would otherwise never be seen alive, and a file the reader
+never saw locked is served by nobody (anyone could plant it unlocked). Linux's inotify says when a name is
+renamed into the directory (how writers publish a segment); the watcher thread then asks the kernel who holds
+the file's lock, as the reader does, and hands (name, pid) to the next pass. Bounded: at most PROBES_PER_SECOND
+files are opened a second, whatever a flood of names in the directory, and events past the kernel's queue are
+simply left to the next pass.
+"""
+from __future__ import annotations
+
+import collections
+import ctypes
+import errno
+import logging
+import os
+import select
+import stat
+import struct
+import threading
+import time
+
+log = logging.getLogger(__name__)
+
+IN_MOVED_TO = 0x00000080
+IN_CREATE = 0x00000100
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len, then the name
+PROBES_PER_SECOND = 4096
+WAIT_SECONDS = 0.5  # how long stop() may wait for the thread
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+class ArrivalWatcher:
+    """Watches `path` for names starting with `prefix`; `drain()` returns the (name, holder pid) seen since."""
+
+    def __init__(self, path: str, prefix: str, lock_holder):
+        self.path, self.prefix, self._lock_holder = path, prefix, lock_holder
+        self._arrivals: collections.deque[tuple[str, int]] = collections.deque(maxlen=PROBES_PER_SECOND)
+        self._stop = threading.Event()
+        self._fd = _inotify(path)
+        self._thread = None
+        if self._fd is not None:
+            self._thread = threading.Thread(target=self._watch, name=f"arrivals {prefix}", daemon=True)
+            self._thread.start()
+
+    @property
+    def watching(self) -> bool:
+        return self._thread is not None
+
+    def drain(self) -> list[tuple[str, int]]:
+        out = []
+        while self._arrivals:
+            out.append(self._arrivals.popleft())
+        return out
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(WAIT_SECONDS * 4)
+            os.close(self._fd)
+            self._thread = None
+
+    def _watch(self) -> None:
+        budget, second = PROBES_PER_SECOND, int(time.monotonic())
+        while not self._stop.is_set():
+            if not select.select([self._fd], [], [], WAIT_SECONDS)[0]:
+                continue
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                continue
+            for name in _names(data):
+                if int(time.monotonic()) != second:
+                    budget, second = PROBES_PER_SECOND, int(time.monotonic())
+                if name.startswith(self.prefix) and budget > 0:
+                    budget -= 1
+                    self._probe(name)
+
+    def _probe(self, name: str) -> None:
+        try:
+            fd = os.open(os.path.join(self.path, name), _OPEN_FLAGS)
+        except OSError:
+            return  # gone already, or not ours to open: the pass will say why
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                holder = self._lock_holder(fd)
+                if holder is not None:
+                    self._arrivals.append((name, holder))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def _names(data: bytes) -> list[str]:
+    names, offset = [], 0
+    while offset + _EVENT.size <= len(data):
+        _, _, _, length = _EVENT.unpack_from(data, offset)
+        raw = data[offset + _EVENT.size: offset + _EVENT.size + length].rstrip(b"\0")
+        offset += _EVENT.size + length
+        if raw:
+            names.append(os.fsdecode(raw))
+    return names
+
+
+def _inotify(path: str) -> int | None:
+    """An inotify descriptor watching `path` for names moved or created in it; None where there is no inotify
+    (then only the passes see writers, as before)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        if libc.inotify_add_watch(fd, os.fsencode(path), IN_MOVED_TO | IN_CREATE) < 0:
+            err = ctypes.get_errno()
+            os.close(fd)
+            raise OSError(err, os.strerror(err))
+        return fd
+    except (OSError, AttributeError) as e:
+        if getattr(e, "errno", None) != errno.ENOENT:
+            log.info("not watching %s for new writers (%s): a job shorter than a sample is not seen alive", path, e)
+        return None
