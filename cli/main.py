@@ -8,6 +8,7 @@ import time
 
 from alnair.abi import naming
 from alnair.commandline import OneLineParser, add_flag, duration, fail
+from alnair.dataset import profile
 
 from .top import SORT_KEYS, NodeReader, header_line, rows, sorted_rows, table_lines
 
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("-d", "--interval", type=duration, default=1.0, help="Time between refreshes (default: 1s).")
     top.add_argument("-s", "--sort", choices=SORT_KEYS, default="memory_used", help="Column to sort by (default: memory_used).")
     top.add_argument("--ascending", action="store_true", help="Sort smallest first (default: largest first).")
+    profile.add_parser(commands)
     return parser
 
 
@@ -41,6 +43,8 @@ def print_table(reader: NodeReader, interval: float, sort_key: str, descending: 
 
 def main(argv: list[str] | None = None) -> None:
     options = build_parser().parse_args(argv)
+    if options.command == "profile":
+        return profile.main(options)
     if not os.path.isdir(options.shm_dir):
         fail("alnair top", f"--shm.dir: not a directory: {options.shm_dir}")
     reader = NodeReader(options.shm_dir)
