@@ -57,7 +57,7 @@ def recorded(tmp_path_factory):
                              env={**os.environ, "ALNAIR_SHM_DIR": str(shm)}, capture_output=True, text=True, timeout=120)
         ended = time.time()
         assert job.returncode == 0, job.stderr
-        pid = job.stdout and _pid_of(url)
+        pid = _pid_of(url)
         wait_until(lambda: query(url, f'alnair_python_process_exited_timestamp_seconds{{pid="{pid}"}}'), timeout=30)
         yield url, exporter.url, pid, ended - began, (began - 60, ended + 5)
     finally:
@@ -122,7 +122,7 @@ def test_selectors_choose_the_job(recorded):
 @pytest.mark.parametrize("case, message", [
     ("unreachable", "cannot reach Prometheus at http://127.0.0.1:"),
     ("not prometheus", "is not a Prometheus: HTTP 404 for /api/v1/status/buildinfo"),
-    ("reversed range", "empty range: the start (2026-"),
+    ("reversed range", "empty range: the start ("),
     ("range without data", "no Alnair job in the range 2001-09-09T01:46:40Z to 2001-09-09T01:56:40Z (empty range)"),
     ("no match", 'no job matches {namespace="nowhere"} from '),
 ])
