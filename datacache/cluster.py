@@ -207,8 +207,10 @@ class Cluster:
 
     @staticmethod
     def _run(connection: RespConnection, script: Script, keys: list[str], args: list, array: bool):
+        """EVAL, never EVALSHA: a replica just promoted (or a node just asked with ASKING, which holds for one
+        command only) may not hold the script, and a second command would cost a round trip or the ASKING."""
         try:
-            return connection.run_script(script, keys, args, array)
+            return connection.run_script(script, keys, args, array, by_sha=False)
         except redis.ResponseError as e:
             return ReplyError(str(e))  # a redirect, for `call` to follow
 

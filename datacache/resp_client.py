@@ -83,10 +83,11 @@ class RespConnection:
         self.sock.sendall(encode(*args))
         return self._line()
 
-    def run_script(self, script: Script, keys: list[str], args: list, array: bool = False) -> bytes | list:
-        """EVALSHA, or EVAL where the server does not hold the script yet; its reply is one line, or with
-        `array` an array of bulk strings."""
-        for command, body in (("EVALSHA", script.sha), ("EVAL", script.script)):
+    def run_script(self, script: Script, keys: list[str], args: list, array: bool = False,
+                   by_sha: bool = True) -> bytes | list:
+        """EVALSHA, or EVAL where the server does not hold the script yet (or at once, without `by_sha`);
+        its reply is one line, or with `array` an array of bulk strings."""
+        for command, body in (("EVALSHA", script.sha), ("EVAL", script.script))[0 if by_sha else 1:]:
             self.sock.sendall(encode(command, body, len(keys), *keys, *args))
             try:
                 return self.read_array() if array else self._line()
