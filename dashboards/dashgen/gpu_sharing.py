@@ -6,7 +6,7 @@ from __future__ import annotations
 from . import variables as v
 from .model import Dashboard, Query, row, table, timeseries
 from .promql import DASHBOARD as S
-from .promql import GPU, by, memory_of_limit, rate, selector, with_node, with_pod
+from .promql import GPU, NODE, by, memory_of_limit, rate, selector, with_node, with_pod
 
 PROCESS = "{{namespace}}/{{pod}} pid {{pid}} GPU {{gpu}}"
 # Every process holding memory on a GPU has this series (0 when it ran nothing), intercepted or not.
@@ -68,9 +68,32 @@ MEMORY = row(
                Query(with_pod(S, selector(S, "alnair_nvml_process_memory_used_bytes", GPU), "nvml"), PROCESS), min=0),
 )
 
+PER_PROCESS = "{{namespace}}/{{pod}} pid {{pid}}"
+COPIES = row(
+    "Copies and activity",
+    timeseries("Copy throughput per process", "Bytes per second each process copied through the intercept, by "
+               "direction (host to device, device to host, device to device), on the destination's GPU for peer "
+               "copies. Host-to-device bytes are a training job's input: compare with its data stall (Training).",
+               "Bps", cuda_rate("alnair_cuda_copy_bytes_total", f"{PROCESS} {{{{direction}}}}"), min=0),
+    timeseries("Time in synchronous copies", "Share of each second a process spent in copies that block it "
+               "(cuMemcpy without Async); PyTorch copies asynchronously, so 0 there is expected.", "percentunit",
+               cuda_rate("alnair_cuda_sync_copy_seconds_total", f"{PROCESS} {{{{direction}}}}"), min=0),
+    timeseries("Since the last kernel launch", "Seconds since each process last launched a kernel or graph: a "
+               "process holding a GPU with a growing value is idle (or stuck).", "s",
+               Query(with_pod(S, f"time() - {selector(S, 'alnair_cuda_last_launch_timestamp_seconds', NODE)}", "cuda"),
+                     PER_PROCESS), min=0),
+    timeseries("Start-up: time to first allocation and launch", "Seconds from each process's start to its first "
+               "device allocation and its first kernel launch: how long a job spends starting before the GPU "
+               "works (absent until it has done either).", "s",
+               Query(with_pod(S, selector(S, "alnair_cuda_time_to_first_allocation_seconds", NODE), "cuda"),
+                     f"{PER_PROCESS} first allocation"),
+               Query(with_pod(S, selector(S, "alnair_cuda_time_to_first_launch_seconds", NODE), "cuda"),
+                     f"{PER_PROCESS} first launch"), min=0),
+)
+
 DASHBOARD = Dashboard(
     "alnair-gpu-sharing", "Alnair / GPU sharing",
     "Which pods share each GPU, and per process: utilization, memory against its limit, compute quota and throttling.",
     (v.DATASOURCE, v.NODE, v.INSTANCE, v.namespace("cuda", "nvml"), v.pod("cuda", "nvml"), v.GPU),
-    (SHARING, COMPUTE, MEMORY),
+    (SHARING, COMPUTE, MEMORY, COPIES),
 )

@@ -123,7 +123,10 @@ def stack(tmp_path_factory, test_writer_binary):
         writers.append(Writer(test_writer_binary, shm, [
             "--devices", "2", "--period-ms", "10", "--compute-limit", "30", "--set", "compute_period_ns=100000000",
             "--set", "compute_quota_ns=30000000", "--set", "bytes_in_use=805306368", "--set", "memory_limit_bytes=1073741824",
-            "--set", "allocations=40", "--set", "limit_denied_allocations=2", "--set", "throttled_ns=5000000000"]))
+            "--set", "allocations=40", "--set", "limit_denied_allocations=2", "--set", "throttled_ns=5000000000",
+            "--set", "host_to_device.bytes=1048576", "--set", "host_to_device.copies=4", "--set", "device_to_host.sync_ns=2000000",
+            "--set", "first_allocation_ns=400000000", "--set", "first_launch_ns=500000000",
+            "--set", "last_launch_time_ns=1764547200000000000"]))
         writers.append(PythonProgram(TRAINER, shm))
         writers.append(PythonProgram(CACHE_TRAFFIC, shm, env={"DEMO_REDIS": redis.url, "DEMO_ORIGIN": str(tmp / "images")}))
         launcher = tmp / "exporter_with_fake_nvml.py"
