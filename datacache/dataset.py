@@ -6,7 +6,6 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field

@@ -6,7 +6,6 @@ import hashlib
 import time
 
 import pytest
-import redis
 
 from alnair.abi import cache_keys as keys
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
