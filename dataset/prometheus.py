@@ -27,6 +27,9 @@ class Series:
 
 class Prometheus:
     def __init__(self, url: str, timeout: float = 120.0):
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ProfileError(f"--prometheus: not an http:// or https:// URL: {url!r}")
         self.url = url.rstrip("/")
         self.timeout = timeout
         # The user's proxy settings apply (urllib reads them); a loopback Prometheus is reached directly.
