@@ -123,7 +123,7 @@ class Exporter:
     def __init__(self):
         self.port = free_port()
         self.proc = subprocess.Popen([sys.executable, "-m", "alnair.exporter", f"--web.listen-address=127.0.0.1:{self.port}",
-                                      f"--shm.dir={SHM}", "--collector.nvml.interval=1s", "--collector.cuda.interval=0.5s"],
+                                      f"--shm.dir={SHM}", "--collector.nvml.interval=1s", "--collector.cuda.interval=500ms"],
                                      env=ENV, stdout=subprocess.DEVNULL, stderr=open(WORK / "exporter.log", "w"))
         self.wait_for(lambda m: any(n == "alnair_nvml_gpu_info" for n, _ in m), "the nvml collector's first sample")
 
@@ -142,8 +142,10 @@ class Exporter:
             metrics = self.metrics()
             if metrics and predicate(metrics):
                 return metrics
+            if self.proc.poll() is not None:
+                break
             time.sleep(0.5)
-        raise TimeoutError(what)
+        raise TimeoutError(f"{what}; exporter log: {(WORK / 'exporter.log').read_text()[-800:]}")
 
     def stop(self) -> None:
         self.proc.terminate()
