@@ -185,7 +185,7 @@ def part_ddp(exporter: Exporter, count: int) -> None:
     out = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
     reports = [json.loads(line.split(" ", 1)[1]) for line in out.stdout.splitlines() if line.startswith("report ")]
     check(f"DDP over {count} GPU(s) ran, a report per rank", out.returncode == 0 and len(reports) == count,
-          out.stderr[-600:] if out.returncode else f"{len(reports)} reports")
+          out.stderr[out.stderr.find("Traceback"):][:2500] if out.returncode else f"{len(reports)} reports")
     metrics = exporter.metrics()
     for r in reports:
         check(f"rank {r['rank']}: its record holds its own device only", r["devices"] == [r["rank"]], str(r["devices"]))
