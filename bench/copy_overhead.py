@@ -12,23 +12,18 @@ rounds pinned to one CPU; callgrind's instructions for N and 2N calls, differenc
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 from pathlib import Path
 
-from launch_overhead import build, per_call_instructions, wall_ns
+from launch_overhead import arguments, build, per_call_instructions, wall_ns
 
 MODES = [("cuMemcpyHtoDAsync_v2", "copy-htod-async"), ("cuMemcpyAsync", "copy-unified-async"),
          ("cuMemcpyHtoD_v2 (sync)", "copy-htod")]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--calls", type=int, default=2_000_000)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--alternations", type=int, default=6)
-    args = parser.parse_args()
+    args = arguments()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

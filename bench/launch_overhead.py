@@ -58,12 +58,17 @@ def per_call_instructions(program: Path, work: Path, preload: bool, mode: str = 
     return (instructions(program, work, preload, 2 * n, mode) - instructions(program, work, preload, n, mode)) / n
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
+    """The flags of every call-overhead bench: calls per round, rounds per run, alternations of without/with."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--alternations", type=int, default=6)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         program = build(work)
