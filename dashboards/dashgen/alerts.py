@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from . import recording as r
-from .promql import RULES, with_node
+from .promql import CLUSTER_SLOTS, RULES, with_node
 
 DEFAULTS: dict[str, dict[str, object]] = {
     "AlnairExporterDown": {"for": "2m", "severity": "critical"},
@@ -25,6 +25,10 @@ DEFAULTS: dict[str, dict[str, object]] = {
     "AlnairTrainingDataStallHigh": {"threshold": 0.3, "for": "15m", "severity": "warning"},
     "AlnairCacheHitRatioLow": {"threshold": 0.5, "for": "30m", "severity": "warning"},
     "AlnairRedisDown": {"for": "2m", "severity": "critical"},
+    "AlnairRedisClusterNodeDown": {"for": "2m", "severity": "warning"},
+    "AlnairRedisClusterStateNotOk": {"for": "2m", "severity": "critical"},
+    "AlnairRedisClusterSlotsUncovered": {"for": "2m", "severity": "critical"},
+    "AlnairRedisClusterNodeNearMaxMemory": {"threshold": 0.9, "for": "10m", "severity": "warning"},
 }
 
 
@@ -200,6 +204,54 @@ def redis_down(t) -> Alert:
         "between the exporter, the jobs and Redis.")
 
 
+CLUSTER_NODE = f"node {label('node')} of the Redis Cluster {label('redis')}"
+
+
+def redis_cluster_node_down(t) -> Alert:
+    return Alert(
+        "alnair_cache_node_up == 0",
+        f"Redis Cluster node {label('node')} of {label('redis')} is down",
+        f"For {t['for']} {CLUSTER_NODE} has not answered the cache collector. A primary's replica takes over its "
+        "slots once the cluster's node timeout passes; until then, or with no replica, jobs read the samples of its "
+        "slots from the origin (fallbacks). A replica down leaves its primary without a standby.",
+        "Check the node's pod or host and its log, and CLUSTER NODES from another node (fail or pfail flags). "
+        "Restart it: it rejoins, as a replica of the promoted node if it was a primary. The Cluster row of the "
+        "Dataset cache dashboard shows which nodes answer.")
+
+
+def redis_cluster_state_not_ok(t) -> Alert:
+    return Alert(
+        "alnair_cache_cluster_state_ok == 0",
+        f"Redis Cluster {label('redis')} says cluster_state:fail",
+        f"For {t['for']} CLUSTER INFO of {label('redis')} has said cluster_state:fail: a primary is down with no "
+        "replica to promote, or the primaries lost their majority. Its nodes refuse commands (all of them, unless "
+        "cluster-require-full-coverage is no), and jobs read their samples from the origin.",
+        "Run redis-cli --cluster check HOST:PORT against a live node: bring back the failed primaries (or their "
+        "replicas), and assign slots left without a node (redis-cli --cluster fix).")
+
+
+def redis_cluster_slots_uncovered(t) -> Alert:
+    return Alert(
+        f"alnair_cache_cluster_slots_covered < {CLUSTER_SLOTS}",
+        f"Redis Cluster {label('redis')} serves {value()} of its {CLUSTER_SLOTS} hash slots",
+        f"For {t['for']} the cluster {label('redis')} has served only {value()} of {CLUSTER_SLOTS} hash slots "
+        "(cluster_slots_ok): samples whose keys hash to the others are read from the origin (fallbacks), and "
+        "writes to them fail.",
+        "Run redis-cli --cluster check HOST:PORT: a primary failed without a replica to promote (restart it), or "
+        "slots were never assigned or were left migrating (redis-cli --cluster fix).")
+
+
+def redis_cluster_node_near_max_memory(t) -> Alert:
+    return Alert(
+        f"{r.CACHE_NODE_MEMORY} > {t['threshold']}",
+        f"Redis Cluster node {label('node')} of {label('redis')} uses {PERCENT} of its maxmemory",
+        f"For {t['for']} {CLUSTER_NODE} has used more than {t['threshold']} of its maxmemory: it evicts samples "
+        "(allkeys-lru) or refuses writes (noeviction), and the hit ratio of the datasets on its slots falls.",
+        "Raise the nodes' maxmemory, or add shards (redis-cli --cluster add-node, then --cluster rebalance). One node "
+        "far above the others: its slots hold more (redis-cli --cluster rebalance); the Cluster row of the Dataset "
+        "cache dashboard shows each node's memory, keys and evictions.")
+
+
 GROUPS: dict[str, dict[str, Callable[[Mapping], Alert]]] = {
     "alnair-exporter": {"AlnairExporterDown": exporter_down, "AlnairCollectorFailing": collector_failing},
     "alnair-gpu": {"AlnairGpuMissing": gpu_missing, "AlnairGpuXidError": gpu_xid_error,
@@ -208,7 +260,11 @@ GROUPS: dict[str, dict[str, Callable[[Mapping], Alert]]] = {
                    "AlnairGpuTemperatureHigh": gpu_temperature_high},
     "alnair-workloads": {"AlnairProcessNearMemoryLimit": near_memory_limit, "AlnairAllocationsDenied": allocations_denied,
                          "AlnairComputeThrottled": compute_throttled, "AlnairTrainingDataStallHigh": data_stall_high},
-    "alnair-cache": {"AlnairCacheHitRatioLow": cache_hit_ratio_low, "AlnairRedisDown": redis_down},
+    "alnair-cache": {"AlnairCacheHitRatioLow": cache_hit_ratio_low, "AlnairRedisDown": redis_down,
+                     "AlnairRedisClusterNodeDown": redis_cluster_node_down,
+                     "AlnairRedisClusterStateNotOk": redis_cluster_state_not_ok,
+                     "AlnairRedisClusterSlotsUncovered": redis_cluster_slots_uncovered,
+                     "AlnairRedisClusterNodeNearMaxMemory": redis_cluster_node_near_max_memory},
 }
 
 

@@ -1,11 +1,14 @@
 """Dataset cache: hit ratios per dataset and job, bytes from the cache and from the origin, fetch latency,
-fallbacks and Redis errors, and the Redis behind it: reachability, memory, evictions, deduplication."""
+fallbacks and Redis errors, and the Redis behind it: reachability, memory, evictions, deduplication; for a Redis
+Cluster target (redis+cluster://), its nodes: which answer, memory against maxmemory, evictions, keys, the
+cluster's state and the hash slots it serves."""
 from __future__ import annotations
 
 from . import variables as v
 from .model import Dashboard, Query, row, states, timeseries
 from .promql import DASHBOARD as S
-from .promql import DATASET, REDIS, by, cache_hit_ratio, dedupe_ratio, rate, selector
+from .promql import CLUSTER_SLOTS, DATASET, REDIS, by, cache_hit_ratio, cache_node_memory_of_max, dedupe_ratio
+from .promql import rate, selector
 
 PER_DATASET = ("redis", "dataset")
 DATASET_LEGEND = "{{dataset}} ({{redis}})"
@@ -74,9 +77,52 @@ STORAGE = row(
                Query(selector(S, "alnair_cache_db_expiring_keys", REDIS), "{{redis}} db{{db}} expiring"), min=0),
 )
 
+NODE_LEGEND = "{{node}} ({{redis}})"
+
+
+def node_series(metric: str, suffix: str = "") -> Query:
+    return Query(selector(S, f"alnair_cache_node_{metric}", REDIS), f"{NODE_LEGEND}{suffix}")
+
+
+CLUSTER = row(
+    "Cluster",
+    timeseries("Cluster nodes up", "Per Redis Cluster target: the nodes that answered INFO in the collector's last "
+               "sample, of the nodes CLUSTER NODES lists (primaries and replicas). AlnairRedisClusterNodeDown fires "
+               "when one stays down. Empty for single-server targets.", "none",
+               Query(by(["redis"], "sum", selector(S, "alnair_cache_node_up", REDIS)), "{{redis}} up"),
+               Query(by(["redis"], "count", selector(S, "alnair_cache_node_up", REDIS)), "{{redis}} known"), min=0),
+    states("Node reachable", "Each cluster node (host:port as the cluster names it): whether it answered the cache "
+           "collector. A primary down has its slots served by its replica once the cluster fails over; until then "
+           "its samples come from the origin (fallbacks).",
+           node_series("up"), off=("down", "red"), on=("up", "green")),
+    states("Cluster state", "CLUSTER INFO's cluster_state: ok, or fail (a primary down with no replica to promote, or no "
+           "majority of primaries): AlnairRedisClusterStateNotOk.",
+           Query(selector(S, "alnair_cache_cluster_state_ok", REDIS), "{{redis}}"), off=("fail", "red"),
+           on=("ok", "green")),
+    timeseries("Hash slots covered and per node", f"Hash slots (of {CLUSTER_SLOTS}) the cluster serves "
+               "(cluster_slots_ok; AlnairRedisClusterSlotsUncovered below all of them), and the slots each primary "
+               "serves (0 for replicas): uneven slots put uneven load and memory on the nodes.", "none",
+               Query(selector(S, "alnair_cache_cluster_slots_covered", REDIS), "{{redis}} covered"),
+               node_series("slots"), min=0),
+    timeseries("Memory used and maximum per node", "Memory each cluster node uses, and its maxmemory (0: no limit). "
+               "A replica holds what its primary holds.", "bytes",
+               node_series("memory_used_bytes", " used"), node_series("memory_max_bytes", " maximum"), min=0),
+    timeseries("Memory used of maximum per node", "Each node's memory used over its maxmemory (nodes without one "
+               "left out). Near 1 the node evicts samples (AlnairRedisClusterNodeNearMaxMemory).", "percentunit",
+               Query(cache_node_memory_of_max(S), NODE_LEGEND), min=0, max=1),
+    timeseries("Evictions and expirations per node", "Keys per second each cluster node evicted for memory and "
+               "expired by their TTL: one node evicting while the others do not is a hot or oversized shard.", "ops",
+               Query(rate(S, "alnair_cache_node_evicted_keys_total", REDIS), f"{NODE_LEGEND} evicted"),
+               Query(rate(S, "alnair_cache_node_expired_keys_total", REDIS), f"{NODE_LEGEND} expired"), min=0),
+    timeseries("Keys per node", "Keys each cluster node holds (all databases; a replica's are its primary's): "
+               "samples spread by the cluster's own slots, so the primaries' counts should be close.", "none",
+               node_series("keys"), min=0),
+)
+
 DASHBOARD = Dashboard(
     "alnair-dataset-cache", "Alnair / Dataset cache",
-    "The Redis dataset cache: hit ratios, bytes from cache and origin, latency, fallbacks, memory and deduplication.",
+    "The Redis dataset cache: hit ratios, bytes from cache and origin, latency, fallbacks, memory and deduplication, "
+    "and a Redis Cluster's nodes.",
     (v.DATASOURCE, v.REDIS, v.DATASET, v.CACHE_JOB),
-    (REDIS_ROW, HITS, ERRORS, STORAGE),
+    (REDIS_ROW, HITS, ERRORS, STORAGE, CLUSTER),
 )

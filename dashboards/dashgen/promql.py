@@ -123,6 +123,15 @@ def dedupe_ratio(scope: Scope) -> str:
     return ratio(logical, by(["redis"], "sum", selector(scope, "alnair_cache_physical_bytes", REDIS)))
 
 
+CLUSTER_SLOTS = 16384  # hash slots of every Redis Cluster
+
+
+def cache_node_memory_of_max(scope: Scope) -> str:
+    """Per Redis Cluster node (`redis`, `node`): memory used over its maxmemory (nodes without a maximum left out)."""
+    return ratio(selector(scope, "alnair_cache_node_memory_used_bytes", REDIS),
+                 selector(scope, "alnair_cache_node_memory_max_bytes", REDIS))
+
+
 def gpus_answering(scope: Scope) -> str:
     """Per exporter: GPUs (not MIG instances) that answered NVML; 0, not nothing, when none did."""
     answered = by(["instance"], "count", selector(scope, "alnair_nvml_gpu_info", NODE, 'parent_uuid=""'))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .promql import RULES, cache_hit_ratio, data_stall, dedupe_ratio, gpu_memory_used_share, gpus_answering
-from .promql import memory_of_limit, rate, with_node, with_pod
+from .promql import cache_node_memory_of_max, memory_of_limit, rate, with_node, with_pod
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ POD_DATA_STALL = f"namespace_pod:alnair_python_data_wait_per_step_seconds:ratio_
 DATASET_HIT_RATIO = f"redis_dataset:alnair_cache_dataset_hits_per_fetches:ratio_{RATE}"
 JOB_HIT_RATIO = f"redis_job_name:alnair_cache_job_hits_per_fetches:ratio_{RATE}"
 DEDUPE_RATIO = "redis:alnair_cache_dataset_logical_per_physical_bytes:ratio"
+CACHE_NODE_MEMORY = "redis_node:alnair_cache_node_memory_used_per_max:ratio"
 GPUS = "instance:alnair_nvml_gpus:count"
 
 RATIOS = [
@@ -74,6 +75,8 @@ RATIOS = [
              f"per Redis and job: the same hit ratio by the job name the loaders give, over {RULES.window}"),
     Recorded(DEDUPE_RATIO, dedupe_ratio(RULES),
              "per Redis: bytes the datasets' manifests reference, each as if stored alone, over the distinct bytes stored"),
+    Recorded(CACHE_NODE_MEMORY, cache_node_memory_of_max(RULES),
+             "per Redis Cluster node: memory used over its maxmemory (only nodes with a maxmemory)"),
     Recorded(GPUS, with_node(RULES, gpus_answering(RULES)),
              "per exporter: GPUs (not MIG instances) that answered NVML in its last sample, 0 when none did, with its node"),
 ]

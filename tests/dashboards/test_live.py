@@ -1,7 +1,9 @@
 """Every query of every dashboard panel, and every rule, against a real Prometheus (Debian's, scraping every second
 and evaluating the rules files every second) that scrapes a live demo stack: the exporter with the NVML test
 double (two GPUs, the UUIDs the C writer's devices carry, an XID error), the C test writer under memory and
-compute limits, a PyTorch training loop under the Python intercept, and a real Redis with dataset-cache traffic.
+compute limits, a PyTorch training loop under the Python intercept, a real Redis with dataset-cache traffic, and a
+real Redis Cluster (3 primaries, 3 replicas: tests/support.py's, one per session) holding a cached dataset, which
+the same cache collector reads as its second target (--collector.cache.redis-url is repeatable).
 Grafana's variables are resolved as Grafana would, from their own queries against that Prometheus; each query
 must return data, and a panel that returns none fails with its dashboard, title and query."""
 from __future__ import annotations
@@ -18,8 +20,8 @@ import requests
 import yaml
 
 from dashboard_support import DASHBOARD_FILES, ROOT, RULE_FILES, load, targets
-from support import (Exporter, PythonProgram, RedisServer, Writer, end_all, fill_cache, free_port, require_binary,
-                     wait_until)
+from support import (Exporter, PythonProgram, RedisServer, Writer, end_all, fill_cache, free_port, redis_cluster,  # noqa: F401
+                     require_binary, wait_until)
 
 RATE_INTERVAL = "15s"  # Grafana's $__rate_interval is at least 4 scrape intervals; 15 one-second scrapes is ample
 SETTLE = 60  # seconds the slowest query may take to have data: two scrapes of a rate, one evaluation of a rule
@@ -109,8 +111,9 @@ def prometheus_config(path: Path, target: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, test_writer_binary):
-    """The demo stack, once for the module; everything it started is ended afterwards."""
+def stack(tmp_path_factory, test_writer_binary, redis_cluster):
+    """The demo stack, once for the module; everything it started is ended afterwards (the cluster is the session's:
+    it is left empty, without the maxmemory set here)."""
     prometheus = require_binary("prometheus")
     tmp = tmp_path_factory.mktemp("live")
     shm = tmp / "shm"
@@ -120,6 +123,12 @@ def stack(tmp_path_factory, test_writer_binary):
     children, writers = [], []
     try:
         fill_cache(redis.url, tmp, [("images", "demo-job", range(12)), ("thumbnails", "demo-job", range(6, 18))], 4096)
+        redis_cluster.wait_healthy()
+        redis_cluster.flush()
+        for node in redis_cluster.servers:  # a maximum, so the nodes' memory has a share of it to show
+            node.client().config_set("maxmemory", 256 << 20)
+        (tmp / "cluster").mkdir()
+        fill_cache(redis_cluster.url, tmp / "cluster", [("shards", "cluster-job", range(24))], 4096)
         writers.append(Writer(test_writer_binary, shm, [
             "--devices", "2", "--period-ms", "10", "--compute-limit", "30", "--set", "compute_period_ns=100000000",
             "--set", "compute_quota_ns=30000000", "--set", "bytes_in_use=805306368", "--set", "memory_limit_bytes=1073741824",
@@ -133,6 +142,7 @@ def stack(tmp_path_factory, test_writer_binary):
         launcher.write_text(EXPORTER_WITH_FAKE_NVML)
         exporter = Exporter(
             [f"--shm.dir={shm}", "--node.name=demo-node", "--collector.cache", f"--collector.cache.redis-url={redis.url}",
+             f"--collector.cache.redis-url={redis_cluster.url}",
              "--collector.cuda.interval=200ms", "--collector.python.interval=200ms", "--collector.nvml.interval=500ms",
              "--collector.cache.interval=500ms", "--collector.host.interval=500ms"],
             tmp / "exporter.log", env={"DEMO_GPU_PIDS": f"{writers[0].pid},{writers[1].pid}"}, python=sys.executable,
@@ -157,6 +167,10 @@ def stack(tmp_path_factory, test_writer_binary):
             else:
                 writer.finish()
         redis.kill()
+        redis_cluster.wait_healthy()
+        redis_cluster.flush()
+        for node in redis_cluster.servers:
+            node.client().config_set("maxmemory", 0)
 
 
 def api(prom: str, path: str, **params) -> dict:

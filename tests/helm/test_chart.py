@@ -22,7 +22,8 @@ def project_version() -> str:
 
 def test_ci_files_cover_the_main_combinations():
     assert {p.stem for p in CI_VALUES} == {"default-values", "everything-values", "tls-auth-secret-values",
-                                           "existing-redis-values", "injector-cert-manager-values",
+                                           "existing-redis-values", "existing-redis-cluster-values",
+                                           "injector-cert-manager-values",
                                            "injector-existing-secret-values"}
 
 

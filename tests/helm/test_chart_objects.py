@@ -10,16 +10,19 @@ import yaml
 
 from chart_support import CHART, CI_VALUES, NAMESPACE, RELEASE, ci_values, notes, objects, one
 
+from alnair.collectors.cache import url_label
 from alnair.exporter.config import build_parser, enabled_collectors
 from alnair.exporter.registry import discover_collectors
 
 EVERYTHING = ci_values(CHART / "ci" / "everything-values.yaml")
 TLS_AUTH = ci_values(CHART / "ci" / "tls-auth-secret-values.yaml")
 EXISTING_REDIS = ci_values(CHART / "ci" / "existing-redis-values.yaml")
+EXISTING_CLUSTER = ci_values(CHART / "ci" / "existing-redis-cluster-values.yaml")
 ROOT_CONTAINERS = {"exporter", "segment-directory", "install-intercept"}  # docs/kubernetes.md says why each
 NODE = "gpu-node-7"
 SECRETS = {("alnair-redis", "password"): "redis-password", ("more-redis-urls", "urls"): "redis://:pw@other:6379/2",
-           ("dataset-redis-urls", "url"): "redis://:pw@third:6379/0"}
+           ("dataset-redis-urls", "url"): "redis://:pw@third:6379/0",
+           ("cluster-redis-urls", "url"): "redis+cluster://:pw@cache-0.ml:6379,cache-1.ml:6379"}
 
 
 def pod_spec(obj: dict) -> dict:
@@ -112,6 +115,17 @@ def test_an_existing_redis_turns_the_cache_collector_on(monkeypatch):
     assert options.collector_cache_redis_url == ["redis://redis-master.datasets.svc:6379/0",
                                                  "redis://redis-2.datasets.svc:6379/1", "redis://:pw@third:6379/0"]
     assert not [o for o in objects(EXISTING_REDIS) if o["kind"] == "StatefulSet"]
+
+
+def test_an_existing_redis_cluster_is_one_target_of_the_cache_collector(monkeypatch):
+    """A redis+cluster:// URL keeps its seeds' commas through the comma-joined variable, the secret's one too."""
+    options, collectors = exporter_options(EXISTING_CLUSTER, monkeypatch)
+    assert "cache" in collectors
+    seeds = ",".join(f"redis-cluster-{n}.redis-cluster.datasets.svc:6379" for n in range(3))
+    assert options.collector_cache_redis_url == [f"redis+cluster://{seeds}", "redis://redis-master.datasets.svc:6379/0",
+                                                 "redis+cluster://:pw@cache-0.ml:6379,cache-1.ml:6379"]
+    assert url_label(options.collector_cache_redis_url[2]) == "redis+cluster://cache-0.ml:6379,cache-1.ml:6379"
+    assert not any("redis" in a for a in exporter(objects(EXISTING_CLUSTER))["args"])
 
 
 def test_the_daemonset_runs_on_gpu_nodes_with_host_pids_and_every_gpu():

@@ -63,7 +63,7 @@ def test_other_settings_give_what_dashgen_makes_of_them():
 
 
 def test_disabled_alerts_are_left_out_and_an_emptied_group_with_them():
-    cache_alerts = ["AlnairCacheHitRatioLow", "AlnairRedisDown"]
+    cache_alerts = [name for name in alerts.GROUPS["alnair-cache"]]
     groups = rule_groups({"prometheusRule": {"enabled": True, "recording": False,
                                              "disabledAlerts": ["AlnairComputeThrottled", *cache_alerts]}})
     names = {g["name"]: [r["alert"] for r in g["rules"]] for g in groups}

@@ -57,6 +57,8 @@ out .Values.prometheusRule.disabledAlerts. */}}
     expr: "(sum by (redis, job_name) (rate(alnair_cache_job_hits_total[5m]))) / (sum by (redis, job_name) (rate(alnair_cache_job_hits_total[5m])) + sum by (redis, job_name) (rate(alnair_cache_job_misses_total[5m])) + sum by (redis, job_name) (rate(alnair_cache_job_fallbacks_total[5m])) > 0)"
   - record: "redis:alnair_cache_dataset_logical_per_physical_bytes:ratio"
     expr: "(sum by (redis) (alnair_cache_dataset_logical_bytes)) / (sum by (redis) (alnair_cache_physical_bytes) > 0)"
+  - record: "redis_node:alnair_cache_node_memory_used_per_max:ratio"
+    expr: "alnair_cache_node_memory_used_bytes / (alnair_cache_node_memory_max_bytes > 0)"
   - record: "instance:alnair_nvml_gpus:count"
     expr: "(count by (instance) (alnair_nvml_gpu_info{parent_uuid=\"\"}) or on (instance) 0 * count by (instance) (alnair_nvml_up)) * on (instance) group_left (node) alnair_node_info"
 {{- end -}}
@@ -247,7 +249,7 @@ out .Values.prometheusRule.disabledAlerts. */}}
       action: "Raise the DataLoader's num_workers and prefetch_factor, pin memory, move decoding off the training process, or cache the dataset in Redis (alnair.datacache); check the node's CPU on the Node GPUs dashboard."
   {{- end }}
 {{- end }}
-{{- if not (and (has "AlnairCacheHitRatioLow" $disabled) (has "AlnairRedisDown" $disabled)) }}
+{{- if not (and (has "AlnairCacheHitRatioLow" $disabled) (has "AlnairRedisDown" $disabled) (has "AlnairRedisClusterNodeDown" $disabled) (has "AlnairRedisClusterStateNotOk" $disabled) (has "AlnairRedisClusterSlotsUncovered" $disabled) (has "AlnairRedisClusterNodeNearMaxMemory" $disabled)) }}
 - name: "alnair-cache"
   rules:
   {{- if not (has "AlnairCacheHitRatioLow" $disabled) }}
@@ -273,6 +275,54 @@ out .Values.prometheusRule.disabledAlerts. */}}
       summary: {{ "Redis {{ $labels.redis }} is down" | quote }}
       description: {{ printf "For %s the cache collector has not reached {{ $labels.redis }}: jobs using the dataset cache read their samples from the origin (fallbacks) meanwhile." (include "alnair.rules.scalar" (index $t "for")) | quote }}
       action: "Check the Redis pod or service and its logs, the URL given to --collector.cache.redis-url, and network policies between the exporter, the jobs and Redis."
+  {{- end }}
+  {{- if not (has "AlnairRedisClusterNodeDown" $disabled) }}
+  {{- $t := index $settings "AlnairRedisClusterNodeDown" }}
+  - alert: "AlnairRedisClusterNodeDown"
+    expr: "alnair_cache_node_up == 0"
+    for: {{ printf "%s" (include "alnair.rules.scalar" (index $t "for")) | quote }}
+    labels:
+      severity: {{ printf "%s" (include "alnair.rules.scalar" (index $t "severity")) | quote }}
+    annotations:
+      summary: {{ "Redis Cluster node {{ $labels.node }} of {{ $labels.redis }} is down" | quote }}
+      description: {{ printf "For %s node {{ $labels.node }} of the Redis Cluster {{ $labels.redis }} has not answered the cache collector. A primary's replica takes over its slots once the cluster's node timeout passes; until then, or with no replica, jobs read the samples of its slots from the origin (fallbacks). A replica down leaves its primary without a standby." (include "alnair.rules.scalar" (index $t "for")) | quote }}
+      action: "Check the node's pod or host and its log, and CLUSTER NODES from another node (fail or pfail flags). Restart it: it rejoins, as a replica of the promoted node if it was a primary. The Cluster row of the Dataset cache dashboard shows which nodes answer."
+  {{- end }}
+  {{- if not (has "AlnairRedisClusterStateNotOk" $disabled) }}
+  {{- $t := index $settings "AlnairRedisClusterStateNotOk" }}
+  - alert: "AlnairRedisClusterStateNotOk"
+    expr: "alnair_cache_cluster_state_ok == 0"
+    for: {{ printf "%s" (include "alnair.rules.scalar" (index $t "for")) | quote }}
+    labels:
+      severity: {{ printf "%s" (include "alnair.rules.scalar" (index $t "severity")) | quote }}
+    annotations:
+      summary: {{ "Redis Cluster {{ $labels.redis }} says cluster_state:fail" | quote }}
+      description: {{ printf "For %s CLUSTER INFO of {{ $labels.redis }} has said cluster_state:fail: a primary is down with no replica to promote, or the primaries lost their majority. Its nodes refuse commands (all of them, unless cluster-require-full-coverage is no), and jobs read their samples from the origin." (include "alnair.rules.scalar" (index $t "for")) | quote }}
+      action: "Run redis-cli --cluster check HOST:PORT against a live node: bring back the failed primaries (or their replicas), and assign slots left without a node (redis-cli --cluster fix)."
+  {{- end }}
+  {{- if not (has "AlnairRedisClusterSlotsUncovered" $disabled) }}
+  {{- $t := index $settings "AlnairRedisClusterSlotsUncovered" }}
+  - alert: "AlnairRedisClusterSlotsUncovered"
+    expr: "alnair_cache_cluster_slots_covered < 16384"
+    for: {{ printf "%s" (include "alnair.rules.scalar" (index $t "for")) | quote }}
+    labels:
+      severity: {{ printf "%s" (include "alnair.rules.scalar" (index $t "severity")) | quote }}
+    annotations:
+      summary: {{ "Redis Cluster {{ $labels.redis }} serves {{ printf \"%.0f\" $value }} of its 16384 hash slots" | quote }}
+      description: {{ printf "For %s the cluster {{ $labels.redis }} has served only {{ printf \"%%.0f\" $value }} of 16384 hash slots (cluster_slots_ok): samples whose keys hash to the others are read from the origin (fallbacks), and writes to them fail." (include "alnair.rules.scalar" (index $t "for")) | quote }}
+      action: "Run redis-cli --cluster check HOST:PORT: a primary failed without a replica to promote (restart it), or slots were never assigned or were left migrating (redis-cli --cluster fix)."
+  {{- end }}
+  {{- if not (has "AlnairRedisClusterNodeNearMaxMemory" $disabled) }}
+  {{- $t := index $settings "AlnairRedisClusterNodeNearMaxMemory" }}
+  - alert: "AlnairRedisClusterNodeNearMaxMemory"
+    expr: {{ printf "redis_node:alnair_cache_node_memory_used_per_max:ratio > %s" (include "alnair.rules.scalar" (index $t "threshold")) | quote }}
+    for: {{ printf "%s" (include "alnair.rules.scalar" (index $t "for")) | quote }}
+    labels:
+      severity: {{ printf "%s" (include "alnair.rules.scalar" (index $t "severity")) | quote }}
+    annotations:
+      summary: {{ "Redis Cluster node {{ $labels.node }} of {{ $labels.redis }} uses {{ $value | humanizePercentage }} of its maxmemory" | quote }}
+      description: {{ printf "For %s node {{ $labels.node }} of the Redis Cluster {{ $labels.redis }} has used more than %s of its maxmemory: it evicts samples (allkeys-lru) or refuses writes (noeviction), and the hit ratio of the datasets on its slots falls." (include "alnair.rules.scalar" (index $t "for")) (include "alnair.rules.scalar" (index $t "threshold")) | quote }}
+      action: "Raise the nodes' maxmemory, or add shards (redis-cli --cluster add-node, then --cluster rebalance). One node far above the others: its slots hold more (redis-cli --cluster rebalance); the Cluster row of the Dataset cache dashboard shows each node's memory, keys and evictions."
   {{- end }}
 {{- end }}
 {{- end -}}
