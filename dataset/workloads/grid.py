@@ -13,7 +13,39 @@ BATCH_SIZES = {  # the published runs' (column dictionary: how the published run
     "classify": (2, 32, 128, 256, 1024), "segment": (2, 32, 256, 1024), "dqn": (10, 64, 1024, 3000),
     "dcgan": (2, 32, 256, 1024), "bert": (32, 256),
 }
-STEPS = {"classify": 100, "segment": 100, "dqn": 2000, "dcgan": 200, "bert": 100}  # before the campaign sizes them
+# Steps per configuration: each job should take 20-40 s on the H200 (GPU time comes in blocks of minutes). A step is
+# modelled as a fixed cost (Python, the DataLoader, kernel launches) plus a cost per sample (the GPU's work and the
+# synthetic samples made on the CPU), and each configuration trains TRAINING_SECONDS at those costs. THE COSTS ARE
+# ESTIMATES, not measurements: H200 fp32 from published A100/H100 throughputs of similar models, to calibrate on the
+# GPU (the campaign's runs.csv gives the real step times: steps / (duration - time_to_first_step)).
+TRAINING_SECONDS = 25.0  # plus start-up (STARTUP_SECONDS) makes some 30 s a job
+STARTUP_SECONDS = 8.0  # estimate: importing torch, CUDA's context, the model to the GPU, the process's exit
+STEP_SECONDS = {"classify": 0.005, "segment": 0.005, "dqn": 0.002, "dcgan": 0.004, "bert": 0.008}  # estimate, per step
+SAMPLE_SECONDS = {  # estimate, per sample: the frozen backbone's forward at its input size, or the whole model's step
+    "resnet50": 2.5e-4, "mobilenet_v3": 8e-5, "efficientnet_v2": 8e-4, "inception_v3": 3.5e-4, "unet": 1.2e-4,
+    "dqn": 1e-6, "dcgan": 3e-5, "bert-L2-H128": 2.5e-5, "bert-L2-H256": 4e-5, "bert-L2-H512": 9e-5,
+    "bert-L2-H768": 1.6e-4, "bert-L4-H128": 4e-5, "bert-L4-H256": 7e-5, "bert-L4-H512": 1.7e-4,
+}
+MIN_STEPS, MAX_STEPS = 20, 20_000
+
+
+def step_seconds(family: str, model: str, batch_size: int) -> float:
+    """The estimated time of one step on the H200 (see SAMPLE_SECONDS)."""
+    return STEP_SECONDS[family] + SAMPLE_SECONDS[model] * batch_size
+
+
+def steps_for(family: str, model: str, batch_size: int) -> int:
+    """Steps that train some TRAINING_SECONDS on the H200, to two significant digits."""
+    steps = TRAINING_SECONDS / step_seconds(family, model, batch_size)
+    digits = max(0, len(str(int(steps))) - 2)
+    return int(min(MAX_STEPS, max(MIN_STEPS, round(steps, -digits))))
+
+
+def estimated_seconds(run: Run) -> float:
+    """A job's estimated wall time on the H200: start-up plus its steps."""
+    return STARTUP_SECONDS + run.steps * step_seconds(run.family, run.model, run.batch_size)
+
+
 MODELS = {"classify": classify.MODELS, "segment": segment.MODELS, "dqn": dqn.MODELS, "dcgan": dcgan.MODELS,
           "bert": bert.MODELS}
 PRECISIONS = ("fp32", "bf16")
@@ -33,6 +65,6 @@ def configurations(device: str = "cuda", repeat: int = 0) -> list[Run]:
             for batch in BATCH_SIZES[family]:
                 for precision in PRECISIONS:
                     for count in workers:
-                        run = Run(family, model, batch, STEPS[family], device, 0, precision, count)
+                        run = Run(family, model, batch, steps_for(family, model, batch), device, 0, precision, count)
                         out.append(replace(run, seed=seed_of(run, repeat)))
     return out

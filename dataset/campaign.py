@@ -1,0 +1,661 @@
+"""The measurement campaign: every configuration of the grid as its own process under the CUDA and Python
+intercepts (alnair-run), recorded by the real exporter and a real Prometheus, profiled with `alnair profile`'s
+functions into one row each; and pairs of jobs run solo and together on one GPU, under time-slicing and under
+Alnair's compute limits.
+
+    python -m alnair.dataset.campaign --out DIR [--device cuda|cpu] [--families F ...] [--repeats N]
+        [--pairs auto:N | A+B ...] [--pair-modes timeslice,limit-50-50,limit-30-70] [--budget-seconds S]
+        [--prometheus-binary PATH]
+
+Resumable: DIR/runs.csv holds one row per attempt (a configuration's key names its settings, seed and repeat);
+a key with an `ok` (or `failed`) row is not run again. A row is written as `incomplete` before its job starts and
+replaced when the job ends, so a campaign cut anywhere (the budget, SIGTERM, SIGKILL) leaves at worst rows marked
+incomplete, which the next run does again. --budget-seconds stops before a job that would not fit, and ends a
+job that outlives the budget (its row stays incomplete). DIR/pairs.csv holds each pair's slowdowns and packing
+saving with the keys of the four rows they come from; DIR/runs.parquet and DIR/pairs.parquet are written at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.metadata
+import itertools
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from alnair.commandline import OneLineParser, comma_separated, fail, int_at_least
+
+from .columns import columns as profile_columns
+from .profile import job_rows
+from .prometheus import Prometheus, ProfileError
+from .selection import Selection
+from .workloads import grid
+from .workloads.common import Run
+
+PROG = "python -m alnair.dataset.campaign"
+REPO = Path(__file__).resolve().parents[1]  # through the shim's symlinks to the checkout
+MODES = {"timeslice": (None, None), "limit-50-50": (50, 50), "limit-30-70": (30, 70)}  # ALNAIR_COMPUTE_LIMIT a, b
+PROFILE_RESERVE = 6.0  # seconds after a job: its exit record reaching Prometheus, the profile's queries, the row
+SHUTDOWN_RESERVE = 5.0  # seconds to stop Prometheus and the exporter and write Parquet
+STACK_STARTUP = 15.0  # seconds to start the exporter and Prometheus and probe the versions
+ESTIMATE_MARGIN = 1.15  # a configuration measured before (another repeat) is expected to take this much longer at most
+SCRAPE_INTERVAL = 1.0
+
+CAMPAIGN_COLUMNS = [
+    ("key", str, "the configuration's key: its settings, seed and repeat (solo) or its pair, mode and side (shared)"),
+    ("status", str, "ok; failed (the job exited non-zero or left no record); incomplete (cut before its end)"),
+    ("role", str, "solo, or shared (one side of a pair run together)"),
+    ("pair_key", str, "shared rows: the pair's key in pairs.csv"),
+    ("mode", str, "shared rows: timeslice, limit-50-50 or limit-30-70"),
+    ("run_family", str, "workload family"), ("run_model", str, "model"), ("run_batch_size", int, "batch size"),
+    ("run_steps", int, "steps the job was told to train"), ("run_precision", str, "fp32, bf16 or fp16"),
+    ("run_workers", int, "DataLoader workers"), ("run_device", str, "cuda or cpu"), ("run_seed", int, "seed"),
+    ("run_repeat", int, "repeat number"),
+    ("compute_limit_percent", int, "ALNAIR_COMPUTE_LIMIT given to the job (empty: none)"),
+    ("started_at", float, "Unix seconds: the job's process started (as the campaign saw it)"),
+    ("ended_at", float, "Unix seconds: the job's process was reaped"),
+    ("wall_seconds", float, "ended_at - started_at"),
+    ("exit_code", int, "the job's exit status (negative: killed by that signal)"),
+    ("gpu_name", str, "nvidia-smi's GPU name (empty: none)"), ("nvidia_driver", str, "nvidia-smi's driver version"),
+    ("cuda_version", str, "torch.version.cuda"), ("torch_version", str, "torch.__version__"),
+    ("python_version", str, "the jobs' Python"), ("alnair_version", str, "the alnair package's version"),
+    ("alnair_commit", str, "the checkout's git commit (ALNAIR_GIT_COMMIT, else git; empty: unknown)"),
+    ("hostname", str, "the machine"),
+]
+PAIR_COLUMNS = [
+    ("pair_key", str, "mode|solo key a|solo key b"), ("status", str, "ok"), ("mode", str, "timeslice, limit-50-50, limit-30-70"),
+    ("compute_limit_a", int, "ALNAIR_COMPUTE_LIMIT of a (empty: none)"), ("compute_limit_b", int, "of b"),
+    ("solo_a_key", str, "runs.csv key of a's solo row"), ("solo_b_key", str, "of b's solo row"),
+    ("shared_a_key", str, "runs.csv key of a's shared row"), ("shared_b_key", str, "of b's shared row"),
+    ("solo_a_seconds", float, "a's solo duration_seconds"), ("solo_b_seconds", float, "b's solo duration_seconds"),
+    ("shared_a_seconds", float, "a's shared duration_seconds"), ("shared_b_seconds", float, "b's shared duration_seconds"),
+    ("slowdown_a", float, "shared_a_seconds / solo_a_seconds - 1"), ("slowdown_b", float, "shared_b_seconds / solo_b_seconds - 1"),
+    ("packing_saving", float, "1 - max(shared_a_seconds, shared_b_seconds) / (solo_a_seconds + solo_b_seconds)"),
+    ("measured_at", float, "Unix seconds: the shared run ended"),
+]
+
+
+def run_columns() -> list[tuple[str, type, str]]:
+    return CAMPAIGN_COLUMNS + profile_columns()
+
+
+class Stop(Exception):
+    """SIGTERM or SIGINT: end the running jobs, mark their rows incomplete, stop the stack."""
+
+
+# ---------------------------------------------------------------------------------------------------- keys, grid
+
+def key_of(run: Run, repeat: int) -> str:
+    return (f"{run.family}/{run.model}/b{run.batch_size}/s{run.steps}/{run.precision}/w{run.workers}/{run.device}"
+            f"/seed{run.seed}/r{repeat}")
+
+
+@dataclass(frozen=True)
+class Config:
+    run: Run
+    repeat: int
+
+    @property
+    def key(self) -> str:
+        return key_of(self.run, self.repeat)
+
+    @property
+    def short(self) -> str:
+        r = self.run
+        return f"{r.family}:{r.model}:{r.batch_size}:{r.precision}:{r.workers}"
+
+
+def configurations(options) -> list[Config]:
+    """The grid for the device, filtered by the options, each repeat after the last (repeat 0 of everything
+    first, so a campaign cut short has breadth before variance)."""
+    out = []
+    for repeat in range(options.repeats):
+        for run in grid.configurations(options.device, repeat):
+            if options.steps is not None:
+                run = replace(run, steps=options.steps)
+                run = replace(run, seed=grid.seed_of(run, repeat))
+            if _chosen(run, options):
+                out.append(Config(run, repeat))
+    return out
+
+
+def _chosen(run: Run, options) -> bool:
+    return ((not options.families or run.family in options.families) and (not options.models or run.model in options.models)
+            and (not options.batch_sizes or run.batch_size in options.batch_sizes)
+            and (not options.precisions or run.precision in options.precisions)
+            and (options.workers is None or run.workers in options.workers))
+
+
+def pair_specs(options, configs: list[Config]) -> list[tuple[Config, Config]]:
+    """--pairs: `auto:N` (N pairs of the chosen configurations, other families first, a fixed shuffle) or
+    `A+B` with A and B as family:model:batch[:precision[:workers]] (repeat 0)."""
+    firsts = [c for c in configs if c.repeat == 0]
+    out: list[tuple[Config, Config]] = []
+    for spec in options.pairs:
+        if spec.startswith("auto:"):
+            count = int(spec.split(":", 1)[1])
+            candidates = list(itertools.combinations(firsts, 2))
+            random.Random(17).shuffle(candidates)
+            candidates.sort(key=lambda p: p[0].run.family == p[1].run.family)  # stable: other families first
+            out.extend(candidates[:count])
+            continue
+        sides = spec.split("+")
+        if len(sides) != 2:
+            raise ValueError(f"--pairs: {spec!r} is not auto:N nor A+B")
+        out.append(tuple(_find(side, options) for side in sides))
+    return out
+
+
+def _find(spec: str, options) -> Config:
+    parts = spec.split(":")
+    if not 3 <= len(parts) <= 5:
+        raise ValueError(f"--pairs: {spec!r} is not family:model:batch[:precision[:workers]]")
+    family, model, batch = parts[0], parts[1], int(parts[2])
+    precision = parts[3] if len(parts) > 3 else "fp32"
+    workers = int(parts[4]) if len(parts) > 4 else 0
+    for run in grid.configurations(options.device, 0):
+        if options.steps is not None:
+            run = replace(run, steps=options.steps)
+            run = replace(run, seed=grid.seed_of(run, 0))
+        if (run.family, run.model, run.batch_size, run.precision, run.workers) == (family, model, batch, precision, workers):
+            return Config(run, 0)
+    raise ValueError(f"--pairs: no configuration {spec!r} in the grid")
+
+
+# ---------------------------------------------------------------------------------------------------- files
+
+class Table:
+    """A CSV of rows keyed by one column, rewritten whole and renamed into place on every change (a few hundred
+    rows: milliseconds), so the file is never torn and a row can go from incomplete to ok in place."""
+
+    def __init__(self, path: Path, columns: list[tuple[str, type, str]], id_column: str):
+        self.path, self.columns, self.id_column = path, columns, id_column
+        self.names = [name for name, _, _ in columns]
+        self.rows: list[dict] = []
+        if path.exists():
+            with open(path, newline="") as f:
+                self.rows = [self._typed(r) for r in csv.DictReader(f)]
+
+    def _typed(self, raw: dict) -> dict:
+        out = {}
+        for name, kind, _ in self.columns:
+            text = raw.get(name, "")
+            out[name] = None if text in ("", None) else kind(float(text)) if kind is int else kind(text)
+        return out
+
+    def put(self, row: dict) -> None:
+        """Replaces the row with the same id (the last one: the attempt in progress), or appends it."""
+        full = {name: row.get(name) for name in self.names}
+        for i in range(len(self.rows) - 1, -1, -1):
+            if self.rows[i][self.id_column] == full[self.id_column] and self.rows[i].get("status") == "incomplete":
+                self.rows[i] = full
+                break
+        else:
+            self.rows.append(full)
+        self._write()
+
+    def _write(self) -> None:
+        partial = self.path.with_suffix(".csv.partial")
+        with open(partial, "w", newline="") as f:
+            writer = csv.writer(f, lineterminator="\n")
+            writer.writerow(self.names)
+            for row in self.rows:
+                writer.writerow(["" if row[n] is None else repr(row[n]) if isinstance(row[n], float) else str(row[n])
+                                 for n in self.names])
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(partial, self.path)
+
+    def done(self, key: str, statuses=("ok", "failed")) -> dict | None:
+        """The last finished row of a key, if any."""
+        found = [r for r in self.rows if r[self.id_column] == key and r["status"] in statuses]
+        return found[-1] if found else None
+
+    def parquet(self) -> str | None:
+        """Writes the rows next to the CSV as Parquet; the reason when it cannot (no pyarrow)."""
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            return "pyarrow is missing: pip install 'alnair[dataset]'"
+        kinds = {str: pa.string(), int: pa.int64(), float: pa.float64()}
+        schema = pa.schema([pa.field(name, kinds[kind]) for name, kind, _ in self.columns])
+        pq.write_table(pa.Table.from_pylist(self.rows, schema=schema), self.path.with_suffix(".parquet"))
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------- versions
+
+def versions(device: str) -> dict:
+    """What the rows were measured with: GPU, driver, CUDA, torch, Python, Alnair (commit where known)."""
+    out = {"python_version": platform.python_version(), "hostname": socket.gethostname(),
+           "alnair_version": _alnair_version(), "alnair_commit": os.environ.get("ALNAIR_GIT_COMMIT") or _git_commit()}
+    probe = ("import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))")
+    try:
+        answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+        out["torch_version"], out["cuda_version"] = json.loads(answer.stdout.strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        out["torch_version"] = out["cuda_version"] = None
+    out["gpu_name"] = out["nvidia_driver"] = None
+    if device == "cuda" and shutil.which("nvidia-smi"):
+        answer = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30)
+        if answer.returncode == 0 and answer.stdout.strip():
+            name, _, driver = answer.stdout.strip().splitlines()[0].partition(",")
+            out["gpu_name"], out["nvidia_driver"] = name.strip(), driver.strip()
+    return out
+
+
+def _alnair_version() -> str:
+    try:
+        return importlib.metadata.version("alnair")
+    except importlib.metadata.PackageNotFoundError:
+        found = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M) \
+            if (REPO / "pyproject.toml").exists() else None
+        return found.group(1) if found else "unknown"
+
+
+def _git_commit() -> str | None:
+    try:
+        answer = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except OSError:
+        return None
+    return answer.stdout.strip() if answer.returncode == 0 else None
+
+
+# ---------------------------------------------------------------------------------------------------- the stack
+
+class Stack:
+    """The exporter over the jobs' segment directory and Prometheus scraping it every second."""
+
+    def __init__(self, out: Path, scratch: Path, binary: str):
+        self.logs = out / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.shm = scratch / "shm"
+        self.shm.mkdir(parents=True, exist_ok=True)
+        self.procs: list[subprocess.Popen] = []
+        exporter_port, prometheus_port = _free_port(), _free_port()
+        self.target = f"127.0.0.1:{exporter_port}"
+        interval = f"{int(SCRAPE_INTERVAL * 500)}ms"  # samples twice a scrape
+        with open(self.logs / "exporter.log", "a") as log:
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "alnair.exporter", f"--web.listen-address={self.target}", f"--shm.dir={self.shm}",
+                 f"--collector.python.interval={interval}", f"--collector.cuda.interval={interval}",
+                 f"--collector.nvml.interval={interval}", f"--collector.host.interval={interval}"],
+                stdout=subprocess.DEVNULL, stderr=log, env=_without_intercepts(os.environ)))
+        config = out / "prometheus.yml"
+        config.write_text(f"global:\n  scrape_interval: {SCRAPE_INTERVAL:g}s\n  scrape_timeout: {SCRAPE_INTERVAL:g}s\n"
+                          f"scrape_configs:\n  - job_name: alnair\n    static_configs:\n      - targets: ['{self.target}']\n")
+        with open(self.logs / "prometheus.log", "a") as log:
+            self.procs.append(subprocess.Popen(
+                [binary, f"--config.file={config}", f"--storage.tsdb.path={scratch / 'prometheus-data'}",
+                 f"--web.listen-address=127.0.0.1:{prometheus_port}"], stdout=log, stderr=log))
+        self.url = f"http://127.0.0.1:{prometheus_port}"
+        self.prometheus = Prometheus(self.url, timeout=60)
+        deadline = time.monotonic() + 60
+        while not self._up():
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
+                self.stop()
+                raise ProfileError(f"the exporter or Prometheus did not come up (logs in {self.logs})")
+            time.sleep(0.25)
+
+    def _up(self) -> bool:
+        try:
+            found = self.prometheus.raw('up{job="alnair"}', time.time() - 5, time.time())
+        except ProfileError:
+            return False
+        return any(s.values and s.values[-1] == 1 for s in found)
+
+    def exited(self, pid: int, since: float, timeout: float) -> bool:
+        """Waits until Prometheus holds the job's exit time (the row's duration ends there)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.prometheus.raw(f'alnair_python_process_exited_timestamp_seconds{{pid="{pid}"}}', since, time.time())
+            if any(s.values for s in found):
+                return True
+            time.sleep(0.25)
+        return False
+
+    def profile(self, pid: int, since: float) -> dict | None:
+        selection = Selection(since, time.time() + 1, pids=(str(pid),))
+        rows = job_rows(self.prometheus, selection, quiet=True, chosen_by_pod=False)
+        return rows[0] if len(rows) == 1 else None
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _without_intercepts(environ) -> dict:
+    env = dict(environ)
+    for name in ("ALNAIR_PYTHON_INTERCEPT", "LD_PRELOAD", "ALNAIR_COMPUTE_LIMIT", "ALNAIR_MEMORY_LIMIT"):
+        env.pop(name, None)
+    return env
+
+
+# ---------------------------------------------------------------------------------------------------- the campaign
+
+class Campaign:
+    def __init__(self, options):
+        self.options = options
+        self.out = Path(options.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.scratch = Path(options.scratch) if options.scratch else self.out
+        self.finished = ("ok",) if options.retry_failed else ("ok", "failed")
+        self.runs = Table(self.out / "runs.csv", run_columns(), "key")
+        self.pairs = Table(self.out / "pairs.csv", PAIR_COLUMNS, "pair_key")
+        self.began = time.monotonic()
+        self.deadline = None if options.budget_seconds is None else self.began + options.budget_seconds
+        self.stack: Stack | None = None
+        self.versions: dict | None = None
+        self.counts = {"ok": 0, "failed": 0, "incomplete": 0, "skipped": 0, "pairs": 0}
+        self.stopped_by_budget = False
+
+    # -- budget
+    def left(self) -> float:
+        return float("inf") if self.deadline is None else self.deadline - time.monotonic()
+
+    def fits(self, estimate: float) -> bool:
+        startup = 0.0 if self.stack else STACK_STARTUP  # the stack's own start
+        return estimate + startup + PROFILE_RESERVE + SHUTDOWN_RESERVE <= self.left()
+
+    def estimate(self, config: Config) -> float:
+        r = config.run
+        same = [row["wall_seconds"] for row in self.runs.rows if row["status"] == "ok" and row["role"] == "solo"
+                and (row["run_family"], row["run_model"], row["run_batch_size"], row["run_steps"], row["run_precision"],
+                     row["run_workers"], row["run_device"]) == (r.family, r.model, r.batch_size, r.steps, r.precision,
+                                                                r.workers, r.device) and row["wall_seconds"]]
+        if same:
+            return max(same) * ESTIMATE_MARGIN
+        if self.options.estimate_seconds is not None:
+            return self.options.estimate_seconds
+        return grid.estimated_seconds(r)
+
+    def ensure_stack(self) -> None:
+        if self.stack is None:
+            self.versions = versions(self.options.device)
+            self.stack = Stack(self.out, self.scratch, self.options.prometheus_binary)
+            say(f"exporter at {self.stack.target}, Prometheus at {self.stack.url} (data in {self.scratch / 'prometheus-data'})")
+
+    # -- one or two jobs
+    def command(self, run: Run) -> list[str]:
+        workload = [sys.executable, "-m", "alnair.dataset.workloads", run.family, "--model", run.model,
+                    "--batch-size", str(run.batch_size), "--steps", str(run.steps), "--device", run.device,
+                    "--seed", str(run.seed), "--precision", run.precision, "--workers", str(run.workers)]
+        return [sys.executable, "-m", "alnair.intercept.launcher", *workload]
+
+    def execute(self, jobs: list[tuple[str, Config, dict]]) -> list[dict]:
+        """Runs the jobs ((key, configuration, extra row fields)) at once, each row first written incomplete, and
+        profiles each; returns their final rows."""
+        rows, procs = [], []
+        for key, config, extra in jobs:
+            r = config.run
+            row = {"key": key, "status": "incomplete", "run_family": r.family, "run_model": r.model,
+                   "run_batch_size": r.batch_size, "run_steps": r.steps, "run_precision": r.precision,
+                   "run_workers": r.workers, "run_device": r.device, "run_seed": r.seed, "run_repeat": config.repeat,
+                   "started_at": time.time(), **(self.versions or {}), **extra}
+            self.runs.put(row)
+            rows.append(row)
+        for (key, config, extra), row in zip(jobs, rows):
+            env = {**os.environ, "ALNAIR_SHM_DIR": str(self.stack.shm), "PYTHONUNBUFFERED": "1"}
+            env.pop("ALNAIR_COMPUTE_LIMIT", None)
+            if extra.get("compute_limit_percent") is not None:
+                env["ALNAIR_COMPUTE_LIMIT"] = str(extra["compute_limit_percent"])
+            log = open(self.stack.logs / (re.sub(r"[^A-Za-z0-9_.-]+", "_", key) + ".log"), "w")
+            row["started_at"] = time.time()
+            procs.append((subprocess.Popen(self.command(config.run), env=env, stdout=log, stderr=subprocess.STDOUT), log))
+        cut = False
+        try:
+            while any(p.poll() is None for p, _ in procs):
+                if self.left() < SHUTDOWN_RESERVE + 1:
+                    cut = True
+                    break
+                for (p, _), row in zip(procs, rows):
+                    if p.poll() is not None and row.get("ended_at") is None:
+                        row["ended_at"] = time.time()
+                time.sleep(0.05)
+        except Stop:
+            cut = True
+            raise
+        finally:
+            for (p, log), row in zip(procs, rows):
+                if p.poll() is None:
+                    p.terminate()
+                    try:
+                        p.wait(5)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
+                if row.get("ended_at") is None:
+                    row["ended_at"] = time.time()
+                log.close()
+                row["exit_code"] = p.returncode
+                row["wall_seconds"] = row["ended_at"] - row["started_at"]
+                if cut:
+                    self.runs.put(row)  # stays incomplete
+                    self.counts["incomplete"] += 1
+        if cut:
+            self.stopped_by_budget = True
+            return rows
+        for (p, _), row in zip(procs, rows):
+            row.update(self._profile(p, row))
+            self.runs.put(row)
+            self.counts[row["status"]] += 1
+        return rows
+
+    def _profile(self, proc: subprocess.Popen, row: dict) -> dict:
+        if proc.returncode != 0:
+            return {"status": "failed"}
+        since = row["started_at"] - 1
+        if not self.stack.exited(proc.pid, since, timeout=30):
+            return {"status": "failed"}
+        found = self.stack.profile(proc.pid, since)
+        if found is None:
+            return {"status": "failed"}
+        return {**found, "status": "ok"}
+
+    # -- the plan
+    def solo(self, config: Config, label: str) -> dict | None:
+        """The configuration's solo row: measured before, or measured now; None when the budget stops it."""
+        done = self.runs.done(config.key, self.finished)
+        if done is not None:
+            self.counts["skipped"] += 1
+            return done
+        estimate = self.estimate(config)
+        if not self.fits(estimate):
+            self.stop_for(config.key, estimate)
+            return None
+        self.ensure_stack()
+        began = time.monotonic()
+        [row] = self.execute([(config.key, config, {"role": "solo"})])
+        say(f"{label} {config.key}: {row['status']}, {row['wall_seconds']:.1f} s wall, "
+            f"{_fmt(row.get('duration_seconds'))} s duration, {_fmt(row.get('steps'))} steps "
+            f"({time.monotonic() - began:.1f} s with the profile){self.budget_note()}")
+        return row if row["status"] != "incomplete" else None
+
+    def pair(self, a: Config, b: Config, mode: str, label: str) -> None:
+        pair_key = f"{mode}|{a.key}|{b.key}"
+        if self.pairs.done(pair_key, statuses=("ok",)) is not None:
+            self.counts["skipped"] += 1
+            return
+        solo_a, solo_b = self.solo(a, label + " solo a"), None
+        if solo_a is not None:
+            solo_b = self.solo(b, label + " solo b")
+        if solo_a is None or solo_b is None or self.stopped_by_budget:
+            return
+        if solo_a["status"] != "ok" or solo_b["status"] != "ok":
+            say(f"{label} {pair_key}: skipped (a solo run failed)")
+            return
+        limits = MODES[mode]
+        estimate = (solo_a["wall_seconds"] + solo_b["wall_seconds"]) * ESTIMATE_MARGIN
+        if not self.fits(estimate):
+            self.stop_for(pair_key, estimate)
+            return
+        self.ensure_stack()
+        jobs = [(f"{pair_key}|{side}", config, {"role": "shared", "pair_key": pair_key, "mode": mode,
+                                                 "compute_limit_percent": limit})
+                for side, config, limit in (("a", a, limits[0]), ("b", b, limits[1]))]
+        shared_a, shared_b = self.execute(jobs)
+        if self.stopped_by_budget or "ok" != shared_a["status"] or "ok" != shared_b["status"]:
+            say(f"{label} {pair_key}: shared run {shared_a['status']}/{shared_b['status']}")
+            return
+        self.pairs.put(pair_row(pair_key, mode, limits, solo_a, solo_b, shared_a, shared_b))
+        self.counts["pairs"] += 1
+        row = self.pairs.rows[-1]
+        say(f"{label} {pair_key}: slowdowns {row['slowdown_a']:+.3f} / {row['slowdown_b']:+.3f}, "
+            f"packing saving {row['packing_saving']:+.3f}{self.budget_note()}")
+
+    def stop_for(self, what: str, estimate: float) -> None:
+        if not self.stopped_by_budget:
+            say(f"budget: stopping before {what} (estimated {estimate:.0f} s, {max(0.0, self.left()):.0f} s left)")
+        self.stopped_by_budget = True
+
+    def budget_note(self) -> str:
+        return "" if self.deadline is None else f"; {max(0.0, self.left()):.0f} s of the budget left"
+
+    def run(self, configs: list[Config], pairs: list[tuple[Config, Config]]) -> None:
+        try:
+            for index, config in enumerate(configs, 1):
+                if self.stopped_by_budget:
+                    break
+                self.solo(config, f"[{index}/{len(configs)}]")
+            for index, (a, b) in enumerate(pairs, 1):
+                for mode in self.options.pair_modes:
+                    if self.stopped_by_budget:
+                        break
+                    self.pair(a, b, mode, f"[pair {index}/{len(pairs)} {mode}]")
+        finally:
+            if self.stack is not None:
+                self.stack.stop()
+            for table in (self.runs, self.pairs):
+                if table.rows:
+                    problem = table.parquet()
+                    if problem:
+                        say(f"no Parquet: {problem}")
+
+
+def pair_row(pair_key: str, mode: str, limits, solo_a: dict, solo_b: dict, shared_a: dict, shared_b: dict) -> dict:
+    """The original project's definitions: slowdown = shared time / solo time - 1; packing saving =
+    1 - max(shared times) / (sum of solo times)."""
+    sa, sb = solo_a["duration_seconds"], solo_b["duration_seconds"]
+    ta, tb = shared_a["duration_seconds"], shared_b["duration_seconds"]
+    return {"pair_key": pair_key, "status": "ok", "mode": mode, "compute_limit_a": limits[0], "compute_limit_b": limits[1],
+            "solo_a_key": solo_a["key"], "solo_b_key": solo_b["key"], "shared_a_key": shared_a["key"],
+            "shared_b_key": shared_b["key"], "solo_a_seconds": sa, "solo_b_seconds": sb, "shared_a_seconds": ta,
+            "shared_b_seconds": tb, "slowdown_a": ta / sa - 1, "slowdown_b": tb / sb - 1,
+            "packing_saving": 1 - max(ta, tb) / (sa + sb), "measured_at": time.time()}
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def say(line: str) -> None:
+    print(f"campaign: {line}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------- command line
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=PROG, description="Runs the dataset's grid under the intercepts, recorded by the exporter "
+                           "and Prometheus, and profiles each job into DIR/runs.csv; pairs into DIR/pairs.csv.")
+    parser.add_argument("--out", required=True, metavar="DIR", help="The campaign's directory (resumed when it has rows).")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--families", nargs="+", choices=tuple(grid.MODELS), help="Only these families.")
+    parser.add_argument("--models", nargs="+", help="Only these models.")
+    parser.add_argument("--batch-sizes", nargs="+", type=int_at_least(1), help="Only these batch sizes.")
+    parser.add_argument("--precisions", nargs="+", choices=grid.PRECISIONS, help="Only these precisions.")
+    parser.add_argument("--workers", nargs="+", type=int_at_least(0), help="Only these DataLoader worker counts.")
+    parser.add_argument("--repeats", type=int_at_least(1), default=1, help="Repeats of every configuration (default 1).")
+    parser.add_argument("--steps", type=int_at_least(1), help="Every job trains this many steps instead of the grid's.")
+    parser.add_argument("--pairs", nargs="*", default=[], metavar="PAIR",
+                        help="auto:N, or A+B with each side family:model:batch[:precision[:workers]].")
+    parser.add_argument("--pair-modes", type=comma_separated(_mode), default=list(MODES),
+                        help="Comma-separated, of " + ", ".join(MODES) + " (default: all).")
+    parser.add_argument("--budget-seconds", type=float, help="Stop before a job that would not end in this many seconds.")
+    parser.add_argument("--estimate-seconds", type=float,
+                        help="A job's expected wall time before one like it was measured (default: the grid's H200 estimate).")
+    parser.add_argument("--prometheus-binary", default=shutil.which("prometheus") or "prometheus", metavar="PATH",
+                        help="Prometheus's binary (default: prometheus on PATH).")
+    parser.add_argument("--scratch", metavar="DIR", help="Where Prometheus's data and the segments go (default: --out); "
+                        "on the GPU machine a local disk, so --out holds only the rows and logs that come back.")
+    parser.add_argument("--retry-failed", action="store_true", help="Run configurations whose last row failed again.")
+    parser.add_argument("--list", action="store_true", help="Print the configurations and pairs, with their state; run nothing.")
+    return parser
+
+
+def _mode(text: str) -> str:
+    if text not in MODES:
+        raise ValueError(f"not a pair mode ({', '.join(MODES)}): {text!r}")
+    return text
+
+
+def _on_signal(signum, frame):
+    raise Stop(signal.Signals(signum).name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = build_parser().parse_args(argv)
+    try:
+        configs = configurations(options)
+        pairs = pair_specs(options, configs)
+    except ValueError as e:
+        fail(PROG, str(e))
+    if not configs and not pairs:
+        fail(PROG, "no configuration matches the filters")
+    if not options.list and shutil.which(options.prometheus_binary) is None:
+        fail(PROG, f"--prometheus-binary: no executable {options.prometheus_binary!r}")
+    campaign = Campaign(options)
+    if options.list:
+        for config in configs:
+            done = campaign.runs.done(config.key)
+            print(f"{config.key}\t{done['status'] if done else 'to do'}\t~{campaign.estimate(config):.0f} s")
+        for a, b in pairs:
+            for mode in options.pair_modes:
+                print(f"{mode}|{a.key}|{b.key}\t{'ok' if campaign.pairs.done(f'{mode}|{a.key}|{b.key}', ('ok',)) else 'to do'}")
+        return 0
+    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        campaign.run(configs, pairs)
+    except Stop as e:
+        say(f"stopped by {e}: the running jobs' rows are marked incomplete")
+        return 143
+    except ProfileError as e:
+        fail(PROG, str(e))
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    c = campaign.counts
+    state = "stopped by the budget" if campaign.stopped_by_budget else "done"
+    say(f"{state}: {c['ok']} ok, {c['failed']} failed, {c['incomplete']} incomplete, {c['skipped']} already measured, "
+        f"{c['pairs']} pairs; {len([r for r in campaign.runs.rows if r['status'] == 'ok'])} ok rows in {campaign.runs.path} "
+        f"in {time.monotonic() - campaign.began:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

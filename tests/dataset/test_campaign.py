@@ -1,0 +1,111 @@
+"""The campaign runner end to end on the CPU: two configurations (two repeats of one, each with its seed) and a pair run under alnair-run while the real
+exporter serves their records and a real Prometheus scrapes them; the rows are checked against the runner's own
+wall times, a second campaign resumes past everything, and a budget either stops before a job or ends one, its
+row marked incomplete."""
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from alnair.dataset import campaign
+from support import require_binary
+
+STEPS = 1200  # some 15 s a job on CI (as in test_profile): the teardown after the last publish (~0.7 s) stays under 10%: the interpreter's teardown after its last publish (~0.7 s) stays under 10%
+GRID = ["--device", "cpu", "--families", "dqn", "--batch-sizes", "10", "--precisions", "fp32", "--repeats", "2", "--steps", str(STEPS)]
+PAIR = ["--pairs", "dqn:dqn:10+dqn:dqn:10", "--pair-modes", "timeslice"]
+
+
+def run_campaign(out, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "alnair.dataset.campaign", "--out", str(out), *args,
+                           "--prometheus-binary", require_binary("prometheus")],
+                          capture_output=True, text=True, timeout=240)
+
+
+def rows(path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    out = tmp_path_factory.mktemp("campaign")
+    result = run_campaign(out, *GRID, *PAIR)
+    assert result.returncode == 0, result.stderr
+    return out, result.stderr
+
+
+def test_each_configuration_is_one_row_with_exact_steps_and_its_wall_time(measured):
+    out, log = measured
+    solo = [r for r in rows(out / "runs.csv") if r["role"] == "solo"]
+    assert [(r["run_repeat"], r["status"]) for r in solo] == [("0", "ok"), ("1", "ok")], log
+    for r in solo:
+        assert float(r["steps"]) == int(r["run_steps"]) == STEPS
+        assert float(r["samples"]) == STEPS * 10
+        assert r["duration_source"] == "record" and r["exit_code"] == "0"
+        wall = float(r["wall_seconds"])
+        assert abs(float(r["duration_seconds"]) - wall) <= 0.1 * wall, (r["duration_seconds"], wall)
+        assert r["key"] == f"dqn/dqn/b10/s{STEPS}/fp32/w0/cpu/seed{r['run_seed']}/r{r['run_repeat']}"
+        assert r["python_version"] and r["torch_version"] and r["alnair_version"] and r["alnair_commit"]
+        assert r["gpu_name"] == "" and r["compute_limit_percent"] == "" and r["pid"] and r["comm"] == "python"
+    assert len({r["run_seed"] for r in solo}) == 2
+    typed = pq.read_table(out / "runs.parquet").to_pylist()
+    assert [r["key"] for r in typed] == [r["key"] for r in rows(out / "runs.csv")]
+    assert typed[0]["run_steps"] == STEPS and isinstance(typed[0]["duration_seconds"], float)
+
+
+def test_a_pair_names_its_four_rows_and_follows_the_original_definitions(measured):
+    out, log = measured
+    by_key = {r["key"]: r for r in rows(out / "runs.csv")}
+    [pair] = rows(out / "pairs.csv")
+    assert pair["status"] == "ok" and pair["mode"] == "timeslice", log
+    solo_a, solo_b = by_key[pair["solo_a_key"]], by_key[pair["solo_b_key"]]
+    shared_a, shared_b = by_key[pair["shared_a_key"]], by_key[pair["shared_b_key"]]
+    assert solo_a is solo_b and (solo_a["role"], solo_a["run_repeat"]) == ("solo", "0")  # a job beside a copy of itself
+    assert {shared_a["role"], shared_b["role"], shared_a["status"], shared_b["status"]} == {"shared", "ok"}
+    assert shared_a["pair_key"] == shared_b["pair_key"] == pair["pair_key"]
+    assert float(shared_a["steps"]) == float(shared_b["steps"]) == STEPS
+    sa, sb = float(solo_a["duration_seconds"]), float(solo_b["duration_seconds"])
+    ta, tb = float(shared_a["duration_seconds"]), float(shared_b["duration_seconds"])
+    assert float(pair["slowdown_a"]) == pytest.approx(ta / sa - 1)
+    assert float(pair["slowdown_b"]) == pytest.approx(tb / sb - 1)
+    assert float(pair["packing_saving"]) == pytest.approx(1 - max(ta, tb) / (sa + sb))
+    assert max(ta, tb) < sa + sb + 10  # the two ran together: not one after the other
+    shared_start = {float(shared_a["started_at"]), float(shared_b["started_at"])}
+    assert max(shared_start) - min(shared_start) < 1
+
+
+def test_a_second_campaign_skips_what_is_measured(measured):
+    out, _ = measured
+    before = (out / "runs.csv").read_text(), (out / "pairs.csv").read_text()
+    result = run_campaign(out, *GRID, *PAIR)
+    assert result.returncode == 0, result.stderr
+    assert "0 ok, 0 failed, 0 incomplete" in result.stderr and "exporter at" not in result.stderr  # nothing started
+    assert ((out / "runs.csv").read_text(), (out / "pairs.csv").read_text()) == before
+
+
+def test_a_budget_too_small_for_the_next_job_starts_nothing(tmp_path):
+    result = run_campaign(tmp_path, *GRID, "--budget-seconds", "20")
+    assert result.returncode == 0, result.stderr
+    assert "budget: stopping before dqn/dqn/b10/" in result.stderr and "stopped by the budget" in result.stderr
+    assert not (tmp_path / "runs.csv").exists()
+
+
+def test_a_job_outliving_the_budget_is_ended_and_its_row_marked_incomplete(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(campaign, "STACK_STARTUP", 0.0)
+    monkeypatch.setattr(campaign, "PROFILE_RESERVE", 0.0)
+    monkeypatch.setattr(campaign, "SHUTDOWN_RESERVE", 2.0)
+    code = campaign.main(["--out", str(tmp_path), "--device", "cpu", "--families", "dqn", "--batch-sizes", "10",
+                          "--precisions", "fp32", "--steps", "100000", "--estimate-seconds", "1", "--budget-seconds", "14",
+                          "--prometheus-binary", require_binary("prometheus")])
+    assert code == 0
+    assert "stopped by the budget: 0 ok, 0 failed, 1 incomplete" in capsys.readouterr().err
+    [row] = rows(tmp_path / "runs.csv")
+    assert row["status"] == "incomplete" and row["exit_code"] == "-15" and row["steps"] == "" and float(row["wall_seconds"]) > 0
+    assert not (tmp_path / "pairs.csv").exists()
+    campaign.main(["--out", str(tmp_path), "--device", "cpu", "--families", "dqn", "--batch-sizes", "10",
+                   "--precisions", "fp32", "--steps", "100000", "--list"])
+    assert capsys.readouterr().out.split("\t")[1] == "to do"  # an incomplete row is run again
