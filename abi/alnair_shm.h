@@ -112,6 +112,21 @@ struct alnair_cuda_device_ext {
     uint64_t reserved[7];
 };
 
+#define ALNAIR_CUDA_LIMIT_INCLUDES_CONTEXT 0x1u /* memory flags: the memory limit charges the context too */
+
+/* A device's memory as the GPU sees it, appended after devices_ext[]: devices_memory[i] belongs to devices[i].
+ * 64 bytes. */
+struct alnair_cuda_device_memory {
+    uint64_t context_bytes;       /* device memory the process's live contexts hold themselves (0 = not measured) */
+    uint64_t pool_reserved_bytes; /* memory the stream-ordered pools the process allocates from hold reserved */
+    uint64_t pool_used_bytes;     /* of that, what is handed out to allocations */
+    uint64_t charged_bytes;       /* what the memory limit is checked against: bytes_in_use + pool_reserved -
+                                     pool_used, + context_bytes with ALNAIR_CUDA_LIMIT_INCLUDES_CONTEXT */
+    uint32_t flags;               /* ALNAIR_CUDA_LIMIT_INCLUDES_CONTEXT */
+    uint32_t reserved0;
+    uint64_t reserved[3];
+};
+
 /* The process's activity: times of its first and latest use of the GPU. 64 bytes. */
 struct alnair_cuda_activity {
     uint64_t first_launch_ns;     /* process start (start_time_ticks) to its first kernel or graph launch; 0 before */
@@ -121,7 +136,7 @@ struct alnair_cuda_activity {
 };
 
 /* The cuda kind's record: devices[0 .. device_count) are valid, and so are devices_ext[0 .. device_count).
- * activity and devices_ext were appended after the first writers shipped: a record_size that ends before
+ * activity, devices_ext and devices_memory were appended after the first writers shipped: a record_size that ends before
  * a field means its writer does not have it (readers: absent, not zero). */
 struct alnair_cuda_record {
     uint32_t device_count;
@@ -130,6 +145,7 @@ struct alnair_cuda_record {
     struct alnair_cuda_device devices[ALNAIR_CUDA_MAX_DEVICES];
     struct alnair_cuda_activity activity;                           /* appended: offset 8224 */
     struct alnair_cuda_device_ext devices_ext[ALNAIR_CUDA_MAX_DEVICES]; /* appended: offset 8288 */
+    struct alnair_cuda_device_memory devices_memory[ALNAIR_CUDA_MAX_DEVICES]; /* appended: offset 16480 */
 };
 
 /* ---- kind ALNAIR_KIND_PYTHON ---------------------------------------------- */
@@ -205,7 +221,8 @@ struct alnair_share_table {
 _Static_assert(sizeof(struct alnair_shm_header) == 256, "header is 256 bytes");
 _Static_assert(sizeof(struct alnair_cuda_device) == 128, "cuda device entry is 128 bytes");
 _Static_assert(sizeof(struct alnair_cuda_device_ext) == 128, "cuda device extension is 128 bytes");
-_Static_assert(sizeof(struct alnair_cuda_record) == 16480, "cuda record is 16480 bytes");
+_Static_assert(sizeof(struct alnair_cuda_device_memory) == 64, "cuda device memory entry is 64 bytes");
+_Static_assert(sizeof(struct alnair_cuda_record) == 20576, "cuda record is 20576 bytes");
 _Static_assert(sizeof(struct alnair_python_record) == 4224, "python record is 4224 bytes");
 _Static_assert(sizeof(struct alnair_share_table) == 512, "share table is 512 bytes");
 #endif

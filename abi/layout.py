@@ -13,6 +13,7 @@ KIND_NAMES = {KIND_CUDA: "cuda", KIND_PYTHON: "python"}
 
 CUDA_MAX_DEVICES = 64
 CUDA_DEVICE_MIG = 0x1
+CUDA_LIMIT_INCLUDES_CONTEXT = 0x1  # CudaDeviceMemory.flags
 
 COPY_HOST_TO_DEVICE = 0
 COPY_DEVICE_TO_HOST = 1
@@ -87,6 +88,18 @@ class CudaDeviceExt(C.LittleEndianStructure):
     ]
 
 
+class CudaDeviceMemory(C.LittleEndianStructure):
+    _fields_ = [
+        ("context_bytes", C.c_uint64),
+        ("pool_reserved_bytes", C.c_uint64),
+        ("pool_used_bytes", C.c_uint64),
+        ("charged_bytes", C.c_uint64),
+        ("flags", C.c_uint32),
+        ("reserved0", C.c_uint32),
+        ("reserved", C.c_uint64 * 3),
+    ]
+
+
 class CudaActivity(C.LittleEndianStructure):
     _fields_ = [
         ("first_launch_ns", C.c_uint64),
@@ -104,6 +117,7 @@ class CudaRecord(C.LittleEndianStructure):
         ("devices", CudaDevice * CUDA_MAX_DEVICES),
         ("activity", CudaActivity),  # appended: a shorter record's writer lacks it and what follows
         ("devices_ext", CudaDeviceExt * CUDA_MAX_DEVICES),
+        ("devices_memory", CudaDeviceMemory * CUDA_MAX_DEVICES),  # appended: absent in a shorter record
     ]
 
 
@@ -164,6 +178,8 @@ CUDA_RECORD_SIZE = C.sizeof(CudaRecord)
 CUDA_ACTIVITY_OFFSET = CudaRecord.activity.offset  # also the size of records written before it was appended
 CUDA_DEVICES_EXT_OFFSET = CudaRecord.devices_ext.offset
 CUDA_DEVICE_EXT_SIZE = C.sizeof(CudaDeviceExt)
+CUDA_DEVICES_MEMORY_OFFSET = CudaRecord.devices_memory.offset  # also the size of records written before it
+CUDA_DEVICE_MEMORY_SIZE = C.sizeof(CudaDeviceMemory)
 
 # Every struct the header defines, by its C name: what the ABI test walks.
 STRUCTS = {
@@ -171,6 +187,7 @@ STRUCTS = {
     "alnair_cuda_device": CudaDevice,
     "alnair_cuda_copy": CudaCopy,
     "alnair_cuda_device_ext": CudaDeviceExt,
+    "alnair_cuda_device_memory": CudaDeviceMemory,
     "alnair_cuda_activity": CudaActivity,
     "alnair_cuda_record": CudaRecord,
     "alnair_python_counter": PythonCounter,

@@ -29,12 +29,13 @@ class MalformedRecord(ValueError):
 
 @dataclass(frozen=True)
 class CudaProcess:
-    """A cuda record. `activity` and `devices_ext` (devices_ext[i] belongs to devices[i]) are None when the
+    """A cuda record. `activity`, `devices_ext` and `devices_memory` (devices_ext[i] belongs to devices[i]) are None when the
     writer's record ends before them: a writer older than those fields, whose zeros would be claims it never made."""
 
     devices: list[layout.CudaDevice]
     activity: layout.CudaActivity | None = None
     devices_ext: list[layout.CudaDeviceExt] | None = None
+    devices_memory: list[layout.CudaDeviceMemory] | None = None  # devices_memory[i] belongs to devices[i]
 
 
 def _appended(record: bytes, offset: int, size: int, cls):
@@ -55,7 +56,9 @@ def parse_cuda_record(record: bytes) -> CudaProcess:
     activity = _appended(record, layout.CUDA_ACTIVITY_OFFSET, C.sizeof(layout.CudaActivity), layout.CudaActivity)
     extensions = [_appended(record, layout.CUDA_DEVICES_EXT_OFFSET + i * layout.CUDA_DEVICE_EXT_SIZE,
                             layout.CUDA_DEVICE_EXT_SIZE, layout.CudaDeviceExt) for i in range(count)]
-    return CudaProcess(devices, activity, None if None in extensions else extensions)
+    memory = [_appended(record, layout.CUDA_DEVICES_MEMORY_OFFSET + i * layout.CUDA_DEVICE_MEMORY_SIZE,
+                        layout.CUDA_DEVICE_MEMORY_SIZE, layout.CudaDeviceMemory) for i in range(count)]
+    return CudaProcess(devices, activity, None if None in extensions else extensions, None if None in memory else memory)
 
 
 def parse_python_record(record: bytes) -> layout.PythonRecord:

@@ -44,6 +44,18 @@ ACTIVITY_FIELDS = [
      "last_launch_time_ns"),
 ]
 
+# (metric, help, field): per device, from the record's per-device memory fields (absent for older writers).
+MEMORY_FIELDS = [
+    ("alnair_cuda_pool_reserved_bytes",
+     "Device memory the stream-ordered pools the process allocates from hold reserved (handed out or cached).",
+     "pool_reserved_bytes"),
+    ("alnair_cuda_pool_used_bytes", "Of the pools' reservation, what is handed out to allocations.", "pool_used_bytes"),
+    ("alnair_cuda_memory_charged_bytes",
+     "What the memory limit is checked against: allocations plus the pools' cached memory, plus the context "
+     "memory when the limit includes it.", "charged_bytes"),
+]
+
+
 class CudaCollector(SegmentCollector):
     help = "Per-process CUDA counters (launches, memory, copies, limits) from the intercept's shared memory."
     kind = layout.KIND_CUDA
@@ -67,7 +79,30 @@ class CudaCollector(SegmentCollector):
                    "scaled down when the GPU's limits add up to more than 1.",
                    ((labels, d.compute_quota_ns / d.compute_period_ns) for labels, d in rows if d.compute_period_ns))
         self._copy_families(out, processes)
+        self._memory_families(out, processes)
         self._activity_families(out, processes)
+
+    def _memory_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]]) -> None:
+        """Pools, what the limit charges, and the contexts' own memory (absent until measured); none for a
+        writer older than these fields."""
+        rows = []
+        for p in processes:
+            pid = p.segment.pid_label
+            for d, m in zip(p.record.devices, p.record.devices_memory or ()):
+                uuid = device_uuid(d)
+                key = (p.segment.name, pid, d.device_index, uuid)
+                rows.append((self.labels.get(key, {"pid": pid, "gpu": str(d.device_index), "uuid": uuid}), d, m))
+        out.family("alnair_cuda_context_memory_bytes", "gauge",
+                   "Device memory the process's contexts hold themselves (no allocation shows it), as measured when "
+                   "each was created (absent: not measured).",
+                   ((labels, m.context_bytes) for labels, _, m in rows if m.context_bytes))
+        for metric, text, field in MEMORY_FIELDS:
+            out.family(metric, "gauge", text, ((labels, getattr(m, field)) for labels, _, m in rows))
+        out.family("alnair_cuda_memory_limit_includes_context", "gauge",
+                   "1 if the memory limit charges the context memory too (ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT), "
+                   "else 0 (absent: no memory limit).",
+                   ((labels, m.flags & layout.CUDA_LIMIT_INCLUDES_CONTEXT) for labels, d, m in rows
+                    if d.memory_limit_bytes))
 
     def _copy_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]]) -> None:
         """Every direction of every device, 0 until it copies; none for a writer older than the counters."""

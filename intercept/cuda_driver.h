@@ -59,6 +59,23 @@ typedef struct CUmemAllocationProp_st {
     } allocFlags;
 } CUmemAllocationProp;
 
+/* Stream-ordered memory pools: the attributes read, and the properties' device. */
+typedef int CUmemPool_attribute;
+#define CU_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
+#define CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT 5
+#define CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH 6
+#define CU_MEMPOOL_ATTR_USED_MEM_CURRENT 7
+#define CU_MEMPOOL_ATTR_USED_MEM_HIGH 8
+typedef struct CUmemPoolProps_st {
+    int allocType;
+    int handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+
 typedef struct CUDA_ARRAY_DESCRIPTOR_st {
     size_t Width;
     size_t Height;
@@ -344,6 +361,8 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
       (dptr, bytesize, pool, hStream)) \
     X(cuMemFreeAsync, (CUdeviceptr dptr, CUstream hStream), (dptr, hStream)) \
     X(cuMemFreeAsync_ptsz, (CUdeviceptr dptr, CUstream hStream), (dptr, hStream)) \
+    X(cuMemPoolCreate, (CUmemoryPool *pool, const CUmemPoolProps *poolProps), (pool, poolProps)) \
+    X(cuMemPoolDestroy, (CUmemoryPool pool), (pool)) \
     X(cuMemCreate, \
       (CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags), \
       (handle, size, prop, flags)) \
@@ -393,6 +412,9 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
     X(cuCtxGetDevice, (CUdevice *device), (device)) \
     X(cuStreamGetCtx, (CUstream hStream, CUcontext *pctx), (hStream, pctx)) \
     X(cuDeviceGetUuid_v2, (CUuuid *uuid, CUdevice dev), (uuid, dev)) \
-    X(cuArray3DGetDescriptor_v2, (CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray), (pArrayDescriptor, hArray))
+    X(cuArray3DGetDescriptor_v2, (CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray), (pArrayDescriptor, hArray)) \
+    X(cuDeviceGetMemPool, (CUmemoryPool *pool, CUdevice dev), (pool, dev)) \
+    X(cuMemPoolGetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void *value), (pool, attr, value)) \
+    X(cuMemPoolTrimTo, (CUmemoryPool pool, size_t minBytesToKeep), (pool, minBytesToKeep))
 
 #endif

@@ -44,16 +44,27 @@ static void fork_child(void)
 }
 ALNAIR_ON_FORK(memory_fork, fork_prepare, fork_parent, fork_child);
 
-/* Reserves size bytes on d; 0 if the limit refuses them. */
+/* Reserves size bytes on d; 0 if the limit refuses them. The limit charges the allocations and what
+ * alnair_memory_overhead() adds (pools' cached memory, the contexts with the option on); one refusal
+ * first reads the pools exactly and trims their cache (pools.c), then looks again. */
 static int admit(struct alnair_device *d, uint64_t size)
 {
-    uint64_t used = atomic_load(&d->bytes_in_use);
-    do {
-        if (d->memory_limit_bytes && (size > d->memory_limit_bytes || used > d->memory_limit_bytes - size)) {
-            atomic_fetch_add_explicit(&d->limit_denied_allocations, 1, memory_order_relaxed);
-            return 0;
+    uint64_t used = atomic_load(&d->bytes_in_use), limit = d->memory_limit_bytes;
+    int looked_again = 0;
+    for (;;) {
+        if (limit) {
+            uint64_t charged = used + alnair_memory_overhead(d);
+            if (size > limit || charged > limit - size) {
+                if (size <= limit && !looked_again++ && alnair_pools_make_room(d, charged - (limit - size))) {
+                    used = atomic_load(&d->bytes_in_use);
+                    continue;
+                }
+                atomic_fetch_add_explicit(&d->limit_denied_allocations, 1, memory_order_relaxed);
+                return 0;
+            }
         }
-    } while (!atomic_compare_exchange_weak(&d->bytes_in_use, &used, used + size));
+        if (atomic_compare_exchange_weak(&d->bytes_in_use, &used, used + size)) break;
+    }
     uint64_t peak = atomic_load(&d->peak_bytes), now = used + size;
     while (peak < now && !atomic_compare_exchange_weak(&d->peak_bytes, &peak, now)) {
     }
@@ -68,9 +79,14 @@ static void release(struct alnair_device *d, uint64_t size)
     }
 }
 
+/* In an allocation's table entry beside its device: it came from a pool, so its free returns it to the
+ * pool's cache (charged at once, until the pools' next reading says what the pool kept). */
+#define POOLED 0x10000
+
 /* After the driver answered an admitted allocation: record it or undo the reservation. Device pointers
  * also go into the address map, so copies to and from them are known as device copies. */
-static CUresult settle(CUresult r, struct alnair_device *d, struct alloc_table *t, uint64_t key, uint64_t size)
+static CUresult settle_as(CUresult r, struct alnair_device *d, struct alloc_table *t, uint64_t key, uint64_t size,
+                          int pooled)
 {
     if (r != CUDA_SUCCESS) {
         release(d, size);
@@ -79,19 +95,25 @@ static CUresult settle(CUresult r, struct alnair_device *d, struct alloc_table *
     }
     atomic_fetch_add_explicit(&d->allocations, 1, memory_order_relaxed);
     alnair_note_first(&alnair.first_allocation_boottime_ns);
-    if (alloc_table_insert(t, key, size, alnair_device_ordinal(d)) != 0) release(d, size);
+    if (alloc_table_insert(t, key, size, alnair_device_ordinal(d) | pooled) != 0) release(d, size);
     else if (t == &device_pointers) alnair_address_map_add(key, size, alnair_device_ordinal(d));
     return r;
 }
 
+static CUresult settle(CUresult r, struct alnair_device *d, struct alloc_table *t, uint64_t key, uint64_t size)
+{
+    return settle_as(r, d, t, key, size, 0);
+}
+
 /* The body every allocation shares: admit on d, ask the driver, record `key`. */
-#define ALLOCATE(d, table, size, real_call, key) \
+#define ALLOCATE_AS(d, table, size, real_call, key, pooled) \
     do { \
         if (!(d)) return real_call; \
         if (!admit(d, size)) return CUDA_ERROR_OUT_OF_MEMORY; \
         CUresult r_ = real_call; \
-        return settle(r_, d, table, r_ == CUDA_SUCCESS ? (uint64_t)(key) : 0, size); \
+        return settle_as(r_, d, table, r_ == CUDA_SUCCESS ? (uint64_t)(key) : 0, size, pooled); \
     } while (0)
+#define ALLOCATE(d, table, size, real_call, key) ALLOCATE_AS(d, table, size, real_call, key, 0)
 
 static int forget(struct alloc_table *t, uint64_t key, uint64_t *size, int *device)
 {
@@ -105,7 +127,9 @@ static CUresult freed(CUresult r, struct alloc_table *t, int known, uint64_t key
         alloc_table_insert(t, key, size, device);
         return r;
     }
-    release(alnair_device_at(device), size);
+    struct alnair_device *d = alnair_device_at(device & ~POOLED);
+    release(d, size);
+    if (device & POOLED) atomic_fetch_add_explicit(&d->pool_cached_bytes, size, memory_order_relaxed);
     if (t == &device_pointers) alnair_address_map_remove(key, size);
     return r;
 }
@@ -152,20 +176,40 @@ ALNAIR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, siz
     return settle(r, d, &device_pointers, r == CUDA_SUCCESS ? *dptr : 0, actual);
 }
 
+/* From the device's current pool: the monitor reads that pool once this is set. */
+static void allocates_async(struct alnair_device *d)
+{
+    if (d && ALNAIR_UNLIKELY(!atomic_load_explicit(&d->allocates_async, memory_order_relaxed)))
+        atomic_store_explicit(&d->allocates_async, 1, memory_order_relaxed);
+}
+
 #define ALLOC_ASYNC(name) \
     ALNAIR_EXPORT CUresult name(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) \
     { \
         struct alnair_device *d = thread_device(); \
-        ALLOCATE(d, &device_pointers, bytesize, CALL_REAL(name, (dptr, bytesize, hStream)), *dptr); \
+        allocates_async(d); \
+        ALLOCATE_AS(d, &device_pointers, bytesize, CALL_REAL(name, (dptr, bytesize, hStream)), *dptr, POOLED); \
     }
 ALLOC_ASYNC(cuMemAllocAsync)
 ALLOC_ASYNC(cuMemAllocAsync_ptsz)
 
+/* The memory is the pool's device's (a pool created here is known with its device; another is taken
+ * as the calling thread's device's, and remembered so its cache is charged). */
+static struct alnair_device *pool_device(CUmemoryPool pool)
+{
+    struct alnair_device *d = thread_device();
+    if (!d || !pool) return d;
+    int known = alnair_pool_device(pool);
+    if (known >= 0) return alnair_device_at(known);
+    alnair_pool_note(pool, alnair_device_ordinal(d));
+    return d;
+}
+
 #define ALLOC_FROM_POOL(name) \
     ALNAIR_EXPORT CUresult name(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) \
     { \
-        struct alnair_device *d = thread_device(); \
-        ALLOCATE(d, &device_pointers, bytesize, CALL_REAL(name, (dptr, bytesize, pool, hStream)), *dptr); \
+        struct alnair_device *d = pool_device(pool); \
+        ALLOCATE_AS(d, &device_pointers, bytesize, CALL_REAL(name, (dptr, bytesize, pool, hStream)), *dptr, POOLED); \
     }
 ALLOC_FROM_POOL(cuMemAllocFromPoolAsync)
 ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz)
@@ -182,6 +226,29 @@ ALNAIR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     }
 FREE_ASYNC(cuMemFreeAsync)
 FREE_ASYNC(cuMemFreeAsync_ptsz)
+
+ALNAIR_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+    CUresult r = CALL_REAL(cuMemPoolCreate, (pool, poolProps));
+    if (r == CUDA_SUCCESS && pool && alnair_active()) {
+        int dev = poolProps && poolProps->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? poolProps->location.id : -1;
+        if (dev < 0) dev = alnair_device_ordinal(alnair_current_device() ?: alnair.devices);
+        alnair_device_at(dev);
+        alnair_pool_note(*pool, dev);
+    }
+    return r;
+}
+
+/* Forgotten first: the driver may hand the handle out again once it is destroyed. */
+ALNAIR_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    int dev = alnair_active() ? alnair_pool_device(pool) : -1;
+    if (dev >= 0) alnair_pool_forget(pool);
+    CUresult r = CALL_REAL(cuMemPoolDestroy, (pool));
+    if (dev >= 0 && r != CUDA_SUCCESS) alnair_pool_note(pool, dev);
+    else if (dev >= 0) alnair_pools_read(dev);
+    return r;
+}
 
 /* Virtual memory management: physical memory on the device the properties name. */
 ALNAIR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
@@ -277,7 +344,7 @@ ALNAIR_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     CUresult r = CALL_REAL(cuMemGetInfo_v2, (free, total));
     struct alnair_device *d = r == CUDA_SUCCESS && free && total ? thread_device() : NULL;
     if (d && d->memory_limit_bytes) {
-        uint64_t used = atomic_load(&d->bytes_in_use), limit = d->memory_limit_bytes;
+        uint64_t used = atomic_load(&d->bytes_in_use) + alnair_memory_overhead(d), limit = d->memory_limit_bytes;
         uint64_t left = used < limit ? limit - used : 0;
         *total = limit < *total ? limit : *total;
         *free = left < *free ? left : *free;

@@ -77,6 +77,12 @@ struct alnair_device {
     uint64_t memory_limit_bytes; /* 0 = none; fixed after init */
     uint32_t compute_limit_percent; /* 0 = none; fixed after init */
     struct alnair_copy_counters copies[ALNAIR_COPY_DIRECTIONS];
+    /* Memory the GPU holds for the process beyond its allocations (pools.c, hooks_context.c). */
+    _Atomic uint64_t pool_reserved_bytes; /* the pools' reservations at their last reading */
+    _Atomic uint64_t pool_used_bytes;     /* of that, handed out, at the same reading */
+    _Atomic uint64_t pool_cached_bytes;   /* reserved - used: what the limit charges besides bytes_in_use */
+    _Atomic uint64_t context_bytes;       /* the live contexts' own memory, as measured at their creation */
+    _Atomic int allocates_async;          /* cuMemAllocAsync was used: the device's current pool is read */
 } __attribute__((aligned(64)));
 
 enum alnair_mode { ALNAIR_UNCONFIGURED = 0, ALNAIR_PASS_THROUGH = 1, ALNAIR_ACTIVE = 2 };
@@ -87,6 +93,7 @@ struct alnair_state {
     /* CLOCK_BOOTTIME (the clock of the process start time) of the first launch and allocation; 0 before */
     _Atomic uint64_t first_launch_boottime_ns;
     _Atomic uint64_t first_allocation_boottime_ns;
+    int limit_includes_context; /* ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT: the limit charges context_bytes too */
     struct alnair_device devices[ALNAIR_CUDA_MAX_DEVICES];
 };
 
@@ -148,9 +155,35 @@ const uint8_t *alnair_device_uuid(int ordinal);
 
 /* Context bookkeeping, called by the context hooks. */
 void alnair_context_bind(CUcontext ctx, CUdevice dev);
-void alnair_context_forget(CUcontext ctx);
+void alnair_context_forget(CUcontext ctx); /* and gives back what its own memory added */
+/* 1 once per bound context: the caller measures its own memory, then charges it to the context's device. */
+int alnair_context_claim_measurement(CUcontext ctx);
+void alnair_context_charge(CUcontext ctx, uint64_t bytes);
 void alnair_thread_context_changed(void); /* current context unknown now */
 void alnair_thread_uses(CUcontext ctx);    /* the thread made ctx current */
+
+/* What the memory limit charges on d besides its allocations: pools' cached memory, and the contexts'
+ * own memory when ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT is on. */
+static inline uint64_t alnair_memory_overhead(struct alnair_device *d)
+{
+    uint64_t extra = atomic_load_explicit(&d->pool_cached_bytes, memory_order_relaxed);
+    if (alnair.limit_includes_context) extra += atomic_load_explicit(&d->context_bytes, memory_order_relaxed);
+    return extra;
+}
+
+/* Stream-ordered memory pools (pools.c). A pool allocated from or created is remembered with its device;
+ * a destroyed one forgotten. */
+void alnair_pool_note(CUmemoryPool pool, int device);
+void alnair_pool_forget(CUmemoryPool pool);
+int alnair_pool_device(CUmemoryPool pool); /* -1 if not known */
+/* Reads every pool of the device (ordinal, or -1 for all) and stores what they reserve (driver calls:
+ * the monitor thread, and allocations the limit would refuse). */
+void alnair_pools_read(int ordinal);
+/* An allocation of d would pass the limit by `over` bytes: read the pools exactly and, if their cached
+ * memory is what stands in the way, trim it. Returns 1 if the charge went down. */
+int alnair_pools_make_room(struct alnair_device *d, uint64_t over);
+/* Monitor tick: the current pools of devices that allocate asynchronously, then every pool's figures. */
+void alnair_pools_tick(void);
 
 /* Compute limit: a launch waits for the process's window (only with a limit set). */
 void alnair_wait_for_window(struct alnair_device *d);

@@ -67,6 +67,16 @@ static void copy_device_ext(struct alnair_cuda_device_ext *out, int ordinal)
     }
 }
 
+static void copy_device_memory(struct alnair_cuda_device_memory *out, int ordinal)
+{
+    struct alnair_device *d = &alnair.devices[ordinal];
+    out->context_bytes = atomic_load_explicit(&d->context_bytes, memory_order_relaxed);
+    out->pool_reserved_bytes = atomic_load_explicit(&d->pool_reserved_bytes, memory_order_relaxed);
+    out->pool_used_bytes = atomic_load_explicit(&d->pool_used_bytes, memory_order_relaxed);
+    out->charged_bytes = atomic_load_explicit(&d->bytes_in_use, memory_order_relaxed) + alnair_memory_overhead(d);
+    out->flags = alnair.limit_includes_context ? ALNAIR_CUDA_LIMIT_INCLUDES_CONTEXT : 0;
+}
+
 static uint64_t realtime_ns(void)
 {
     struct timespec ts;
@@ -106,6 +116,7 @@ static void publish(void)
         if (!atomic_load_explicit(&alnair.devices[i].seen, memory_order_relaxed)) continue;
         copy_device(&record->devices[count], i);
         copy_device_ext(&record->devices_ext[count], i);
+        copy_device_memory(&record->devices_memory[count], i);
         launches += record->devices[count].kernel_launches + record->devices[count].graph_launches;
         count++;
     }
@@ -123,6 +134,7 @@ static void *monitor_main(void *arg)
     clock_gettime(CLOCK_MONOTONIC, &next);
     for (;;) {
         alnair_compute_limit_tick(alnair_monotonic_ns());
+        if (!atomic_load_explicit(&exiting, memory_order_relaxed)) alnair_pools_tick();
         if (have_segment) publish();
         next.tv_nsec += (long)alnair.period_ms * 1000000L;
         while (next.tv_nsec >= 1000000000L) next.tv_nsec -= 1000000000L, next.tv_sec++;

@@ -7,7 +7,8 @@
  *   alnair-shm-test-writer [--devices N] [--set FIELD=V]... [--record-size BYTES] [--churn] [--period-ms P]
  *
  * Device i gets FIELD = V + i; a copy field is DIRECTION.FIELD (host_to_device.bytes), an
- * activity field (first_launch_ns, ...) is the process's, V itself. --record-size publishes
+ * activity field (first_launch_ns, ...) is the process's, V itself; a memory field (context_bytes,
+ * pool_reserved_bytes, pool_used_bytes, charged_bytes) is device i's, V + i. --record-size publishes
  * only the record's first BYTES (at least its devices), as a writer older than the fields
  * past them did (8224: no activity, no copies). It prints "ready PATH" once published, then waits
  * until stdin closes or SIGTERM (removing the segment); SIGKILL leaves it behind
@@ -53,6 +54,11 @@ static const struct field_spec ext_fields[] = {
     COPY_FIELDS(device_to_device, ALNAIR_COPY_DEVICE_TO_DEVICE),
 };
 
+#define MEMORY(f) {#f, offsetof(struct alnair_cuda_device_memory, f)}
+static const struct field_spec memory_fields[] = {
+    MEMORY(context_bytes), MEMORY(pool_reserved_bytes), MEMORY(pool_used_bytes), MEMORY(charged_bytes),
+};
+
 #define ACTIVITY(f) {#f, offsetof(struct alnair_cuda_activity, f)}
 static const struct field_spec activity_fields[] = {
     ACTIVITY(first_launch_ns), ACTIVITY(first_allocation_ns), ACTIVITY(last_launch_time_ns),
@@ -95,6 +101,8 @@ static int set_field(struct alnair_cuda_record *r, const char *spec)
         for (uint32_t d = 0; d < r->max_devices; d++) set_u64(&r->devices[d], f->offset, v + d);
     else if ((f = find(ext_fields, COUNT(ext_fields), spec, eq)))
         for (uint32_t d = 0; d < r->max_devices; d++) set_u64(&r->devices_ext[d], f->offset, v + d);
+    else if ((f = find(memory_fields, COUNT(memory_fields), spec, eq)))
+        for (uint32_t d = 0; d < r->max_devices; d++) set_u64(&r->devices_memory[d], f->offset, v + d);
     else if ((f = find(activity_fields, COUNT(activity_fields), spec, eq)))
         set_u64(&r->activity, f->offset, v);
     else

@@ -6,6 +6,7 @@
  *   ALNAIR_INTERCEPT=off          pure pass-through (also 0, false, no)
  *   ALNAIR_MEMORY_LIMIT=8Gi       per-device memory limit; or "0=8Gi,1=4Gi"
  *   ALNAIR_COMPUTE_LIMIT=30       percent of each GPU; or "0=30,1=70"
+ *   ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT=off  on: the memory limit charges the contexts' own memory too
  *   ALNAIR_PUBLISH_INTERVAL_MS=10 how often the monitor publishes
  * A malformed value costs one stderr line and counts as unset (the grammar and
  * the refusal rules: docs/intercept.md, "Configuration").
@@ -230,20 +231,24 @@ static int publish_period_ms(void)
     return DEFAULT_PERIOD_MS;
 }
 
-/* The kill switch: off, 0, false, no (any case) pass everything through; on, 1, true, yes
- * (or unset) intercept. Anything else is reported and counts as unset, like every variable. */
-static int intercept_wanted(void)
+/* A switch: off, 0, false, no or on, 1, true, yes (any case); unset means the default, anything else
+ * is reported and counts as unset, like every variable. */
+static int switch_setting(const char *name, int default_on, const char *instead)
 {
     static const char *const off[] = {"off", "0", "false", "no"}, *const on[] = {"on", "1", "true", "yes"};
-    const char *v = setting("ALNAIR_INTERCEPT");
-    if (!v) return 1;
+    const char *v = setting(name);
+    if (!v) return default_on;
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
         if (!strcasecmp(v, off[i])) return 0;
         if (!strcasecmp(v, on[i])) return 1;
     }
-    report_ignored("ALNAIR_INTERCEPT", v, "want off, 0, false or no (or on, 1, true, yes)", "intercepting");
-    return 1;
+    report_ignored(name, v, default_on ? "want off, 0, false or no (or on, 1, true, yes)"
+                                       : "want on, 1, true or yes (or off, 0, false, no)", instead);
+    return default_on;
 }
+
+/* The kill switch: off passes everything through. */
+static int intercept_wanted(void) { return switch_setting("ALNAIR_INTERCEPT", 1, "intercepting"); }
 
 /* The modules' ALNAIR_ON_FORK handlers, registered by their constructors (one thread, at load). */
 #define MAX_FORK_HANDLERS 16
@@ -298,6 +303,8 @@ int alnair_configure(void)
         int active = intercept_wanted();
         if (active) {
             configure_limits();
+            alnair.limit_includes_context = switch_setting("ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT", 0,
+                                                           "the memory limit leaves the context out");
             alnair.period_ms = publish_period_ms();
             pthread_atfork(fork_prepare, fork_parent, fork_child);
         }
@@ -313,6 +320,8 @@ int alnair_configure(void)
 struct context_binding {
     _Atomic(CUcontext) ctx;
     _Atomic int device;
+    _Atomic int measured;    /* its own memory was measured (or that was tried) */
+    _Atomic uint64_t bytes;  /* what it added to its device's context_bytes */
 };
 static struct context_binding contexts[MAX_CONTEXTS];
 
@@ -330,6 +339,8 @@ void alnair_context_bind(CUcontext ctx, CUdevice dev)
     for (int i = 0; i < MAX_CONTEXTS; i++) { /* claim a free slot atomically */
         CUcontext expected = NULL;
         if (atomic_compare_exchange_strong(&contexts[i].ctx, &expected, ctx)) {
+            atomic_store(&contexts[i].measured, 0);
+            atomic_store(&contexts[i].bytes, 0);
             atomic_store(&contexts[i].device, dev);
             return;
         }
@@ -346,11 +357,40 @@ static int context_device(CUcontext ctx)
 
 struct alnair_device *alnair_context_device(CUcontext ctx) { return alnair_device_at(context_device(ctx)); }
 
+static struct context_binding *binding_of(CUcontext ctx)
+{
+    for (int i = 0; ctx && i < MAX_CONTEXTS; i++)
+        if (atomic_load(&contexts[i].ctx) == ctx) return &contexts[i];
+    return NULL;
+}
+
+int alnair_context_claim_measurement(CUcontext ctx)
+{
+    struct context_binding *b = binding_of(ctx);
+    int unmeasured = 0;
+    return b && atomic_compare_exchange_strong(&b->measured, &unmeasured, 1);
+}
+
+void alnair_context_charge(CUcontext ctx, uint64_t bytes)
+{
+    struct context_binding *b = binding_of(ctx);
+    struct alnair_device *d = b ? alnair_device_at(atomic_load(&b->device)) : NULL;
+    if (!d || !bytes) return;
+    atomic_store(&b->bytes, bytes);
+    atomic_fetch_add(&d->context_bytes, bytes);
+}
+
 void alnair_context_forget(CUcontext ctx)
 {
     for (int i = 0; i < MAX_CONTEXTS; i++) {
         CUcontext expected = ctx;
-        if (ctx && atomic_compare_exchange_strong(&contexts[i].ctx, &expected, NULL)) return;
+        if (!ctx || atomic_load(&contexts[i].ctx) != ctx) continue;
+        uint64_t bytes = atomic_exchange(&contexts[i].bytes, 0);
+        struct alnair_device *d = alnair_device_at(atomic_load(&contexts[i].device));
+        if (atomic_compare_exchange_strong(&contexts[i].ctx, &expected, NULL)) {
+            if (d && bytes) atomic_fetch_sub(&d->context_bytes, bytes);
+            return;
+        }
     }
 }
 

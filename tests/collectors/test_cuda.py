@@ -112,3 +112,37 @@ def test_a_writer_older_than_the_copy_and_activity_fields_has_none_of_their_seri
     s = sample(shm_dir)
     assert s[f'alnair_cuda_kernel_launches_total{{gpu="0",pid="{old.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"}}'] == 5
     assert not any(f'pid="{old.pid}"' in k for k in s if "cop" in k or "first_" in k or "last_launch" in k)
+
+
+MEMORY = ["--set", "context_bytes=524288000", "--set", "pool_reserved_bytes=301989888", "--set", "pool_used_bytes=203505664",
+          "--set", "charged_bytes=400000000"]
+
+
+def test_context_and_pool_memory_are_exported_per_device(start_writer, shm_dir):
+    w = start_writer("--devices", "2", *MEMORY, "--set", "memory_limit_bytes=4294967296")
+    s = sample(shm_dir)
+    gpu0 = f'gpu="0",pid="{w.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"'
+    gpu1 = f'gpu="1",pid="{w.pid}",uuid="GPU-10111213-1415-1617-1819-1a1b1c1d1e1f"'
+    assert s[f"alnair_cuda_context_memory_bytes{{{gpu0}}}"] == 524288000
+    assert s[f"alnair_cuda_context_memory_bytes{{{gpu1}}}"] == 524288001
+    assert s[f"alnair_cuda_pool_reserved_bytes{{{gpu0}}}"] == 301989888
+    assert s[f"alnair_cuda_pool_used_bytes{{{gpu0}}}"] == 203505664
+    assert s[f"alnair_cuda_memory_charged_bytes{{{gpu0}}}"] == 400000000
+    assert s[f"alnair_cuda_memory_limit_includes_context{{{gpu0}}}"] == 0
+
+
+def test_an_unmeasured_context_and_an_unlimited_process_have_no_such_series(start_writer, shm_dir):
+    w = start_writer("--set", "pool_reserved_bytes=4096")
+    s = sample(shm_dir)
+    assert s[f'alnair_cuda_pool_reserved_bytes{{gpu="0",pid="{w.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"}}'] == 4096
+    assert not any(k.startswith(("alnair_cuda_context_memory_bytes{", "alnair_cuda_memory_limit_includes_context{"))
+                   for k in s)
+
+
+def test_a_writer_older_than_the_memory_fields_has_none_of_their_series(start_writer, shm_dir):
+    from alnair.abi import layout
+
+    old = start_writer("--record-size", str(layout.CUDA_DEVICES_MEMORY_OFFSET), *MEMORY, *COPIES)
+    s = sample(shm_dir)
+    assert any(f'pid="{old.pid}"' in k for k in s if k.startswith("alnair_cuda_copies_total{"))  # it has copies
+    assert not any(f'pid="{old.pid}"' in k for k in s if "pool_" in k or "context_memory" in k or "charged" in k)

@@ -94,7 +94,9 @@ def golden_scrape(tmp_path, shm_dir, start_writer, start_redis) -> str:
     start_writer("--devices", "2", "--set", "memory_limit_bytes=1073741824", "--compute-limit", "30",
                  "--set", "compute_period_ns=100000000", "--set", "compute_quota_ns=30000000",
                  "--set", "first_allocation_ns=400000000", "--set", "first_launch_ns=500000000",
-                 "--set", "last_launch_time_ns=1764547200000000000")
+                 "--set", "last_launch_time_ns=1764547200000000000",
+                 "--set", "context_bytes=524288000", "--set", "pool_reserved_bytes=33554432",
+                 "--set", "pool_used_bytes=16777216", "--set", "charged_bytes=33554432")
     trainer = PythonProgram(PYTHON_WRITER, shm_dir)
     launcher = tmp_path / "exporter_with_fake_nvml.py"
     launcher.write_text(EXPORTER_WITH_FAKE_NVML)

@@ -26,6 +26,8 @@ STRUCT_FIELDS = {
                                "flags"],
     "CUmemcpy3DOperand": ["type", "op.ptr.ptr", "op.array.array"],
     "CUDA_ARRAY3D_DESCRIPTOR": ["Width", "Height", "Depth", "Format", "NumChannels", "Flags"],
+    "CUmemPoolProps": ["allocType", "handleTypes", "location.type", "location.id", "win32SecurityAttributes", "maxSize",
+                       "usage", "reserved"],
 }
 
 
@@ -84,3 +86,15 @@ def test_struct_layouts_we_read_match_the_toolkit(tmp_path):
     toolkit = compile_and_run(tmp_path, "#include <cuda.h>\n" + layout_probe(), f"-I{TOOLKIT_INCLUDE}")
     assert ours == toolkit
     assert "CUlaunchConfig hStream 32" in ours
+
+
+def test_pool_attribute_values_match_the_toolkit(tmp_path):
+    """cuda_driver.h spells the pool attributes the library reads as numbers; they are the toolkit's enum's."""
+    require_toolkit()
+    names = ["CU_MEMPOOL_ATTR_RELEASE_THRESHOLD", "CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT", "CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH",
+             "CU_MEMPOOL_ATTR_USED_MEM_CURRENT", "CU_MEMPOOL_ATTR_USED_MEM_HIGH"]
+    probe = "\n".join(['#include <stdio.h>', '#include "cuda_driver.h"', "int main(void) {"]
+                      + [f'printf("{n} %d\\n", (int){n});' for n in names] + ["return 0; }"])
+    ours = compile_and_run(tmp_path, probe)
+    toolkit = compile_and_run(tmp_path, "#include <cuda.h>\n" + probe, f"-I{TOOLKIT_INCLUDE}")
+    assert ours == toolkit and len(ours.splitlines()) == len(names)

@@ -19,7 +19,13 @@
  * once, like a real GPU's queue; the synchronize calls sleep until it drains),
  * FAKE_CUDA_COPY_NS (time each copy call takes, default 0: asynchronous ones too, so
  * a test can tell they are not timed). A copy of more bytes than a device holds is
- * refused, like an out-of-range copy.
+ * refused, like an out-of-range copy. FAKE_CUDA_CONTEXT_BYTES (default 0): device memory each context
+ * holds itself (a primary context from its first retain), given back when it is destroyed.
+ *
+ * Stream-ordered pools: each device has a default pool (its current pool), cuMemPoolCreate makes more.
+ * A pool reserves device memory in FAKE_CUDA_POOL_GRANULE steps (default 2 MiB) when what it holds free
+ * is too small, keeps freed memory reserved, and releases what it holds free above its release threshold
+ * (default 0) at the next synchronize, or down to a size on cuMemPoolTrimTo, like the driver's pools.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -46,13 +52,25 @@
 
 struct CUctx_st {
     int device;
+    int retained; /* a primary context: it holds its memory from the first retain */
 };
+
+#define MAX_POOLS (MAX_DEVICES + 64) /* the default pools, then created ones */
+struct CUmemPoolHandle_st {
+    int device;
+    int live;
+    uint64_t reserved, used, threshold;
+};
+static struct CUmemPoolHandle_st pools[MAX_POOLS];
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int n_devices = 4;
 static uint64_t device_bytes = 16ull << 30;
 static uint64_t launch_ns;
 static uint64_t copy_ns;
 static int bare_launches;
+static uint64_t context_bytes;
+static uint64_t pool_granule = 2ull << 20;
 
 /* The FAKE_CUDA_SHARED_GPU file's layout (tests read it with struct "<iiQQ"). */
 struct shared_gpu {
@@ -86,6 +104,7 @@ struct allocation {
     int device;
     int format;            /* arrays: CUarray_format and channels, for cuArray3DGetDescriptor_v2 */
     unsigned int channels;
+    struct CUmemPoolHandle_st *pool; /* from a pool: its free goes back there */
 };
 static struct allocation allocations[MAX_ALLOCS];
 static pthread_mutex_t allocations_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -107,7 +126,10 @@ __attribute__((constructor)) static void configure(void)
     bare_launches = getenv("FAKE_CUDA_BARE") != NULL;
     if ((v = getenv("FAKE_CUDA_SHARED_GPU"))) map_shared_gpu(v);
     async_launches = getenv("FAKE_CUDA_ASYNC") != NULL;
+    if ((v = getenv("FAKE_CUDA_CONTEXT_BYTES"))) context_bytes = strtoull(v, NULL, 10);
+    if ((v = getenv("FAKE_CUDA_POOL_GRANULE"))) pool_granule = strtoull(v, NULL, 10);
     for (int i = 0; i < MAX_DEVICES; i++) {
+        pools[i] = (struct CUmemPoolHandle_st){.device = i, .live = 1};
         primary[i].device = i;
         next_address[i] = ((uint64_t)i + 1) << 40;
     }
@@ -218,7 +240,13 @@ static CUresult give_back(uint64_t key)
     pthread_mutex_lock(&allocations_lock);
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (allocations[i].key == key && key) {
-            atomic_fetch_sub(&used[allocations[i].device], allocations[i].size);
+            if (allocations[i].pool) {
+                pthread_mutex_lock(&pools_lock);
+                allocations[i].pool->used -= allocations[i].size;
+                pthread_mutex_unlock(&pools_lock);
+            } else {
+                atomic_fetch_sub(&used[allocations[i].device], allocations[i].size);
+            }
             allocations[i].key = 0;
             r = CUDA_SUCCESS;
             break;
@@ -269,6 +297,7 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     record("cuDevicePrimaryCtxRetain");
     if (dev < 0 || dev >= n_devices) return CUDA_ERROR_INVALID_DEVICE;
+    if (!__atomic_exchange_n(&primary[dev].retained, 1, __ATOMIC_ACQ_REL)) atomic_fetch_add(&used[dev], context_bytes);
     *pctx = &primary[dev];
     return CUDA_SUCCESS;
 }
@@ -318,8 +347,9 @@ static CUresult create_context(CUcontext *pctx, CUdevice dev)
 {
     if (dev < 0 || dev >= n_devices) return CUDA_ERROR_INVALID_DEVICE;
     if (depth == 16) return CUDA_ERROR_INVALID_VALUE;
-    CUcontext ctx = malloc(sizeof *ctx);
+    CUcontext ctx = calloc(1, sizeof *ctx);
     ctx->device = dev;
+    atomic_fetch_add(&used[dev], context_bytes);
     stack[depth++] = ctx;
     *pctx = ctx;
     return CUDA_SUCCESS;
@@ -342,9 +372,13 @@ EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsig
 EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     record("cuCtxDestroy_v2");
+    if (depth && stack[depth - 1] == ctx) depth--; /* the driver pops a destroyed context that was current */
     for (int i = 0; i < depth; i++)
         if (stack[i] == ctx) stack[i] = NULL;
-    if (ctx < primary || ctx >= primary + MAX_DEVICES) free(ctx);
+    if (ctx < primary || ctx >= primary + MAX_DEVICES) {
+        atomic_fetch_sub(&used[ctx->device], context_bytes);
+        free(ctx);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -385,6 +419,156 @@ EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, u
     return CUDA_SUCCESS;
 }
 
+/* ---- stream-ordered pools ------------------------------------------------ */
+
+static int pool_valid(CUmemoryPool p) { return p >= pools && p < pools + MAX_POOLS && p->live; }
+
+/* Hands out size bytes of the pool, reserving more device memory in granules when too little is free. */
+static CUresult pool_take(CUmemoryPool p, uint64_t size, uint64_t *key)
+{
+    if (!pool_valid(p)) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pools_lock);
+    uint64_t free_in_pool = p->reserved - p->used;
+    if (free_in_pool < size) {
+        uint64_t grow = (size - free_in_pool + pool_granule - 1) / pool_granule * pool_granule;
+        uint64_t u = atomic_load(&used[p->device]);
+        do {
+            if (u + grow > device_bytes) {
+                pthread_mutex_unlock(&pools_lock);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+        } while (!atomic_compare_exchange_weak(&used[p->device], &u, u + grow));
+        p->reserved += grow;
+    }
+    p->used += size;
+    pthread_mutex_unlock(&pools_lock);
+    *key = atomic_fetch_add(&next_address[p->device], (size + 0xfff) & ~0xfffull) ?: 1;
+    pthread_mutex_lock(&allocations_lock);
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (!allocations[i].key) {
+            allocations[i] = (struct allocation){*key, size, p->device, 0, 0, p};
+            break;
+        }
+    }
+    pthread_mutex_unlock(&allocations_lock);
+    return CUDA_SUCCESS;
+}
+
+/* Releases what the pool holds free, down to keep bytes reserved (whole granules, never below its use). */
+static void pool_release_to(CUmemoryPool p, uint64_t keep)
+{
+    uint64_t floor = (p->used + pool_granule - 1) / pool_granule * pool_granule;
+    uint64_t target = keep > floor ? (keep + pool_granule - 1) / pool_granule * pool_granule : floor;
+    if (target < p->reserved) {
+        atomic_fetch_sub(&used[p->device], p->reserved - target);
+        p->reserved = target;
+    }
+}
+
+static void pools_synchronized(void)
+{
+    pthread_mutex_lock(&pools_lock);
+    for (int i = 0; i < MAX_POOLS; i++)
+        if (pools[i].live && pools[i].reserved > pools[i].threshold) pool_release_to(&pools[i], pools[i].threshold);
+    pthread_mutex_unlock(&pools_lock);
+}
+
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    record("cuDeviceGetDefaultMemPool");
+    if (dev < 0 || dev >= n_devices) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = &pools[dev];
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    record("cuDeviceGetMemPool");
+    if (dev < 0 || dev >= n_devices) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = &pools[dev];
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    record("cuMemPoolCreate");
+    if (!props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+        props->location.id >= n_devices)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pools_lock);
+    for (int i = MAX_DEVICES; i < MAX_POOLS; i++) {
+        if (!pools[i].live) {
+            pools[i] = (struct CUmemPoolHandle_st){.device = props->location.id, .live = 1};
+            *pool = &pools[i];
+            pthread_mutex_unlock(&pools_lock);
+            return CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&pools_lock);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    record("cuMemPoolDestroy");
+    if (!pool_valid(pool) || pool < pools + MAX_DEVICES) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pools_lock);
+    atomic_fetch_sub(&used[pool->device], pool->reserved); /* its live allocations go with it, as the driver's do */
+    pool->live = 0;
+    pthread_mutex_unlock(&pools_lock);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    record("cuMemPoolGetAttribute");
+    if (!pool_valid(pool)) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pools_lock);
+    uint64_t v = attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ? pool->reserved
+               : attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT      ? pool->used
+               : attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD     ? pool->threshold
+                                                                : UINT64_MAX;
+    pthread_mutex_unlock(&pools_lock);
+    if (v == UINT64_MAX && attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) return CUDA_ERROR_INVALID_VALUE;
+    *(cuuint64_t *)value = v;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    record("cuMemPoolSetAttribute");
+    if (!pool_valid(pool) || attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pools_lock);
+    pool->threshold = *(cuuint64_t *)value;
+    pthread_mutex_unlock(&pools_lock);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
+{
+    record("cuMemPoolTrimTo");
+    if (!pool_valid(pool)) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pools_lock);
+    pool_release_to(pool, keep);
+    pthread_mutex_unlock(&pools_lock);
+    return CUDA_SUCCESS;
+}
+
+#define ALLOC_FROM_POOL(name, params, pool) \
+    EXPORT CUresult name params \
+    { \
+        record(#name); \
+        if (current_device() < 0) return CUDA_ERROR_INVALID_CONTEXT; \
+        uint64_t key; \
+        CUresult r = pool_take(pool, bytesize, &key); \
+        if (r == CUDA_SUCCESS) *dptr = key; \
+        return r; \
+    }
+ALLOC_FROM_POOL(cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream s), &pools[current_device()])
+ALLOC_FROM_POOL(cuMemAllocAsync_ptsz, (CUdeviceptr *dptr, size_t bytesize, CUstream s), &pools[current_device()])
+ALLOC_FROM_POOL(cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p, CUstream s), p)
+ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p, CUstream s), p)
+
 #define ALLOC_CURRENT(name, params, size, out) \
     EXPORT CUresult name params \
     { \
@@ -396,11 +580,6 @@ EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, u
     }
 ALLOC_CURRENT(cuMemAlloc_v2, (CUdeviceptr *dptr, size_t bytesize), bytesize, dptr)
 ALLOC_CURRENT(cuMemAllocManaged, (CUdeviceptr *dptr, size_t bytesize, unsigned int flags), bytesize, dptr)
-ALLOC_CURRENT(cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream s), bytesize, dptr)
-ALLOC_CURRENT(cuMemAllocAsync_ptsz, (CUdeviceptr *dptr, size_t bytesize, CUstream s), bytesize, dptr)
-ALLOC_CURRENT(cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p, CUstream s), bytesize, dptr)
-ALLOC_CURRENT(cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p, CUstream s), bytesize,
-              dptr)
 
 EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned int elem)
 {
@@ -586,6 +765,7 @@ ALNAIR_COPY_HOOKS(FAKE_COPY, unused)
     EXPORT CUresult name params \
     { \
         record(#name); \
+        pools_synchronized(); \
         return wait_for_queue(); \
     }
 
@@ -618,7 +798,9 @@ static const struct {
     ENTRY(cuMemRelease) ENTRY(cuArrayDestroy) ENTRY(cuMipmappedArrayDestroy) ENTRY(cuMemGetInfo_v2)
     ENTRY(cuDeviceTotalMem_v2) ENTRY(cuGetProcAddress) ENTRY(cuGetProcAddress_v2) ENTRY(cuCtxSynchronize)
     ENTRY(cuCtxSynchronize_v2) ENTRY(cuStreamSynchronize) ENTRY(cuStreamSynchronize_ptsz) ENTRY(cuEventSynchronize)
-    ENTRY(cuMemMap) ENTRY(cuMemUnmap) ENTRY(cuArray3DGetDescriptor_v2)
+    ENTRY(cuMemMap) ENTRY(cuMemUnmap) ENTRY(cuArray3DGetDescriptor_v2) ENTRY(cuDeviceGetDefaultMemPool)
+    ENTRY(cuDeviceGetMemPool) ENTRY(cuMemPoolCreate) ENTRY(cuMemPoolDestroy) ENTRY(cuMemPoolGetAttribute)
+    ENTRY(cuMemPoolSetAttribute) ENTRY(cuMemPoolTrimTo)
 #define COPY_ENTRY(X, name, family, kind) ENTRY(name)
     ALNAIR_COPY_HOOKS(COPY_ENTRY, unused)
 };

@@ -53,7 +53,8 @@
     X(cuStreamSynchronize, "cuStreamSynchronize", 13000, 0) \
     X(cuStreamSynchronize_ptsz, "cuStreamSynchronize", 13000, PTDS) X(cuEventSynchronize, "cuEventSynchronize", 13000, 0) \
     X(cuGetProcAddress, "cuGetProcAddress", 11030, 0) X(cuGetProcAddress_v2, "cuGetProcAddress", 13000, 0) \
-    X(cuMemMap, "cuMemMap", 13000, 0) X(cuMemUnmap, "cuMemUnmap", 13000, 0)
+    X(cuMemMap, "cuMemMap", 13000, 0) X(cuMemUnmap, "cuMemUnmap", 13000, 0) \
+    X(cuMemPoolCreate, "cuMemPoolCreate", 13000, 0) X(cuMemPoolDestroy, "cuMemPoolDestroy", 13000, 0)
 
 /* The copies, with the query the runtime makes: the _ptds/_ptsz forms by flags, the 12.8 batches by version. */
 #define COPY_ENTRY_POINTS(X) \
@@ -342,8 +343,13 @@ static void scenario_every_entry(void)
     check(cu.cuMemAllocManaged(&managed, 2 * MIB, 1), "managed");
     check(cu.cuMemAllocAsync(&async, 3 * MIB, NULL), "async");
     check(cu.cuMemAllocAsync_ptsz(&async_ptsz, 4 * MIB, NULL), "async ptsz");
-    check(cu.cuMemAllocFromPoolAsync(&pool, 5 * MIB, NULL, NULL), "pool");
-    check(cu.cuMemAllocFromPoolAsync_ptsz(&pool_ptsz, 6 * MIB, NULL, NULL), "pool ptsz");
+    CUmemPoolProps pool_props = {.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+    CUmemoryPool custom, doomed;
+    check(cu.cuMemPoolCreate(&custom, &pool_props), "pool create");
+    check(cu.cuMemPoolCreate(&doomed, &pool_props), "pool create");
+    check(cu.cuMemPoolDestroy(doomed), "pool destroy");
+    check(cu.cuMemAllocFromPoolAsync(&pool, 5 * MIB, custom, NULL), "pool");
+    check(cu.cuMemAllocFromPoolAsync_ptsz(&pool_ptsz, 6 * MIB, custom, NULL), "pool ptsz");
     check(cu.cuMemCreate(&handle, 8 * MIB, &prop, 0), "create");
     check(cu.cuMemMap(0x300000000000ull, 8 * MIB, 0, handle, 0), "map");
     check(cu.cuMemUnmap(0x300000000000ull, 8 * MIB), "unmap");
@@ -632,6 +638,87 @@ static void scenario_activity(void)
     }
 }
 
+/* ---- scenario: stream-ordered pools ------------------------------------------ */
+
+typedef CUresult (*pool_get_fn)(CUmemoryPool *, CUdevice);
+typedef CUresult (*pool_attr_fn)(CUmemoryPool, CUmemPool_attribute, void *);
+typedef CUresult (*pool_trim_fn)(CUmemoryPool, size_t);
+
+static uint64_t pool_attr(CUmemoryPool pool, CUmemPool_attribute attr)
+{
+    pool_attr_fn get = (pool_attr_fn)dlsym(libcuda(), "cuMemPoolGetAttribute");
+    cuuint64_t v = 0;
+    check(get(pool, attr, &v), "pool attribute");
+    return v;
+}
+
+/* Phase 1: a cache in the default pool and in a created one; phase 2 (next line): 1 MiB allocations until
+ * the limit refuses one; phase 3 (next line): every default-pool allocation freed, the pool trimmed. */
+static void scenario_pools(void)
+{
+    use_device(0);
+    CUmemoryPool dflt, custom;
+    check(((pool_get_fn)dlsym(libcuda(), "cuDeviceGetDefaultMemPool"))(&dflt, 0), "default pool");
+    cuuint64_t keep_all = UINT64_MAX;
+    pool_attr_fn set = (pool_attr_fn)dlsym(libcuda(), "cuMemPoolSetAttribute");
+    check(set(dflt, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all), "threshold");
+    CUmemPoolProps props = {.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+    check(cu.cuMemPoolCreate(&custom, &props), "pool create");
+    check(set(custom, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all), "threshold");
+    static CUdeviceptr blocks[4096];
+    int n = 0;
+    for (int i = 0; i < 4; i++) check(cu.cuMemAllocAsync(&blocks[n++], 8 * MIB, NULL), "async");
+    check(cu.cuMemFreeAsync(blocks[--n], NULL), "free async");
+    check(cu.cuMemFreeAsync(blocks[--n], NULL), "free async");
+    CUdeviceptr c1, c2;
+    check(cu.cuMemAllocFromPoolAsync(&c1, 3 * MIB, custom, NULL), "from pool");
+    check(cu.cuMemAllocFromPoolAsync(&c2, 3 * MIB, custom, NULL), "from pool");
+    check(cu.cuMemFreeAsync(c2, NULL), "free async");
+    check(cu.cuStreamSynchronize(NULL), "sync"); /* release thresholds keep everything */
+#define RESERVED() (pool_attr(dflt, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) + pool_attr(custom, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT))
+#define USED() (pool_attr(dflt, CU_MEMPOOL_ATTR_USED_MEM_CURRENT) + pool_attr(custom, CU_MEMPOOL_ATTR_USED_MEM_CURRENT))
+    printf("allocated %llu\nreserved %llu\nused %llu\n", 19 * MIB, (unsigned long long)RESERVED(),
+           (unsigned long long)USED());
+    wait_for_line();
+
+    uint64_t custom_before = pool_attr(custom, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), most = 0;
+    long granted = 0;
+    CUresult r;
+    while (n < 4096 && (r = cu.cuMemAllocAsync(&blocks[n], MIB, NULL)) == CUDA_SUCCESS) {
+        n++, granted++;
+        uint64_t now = RESERVED();
+        if (now > most) most = now;
+    }
+    printf("granted %ld\nrefused_result %d\nmost_reserved %llu\nreserved %llu\n", granted, r,
+           (unsigned long long)most, (unsigned long long)RESERVED());
+    printf("custom_before %llu\ncustom_after %llu\n", (unsigned long long)custom_before,
+           (unsigned long long)pool_attr(custom, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
+    wait_for_line();
+
+    while (n) check(cu.cuMemFreeAsync(blocks[--n], NULL), "free async");
+    check(((pool_trim_fn)dlsym(libcuda(), "cuMemPoolTrimTo"))(dflt, 0), "trim");
+    printf("reserved %llu\nused %llu\n", (unsigned long long)RESERVED(), (unsigned long long)USED());
+}
+
+/* Contexts holding FAKE_CUDA_CONTEXT_BYTES each: the primary one of device 0, two created on device 1;
+ * on a line from stdin, one of those is destroyed. */
+static void scenario_contexts(void)
+{
+    CUcontext a, b, popped;
+    use_device(0);
+    check(cu.cuCtxCreate_v2(&a, 0, 1), "create");
+    check(cu.cuCtxCreate_v4(&b, NULL, 0, 1), "create v4");
+    check(launch(), "launch"); /* on b, the current context */
+    check(cu.cuCtxPopCurrent_v2(&popped), "pop");
+    check(cu.cuCtxPopCurrent_v2(&popped), "pop");
+    check(launch(), "launch"); /* back on device 0 */
+    size_t free_bytes, total;
+    check(cu.cuMemGetInfo_v2(&free_bytes, &total), "mem info");
+    printf("reported_free %zu\nreported_total %zu\n", free_bytes, total);
+    wait_for_line();
+    check(cu.cuCtxDestroy_v2(b), "destroy");
+}
+
 /* ---- scenario: fork ---------------------------------------------------------- */
 
 static void scenario_fork(void)
@@ -670,6 +757,8 @@ int main(int argc, char **argv)
     else if (!strcmp(scenario, "copies")) scenario_copies();
     else if (!strcmp(scenario, "activity")) scenario_activity();
     else if (!strcmp(scenario, "fork")) scenario_fork();
+    else if (!strcmp(scenario, "pools")) scenario_pools();
+    else if (!strcmp(scenario, "contexts")) scenario_contexts();
     else fprintf(stderr, "unknown scenario %s\n", scenario), exit(2);
     wait_for_stdin_close();
     return 0;

@@ -1,0 +1,171 @@
+/*
+ * pools.c - stream-ordered memory pools (cuMemAllocAsync, cuMemAllocFromPoolAsync): what they hold
+ * reserved beyond what they hand out, charged against the memory limit.
+ *
+ * A pool keeps freed memory reserved (up to its release threshold, which PyTorch sets to "never
+ * release"), so counting allocations alone misses the cache. The cache is charged, not forbidden: each
+ * allocation adds and each free subtracts its exact bytes (bytes_in_use), and the pools' cached memory
+ * (reserved - used, read from the driver) is charged on top. The reading is a driver call, so it is
+ * never made per allocation: the monitor thread reads every pool each period, and an allocation the
+ * limit would refuse reads them exactly first and, if the cache is what stands in the way, trims it
+ * (cuMemPoolTrimTo) so the allocation gets the cached memory instead of an out-of-memory error.
+ * docs/intercept.md ("Memory as the GPU sees it") gives the error bound.
+ */
+#include <pthread.h>
+
+#include "intercept.h"
+
+#define MAX_POOLS 256
+
+struct pool_slot {
+    _Atomic(CUmemoryPool) pool;
+    _Atomic int device;
+};
+static struct pool_slot pools[MAX_POOLS];
+/* One reader at a time: the monitor and an allocation near the limit may both read and trim. */
+static pthread_mutex_t read_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int alnair_pool_device(CUmemoryPool pool)
+{
+    for (int i = 0; pool && i < MAX_POOLS; i++)
+        if (atomic_load_explicit(&pools[i].pool, memory_order_acquire) == pool)
+            return atomic_load_explicit(&pools[i].device, memory_order_relaxed);
+    return -1;
+}
+
+void alnair_pool_note(CUmemoryPool pool, int device)
+{
+    if (!pool || device < 0 || device >= ALNAIR_CUDA_MAX_DEVICES || alnair_pool_device(pool) >= 0) return;
+    for (int i = 0; i < MAX_POOLS; i++) {
+        CUmemoryPool expected = NULL;
+        atomic_store_explicit(&pools[i].device, device, memory_order_relaxed);
+        if (atomic_compare_exchange_strong(&pools[i].pool, &expected, pool)) return;
+        if (expected == pool) return; /* a racer noted it */
+    }
+    /* table full: this pool's cache is not charged (docs/intercept.md) */
+}
+
+void alnair_pool_forget(CUmemoryPool pool)
+{
+    for (int i = 0; pool && i < MAX_POOLS; i++) {
+        CUmemoryPool expected = pool;
+        if (atomic_compare_exchange_strong(&pools[i].pool, &expected, NULL)) return;
+    }
+}
+
+static uint64_t attribute(cuMemPoolGetAttribute_fn get, CUmemoryPool pool, CUmemPool_attribute attr)
+{
+    cuuint64_t v = 0;
+    return get(pool, attr, &v) == CUDA_SUCCESS ? (uint64_t)v : 0;
+}
+
+static void read_locked(int ordinal)
+{
+    uint64_t reserved[ALNAIR_CUDA_MAX_DEVICES] = {0}, used[ALNAIR_CUDA_MAX_DEVICES] = {0};
+    unsigned char has_pool[ALNAIR_CUDA_MAX_DEVICES] = {0};
+    cuMemPoolGetAttribute_fn get = REAL(cuMemPoolGetAttribute);
+    if (!get) return;
+    for (int i = 0; i < MAX_POOLS; i++) {
+        CUmemoryPool pool = atomic_load_explicit(&pools[i].pool, memory_order_acquire);
+        int dev = atomic_load_explicit(&pools[i].device, memory_order_relaxed);
+        if (!pool || dev < 0 || dev >= ALNAIR_CUDA_MAX_DEVICES || (ordinal >= 0 && dev != ordinal)) continue;
+        reserved[dev] += attribute(get, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        used[dev] += attribute(get, pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+        has_pool[dev] = 1;
+    }
+    for (int dev = 0; dev < ALNAIR_CUDA_MAX_DEVICES; dev++) {
+        struct alnair_device *seen = &alnair.devices[dev];
+        if (!has_pool[dev] && ordinal != dev && !atomic_load_explicit(&seen->pool_reserved_bytes, memory_order_relaxed))
+            continue; /* never had a pool, or had none at the last reading either */
+        struct alnair_device *d = &alnair.devices[dev];
+        atomic_store_explicit(&d->pool_reserved_bytes, reserved[dev], memory_order_relaxed);
+        atomic_store_explicit(&d->pool_used_bytes, used[dev], memory_order_relaxed);
+        atomic_store_explicit(&d->pool_cached_bytes, reserved[dev] > used[dev] ? reserved[dev] - used[dev] : 0,
+                              memory_order_relaxed);
+    }
+}
+
+void alnair_pools_read(int ordinal)
+{
+    pthread_mutex_lock(&read_lock);
+    read_locked(ordinal);
+    pthread_mutex_unlock(&read_lock);
+}
+
+/* Trims the device's pools, each down to what it hands out plus what may stay cached, until `over`
+ * bytes are released (or nothing more can be). */
+static void trim_locked(int ordinal, uint64_t over)
+{
+    cuMemPoolGetAttribute_fn get = REAL(cuMemPoolGetAttribute);
+    cuMemPoolTrimTo_fn trim = REAL(cuMemPoolTrimTo);
+    if (!get || !trim) return;
+    for (int i = 0; i < MAX_POOLS && over; i++) {
+        CUmemoryPool pool = atomic_load_explicit(&pools[i].pool, memory_order_acquire);
+        if (!pool || atomic_load_explicit(&pools[i].device, memory_order_relaxed) != ordinal) continue;
+        uint64_t reserved = attribute(get, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        uint64_t used = attribute(get, pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+        uint64_t cached = reserved > used ? reserved - used : 0, release = cached < over ? cached : over;
+        if (!release) continue;
+        trim(pool, (size_t)(reserved - release));
+        uint64_t after = attribute(get, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        if (after + release > reserved) { /* a pool releases whole chunks: all it holds free, then */
+            trim(pool, (size_t)used);
+            after = attribute(get, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        }
+        uint64_t released = after < reserved ? reserved - after : 0;
+        over = released < over ? over - released : 0;
+    }
+}
+
+static int device_has_pool(int ordinal)
+{
+    for (int i = 0; i < MAX_POOLS; i++)
+        if (atomic_load_explicit(&pools[i].pool, memory_order_acquire) &&
+            atomic_load_explicit(&pools[i].device, memory_order_relaxed) == ordinal)
+            return 1;
+    return 0;
+}
+
+static void note_current_pool(int ordinal)
+{
+    cuDeviceGetMemPool_fn current_pool = REAL(cuDeviceGetMemPool);
+    CUmemoryPool pool = NULL;
+    if (current_pool && current_pool(&pool, ordinal) == CUDA_SUCCESS && pool) alnair_pool_note(pool, ordinal);
+}
+
+int alnair_pools_make_room(struct alnair_device *d, uint64_t over)
+{
+    int ordinal = alnair_device_ordinal(d);
+    if (atomic_load_explicit(&d->allocates_async, memory_order_relaxed)) note_current_pool(ordinal);
+    if (!device_has_pool(ordinal)) return 0;
+    uint64_t before = atomic_load(&d->pool_cached_bytes);
+    pthread_mutex_lock(&read_lock);
+    read_locked(ordinal);
+    uint64_t now = atomic_load(&d->pool_cached_bytes);
+    uint64_t still = now + over > before ? now + over - before : 0; /* what the exact reading leaves over */
+    if (still && now) {
+        trim_locked(ordinal, still);
+        read_locked(ordinal);
+    }
+    pthread_mutex_unlock(&read_lock);
+    return 1; /* the charge is exact now: worth one more look */
+}
+
+void alnair_pools_tick(void)
+{
+    int any = 0;
+    for (int dev = 0; dev < ALNAIR_CUDA_MAX_DEVICES; dev++)
+        if (atomic_load_explicit(&alnair.devices[dev].allocates_async, memory_order_relaxed)) note_current_pool(dev);
+    for (int i = 0; i < MAX_POOLS && !any; i++) any = atomic_load_explicit(&pools[i].pool, memory_order_relaxed) != NULL;
+    if (any) alnair_pools_read(-1);
+}
+
+static void fork_prepare(void) { pthread_mutex_lock(&read_lock); }
+static void fork_parent(void) { pthread_mutex_unlock(&read_lock); }
+/* The child's pools are its own (a pool is not shared across fork). */
+static void fork_child(void)
+{
+    for (int i = 0; i < MAX_POOLS; i++) atomic_store(&pools[i].pool, NULL);
+    pthread_mutex_init(&read_lock, NULL);
+}
+ALNAIR_ON_FORK(pools_fork, fork_prepare, fork_parent, fork_child);
