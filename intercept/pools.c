@@ -29,17 +29,21 @@ int alnair_pool_device(CUmemoryPool pool)
 {
     for (int i = 0; pool && i < MAX_POOLS; i++)
         if (atomic_load_explicit(&pools[i].pool, memory_order_acquire) == pool)
-            return atomic_load_explicit(&pools[i].device, memory_order_relaxed);
+            return atomic_load_explicit(&pools[i].device, memory_order_acquire);
     return -1;
 }
 
 void alnair_pool_note(CUmemoryPool pool, int device)
 {
-    if (!pool || device < 0 || device >= ALNAIR_CUDA_MAX_DEVICES || alnair_pool_device(pool) >= 0) return;
+    if (!pool || device < 0 || device >= ALNAIR_CUDA_MAX_DEVICES) return;
+    for (int i = 0; i < MAX_POOLS; i++)
+        if (atomic_load_explicit(&pools[i].pool, memory_order_acquire) == pool) return; /* listed already */
     for (int i = 0; i < MAX_POOLS; i++) {
         CUmemoryPool expected = NULL;
-        atomic_store_explicit(&pools[i].device, device, memory_order_relaxed);
-        if (atomic_compare_exchange_strong(&pools[i].pool, &expected, pool)) return;
+        if (atomic_compare_exchange_strong(&pools[i].pool, &expected, pool)) {
+            atomic_store_explicit(&pools[i].device, device, memory_order_release); /* -1 until now: skipped */
+            return;
+        }
         if (expected == pool) return; /* a racer noted it */
     }
     /* table full: this pool's cache is not charged (docs/intercept.md) */
@@ -48,9 +52,17 @@ void alnair_pool_note(CUmemoryPool pool, int device)
 void alnair_pool_forget(CUmemoryPool pool)
 {
     for (int i = 0; pool && i < MAX_POOLS; i++) {
+        if (atomic_load_explicit(&pools[i].pool, memory_order_acquire) != pool) continue;
+        atomic_store_explicit(&pools[i].device, -1, memory_order_relaxed); /* before the slot is free again */
         CUmemoryPool expected = pool;
         if (atomic_compare_exchange_strong(&pools[i].pool, &expected, NULL)) return;
     }
+}
+
+/* A slot's device is -1 while it is free or being claimed. */
+__attribute__((constructor)) static void init_pools(void)
+{
+    for (int i = 0; i < MAX_POOLS; i++) atomic_store(&pools[i].device, -1);
 }
 
 static uint64_t attribute(cuMemPoolGetAttribute_fn get, CUmemoryPool pool, CUmemPool_attribute attr)
@@ -165,7 +177,7 @@ static void fork_parent(void) { pthread_mutex_unlock(&read_lock); }
 /* The child's pools are its own (a pool is not shared across fork). */
 static void fork_child(void)
 {
-    for (int i = 0; i < MAX_POOLS; i++) atomic_store(&pools[i].pool, NULL);
+    for (int i = 0; i < MAX_POOLS; i++) atomic_store(&pools[i].pool, NULL), atomic_store(&pools[i].device, -1);
     pthread_mutex_init(&read_lock, NULL);
 }
 ALNAIR_ON_FORK(pools_fork, fork_prepare, fork_parent, fork_child);
