@@ -479,11 +479,11 @@ class Campaign:
         return {**found, "status": "ok"}
 
     # -- the plan
-    def solo(self, config: Config, label: str) -> dict | None:
+    def solo(self, config: Config, label: str, for_pair: bool = False) -> dict | None:
         """The configuration's solo row: measured before, or measured now; None when the budget stops it."""
         done = self.runs.done(config.key, self.finished)
         if done is not None:
-            self.counts["skipped"] += 1
+            self.counts["skipped"] += not for_pair  # a pair's baseline measured before is no configuration skipped
             return done
         estimate = self.estimate(config)
         if not self.fits(estimate):
@@ -502,9 +502,9 @@ class Campaign:
         if self.pairs.done(pair_key, statuses=("ok",)) is not None:
             self.counts["skipped"] += 1
             return
-        solo_a, solo_b = self.solo(a, label + " solo a"), None
+        solo_a, solo_b = self.solo(a, label + " solo a", for_pair=True), None
         if solo_a is not None:
-            solo_b = self.solo(b, label + " solo b")
+            solo_b = self.solo(b, label + " solo b", for_pair=True)
         if solo_a is None or solo_b is None or self.stopped_by_budget:
             return
         if solo_a["status"] != "ok" or solo_b["status"] != "ok":
@@ -539,7 +539,7 @@ class Campaign:
 
     def run(self, configs: list[Config], pairs: list[tuple[Config, Config]]) -> None:
         try:
-            for index, config in enumerate(configs, 1):
+            for index, config in enumerate([] if self.options.pairs_only else configs, 1):
                 if self.stopped_by_budget:
                     break
                 self.solo(config, f"[{index}/{len(configs)}]")
@@ -594,6 +594,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int_at_least(1), help="Every job trains this many steps instead of the grid's.")
     parser.add_argument("--pairs", nargs="*", default=[], metavar="PAIR",
                         help="auto:N, or A+B with each side family:model:batch[:precision[:workers]].")
+    parser.add_argument("--pairs-only", action="store_true",
+                        help="Run only the pairs and their solo baselines, not every chosen configuration.")
     parser.add_argument("--pair-modes", type=comma_separated(_mode), default=list(MODES),
                         help="Comma-separated, of " + ", ".join(MODES) + " (default: all).")
     parser.add_argument("--budget-seconds", type=float, help="Stop before a job that would not end in this many seconds.")

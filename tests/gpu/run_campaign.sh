@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One block of the dataset campaign on the GPU machine (the `run` tool, kind nvidia-h200), from the repository
+# root, with Debian's prometheus binary carried as .device/prometheus.xz (carry: [".device/prometheus.xz"]):
+#
+#   ALNAIR_GIT_COMMIT=<sha of HEAD> BLOCK_SECONDS=570 bash tests/gpu/run_campaign.sh [campaign flags ...]
+#   e.g. ... bash tests/gpu/run_campaign.sh --families classify dqn --repeats 3 --pairs auto:30
+#
+# Nothing is installed: the intercept is built with make and the package is a shim of symlinks to this checkout
+# (tests/gpu/check_python_and_cuda_records.py's, plus alnair.dataset). The campaign resumes from the rows committed
+# under dataset/data/h200/ (copied into $OUT/campaign, which comes back to the calling machine: copy its runs.csv,
+# pairs.csv, *.parquet and logs-*.tar.gz into dataset/data/h200/ and commit them). Prometheus's data and the segments stay
+# in /tmp. The campaign gets what is left of BLOCK_SECONDS (the run's timeout_s, less a margin) after the set-up,
+# so it stops before the block's end with every row finished or marked incomplete.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BLOCK_SECONDS=${BLOCK_SECONDS:-570}
+OUT=${OUT:-/tmp/alnair-campaign-out}
+DATA=dataset/data/h200
+make -s -C intercept
+xz -d -k -f .device/prometheus.xz   # Debian's prometheus 2.42, carried from the calling machine
+chmod +x .device/prometheus
+python3 - <<'EOF'
+import sys
+from pathlib import Path
+sys.path.insert(0, "tests/gpu")
+from check_python_and_cuda_records import REPO, shim
+site = Path("/tmp/alnair-campaign/site")
+if not site.exists():
+    shim(site)
+    (site / "alnair" / "dataset").symlink_to(REPO / "dataset")
+EOF
+mkdir -p "$OUT/campaign"
+for file in runs.csv pairs.csv; do  # the rows so far: the campaign skips what they hold
+  if [ -f "$DATA/$file" ] && [ ! -f "$OUT/campaign/$file" ]; then cp "$DATA/$file" "$OUT/campaign/$file"; fi
+done
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+budget=$((BLOCK_SECONDS - SECONDS - 10))
+echo "run_campaign: ${budget} s of campaign (set-up took ${SECONDS} s)"
+export PYTHONPATH=/tmp/alnair-campaign/site PYTHONUNBUFFERED=1 ALNAIR_GIT_COMMIT=${ALNAIR_GIT_COMMIT:-}
+python3 -m alnair.dataset.campaign --out "$OUT/campaign" --scratch /tmp/alnair-campaign/scratch --device cuda \
+  --prometheus-binary "$PWD/.device/prometheus" --budget-seconds "$budget" "$@" || status=$?
+# The run tool brings back a handful of files: the jobs' logs travel as one archive.
+tar -czf "$OUT/campaign/logs-$(date -u +%Y%m%dT%H%M%SZ).tar.gz" -C "$OUT/campaign" logs && rm -rf "$OUT/campaign/logs" "$OUT/campaign/prometheus.yml"
+exit "${status:-0}"
