@@ -442,14 +442,15 @@ class Campaign:
             cut = True
             raise
         finally:
-            for (p, log), row in zip(procs, rows):
+            for p, _ in procs:  # every job told first, so a pair's two end within the one shut-down reserve
                 if p.poll() is None:
                     p.terminate()
-                    try:
-                        p.wait(5)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait()
+            for (p, log), row in zip(procs, rows):
+                try:
+                    p.wait(4)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
                 if row.get("ended_at") is None:
                     row["ended_at"] = time.time()
                 log.close()
@@ -500,6 +501,10 @@ class Campaign:
     def pair(self, a: Config, b: Config, mode: str, label: str) -> None:
         pair_key = f"{mode}|{a.key}|{b.key}"
         if self.pairs.done(pair_key, statuses=("ok",)) is not None:
+            self.counts["skipped"] += 1
+            return
+        before = [self.runs.done(f"{pair_key}|{side}", self.finished) for side in "ab"]
+        if all(before) and any(r["status"] == "failed" for r in before):  # e.g. the two did not fit in the GPU's memory
             self.counts["skipped"] += 1
             return
         solo_a, solo_b = self.solo(a, label + " solo a", for_pair=True), None
