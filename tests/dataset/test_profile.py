@@ -17,7 +17,9 @@ import requests
 
 from support import Exporter, end_all, free_port, require_binary, wait_until
 
-STEPS, BATCH = 1200, 16  # some 15 s: the interpreter's teardown after its last publish (~0.7 s) stays under 10%
+# Some 15 s on a quiet machine (the DQN's steps slow as its replay buffer fills: 1,200 took 2.9 s, 4,800 took 14 s):
+# enough scrapes inside the job for every column's min, mean and max. 1,200 steps trained for 1.5 s on a quiet machine.
+STEPS, BATCH = 5000, 16
 PROFILE = [sys.executable, "-m", "alnair.cli.main", "profile"]
 
 
