@@ -69,8 +69,8 @@ CAMPAIGN_COLUMNS = [
     ("exit_code", int, "the job's exit status (negative: killed by that signal)"),
     ("gpu_name", str, "nvidia-smi's GPU name (empty: none)"), ("nvidia_driver", str, "nvidia-smi's driver version"),
     ("cuda_version", str, "torch.version.cuda"), ("torch_version", str, "torch.__version__"),
-    ("python_version", str, "the jobs' Python"), ("alnair_version", str, "the alnair package's version"),
-    ("alnair_commit", str, "the checkout's git commit (ALNAIR_GIT_COMMIT, else git; empty: unknown)"),
+    ("python_version", str, "the jobs' Python"), ("package_version", str, "the alnair package's version"),
+    ("git_commit", str, "the checkout's git commit (ALNAIR_GIT_COMMIT, else git; empty: unknown)"),
     ("hostname", str, "the machine"),
 ]
 PAIR_COLUMNS = [
@@ -240,7 +240,7 @@ class Table:
 def versions(device: str) -> dict:
     """What the rows were measured with: GPU, driver, CUDA, torch, Python, Alnair (commit where known)."""
     out = {"python_version": platform.python_version(), "hostname": socket.gethostname(),
-           "alnair_version": _alnair_version(), "alnair_commit": os.environ.get("ALNAIR_GIT_COMMIT") or _git_commit()}
+           "package_version": _alnair_version(), "git_commit": os.environ.get("ALNAIR_GIT_COMMIT") or _git_commit()}
     probe = ("import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))")
     try:
         answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

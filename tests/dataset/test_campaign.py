@@ -54,7 +54,7 @@ def test_each_configuration_is_one_row_with_exact_steps_and_its_wall_time(measur
         wall = float(r["wall_seconds"])
         assert abs(float(r["duration_seconds"]) - wall) <= 0.1 * wall, (r["duration_seconds"], wall)
         assert r["key"] == f"dqn/dqn/b10/s{STEPS}/fp32/w0/cpu/seed{r['run_seed']}/r{r['run_repeat']}"
-        assert r["python_version"] and r["torch_version"] and r["alnair_version"] and r["alnair_commit"]
+        assert r["python_version"] and r["torch_version"] and r["package_version"] and r["git_commit"]
         assert r["gpu_name"] == "" and r["compute_limit_percent"] == "" and r["pid"]
         assert r["comm"] == Path(sys.executable).name[:15]  # the interpreter the campaign runs jobs with (python3 in make test)
     assert len({r["run_seed"] for r in solo}) == 2
