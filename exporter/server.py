@@ -193,12 +193,9 @@ class ExporterServer:
     async def _linger(self, conn: socket.socket) -> None:
         """Ends the sending side and reads what the client still sends before closing, as Go's server does: closing
         over unread bytes would reset the connection and could destroy the reply before the client reads it."""
-        with contextlib.suppress(OSError, TimeoutError):
+        with contextlib.suppress(OSError):
             conn.shutdown(socket.SHUT_WR)
-            async with asyncio.timeout(LINGER_SECONDS):
-                read = 0
-                while read < LINGER_BYTES and (chunk := await self._loop.sock_recv(conn, 65536)):
-                    read += len(chunk)
+            await _read_what_is_left(lambda: self._loop.sock_recv(conn, 65536))
 
     async def _peek(self, conn: socket.socket) -> bytes:
         """The client's first bytes, left in the socket for the TLS handshake."""
@@ -319,18 +316,22 @@ class Exchange:
         await asyncio.wait_for(self.writer.drain(), READ_TIMEOUT)
 
 
+async def _read_what_is_left(read) -> None:
+    """Reads and drops what the client still sends, until it closes, LINGER_BYTES or LINGER_SECONDS."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LINGER_SECONDS):
+            total = 0
+            while total < LINGER_BYTES and (chunk := await read()):
+                total += len(chunk)
+
+
 async def _close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Closes after what is buffered has gone out, reading what the client still sends meanwhile (see _linger);
     a client that takes READ_TIMEOUT to read the rest is cut off."""
-    try:
-        if writer.can_write_eof():
+    if writer.can_write_eof():
+        with contextlib.suppress(OSError):  # ConnectionError is one
             writer.write_eof()
-            async with asyncio.timeout(LINGER_SECONDS):
-                read = 0
-                while read < LINGER_BYTES and (chunk := await reader.read(65536)):
-                    read += len(chunk)
-    except (TimeoutError, ConnectionError, OSError):
-        pass
+            await _read_what_is_left(lambda: reader.read(65536))
     writer.close()
     try:
         await asyncio.wait_for(writer.wait_closed(), READ_TIMEOUT)

@@ -14,7 +14,6 @@ import ipaddress
 import logging
 import os
 import re
-import socket
 import ssl
 import stat
 import sys
@@ -179,9 +178,13 @@ class WebConfig:
         before), else None: the server asks check_basic_auth off its event loop only then."""
         if not self.auth_required:
             return True
-        key = _attempt(authorization_header)
-        if key is None:
+        return self._verdict(_parse_basic(authorization_header))
+
+    def _verdict(self, credentials: tuple[str, bytes] | None) -> bool | None:
+        """False for a malformed header, the kept verdict of an attempt seen before, else None."""
+        if credentials is None:
             return False
+        key = _attempt_key(credentials)
         with self._cache_lock:
             known = self._outcomes.get(key)
             if known is not None:
@@ -190,17 +193,20 @@ class WebConfig:
 
     def check_basic_auth(self, authorization_header: str | None) -> bool:
         """True when auth is off or the header carries a configured user's password."""
-        known = self.known_verdict(authorization_header)
+        if not self.auth_required:
+            return True
+        credentials = _parse_basic(authorization_header)
+        known = self._verdict(credentials)
         if known is not None:
             return known
-        user, password = _parse_basic(authorization_header)
+        user, password = credentials
         hashed = self.basic_auth_users.get(user)
         # An unknown user is checked against a configured user's hash: the same cost, so the time taken
         # does not tell which users exist, and the verdict is still no.
         with self._bcrypt_slots:
             ok = _bcrypt_matches(password, hashed or next(iter(self.basic_auth_users.values()))) and hashed is not None
         with self._cache_lock:
-            self._outcomes[_attempt(authorization_header)] = ok
+            self._outcomes[_attempt_key(credentials)] = ok
             if len(self._outcomes) > OUTCOMES_KEPT:
                 self._outcomes.popitem(last=False)
         return ok
@@ -298,10 +304,9 @@ def _parse_basic(header: str | None) -> tuple[str, bytes] | None:
         return None
 
 
-def _attempt(header: str | None) -> tuple[str, bytes] | None:
-    """(user, sha256 of the password) of a Basic header, the key its verdict is kept under; None if malformed."""
-    credentials = _parse_basic(header)
-    return None if credentials is None else (credentials[0], hashlib.sha256(credentials[1]).digest())
+def _attempt_key(credentials: tuple[str, bytes]) -> tuple[str, bytes]:
+    """(user, sha256 of the password): the key a login's verdict is kept under."""
+    return credentials[0], hashlib.sha256(credentials[1]).digest()
 
 
 def _bcrypt_matches(password: bytes, hashed: bytes) -> bool:
