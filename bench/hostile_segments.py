@@ -63,7 +63,11 @@ STARTUP_TIMEOUT = 60.0
 SKIPPED = re.compile(rb'^alnair_cuda_segments_skipped\{reason="(\w+)"\} (\S+)$', re.M)
 RECLAIMED = re.compile(rb"^alnair_cuda_segments_reclaimed_total (\S+)$", re.M)
 SUCCESS = re.compile(rb'^alnair_exporter_collector_success\{collector="cuda"\} (\S+)$', re.M)
-DEVICE = re.compile(rb'^(alnair_cuda_\w+)\{pid="([^"]*)",gpu="(\d+)",uuid="[^"]*"\} (\S+)$', re.M)
+# The families of the device counters --churn sets to one running count (not the later record fields it leaves 0).
+CHURNED = (b"kernel_launches_total|graph_launches_total|memory_used_bytes|memory_peak_bytes|allocations_total|"
+           b"allocation_failures_total|allocations_denied_total|memory_limit_bytes|throttled_seconds_total|"
+           b"compute_quota_ratio")
+DEVICE = re.compile(rb'^(alnair_cuda_(?:' + CHURNED + rb'))\{pid="([^"]*)",gpu="(\d+)",uuid="[^"]*"\} (\S+)$', re.M)
 INFO = re.compile(rb'^alnair_cuda_process_info\{pid="(\d+)",comm="((?:[^"\\]|\\.)*)"', re.M)
 # The text format's grammar, strictly: a planted string that escaped its label would break a line.
 LINE = re.compile(rb'(# (HELP|TYPE) \S+ .*|[a-zA-Z_:][\w:]*(\{\w+="(?:[^"\\\n]|\\.)*"(,\w+="(?:[^"\\\n]|\\.)*")*\})? \S+)')
