@@ -14,8 +14,10 @@ rounds and the reverse on odd ones:
   differs; batches of BATCH (one MGET each, the next sent before a reply is read), every value checked
   against its XXH3-128 check digest, counters written every half second; and the same pipelined
   batches read in the consumer's own thread (CachedDataset.batches), without the loader's hand-off
-- torch DataLoader: the same CachedDataset in torch.utils.data.DataLoader, CLIENTS worker processes
-  (skipped, and said so, when torch is not installed)
+- torch DataLoader: the same CachedDataset in torch.utils.data.DataLoader(dataset, batch_size=BATCH,
+  num_workers=CLIENTS), the default collate: its workers start with each epoch (torch's default); and the
+  same with persistent_workers, started once before the rounds, their CPU counted while they live
+  (both skipped, and said so, when torch is not installed)
 - per-sample GET: one redis-py GET per sample in one thread, as the original loader did; and the same
   with each value checked against its check digest, as the cache's loader does
 - local files: the same samples read from the origin directory (page cache) by CLIENTS threads, each
@@ -34,8 +36,8 @@ rounds and the reverse on odd ones:
 With --shards N (N >= 1), a Redis Cluster of N primaries on loopback (no replicas, no persistence) instead,
 and only: `redis-benchmark --cluster -t get` with CLIENTS clients (its keys SET first with values of SIZE
 bytes), the default loader in one process, the pipelined loader (CachedDataset.batches) in N forked
-processes, each reading every N-th batch, and the torch DataLoader with N workers. The server CPU is
-every node's.
+processes, each reading every N-th batch, and the torch DataLoader with N workers (started per epoch, and
+persistent). The server CPU is every node's.
 
 Reported: median samples/s over the rounds and its ratio to redis-benchmark's median; the CPU time
 each method costs per sample, in redis-server (all its threads) and in the client (this process, or
@@ -151,9 +153,27 @@ def server_cpu_seconds(pid: int) -> float:
     return sum(int((tasks / task / "schedstat").read_text().split()[0]) for task in os.listdir(tasks)) / 1e9
 
 
-def client_cpu_seconds() -> float:
+def client_cpu_seconds(server_pids: list[int] = ()) -> float:
+    """This process's CPU time, its waited-for children's and its live children's but the servers' (persistent
+    DataLoader workers)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
+    return time.process_time() + children.ru_utime + children.ru_stime + live_children_cpu_seconds(server_pids)
+
+
+def live_children_cpu_seconds(server_pids: list[int]) -> float:
+    total = 0.0
+    for listing in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        try:
+            pids = listing.read_text().split()
+        except FileNotFoundError:  # a thread that just ended
+            continue
+        for pid in map(int, pids):
+            if pid not in server_pids:
+                try:
+                    total += server_cpu_seconds(pid)
+                except (FileNotFoundError, ProcessLookupError):  # exited meanwhile: counted once waited for
+                    pass
+    return total
 
 
 def measured(run: Callable[[], int | tuple[int, float] | None], server_pids: list[int]) -> Measured | None:
@@ -161,13 +181,13 @@ def measured(run: Callable[[], int | tuple[int, float] | None], server_pids: lis
     def server_cpu() -> float:
         return sum(map(server_cpu_seconds, server_pids))
 
-    server, client, started = server_cpu(), client_cpu_seconds(), time.perf_counter()
+    server, client, started = server_cpu(), client_cpu_seconds(server_pids), time.perf_counter()
     result = run()
     seconds = time.perf_counter() - started
     if result is None:
         return None
     count, rate = result if isinstance(result, tuple) else (result, result / seconds)
-    return Measured(rate, (server_cpu() - server) / count * 1e6, (client_cpu_seconds() - client) / count * 1e6)
+    return Measured(rate, (server_cpu() - server) / count * 1e6, (client_cpu_seconds(server_pids) - client) / count * 1e6)
 
 
 def redis_benchmark(port: int, args, clients: int) -> tuple[int, float]:
@@ -255,11 +275,13 @@ def run_cluster_rounds(args, url: str, server_pids: list[int], origin_dir: Path)
     port = int(url.rsplit(":", 1)[1])
     redis_benchmark_cluster(port, args, "set")  # redis-benchmark's keys, values of the same size
     plan = CacheLoader(dataset, args.batch).batch_indices(0)
+    persistent = PersistentTorchLoader(dataset, args, args.shards)
     methods: dict[str, Callable[[], int | tuple[int, float] | None]] = {
         f"redis-benchmark --cluster GET, {args.clients} clients": lambda: redis_benchmark_cluster(port, args, "get"),
         f"CacheLoader, 1 process, batch {args.batch}": lambda: cache_loader(dataset, args, None),
         f"CachedDataset.batches, {args.shards} processes": lambda: loader_processes(dataset, plan, args.shards),
         f"torch DataLoader, {args.shards} workers, batch {args.batch}": lambda: torch_loader(dataset, args, args.shards),
+        f"torch DataLoader, {args.shards} persistent workers": persistent.epoch,
     }
     results: dict[str, list[Measured]] = {name: [] for name in methods}
     for round_ in range(args.rounds):
@@ -274,15 +296,40 @@ def cache_loader(dataset: CachedDataset, args, workers: int | None) -> int:
     return sum(len(batch) for batch in CacheLoader(dataset, args.batch, workers=workers))
 
 
-def torch_loader(dataset: CachedDataset, args, workers: int | None = None) -> int | None:
+def torch_dataloader(dataset: CachedDataset, args, workers: int, persistent: bool = False):
+    """torch's DataLoader as a user writes it: batch size and workers, default collate (a list of bytes stays a list)."""
     try:
         from torch.utils.data import DataLoader
     except ImportError:
         return None
     with warnings.catch_warnings():  # more workers than CPUs is the point of the comparison
         warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
-        loader = DataLoader(dataset, batch_size=args.batch, num_workers=workers or args.clients, collate_fn=list)
+        return DataLoader(dataset, batch_size=args.batch, num_workers=workers, persistent_workers=persistent)
+
+
+def torch_loader(dataset: CachedDataset, args, workers: int | None = None) -> int | None:
+    """One epoch of a DataLoader made for it: its workers start with the epoch and end with it (torch's default)."""
+    loader = torch_dataloader(dataset, args, workers or args.clients)
+    if loader is None:
+        return None
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
         return sum(len(batch) for batch in loader)
+
+
+class PersistentTorchLoader:
+    """A DataLoader with persistent_workers: its workers start once, before the first round (not timed), and
+    serve every later epoch; their CPU is counted while they live."""
+
+    def __init__(self, dataset: CachedDataset, args, workers: int):
+        self.loader = torch_dataloader(dataset, args, workers, persistent=True)
+        if self.loader is not None:
+            next(iter(self.loader))  # workers started; the rest of that epoch is dropped
+
+    def epoch(self) -> int | None:
+        if self.loader is None:
+            return None
+        return sum(len(batch) for batch in self.loader)
 
 
 def per_sample_get(client: redis.Redis, entries: list[Entry], check: str | None) -> int:
@@ -403,6 +450,7 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
     reader = own_client.mget
     default_workers = default_loader.workers
     half_warm = HalfWarm(url, origin_dir, args)
+    persistent = PersistentTorchLoader(dataset, args, args.clients)
     methods: dict[str, Callable[[], int | tuple[int, float] | None]] = {
         f"redis-benchmark GET, {args.clients} clients": lambda: redis_benchmark(port, args, args.clients),
         f"CacheLoader, {default_workers} worker (default), batch {args.batch}": lambda: cache_loader(dataset, args, None),
@@ -413,6 +461,7 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
         "CachedDataset.batches, no thread": lambda: sum(len(batch) for batch in dataset.batches(plan)),
         "redis-benchmark GET, 1 client": lambda: redis_benchmark(port, args, 1),
         f"torch DataLoader, {args.clients} workers, batch {args.batch}": lambda: torch_loader(dataset, args),
+        f"torch DataLoader, {args.clients} persistent workers": persistent.epoch,
         "per-sample GET, 1 client": lambda: per_sample_get(client, entries, None),
         "per-sample GET + XXH3-128 check, 1 client": lambda: per_sample_get(client, entries, "XXH3-128"),
         f"local files, {args.clients} threads": lambda: local_files(origin, args),

@@ -3,6 +3,7 @@ which then repopulates the cache. torch.utils.data.DataLoader takes it as a map-
 from __future__ import annotations
 
 import logging
+import multiprocessing.util
 import os
 import socket
 import threading
@@ -15,7 +16,7 @@ import redis
 
 from alnair.abi import cache_keys as keys
 
-from . import allocator, content, process_record
+from . import allocator, content, process_record, worker_batches
 from .counters import PendingCounters
 from .health import RedisHealth
 from .manifest import Manifest
@@ -71,6 +72,7 @@ class _Runtime:
     counters: PendingCounters = field(default_factory=PendingCounters)
     origin_reads: SingleFlight = field(default_factory=SingleFlight)
     opened: bool = False
+    flushed_at_exit: bool = False  # a multiprocessing child's counters are written when it exits
 
 
 class CachedDataset:
@@ -113,12 +115,18 @@ class CachedDataset:
         return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        """One batch: one MGET, origin reads for what the cache lacks, one write-back round trip."""
-        fetched = self.batches([indices], depth=1, counter_seconds=0)
+        """One batch: one MGET, origin reads for what the cache lacks, one write-back round trip (counters
+        alone: in a multiprocessing child, such as a DataLoader worker, at most every COUNTER_SECONDS and
+        when it exits). In a DataLoader worker the list is a WorkerBatch: its bytes reach the loader's process
+        through shared memory."""
+        runtime = self._runtime_here()
+        counter_seconds = COUNTER_SECONDS if runtime.flushed_at_exit else 0
+        fetched = self._batches([indices], 1, counter_seconds, counter_seconds)
         try:
-            return next(fetched)
+            samples = next(fetched)
         finally:
             fetched.close()  # now, not when the generator is collected: the connection goes back, counters out
+        return worker_batches.WorkerBatch(samples) if worker_batches.in_dataloader_worker() else samples
 
     def batches(self, index_batches: Iterable[Sequence[int]], depth: int = PIPELINE_DEPTH,
                 counter_seconds: float = COUNTER_SECONDS) -> Iterator[list[Any]]:
@@ -127,6 +135,11 @@ class CachedDataset:
         go to Redis at most every `counter_seconds` (with a batch's blobs, if it writes any) and when the
         run ends: a round trip of their own per batch would wait behind the next batch's reply.
         A substitutable dataset's batches are all taken first: the last ones give up substitutes."""
+        return self._batches(index_batches, depth, counter_seconds, 0)
+
+    def _batches(self, index_batches: Iterable[Sequence[int]], depth: int, counter_seconds: float,
+                 last_counter_seconds: float) -> Iterator[list[Any]]:
+        """`batches`, whose counters are written when it ends unless written less than `last_counter_seconds` ago."""
         runtime = self._runtime_here()
         reads = runtime.store.blob_reads(lambda error: self._redis_failed(runtime, error))
         asked: deque[_Asked] = deque()
@@ -141,7 +154,7 @@ class CachedDataset:
                 yield self._answer(runtime, reads, asked.popleft(), counter_seconds, plan)
         finally:
             reads.close()
-            self._write_back(runtime, Writes())
+            self._write_back(runtime, Writes(), last_counter_seconds)
 
     def close(self) -> None:
         """Write what is still pending and drop this process's connections and threads (a later read
@@ -172,6 +185,9 @@ class CachedDataset:
                     store = open_store(self.redis_url, self.timeout, self.retry_seconds)
                     runtime = _Runtime(os.getpid(), store, RedisHealth(self.retry_seconds), pool)
                     self._open(runtime)
+                    if multiprocessing.parent_process() is not None:  # its end runs multiprocessing's exit hooks
+                        multiprocessing.util.Finalize(None, self._write_back, (runtime, Writes()), exitpriority=10)
+                        runtime.flushed_at_exit = True
                     self._runtime = runtime
         return runtime
 
