@@ -1,0 +1,82 @@
+"""Where the dataset's committed files are, and how each table loads: the published CSV as-is, and the campaign's
+runs and pairs (the H200 campaign's when dataset/data/h200/ has them, else the calibration blocks)."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+DATA = Path(__file__).resolve().parent / "data"
+PUBLISHED = DATA / "published"
+PUBLISHED_CSV = PUBLISHED / "alnair-open-data-gpu-sharing.csv"
+PUBLISHED_COLUMNS = PUBLISHED / "alnair-open-data-columns.md"
+H200 = DATA / "h200"
+CALIBRATION = DATA / "calibration"
+CONVERTED = DATA / "published-schema"
+ANALYSIS = DATA / "analysis"
+
+# the published CSV's text columns; every other column is a number
+PUBLISHED_TEXT = ("Model", "Dataset", "Run_Env")
+
+
+def load_published(path: Path = PUBLISHED_CSV) -> pd.DataFrame:
+    """The published table with its text stripped ("Resnet50 " is "Resnet50"); numbers as floats or ints."""
+    table = pd.read_csv(path)
+    for column in PUBLISHED_TEXT:
+        table[column] = table[column].str.strip()
+    return table
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """The campaign's rows: every attempt (runs) and every pair and mode (pairs), with where they came from."""
+    runs: pd.DataFrame
+    pairs: pd.DataFrame
+    origin: str                 # "h200" or "calibration"
+    files: tuple[Path, ...]
+
+
+def campaign_files(data: Path = DATA) -> tuple[str, list[Path], list[Path]]:
+    """(origin, runs files, pairs files): dataset/data/h200/{runs,pairs}.csv once the campaign has committed rows
+    there, else every calibration block's files."""
+    h200 = data / "h200"
+    if (h200 / "runs.csv").is_file():
+        pairs = [h200 / "pairs.csv"] if (h200 / "pairs.csv").is_file() else []
+        return "h200", [h200 / "runs.csv"], pairs
+    calibration = data / "calibration"
+    return "calibration", sorted(calibration.glob("*-runs.csv")), sorted(calibration.glob("*-pairs.csv"))
+
+
+def _concat(files: list[Path], key: str) -> pd.DataFrame:
+    frames = [pd.read_csv(f) for f in files]
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame()
+    table = pd.concat(frames, ignore_index=True)
+    # a block resumes from the rows before it: a key in two files is one attempt, and the later file's row wins
+    return table.drop_duplicates(subset=key, keep="last").reset_index(drop=True)
+
+
+def load_campaign(data: Path = DATA) -> Campaign:
+    origin, runs_files, pairs_files = campaign_files(data)
+    if not runs_files:
+        raise FileNotFoundError(f"no campaign rows under {data}: neither h200/runs.csv nor calibration/*-runs.csv")
+    return Campaign(runs=_concat(runs_files, "key"), pairs=_concat(pairs_files, "pair_key"), origin=origin,
+                    files=tuple(runs_files + pairs_files))
+
+
+def solo_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The solo attempts that ran to their end (status ok), in the order they started."""
+    chosen = runs[(runs["role"] == "solo") & (runs["status"] == "ok")]
+    return chosen.sort_values("started_at", kind="stable").reset_index(drop=True)
+
+
+def command_line(module: str, description: str, out: str | None = None) -> argparse.ArgumentParser:
+    """The data commands' shared flags: --data (the data folder) and, for those that write a folder of it, --out."""
+    parser = argparse.ArgumentParser(prog=f"python -m alnair.dataset.{module}", description=description)
+    parser.add_argument("--data", type=Path, default=DATA, help="the data folder (default: the committed one)")
+    if out:
+        parser.add_argument("--out", type=Path, default=None, help=f"default: DATA/{out}")
+    return parser

@@ -1,0 +1,72 @@
+"""The campaign's runs in the published 66-column schema: the published names in their order, values per run from
+the rich table's columns (x 100 for ratios), empty where nothing measures them, and committed files that the
+converter regenerates byte for byte."""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from alnair.dataset import published, sources
+
+
+@pytest.fixture(scope="module")
+def campaign():
+    return sources.load_campaign()
+
+
+def test_the_published_copy_is_the_original_file():
+    digest = hashlib.sha256(sources.PUBLISHED_CSV.read_bytes()).hexdigest()
+    assert digest == "9163c60351e25648a078ffb4e4d68d86c885704bcd137bc7c722180c95faecbd"
+    assert sources.load_published().shape == (49, 66)
+
+
+def test_names_and_order_are_the_published_tables():
+    header = sources.PUBLISHED_CSV.read_text().splitlines()[0].split(",")
+    assert published.NAMES == header
+    assert len(published.MEASURED) == 24
+
+
+def test_each_value_comes_from_its_run(campaign):
+    table, keys = published.convert(campaign.runs)
+    solo = campaign.runs[(campaign.runs.role == "solo") & (campaign.runs.status == "ok")]
+    assert len(table) == len(solo) and list(table.ID) == list(range(1, len(solo) + 1))
+    rich = campaign.runs.set_index("key").loc[keys.key]
+    assert np.allclose(table.MGUP, (rich.gpu_util_ratio_max * 100).round(4))
+    assert np.allclose(table.MGMAP, (rich.gpu_memory_used_ratio_max * 100).round(4))
+    assert np.allclose(table["CPU_Util_%_ran"], (rich.cpu_util_ratio_range * 100).round(4))
+    assert np.allclose(table.GPU_Temp_ran, rich.gpu_temperature_celsius_range)
+    assert list(table.BS) == list(rich.run_batch_size)
+    assert set(table.Dataset) <= set(published.DATASET_OF_FAMILY.values())
+    resnet = table[(table.Model == "resnet50") & (table.BS == 128)].iloc[0]
+    assert resnet.MGUP == 100.0 and resnet.Cor_in_Sys == 16
+
+
+def test_columns_nothing_measures_are_empty_and_say_why(campaign):
+    table, _ = published.convert(campaign.runs)
+    empty = [c.name for c in published.COLUMNS if c.compute is None]
+    assert table[empty].isna().all().all()
+    assert table[published.MEASURED].drop(columns=["MaPMiU(non swap)"], errors="ignore").notna().all().all()
+    text = published.dictionary("calibration")
+    for column in published.COLUMNS:
+        assert f"|{column.name}|{column.how}|" in text
+    assert "not measured" in text and "counters since boot" in text
+
+
+def test_only_solo_runs_that_ended_are_rows(campaign):
+    one = campaign.runs[campaign.runs.role == "solo"].iloc[[0, 0, 0, 0]].copy()
+    one["key"] = ["late", "failed", "shared", "early"]
+    one["status"] = ["ok", "failed", "ok", "ok"]
+    one["role"] = ["solo", "solo", "shared", "solo"]
+    one["started_at"] = [2.0, 1.0, 0.0, 1.5]
+    table, keys = published.convert(one)
+    assert list(keys.key) == ["early", "late"] and list(table.ID) == [1, 2]
+
+
+def test_committed_files_are_what_the_converter_writes(tmp_path):
+    published.write(tmp_path)
+    for name in ("runs.csv", "keys.csv", "columns.md"):
+        assert (tmp_path / name).read_bytes() == (sources.CONVERTED / name).read_bytes(), name
+    assert pd.read_parquet(tmp_path / "runs.parquet").equals(pd.read_parquet(sources.CONVERTED / "runs.parquet"))
