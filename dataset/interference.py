@@ -1,0 +1,215 @@
+"""Co-location: a model predicting a job's slowdown beside another from the two jobs' solo profiles, cross-validated by
+pair, and candidate pairs ranked by the packing saving it predicts, with its error against the measured pairs. The
+definitions are the original project's: slowdown = shared / solo - 1, packing saving = 1 - max(shared times) /
+(sum of solo times)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import combinations_with_replacement
+
+import numpy as np
+import pandas as pd
+
+# a job's solo profile: what the model knows of each side
+PROFILE = ("gpu_util_ratio_mean", "gpu_util_ratio_max", "gpu_memory_busy_ratio_mean", "gpu_memory_used_ratio_max",
+           "cpu_util_ratio_mean", "gpu_power_watts_mean", "data_stall_ratio")
+MIN_PAIRS = 8  # distinct pairs (both modes of one pair count once) below which no model is fitted
+SEED = 0
+
+
+def slowdown(shared_seconds, solo_seconds):
+    return np.asarray(shared_seconds, float) / np.asarray(solo_seconds, float) - 1.0
+
+
+def packing_saving(solo_a, solo_b, shared_a, shared_b):
+    return 1.0 - np.maximum(np.asarray(shared_a, float), np.asarray(shared_b, float)) / (
+        np.asarray(solo_a, float) + np.asarray(solo_b, float))
+
+
+def compute_share(limit) -> float:
+    """The share of the GPU a side was given: ALNAIR_COMPUTE_LIMIT / 100, 1 without a limit (time-slicing)."""
+    return 1.0 if pd.isna(limit) else float(limit) / 100.0
+
+
+def measured_pairs(runs: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
+    """The ok pairs whose four rows are in runs, with the slowdowns and the saving recomputed from the rows'
+    duration_seconds (they must equal the pairs table's)."""
+    seconds = runs.set_index("key")["duration_seconds"]
+    if pairs.empty:
+        return pairs.assign(group=[])
+    ok = pairs[pairs["status"] == "ok"].copy()
+    keys = ["solo_a_key", "solo_b_key", "shared_a_key", "shared_b_key"]
+    ok = ok[ok[keys].isin(seconds.index).all(axis=1)].reset_index(drop=True)
+    sa, sb, ha, hb = (seconds.reindex(ok[k]).to_numpy() for k in keys)
+    ok["slowdown_a_recomputed"] = slowdown(ha, sa)
+    ok["slowdown_b_recomputed"] = slowdown(hb, sb)
+    ok["packing_saving_recomputed"] = packing_saving(sa, sb, ha, hb)
+    ok["group"] = ["+".join(sorted(p)) for p in zip(ok.solo_a_key, ok.solo_b_key)]  # a pair, whatever its mode
+    return ok
+
+
+def examples(runs: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
+    """One row per side of a measured pair: the side's and the other's solo profiles, their GPU shares, the side's
+    solo seconds, and its measured slowdown (the target)."""
+    profiles = runs.set_index("key")
+    rows = []
+    for _, pair in measured_pairs(runs, pairs).iterrows():
+        for me, other in (("a", "b"), ("b", "a")):
+            rows.append(_features(profiles.loc[pair[f"solo_{me}_key"]], profiles.loc[pair[f"solo_{other}_key"]],
+                                  pair[f"compute_limit_{me}"], pair[f"compute_limit_{other}"])
+                        | {"slowdown": pair[f"slowdown_{me}"], "group": pair["group"], "pair_key": pair["pair_key"],
+                           "side": me, "mode": pair["mode"]})
+    return pd.DataFrame(rows)
+
+
+def _features(me: pd.Series, other: pd.Series, my_limit, other_limit) -> dict:
+    found = {f"self_{c}": float(me[c]) for c in PROFILE} | {f"other_{c}": float(other[c]) for c in PROFILE}
+    return found | {"self_share": compute_share(my_limit), "other_share": compute_share(other_limit),
+                    "self_log_solo_seconds": float(np.log(me["duration_seconds"])),
+                    "other_log_solo_seconds": float(np.log(other["duration_seconds"]))}
+
+
+def feature_names() -> list[str]:
+    return ([f"self_{c}" for c in PROFILE] + [f"other_{c}" for c in PROFILE]
+            + ["self_share", "other_share", "self_log_solo_seconds", "other_log_solo_seconds"])
+
+
+def _models() -> dict:
+    from sklearn.dummy import DummyRegressor
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.linear_model import RidgeCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return {"mean (baseline)": DummyRegressor(),
+            "ridge": make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-3, 3, 13))),
+            "random forest": RandomForestRegressor(n_estimators=200, min_samples_leaf=2, random_state=SEED, n_jobs=1)}
+
+
+@dataclass
+class Interference:
+    pairs: int                               # distinct measured pairs
+    sides: int                               # examples (two per pair and mode)
+    fitted: bool
+    reason: str = ""
+    cv: pd.DataFrame = field(default_factory=pd.DataFrame)          # per model: MAE, RMSE of slowdown, out of fold
+    best: str = ""
+    ranked: pd.DataFrame = field(default_factory=pd.DataFrame)      # measured pairs: predicted vs measured saving
+    ranking_error: dict = field(default_factory=dict)               # MAE of saving, Spearman, top-k hit
+    candidates: pd.DataFrame = field(default_factory=pd.DataFrame)  # unmeasured pairs, by predicted saving
+    measured: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def analyse(runs: pd.DataFrame, pairs: pd.DataFrame, min_pairs: int = MIN_PAIRS, top: int = 10) -> Interference:
+    from scipy.stats import spearmanr
+    from sklearn.base import clone
+    from sklearn.model_selection import GroupKFold
+
+    measured = measured_pairs(runs, pairs)
+    data = examples(runs, pairs)
+    groups = int(measured["group"].nunique()) if len(measured) else 0
+    result = Interference(pairs=groups, sides=len(data), fitted=False, measured=measured)
+    if groups < min_pairs:
+        result.reason = f"{groups} distinct measured pairs ({len(measured)} with their modes): a model needs {min_pairs}"
+        return result
+    names = feature_names()
+    X, y = data[names].to_numpy(float), data["slowdown"].to_numpy(float)
+    folds = GroupKFold(n_splits=min(5, groups))
+    predictions, rows = {}, []
+    for name, model in _models().items():
+        oof = np.empty(len(y))
+        for train, test in folds.split(X, y, data["group"]):
+            oof[test] = clone(model).fit(X[train], y[train]).predict(X[test])
+        predictions[name] = oof
+        rows.append({"model": name, "mae": float(np.mean(np.abs(oof - y))), "rmse": float(np.sqrt(np.mean((oof - y) ** 2)))})
+    result.cv = pd.DataFrame(rows)
+    result.best = result.cv.sort_values("mae").iloc[0]["model"]
+    data["predicted_slowdown"] = predictions[result.best]
+    result.ranked = _ranked(measured, data)
+    rho = spearmanr(result.ranked["predicted_saving"], result.ranked["packing_saving"]).statistic
+    k = max(1, len(result.ranked) // 4)
+    best_measured = set(result.ranked.nlargest(k, "packing_saving").pair_key)
+    best_predicted = set(result.ranked.nlargest(k, "predicted_saving").pair_key)
+    result.ranking_error = {"saving_mae": float((result.ranked.predicted_saving - result.ranked.packing_saving).abs().mean()),
+                            "spearman": float(rho), "top_quarter": k,
+                            "top_quarter_hits": len(best_measured & best_predicted)}
+    result.fitted = True
+    final = clone(_models()[result.best]).fit(X, y)
+    result.candidates = _candidates(runs, measured, final, names).head(top)
+    return result
+
+
+def _ranked(measured: pd.DataFrame, data: pd.DataFrame) -> pd.DataFrame:
+    predicted = data.pivot_table(index="pair_key", columns="side", values="predicted_slowdown")
+    ranked = measured.set_index("pair_key")[["mode", "solo_a_key", "solo_b_key", "solo_a_seconds", "solo_b_seconds",
+                                             "slowdown_a", "slowdown_b", "packing_saving"]].copy()
+    ranked["predicted_slowdown_a"] = predicted["a"]
+    ranked["predicted_slowdown_b"] = predicted["b"]
+    ranked["predicted_saving"] = packing_saving(ranked.solo_a_seconds, ranked.solo_b_seconds,
+                                                ranked.solo_a_seconds * (1 + ranked.predicted_slowdown_a),
+                                                ranked.solo_b_seconds * (1 + ranked.predicted_slowdown_b))
+    return ranked.sort_values("predicted_saving", ascending=False).reset_index()
+
+
+def _candidates(runs: pd.DataFrame, measured: pd.DataFrame, model, names: list[str]) -> pd.DataFrame:
+    """Every pair of solo configurations (repeat 0) not measured together, under time-slicing, by predicted saving."""
+    solo = runs[(runs.role == "solo") & (runs.status == "ok") & (runs.run_repeat == 0)].dropna(subset=list(PROFILE))
+    solo = solo.set_index("key")
+    seen = set(measured["group"])
+    rows = []
+    for a, b in combinations_with_replacement(sorted(solo.index), 2):
+        if "+".join(sorted((a, b))) in seen:
+            continue
+        x = [_features(solo.loc[a], solo.loc[b], None, None), _features(solo.loc[b], solo.loc[a], None, None)]
+        sa, sb = model.predict(pd.DataFrame(x)[names].to_numpy(float))
+        ta, tb = solo.loc[a, "duration_seconds"], solo.loc[b, "duration_seconds"]
+        rows.append({"a": a, "b": b, "predicted_slowdown_a": sa, "predicted_slowdown_b": sb,
+                     "predicted_saving": float(packing_saving(ta, tb, ta * (1 + sa), tb * (1 + sb)))})
+    return pd.DataFrame(rows).sort_values("predicted_saving", ascending=False).reset_index(drop=True) if rows else pd.DataFrame()
+
+
+def plot(result: Interference, path, title: str = "") -> None:
+    """Left: measured slowdowns and savings of every pair and mode; right (when fitted): predicted vs measured saving."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5))
+    m = result.measured
+    if len(m) > 12:  # too many to label: each mode's distribution of slowdowns (both sides) and savings
+        modes = sorted(m["mode"].unique())
+        slowdowns = [100 * np.concatenate([m[m["mode"] == mode].slowdown_a, m[m["mode"] == mode].slowdown_b]) for mode in modes]
+        savings = [100 * m[m["mode"] == mode].packing_saving.to_numpy() for mode in modes]
+        x = np.arange(len(modes))
+        left.boxplot(slowdowns, positions=x - 0.2, widths=0.35, patch_artist=True, boxprops={"facecolor": "C0"})
+        left.boxplot(savings, positions=x + 0.2, widths=0.35, patch_artist=True, boxprops={"facecolor": "C2"})
+        left.set_xticks(x, [f"{mode}\n({len(v)} pairs)" for mode, v in zip(modes, savings)])
+        left.set_ylabel("%: slowdown of each side (blue), packing saving (green)")
+    elif len(m):
+        labels = [f"{r.mode}\n{_short(r.solo_a_key)} + {_short(r.solo_b_key)}" for r in m.itertuples()]
+        x = np.arange(len(m))
+        left.bar(x - 0.27, m.slowdown_a * 100, 0.27, label="slowdown a")
+        left.bar(x, m.slowdown_b * 100, 0.27, label="slowdown b")
+        left.bar(x + 0.27, m.packing_saving * 100, 0.27, label="packing saving")
+        left.set_xticks(x, labels, fontsize=7, rotation=0 if len(m) < 6 else 90)
+        left.set_ylabel("%")
+        left.legend()
+    left.set_title(f"{title}measured pairs ({result.pairs} distinct, {len(m)} with their modes)")
+    if result.fitted:
+        r = result.ranked
+        right.scatter(r.packing_saving * 100, r.predicted_saving * 100)
+        lo, hi = 100 * min(r.packing_saving.min(), r.predicted_saving.min()), 100 * max(r.packing_saving.max(), r.predicted_saving.max())
+        right.plot([lo, hi], [lo, hi], color="grey", linestyle="--")
+        right.set_xlabel("measured packing saving (%)")
+        right.set_ylabel("predicted packing saving (%), out of fold")
+        e = result.ranking_error
+        right.set_title(f"{title}{result.best}: saving MAE {100 * e['saving_mae']:.1f} points, Spearman {e['spearman']:.2f}")
+    else:
+        right.text(0.5, 0.5, "no model: " + result.reason, ha="center", va="center", wrap=True, fontsize=10)
+        right.set_axis_off()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _short(key: str) -> str:
+    parts = key.split("/")
+    return f"{parts[1]} {parts[2]}" if len(parts) > 2 else key
