@@ -34,8 +34,8 @@ rounds and the reverse on odd ones:
   could reach on this machine
 
 With --shards N (N >= 1), a Redis Cluster of N primaries on loopback (no replicas, no persistence) instead,
-and only: `redis-benchmark --cluster -t get` with CLIENTS clients (its keys SET first with values of SIZE
-bytes), the default loader in one process, the pipelined loader (CachedDataset.batches) in N forked
+and only: `redis-benchmark --cluster -t get` with CLIENTS clients on N threads (one node: without --cluster,
+which refuses it; its keys SET first with values of SIZE bytes), the default loader in one process, the pipelined loader (CachedDataset.batches) in N forked
 processes, each reading every N-th batch, and the torch DataLoader with N workers (started per epoch, and
 persistent). The server CPU is every node's.
 
@@ -56,6 +56,7 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -113,8 +114,15 @@ def cluster_port() -> int:
 def create_cluster(ports: list[int]) -> str:
     """Joins the servers into one cluster of primaries; returns its redis+cluster:// URL once every node says ok."""
     addresses = [f"127.0.0.1:{port}" for port in ports]
-    subprocess.run(["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
-                   check=True, capture_output=True, timeout=60)
+    if len(ports) >= 3:
+        subprocess.run(["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+                       check=True, capture_output=True, timeout=60)
+    else:  # redis-cli creates no cluster of fewer than 3 primaries: the slots shared out and the nodes met by hand
+        for i, port in enumerate(ports):
+            node = redis.Redis(port=port)
+            node.execute_command("CLUSTER", "ADDSLOTSRANGE", 16384 * i // len(ports), 16384 * (i + 1) // len(ports) - 1)
+            if i:
+                node.execute_command("CLUSTER", "MEET", "127.0.0.1", ports[0])
     deadline = time.monotonic() + 30
     while not all(b"cluster_state:ok" in redis.Redis(port=port).execute_command("CLUSTER", "INFO") for port in ports):
         if time.monotonic() > deadline:
@@ -261,7 +269,10 @@ def loader_processes(dataset: CachedDataset, plan: list[list[int]], processes: i
 
 def redis_benchmark_cluster(port: int, args, command: str) -> tuple[int, float]:
     requests = 3 * args.samples
-    result = subprocess.run(["redis-benchmark", "--cluster", "-p", str(port), "-t", command, "-d", str(args.size),
+    # One C thread per shard, as the loader has a process per shard. One node owns every slot: plain GETs reach it
+    # (redis-benchmark's --cluster refuses a cluster of one node).
+    mode = ["--cluster", "--threads", str(args.shards)] if args.shards > 1 else []
+    result = subprocess.run(["redis-benchmark", *mode, "-p", str(port), "-t", command, "-d", str(args.size),
                              "-c", str(args.clients), "-r", str(args.samples), "-n", str(requests), "--csv"],
                             capture_output=True, text=True, check=True)
     table = result.stdout[result.stdout.index('"test"'):]  # after its description of the cluster
@@ -277,7 +288,8 @@ def run_cluster_rounds(args, url: str, server_pids: list[int], origin_dir: Path)
     plan = CacheLoader(dataset, args.batch).batch_indices(0)
     persistent = PersistentTorchLoader(dataset, args, args.shards)
     methods: dict[str, Callable[[], int | tuple[int, float] | None]] = {
-        f"redis-benchmark --cluster GET, {args.clients} clients": lambda: redis_benchmark_cluster(port, args, "get"),
+        f"redis-benchmark{' --cluster' if args.shards > 1 else ''} GET, {args.clients} clients":
+            lambda: redis_benchmark_cluster(port, args, "get"),
         f"CacheLoader, 1 process, batch {args.batch}": lambda: cache_loader(dataset, args, None),
         f"CachedDataset.batches, {args.shards} processes": lambda: loader_processes(dataset, plan, args.shards),
         f"torch DataLoader, {args.shards} workers, batch {args.batch}": lambda: torch_loader(dataset, args, args.shards),
@@ -413,6 +425,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=0, help="a Redis Cluster of this many primaries (0: one server)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # a timeout's TERM still stops the servers
     for binary in ("redis-server", "redis-benchmark", *(["redis-cli"] if args.shards else [])):
         if shutil.which(binary) is None:
             sys.exit(f"{binary} is not installed (apt-get install redis-server)")

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# The dataset cache against a Redis Cluster of 1, 3 and 6 shards on the GPU machine's host (bench/cache_loader.py
+# --shards N: the loader in N processes beside redis-benchmark --cluster on N threads), from the repository root.
+# That host has no Redis and no redis/hiredis/xxhash for Python, and no internet: they travel in
+# .device/redis-bundle.tar.xz, made on the calling machine from its own Redis and pip:
+#
+#   bash tests/gpu/run_cache_cluster.sh --bundle     # here: .device/redis-bundle.tar.xz (redis-server, -cli,
+#                                                    # -benchmark, their non-glibc libraries, the wheels)
+#   OUT=... bash tests/gpu/run_cache_cluster.sh      # there (the run tool: carry [".device"]): $OUT gets
+#                                                    # cache-cluster-N.json and .log per shard count, setup.log, summary.txt
+#
+# Settings (environment): SHARDS ("1 3 6"), SAMPLES (8000), ROUNDS (7), SIZE (102400), BUDGET_SECONDS (280, the whole
+# script's: the bench runs share what the set-up leaves, each cut off at its share), USE_VENV (1; 0: the fallback).
+# The Redis binaries run through wrappers that set LD_LIBRARY_PATH for them alone, so Python and torch keep the host's
+# libraries. The wheels go into a venv that sees the host's site-packages (torch); without venv or pip, they are
+# unpacked onto PYTHONPATH beside a symlink shim of the package.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUNDLE=.device/redis-bundle.tar.xz
+
+make_bundle() {
+  local stage
+  stage=$(mktemp -d)
+  mkdir -p "$stage/redis/bin" "$stage/redis/libexec" "$stage/redis/lib" "$stage/redis/wheels"
+  for binary in redis-server redis-cli redis-benchmark; do
+    cp -L "$(command -v "$binary")" "$stage/redis/libexec/$binary"  # redis-server is a link to redis-check-rdb: argv[0] picks the mode
+    cat > "$stage/redis/bin/$binary" <<EOF
+#!/bin/sh
+here=\$(dirname "\$(readlink -f "\$0")")
+LD_LIBRARY_PATH="\$here/../lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "\$here/../libexec/$binary" "\$@"
+EOF
+    chmod +x "$stage/redis/bin/$binary"
+    # every library it loads but glibc's own (libc, libm, the loader, ...), which the host has in a newer version
+    ldd "$(command -v "$binary")" | awk '$3 ~ /^\// {print $3}' \
+      | grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux-x86-64)\.so' | xargs -r -I{} cp -L -n {} "$stage/redis/lib/"
+  done
+  for version in 3.12 3.11; do  # 3.12: the GPU host's python3; 3.11: this machine's, for trying the script here
+    pip download -q --only-binary=:all: --python-version "$version" --implementation cp \
+      --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+      -d "$stage/redis/wheels" "redis[hiredis]==8.1.0" "xxhash==4.1.0" "setuptools>=77"
+  done
+  { "$stage/redis/bin/redis-server" --version; ls "$stage/redis/lib" "$stage/redis/wheels"; } > "$stage/redis/CONTENTS"
+  mkdir -p .device
+  tar -cJf "$BUNDLE" -C "$stage" redis
+  rm -rf "$stage"
+  ls -l "$BUNDLE"
+}
+
+if [ "${1:-}" = "--bundle" ]; then
+  make_bundle
+  exit 0
+fi
+
+OUT=${OUT:?set OUT to the directory for the results}
+SHARDS=${SHARDS:-"1 3 6"}
+SAMPLES=${SAMPLES:-8000}
+ROUNDS=${ROUNDS:-7}
+SIZE=${SIZE:-102400}
+BUDGET_SECONDS=${BUDGET_SECONDS:-280}
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/alnair-cache-cluster.XXXXXX)
+SET_UP=
+trap 'status=$?; [ -n "$SET_UP" ] || tail -n 40 "$OUT/setup.log"; rm -rf "$WORK"; exit "$status"' EXIT
+
+{
+  tar -xJf "$BUNDLE" -C "$WORK"
+  export PATH="$WORK/redis/bin:$PATH"
+  redis-server --version
+  redis-cli --version
+  if [ "${USE_VENV:-1}" = 1 ] && python3 -m venv --system-site-packages "$WORK/venv" && "$WORK/venv/bin/python" -m pip --version; then
+    PY="$WORK/venv/bin/python"
+    # --ignore-installed: the bundle's versions, even where the host's site-packages holds some of these
+    "$PY" -m pip install -q --no-index --find-links "$WORK/redis/wheels" --ignore-installed "redis[hiredis]" xxhash "setuptools>=77"
+    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation .
+  else
+    echo "no venv with pip here: the wheels unpacked onto PYTHONPATH, the package a shim of symlinks"
+    PY=python3
+    "$PY" - "$WORK/redis/wheels" "$WORK/site" <<'EOF'
+import sys, zipfile
+from pathlib import Path
+sys.path.insert(0, "tests/gpu")
+from check_python_and_cuda_records import shim
+wheels, site = Path(sys.argv[1]), Path(sys.argv[2])
+this = f"cp{sys.version_info.major}{sys.version_info.minor}"
+for wheel in sorted(wheels.glob("*.whl")):
+    if wheel.name.split("-")[2] in ("py3", this):  # name-version-python-abi-platform.whl
+        zipfile.ZipFile(wheel).extractall(site)
+(shim(site) / "alnair" / "datacache").symlink_to(Path("datacache").resolve())  # the shim leaves the cache out
+EOF
+    export PYTHONPATH="$WORK/site"
+  fi
+  "$PY" - <<'EOF'
+import os, platform, shutil
+import redis, hiredis, xxhash
+import alnair.datacache
+try:
+    import torch
+    torch_version = torch.__version__
+except ImportError:
+    torch_version = "absent (the DataLoader rows are skipped)"
+print(f"python {platform.python_version()}, torch {torch_version}, redis-py {redis.__version__} ({redis.__file__}), "
+      f"hiredis {hiredis.__version__}, xxhash {xxhash.VERSION}, alnair.datacache from {alnair.datacache.__file__}")
+print(f"{os.cpu_count()} CPUs, load {os.getloadavg()}, /dev/shm free {shutil.disk_usage('/dev/shm').free >> 20} MiB")
+EOF
+} > "$OUT/setup.log" 2>&1
+SET_UP=1
+cat "$OUT/setup.log"
+echo "run_cache_cluster: set up in ${SECONDS} s"
+# The origin's files are written to /dev/shm (and the workers' batch slots live there): fewer samples if it is small.
+fits=$("$PY" -c "import shutil; print(max(500, (shutil.disk_usage('/dev/shm').free - (512 << 20)) * 2 // 3 // $SIZE))")
+if [ "$fits" -lt "$SAMPLES" ]; then
+  echo "run_cache_cluster: /dev/shm holds $fits samples, not $SAMPLES"
+  SAMPLES=$fits
+fi
+
+runs=$(echo $SHARDS | wc -w)
+status=0
+for shards in $SHARDS; do
+  share=$(( (BUDGET_SECONDS - SECONDS) / runs ))
+  runs=$((runs - 1))
+  if [ "$share" -lt 20 ]; then
+    echo "run_cache_cluster: no time left for $shards shards" | tee -a "$OUT/summary.txt"
+    status=1
+    continue
+  fi
+  echo "== $shards shards, $SAMPLES samples of $SIZE bytes, $ROUNDS rounds, at most $share s"
+  timeout "$share" "$PY" -W ignore bench/cache_loader.py --shards "$shards" --clients $((4 * shards)) --samples "$SAMPLES" \
+    --size "$SIZE" --rounds "$ROUNDS" --json "$OUT/cache-cluster-$shards.json" > "$OUT/cache-cluster-$shards.log" 2>&1 \
+    || { echo "bench/cache_loader.py --shards $shards failed (exit $?)"; status=1; }
+  cat "$OUT/cache-cluster-$shards.log"
+done
+
+"$PY" - "$OUT" $SHARDS <<'EOF' | tee -a "$OUT/summary.txt"
+import json, sys
+from pathlib import Path
+out, shards = Path(sys.argv[1]), [int(n) for n in sys.argv[2:]]
+first = None  # (shards, loader's rate) of the first shard count with a result
+for n in shards:
+    path = out / f"cache-cluster-{n}.json"
+    if not path.exists():
+        print(f"{n} shards: no result")
+        continue
+    summary = json.loads(path.read_text())["summary"]
+    benchmark = next(v for k, v in summary.items() if k.startswith("redis-benchmark"))["median"]
+    loader = next(v for k, v in summary.items() if k.startswith("CachedDataset.batches"))["median"]
+    first = first or (n, loader)
+    torch_rows = " ".join(f"{k}: {v['median']:.0f}/s ({v['ratio']:.2f})" for k, v in summary.items() if k.startswith("torch"))
+    print(f"{n} shards: loader in {n} processes {loader:.0f}/s, {loader / benchmark:.2f} of redis-benchmark's "
+          f"{benchmark:.0f}/s, {loader / first[1]:.2f}x the {first[0]}-shard loader; {torch_rows}")
+EOF
+exit "$status"
