@@ -53,7 +53,8 @@ class Report:
         return self.out / name
 
     def save(self, frame: pd.DataFrame, name: str) -> None:
-        frame.to_csv(self.out / name, index=False)
+        # 6 decimals: a rerun writes the same file (an exact interpolant's check error is ~1e-11 of float noise)
+        frame.round(6).to_csv(self.out / name, index=False)
 
 
 def rank_section(report: Report, table: pd.DataFrame, label: str, tag: str, published_values: bool) -> None:

@@ -113,7 +113,9 @@ def analyse(runs: pd.DataFrame, pairs: pd.DataFrame, min_pairs: int = MIN_PAIRS,
         result.reason = f"{groups} distinct measured pairs ({len(measured)} with their modes): a model needs {min_pairs}"
         return result
     names = feature_names()
-    X, y = data[names].to_numpy(float), data["slowdown"].to_numpy(float)
+    features = data[names].astype(float)
+    fill = features.median().fillna(0.0)  # a profile value a run lacks is the median of the others
+    X, y = features.fillna(fill).to_numpy(float), data["slowdown"].to_numpy(float)
     folds = GroupKFold(n_splits=min(5, groups))
     predictions, rows = {}, []
     for name, model in _models().items():
@@ -135,7 +137,7 @@ def analyse(runs: pd.DataFrame, pairs: pd.DataFrame, min_pairs: int = MIN_PAIRS,
                             "top_quarter_hits": len(best_measured & best_predicted)}
     result.fitted = True
     final = clone(_models()[result.best]).fit(X, y)
-    result.candidates = _candidates(runs, measured, final, names).head(top)
+    result.candidates = _candidates(runs, measured, final, names, fill).head(top)
     return result
 
 
@@ -151,9 +153,10 @@ def _ranked(measured: pd.DataFrame, data: pd.DataFrame) -> pd.DataFrame:
     return ranked.sort_values("predicted_saving", ascending=False).reset_index()
 
 
-def _candidates(runs: pd.DataFrame, measured: pd.DataFrame, model, names: list[str]) -> pd.DataFrame:
+def _candidates(runs: pd.DataFrame, measured: pd.DataFrame, model, names: list[str], fill: pd.Series) -> pd.DataFrame:
     """Every pair of solo configurations (repeat 0) not measured together, under time-slicing, by predicted saving."""
-    solo = runs[(runs.role == "solo") & (runs.status == "ok") & (runs.run_repeat == 0)].dropna(subset=list(PROFILE))
+    solo = runs[(runs.role == "solo") & (runs.status == "ok") & (runs.run_repeat == 0)]
+    solo = solo.dropna(subset=["duration_seconds", "gpu_util_ratio_mean"])
     solo = solo.set_index("key")
     seen = set(measured["group"])
     rows = []
@@ -161,7 +164,7 @@ def _candidates(runs: pd.DataFrame, measured: pd.DataFrame, model, names: list[s
         if "+".join(sorted((a, b))) in seen:
             continue
         x = [_features(solo.loc[a], solo.loc[b], None, None), _features(solo.loc[b], solo.loc[a], None, None)]
-        sa, sb = model.predict(pd.DataFrame(x)[names].to_numpy(float))
+        sa, sb = model.predict(pd.DataFrame(x)[names].astype(float).fillna(fill).to_numpy(float))
         ta, tb = solo.loc[a, "duration_seconds"], solo.loc[b, "duration_seconds"]
         rows.append({"a": a, "b": b, "predicted_slowdown_a": sa, "predicted_slowdown_b": sb,
                      "predicted_saving": float(packing_saving(ta, tb, ta * (1 + sa), tb * (1 + sb)))})

@@ -20,19 +20,23 @@ ALPHAS = [0.001, 0.01, 0.1, 1, 10, 100, 1000]  # the notebook's Ridge and Lasso 
 FOREST_GRID = {"max_depth": [4, 15], "max_features": [6, 20], "n_estimators": [100]}
 SEED = 42
 FOLDS = 10  # the notebook's; fewer when a table has fewer rows
+MOSTLY_PRESENT = 0.9  # a feature is ranked when at least this share of the rows has it
 
 
 def features(table: pd.DataFrame, target: str) -> tuple[pd.DataFrame, pd.Series]:
-    """(X, y) as the notebook made them, less the columns that carry no information here: all empty, or one value
-    (their r² is undefined; the notebook ranked those NaNs first)."""
+    """(X, y) as the notebook made them, less the columns that carry no information here: empty in more than a tenth
+    of the rows (the rows without one of the others are left out), or one value (their r² is undefined; the notebook
+    ranked those NaNs first)."""
     data = table.drop(columns=[c for c in DROPPED if c in table.columns]).copy()
     for column in TEXT:
         if column in data.columns:
             data[column] = pd.factorize(data[column].astype(str))[0] + 1  # in order of first appearance
     data = data.dropna(subset=[target])
     X = data.drop(columns=[target]).apply(pd.to_numeric, errors="coerce")
-    X = X.loc[:, X.notna().all() & (X.nunique() > 1)]
-    return X, data[target].astype(float)
+    X = X.loc[:, X.notna().mean() >= MOSTLY_PRESENT]  # a column mostly empty is left out, then rows with a gap
+    X = X.dropna()
+    X = X.loc[:, X.nunique() > 1]
+    return X, data.loc[X.index, target].astype(float)
 
 
 def ranks_of(weights: pd.Series) -> pd.Series:
