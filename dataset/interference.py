@@ -159,16 +159,18 @@ def _candidates(runs: pd.DataFrame, measured: pd.DataFrame, model, names: list[s
     solo = solo.dropna(subset=["duration_seconds", "gpu_util_ratio_mean"])
     solo = solo.set_index("key")
     seen = set(measured["group"])
-    rows = []
-    for a, b in combinations_with_replacement(sorted(solo.index), 2):
-        if "+".join(sorted((a, b))) in seen:
-            continue
-        x = [_features(solo.loc[a], solo.loc[b], None, None), _features(solo.loc[b], solo.loc[a], None, None)]
-        sa, sb = model.predict(pd.DataFrame(x)[names].astype(float).fillna(fill).to_numpy(float))
-        ta, tb = solo.loc[a, "duration_seconds"], solo.loc[b, "duration_seconds"]
-        rows.append({"a": a, "b": b, "predicted_slowdown_a": sa, "predicted_slowdown_b": sb,
-                     "predicted_saving": float(packing_saving(ta, tb, ta * (1 + sa), tb * (1 + sb)))})
-    return pd.DataFrame(rows).sort_values("predicted_saving", ascending=False).reset_index(drop=True) if rows else pd.DataFrame()
+    pairs = [(a, b) for a, b in combinations_with_replacement(sorted(solo.index), 2) if "+".join(sorted((a, b))) not in seen]
+    if not pairs:
+        return pd.DataFrame()
+    sides = [_features(solo.loc[me], solo.loc[other], None, None) for a, b in pairs for me, other in ((a, b), (b, a))]
+    predicted = model.predict(pd.DataFrame(sides)[names].astype(float).fillna(fill).to_numpy(float))  # one call for all
+    sa, sb = predicted[0::2], predicted[1::2]
+    ta = solo.loc[[a for a, _ in pairs], "duration_seconds"].to_numpy(float)
+    tb = solo.loc[[b for _, b in pairs], "duration_seconds"].to_numpy(float)
+    found = pd.DataFrame({"a": [a for a, _ in pairs], "b": [b for _, b in pairs], "predicted_slowdown_a": sa,
+                          "predicted_slowdown_b": sb,
+                          "predicted_saving": packing_saving(ta, tb, ta * (1 + sa), tb * (1 + sb))})
+    return found.sort_values("predicted_saving", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def plot(result: Interference, path, title: str = "") -> None:
