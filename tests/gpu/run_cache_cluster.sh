@@ -7,10 +7,12 @@
 #   bash tests/gpu/run_cache_cluster.sh --bundle     # here: .device/redis-bundle.tar.xz (redis-server, -cli,
 #                                                    # -benchmark, their non-glibc libraries, the wheels)
 #   OUT=... bash tests/gpu/run_cache_cluster.sh      # there (the run tool: carry [".device"]): $OUT gets
-#                                                    # cache-cluster-N.json and .log per shard count, setup.log, summary.txt
+#                                                    # cache-cluster-N.json and .log per shard count, cache-single.*
+#                                                    # (one server, every row, SAMPLES/2), setup.log, summary.txt
 #
 # Settings (environment): SHARDS ("1 3 6"), SAMPLES (8000), ROUNDS (7), SIZE (102400), BUDGET_SECONDS (280, the whole
-# script's: the bench runs share what the set-up leaves, each cut off at its share), USE_VENV (1; 0: the fallback).
+# script's: the bench runs share what the set-up leaves, each cut off at its share), SINGLE (1: the one-server run
+# too), USE_VENV (1; 0: the fallback).
 # The Redis binaries run through wrappers that set LD_LIBRARY_PATH for them alone, so Python and torch keep the host's
 # libraries. The wheels go into a venv that sees the host's site-packages (torch); without venv or pip, they are
 # unpacked onto PYTHONPATH beside a symlink shim of the package.
@@ -57,6 +59,7 @@ SAMPLES=${SAMPLES:-8000}
 ROUNDS=${ROUNDS:-7}
 SIZE=${SIZE:-102400}
 BUDGET_SECONDS=${BUDGET_SECONDS:-280}
+SINGLE=${SINGLE:-1}
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/alnair-cache-cluster.XXXXXX)
 SET_UP=
@@ -113,22 +116,28 @@ if [ "$fits" -lt "$SAMPLES" ]; then
   SAMPLES=$fits
 fi
 
-runs=$(echo $SHARDS | wc -w)
+runs=$(( $(echo $SHARDS | wc -w) + SINGLE ))
 status=0
-for shards in $SHARDS; do
-  share=$(( (BUDGET_SECONDS - SECONDS) / runs ))
+bench() {  # name, then bench/cache_loader.py's arguments: one run, cut off at its share of what is left
+  local name=$1 share=$(( (BUDGET_SECONDS - SECONDS) / runs ))
+  shift
   runs=$((runs - 1))
   if [ "$share" -lt 20 ]; then
-    echo "run_cache_cluster: no time left for $shards shards" | tee -a "$OUT/summary.txt"
+    echo "run_cache_cluster: no time left for $name" | tee -a "$OUT/summary.txt"
     status=1
-    continue
+    return
   fi
-  echo "== $shards shards, $SAMPLES samples of $SIZE bytes, $ROUNDS rounds, at most $share s"
-  timeout "$share" "$PY" -W ignore bench/cache_loader.py --shards "$shards" --clients $((4 * shards)) --samples "$SAMPLES" \
-    --size "$SIZE" --rounds "$ROUNDS" --json "$OUT/cache-cluster-$shards.json" > "$OUT/cache-cluster-$shards.log" 2>&1 \
-    || { echo "bench/cache_loader.py --shards $shards failed (exit $?)"; status=1; }
-  cat "$OUT/cache-cluster-$shards.log"
+  echo "== $name: bench/cache_loader.py $*, at most $share s"
+  timeout "$share" "$PY" -W ignore bench/cache_loader.py "$@" --json "$OUT/cache-$name.json" > "$OUT/cache-$name.log" 2>&1 \
+    || { echo "bench/cache_loader.py $* failed (exit $?)"; status=1; }
+  cat "$OUT/cache-$name.log"
+}
+for shards in $SHARDS; do
+  bench "cluster-$shards" --shards "$shards" --clients $((4 * shards)) --samples "$SAMPLES" --size "$SIZE" --rounds "$ROUNDS"
 done
+if [ "$SINGLE" = 1 ]; then  # one server, every row: the DataLoader with 4 workers on an idle host among them
+  bench single --samples $((SAMPLES / 2)) --size "$SIZE" --rounds "$ROUNDS"
+fi
 
 "$PY" - "$OUT" $SHARDS <<'EOF' | tee -a "$OUT/summary.txt"
 import json, sys
@@ -147,5 +156,10 @@ for n in shards:
     torch_rows = " ".join(f"{k}: {v['median']:.0f}/s ({v['ratio']:.2f})" for k, v in summary.items() if k.startswith("torch"))
     print(f"{n} shards: loader in {n} processes {loader:.0f}/s, {loader / benchmark:.2f} of redis-benchmark's "
           f"{benchmark:.0f}/s, {loader / first[1]:.2f}x the {first[0]}-shard loader; {torch_rows}")
+single = out / "cache-single.json"
+if single.exists():
+    summary = json.loads(single.read_text())["summary"]
+    print("one server: " + "; ".join(f"{k}: {v['median']:.0f}/s ({v['ratio']:.2f})" for k, v in summary.items()
+                                     if k.startswith(("redis-benchmark", "CacheLoader", "torch"))))
 EOF
 exit "$status"
