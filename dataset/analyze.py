@@ -131,7 +131,7 @@ def clustering_section(report: Report, rows: pd.DataFrame, label: str, tag: str,
     centroids.index.name = "cluster"
     centroids["rows"] = clusters.sizes
     report.add(f"{len(rows)} rows ({int(rows.synthetic.sum())} synthetic, spline of order 2 as the notebook's input), "
-               f"features {', '.join(clustering.FEATURES)}. Elbow (largest bend of the inertia): k = "
+               f"features {', '.join(clustering.FEATURES)}. Elbow (Kneedle: the k farthest below the chord of the scaled inertia curve): k = "
                f"{clustering.elbow_k(inertia)}; k = 3 as the notebook:", "", _table(centroids, 1), "")
     if published_values:
         report.add(f"The notebook's own 175 rows (its spreadsheet, not in the CSV) gave {PUBLISHED_CLUSTERS['sizes']} "
