@@ -12,7 +12,7 @@ from multiprocessing import reduction
 
 log = logging.getLogger(__name__)
 
-SLOTS = 4  # torch asks a worker for prefetch_factor (default 2) batches ahead; one more is being unpickled
+SLOTS = 4  # a worker's batches pickled and not yet read: at most torch's prefetch_factor (default 2)
 HEADER_BYTES = 4096  # the reader's "attached" flag at 0, each slot's sequence number (0: free) after it
 MIN_SLOT_BYTES = 1 << 20
 MAX_RING_BYTES = 256 << 20
