@@ -91,3 +91,12 @@ def test_outside_a_dataloader_worker_a_worker_batch_pickles_as_a_list():
     assert pickle.loads(ForkingPickler.dumps(batch)) == [b"a", b"b"]
     assert type(pickle.loads(ForkingPickler.dumps(batch))) is list
     assert pickle.loads(pickle.dumps(batch)) == [b"a", b"b"]
+
+
+def test_batches_beyond_the_free_slots_or_larger_than_a_slot_are_pickled_whole(start_redis, make_origin):
+    data = require_torch()
+    samples = sample_bytes(6, size=1000) + sample_bytes(6, size=700_000, seed=1)  # later batches outgrow the slots
+    dataset = CachedDataset(start_redis().url, "train", make_origin(samples), job="j")
+    loader = data.DataLoader(dataset, batch_size=2, num_workers=1, prefetch_factor=8, multiprocessing_context="fork")
+    for _ in range(2):
+        assert [s for batch in loader for s in batch] == samples
