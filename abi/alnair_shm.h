@@ -87,7 +87,7 @@ struct alnair_cuda_device {
     uint32_t reserved0;
     uint64_t compute_quota_ns;        /* launch window granted per period, after feedback */
     uint64_t throttled_ns;            /* time launches waited for their window */
-    uint64_t compute_period_ns;       /* the scheduling period (0 = no compute limit) */
+    uint64_t compute_period_ns;       /* the scheduling period (0 = takes no turns) */
     uint64_t reserved;
 };
 
@@ -193,20 +193,25 @@ struct alnair_python_record {
 
 /* ---- the GPU share table (between writers) -------------------------------
  *
- * Processes with a compute limit on the same GPU take turns: time is cut into
+ * Processes on a GPU where any has a compute limit take turns: time is cut into
  * periods of ALNAIR_SHARE_PERIOD_NS (CLOCK_MONOTONIC, shared by the whole host)
  * and each process launches only inside its own window of every period. The
  * windows are laid out from one file per physical GPU,
  *     ALNAIR_SHM_DIR/alnair.share.<32 hex digits of the GPU's UUID>
  * an array of slots, all zero when new. A process owns a slot while it holds a
  * POSIX write lock (F_SETLK) on the slot's bytes; its quota is the window length
- * in parts per million of the period (0 = slot unused). Every process lays out
+ * in parts per million of the period (0 = slot unused). A process without a
+ * limit takes part too, with the quota ALNAIR_SHARE_UNLIMITED: such processes
+ * split what the limited ones leave (at least ALNAIR_SHARE_REST_FLOOR_PPM each),
+ * and take no turns while no limited process is there. Every process lays out
  * the same windows: live slots with a quota, in slot order, back to back from
  * the start of the period, scaled down together when they add up to more.
  */
 #define ALNAIR_SHARE_NAME_PREFIX "alnair.share."
 #define ALNAIR_SHARE_SLOTS 64
 #define ALNAIR_SHARE_PERIOD_NS 100000000ull /* 100 ms */
+#define ALNAIR_SHARE_UNLIMITED 0xffffffffu   /* the quota of a process without a limit */
+#define ALNAIR_SHARE_REST_FLOOR_PPM 50000u   /* 5%: the least an unlimited process gets */
 
 struct alnair_share_slot {
     uint32_t quota_ppm; /* window length, parts per million of the period */

@@ -2,6 +2,7 @@
 job under the CUDA and Python intercepts, with the exporter sampling every second and scraped every second.
 
     python3 bench/stack_overhead.py [--pairs 20] [--steps 60] [--warmup 15] [--batch 128] [--limits] [--json PATH]
+                                    [--resume PATH]
 
 Run from the repository root; nothing needs installing (the intercept is built with make, the package is a
 shim of symlinks, as tests/gpu does). Each run is its own process training on synthetic data (batch 128,
@@ -10,7 +11,8 @@ prints images per second. Runs alternate in ABBA order (bare, stack, stack, bare
 or temperature falls on both sides; each adjacent pair gives a ratio, and the cost is the mean ratio's
 distance from 1 with a 95% confidence interval (Student's t over the pairs). With --limits a third variant
 runs the stack with ALNAIR_MEMORY_LIMIT=120Gi and ALNAIR_COMPUTE_LIMIT=100, so the limit paths run without
-limiting anything: A B C C B A.
+limiting anything: A B C C B A. The figures are written to --json after every pair, and --resume PATH goes on
+from the pairs such a file holds (same variants and settings), so the pairs can span several GPU sessions.
 """
 from __future__ import annotations
 
@@ -116,6 +118,17 @@ def interval(ratios: list[float]) -> tuple[float, float]:
     return mean - 1, t * statistics.stdev(ratios) / n ** 0.5
 
 
+def report(args, variants: list[str], results: dict[str, list[float]], scrapes: int, failures: int) -> dict:
+    """The runs so far and each variant's cost against bare over its complete pairs."""
+    figures = {"pairs": len(results[variants[-1]]), "steps": args.steps, "batch": args.batch,
+               "images_per_second": results, "scrapes": scrapes, "scrape_failures": failures}
+    for variant in variants[1:]:
+        ratios = [s / b for s, b in zip(results[variant], results["bare"])]
+        cost, half = interval(ratios)
+        figures[f"{variant}_cost"], figures[f"{variant}_cost_halfwidth"] = -cost, half
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=20)
@@ -123,7 +136,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=15)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--limits", action="store_true", help="also the stack with a memory and a 100%% compute limit")
-    parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--json", help="also write the figures here, after every pair")
+    parser.add_argument("--resume", type=Path, help="go on from the pairs in this --json file")
     args = parser.parse_args()
     subprocess.run(["make", "-s", "-C", str(REPO / "intercept")], check=True)
     work = Path(tempfile.mkdtemp(prefix="alnair-stack-"))
@@ -131,26 +145,32 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": str(shim(work / "site")), "ALNAIR_SHM_DIR": str(work / "shm")}
     env.pop("ALNAIR_PYTHON_INTERCEPT", None)
     variants = ["bare", "stack", *(["limits"] if args.limits else [])]
-    stack = Stack(work, env)
     results: dict[str, list[float]] = {v: [] for v in variants}
+    scrapes = failures = 0
+    if args.resume:
+        earlier = json.loads(args.resume.read_text())
+        if sorted(earlier["images_per_second"]) != sorted(variants) or (earlier["steps"], earlier["batch"]) != (args.steps, args.batch):
+            sys.exit(f"{args.resume}: other variants or settings than these runs")
+        results, scrapes, failures = earlier["images_per_second"], earlier["scrapes"], earlier["scrape_failures"]
+    stack = Stack(work, env)
     try:
-        for i in range(args.pairs):
+        for i in range(len(results["bare"]), args.pairs):
             for variant in (variants if i % 2 == 0 else variants[::-1]):  # ABBA: A B, B A, A B ...
                 results[variant].append(run(variant, args, env))
                 print(f"pair {i + 1:2d} {variant:6s} {results[variant][-1]:9.1f} images/s", flush=True)
+            if args.json:
+                Path(args.json).write_text(json.dumps(report(args, variants, results, scrapes + stack.scrapes,
+                                                             failures + stack.failures), indent=1))
     finally:
         stack.stop()
-    report = {"pairs": args.pairs, "steps": args.steps, "batch": args.batch, "images_per_second": results,
-              "scrapes": stack.scrapes, "scrape_failures": stack.failures}
+    figures = report(args, variants, results, scrapes + stack.scrapes, failures + stack.failures)
     for variant in variants[1:]:
-        ratios = [s / b for s, b in zip(results[variant], results["bare"])]
-        cost, half = interval(ratios)
-        report[f"{variant}_cost"], report[f"{variant}_cost_halfwidth"] = -cost, half
-        print(f"{variant}: throughput ratio {1 + cost:.4f}, cost {-cost * 100:+.2f}% +- {half * 100:.2f}% (95% CI, "
-              f"{len(ratios)} pairs); bare median {statistics.median(results['bare']):.1f} images/s")
-    print(f"exporter scraped {stack.scrapes} times, {stack.failures} failures")
+        print(f"{variant}: throughput ratio {1 - figures[f'{variant}_cost']:.4f}, cost {figures[f'{variant}_cost'] * 100:+.2f}% "
+              f"+- {figures[f'{variant}_cost_halfwidth'] * 100:.2f}% (95% CI, {len(results[variant])} pairs); "
+              f"bare median {statistics.median(results['bare']):.1f} images/s")
+    print(f"exporter scraped {figures['scrapes']} times, {figures['scrape_failures']} failures")
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
+        Path(args.json).write_text(json.dumps(figures, indent=1))
     return 0
 
 

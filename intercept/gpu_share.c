@@ -60,12 +60,12 @@ static void table_path(const uint8_t uuid[16], char *path, size_t path_len)
 
 /* O_NONBLOCK and O_NOFOLLOW: a FIFO or a link put at the path must not stall or
  * redirect the monitor thread; only a regular file is a table. */
-static int open_table(const char *path, char *err, size_t err_len)
+static int open_table(const char *path, int create, char *err, size_t err_len)
 {
     int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
-    int fd = open(path, flags | O_CREAT | O_EXCL, TABLE_MODE);
+    int fd = create ? open(path, flags | O_CREAT | O_EXCL, TABLE_MODE) : -1;
     if (fd >= 0) fchmod(fd, TABLE_MODE); /* past the umask: other users' processes must write their slots */
-    else if (errno == EEXIST) fd = open(path, flags);
+    else if (!create || errno == EEXIST) fd = open(path, flags);
     if (fd < 0) return fail(err, err_len, "open", path);
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -92,14 +92,14 @@ static int write_slot(const struct alnair_share *share, uint32_t quota_ppm)
     return pwrite(share->fd, &mine, sizeof mine, at) == (ssize_t)sizeof mine ? 0 : -1;
 }
 
-int alnair_share_join(struct alnair_share *share, const uint8_t uuid[16], char *err, size_t err_len)
+int alnair_share_join(struct alnair_share *share, const uint8_t uuid[16], int create, char *err, size_t err_len)
 {
     char path[PATH_LEN];
     *share = (struct alnair_share){.fd = -1, .slot = -1, .pid = (int32_t)getpid()};
     memcpy(share->uuid, uuid, sizeof share->uuid);
     pthread_mutex_init(&share->switching, NULL);
     table_path(uuid, path, sizeof path);
-    int fd = open_table(path, err, err_len);
+    int fd = open_table(path, create, err, err_len);
     if (fd < 0) return -1;
     share->fd = fd;
     share->slot = claim_slot(fd);
@@ -116,7 +116,7 @@ int alnair_share_join(struct alnair_share *share, const uint8_t uuid[16], char *
 
 void alnair_share_set_quota(struct alnair_share *share, uint32_t quota_ppm)
 {
-    share->quota_ppm = quota_ppm < PPM ? quota_ppm : PPM;
+    share->quota_ppm = quota_ppm < PPM || quota_ppm == ALNAIR_SHARE_UNLIMITED ? quota_ppm : PPM;
     write_slot(share, share->quota_ppm); /* failing (a full tmpfs): the others miss us until one gets through */
 }
 
@@ -130,7 +130,7 @@ static void read_table(int fd, struct alnair_share_table *copy)
 
 static int plausible(uint32_t quota_ppm)
 {
-    return quota_ppm && quota_ppm <= PPM;
+    return (quota_ppm && quota_ppm <= PPM) || quota_ppm == ALNAIR_SHARE_UNLIMITED;
 }
 
 /* Who holds slot's lock: a pid > 0, or 0 for a process in a pid namespace we
@@ -184,7 +184,7 @@ static int replaced(const struct alnair_share *share, const char *path)
 static void rejoin(struct alnair_share *share, const char *path)
 {
     char err[512];
-    int fd = open_table(path, err, sizeof err);
+    int fd = open_table(path, 1, err, sizeof err);
     int slot = fd >= 0 ? claim_slot(fd) : -1;
     if (slot < 0) {
         if (fd >= 0) {
@@ -224,21 +224,52 @@ static int any_candidate(const struct alnair_share *share, const struct alnair_s
     return 0;
 }
 
+/* What the counted slots ask for, this process included: the limited quotas'
+ * sum and how many take the rest. */
+struct demand {
+    uint64_t limited; /* at most 64 x 10^6: no overflow below */
+    uint64_t unlimited;
+};
+
+static int counts(const struct alnair_share *share, const struct alnair_share_table *t, int slot)
+{
+    return slot != share->slot && (share->counted >> slot & 1) && plausible(t->slots[slot].quota_ppm);
+}
+
+static void add_demand(struct demand *demand, uint32_t quota)
+{
+    if (quota == ALNAIR_SHARE_UNLIMITED) demand->unlimited++;
+    else demand->limited += quota;
+}
+
+/* A slot's window in ppm before scaling: an unlimited process's is its part of the rest. */
+static uint64_t asked(uint32_t quota, uint64_t rest_each)
+{
+    return quota == ALNAIR_SHARE_UNLIMITED ? rest_each : quota;
+}
+
 static int lay_out(const struct alnair_share *share, const struct alnair_share_table *t, uint64_t *offset_ns,
                    uint64_t *length_ns)
 {
-    uint64_t total = share->quota_ppm, before = 0; /* at most 64 x 10^6: no overflow below */
+    struct demand demand = {0, 0};
     int others = 0;
-    for (int slot = 0; slot < ALNAIR_SHARE_SLOTS; slot++) {
-        uint32_t quota = t->slots[slot].quota_ppm;
-        if (slot == share->slot || !(share->counted >> slot & 1) || !plausible(quota)) continue;
-        total += quota;
-        others++;
-        if (slot < share->slot) before += quota;
+    add_demand(&demand, share->quota_ppm);
+    for (int slot = 0; slot < ALNAIR_SHARE_SLOTS; slot++)
+        if (counts(share, t, slot)) add_demand(&demand, t->slots[slot].quota_ppm), others++;
+    if (!demand.limited) { /* nobody is limited: nobody takes turns */
+        *offset_ns = 0;
+        *length_ns = ALNAIR_SHARE_PERIOD_NS;
+        return others;
     }
+    uint64_t rest = demand.limited < PPM ? PPM - demand.limited : 0, rest_each = 0;
+    if (demand.unlimited) rest_each = rest / demand.unlimited;
+    if (rest_each < ALNAIR_SHARE_REST_FLOOR_PPM) rest_each = ALNAIR_SHARE_REST_FLOOR_PPM;
+    uint64_t total = demand.limited + demand.unlimited * rest_each, before = 0;
+    for (int slot = 0; slot < share->slot; slot++)
+        if (counts(share, t, slot)) before += asked(t->slots[slot].quota_ppm, rest_each);
     uint64_t scale = total > PPM ? total : PPM; /* oversubscribed: everyone shrinks alike */
     *offset_ns = ALNAIR_SHARE_PERIOD_NS * before / scale;
-    *length_ns = ALNAIR_SHARE_PERIOD_NS * share->quota_ppm / scale;
+    *length_ns = ALNAIR_SHARE_PERIOD_NS * asked(share->quota_ppm, rest_each) / scale;
     return others;
 }
 

@@ -30,16 +30,19 @@ struct alnair_share {
     pthread_mutex_t switching; /* held while fd and slot change: the exit must not write a closed fd */
 };
 
-/* Opens (or creates) the table of the GPU with this UUID in ALNAIR_SHM_DIR and
- * claims a free slot. Returns 0, or -1 with a one-line reason in err. */
-int alnair_share_join(struct alnair_share *share, const uint8_t uuid[16], char *err, size_t err_len);
+/* Opens (or with create, creates) the table of the GPU with this UUID in
+ * ALNAIR_SHM_DIR and claims a free slot. Returns 0, or -1 with a one-line reason
+ * in err (errno ENOENT: there is no table and create was not asked). */
+int alnair_share_join(struct alnair_share *share, const uint8_t uuid[16], int create, char *err, size_t err_len);
 
-/* Publishes this process's quota (parts per million of the period, at most 10^6):
- * writes its slot, which also repairs whatever someone else wrote there. */
+/* Publishes this process's quota (parts per million of the period, at most 10^6,
+ * or ALNAIR_SHARE_UNLIMITED for a process without a limit): writes its slot,
+ * which also repairs whatever someone else wrote there. */
 void alnair_share_set_quota(struct alnair_share *share, uint32_t quota_ppm);
 
 /* This process's window: offset and length (ns) within the period, laid out
- * from the counted slots as of now. Once a second it also checks which slots
+ * from the counted slots as of now (the whole period when no limited process is
+ * counted, this one included). Once a second it also checks which slots
  * are held and moves to a new table renamed over the old one. Returns how many
  * other processes have a window. */
 int alnair_share_window(struct alnair_share *share, uint64_t now_ns, uint64_t *offset_ns, uint64_t *length_ns);

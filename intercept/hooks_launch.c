@@ -1,6 +1,6 @@
 /*
  * hooks_launch.c - every kernel and graph launch path: count it on the calling
- * thread's device, and hold it for its compute-limit window when a limit is set.
+ * thread's device, and hold it for its window while the process takes turns (compute_limit.c).
  *
  * The hot path with no limit is: a mode load, a thread-local device lookup and,
  * after the driver accepts the launch, one relaxed atomic add and a check that the
@@ -10,12 +10,21 @@
  */
 #include "intercept.h"
 
-static inline struct alnair_device *before_launch(void)
+/* The calling thread's device; while it takes turns, *turn is the time the
+ * launch's turn came (after waiting for it), else 0. */
+static inline struct alnair_device *before_launch(uint64_t *turn)
 {
+    *turn = 0;
     if (!alnair_active()) return NULL;
     struct alnair_device *d = alnair_current_device();
-    if (d) alnair_compute_gate(d);
+    if (d && alnair_takes_turns(d)) *turn = alnair_wait_for_window(d);
     return d;
+}
+
+/* A launch the driver held back (a full queue) waited for the GPU's work: outside the window, overrun. */
+static inline void after_launch(struct alnair_device *d, uint64_t turn)
+{
+    if (ALNAIR_UNLIKELY(turn)) alnair_charge_overrun(d, turn, alnair_monotonic_ns());
 }
 
 static inline CUresult count(CUresult r, struct alnair_device *d, _Atomic uint64_t *counter)
@@ -30,8 +39,10 @@ static inline CUresult count(CUresult r, struct alnair_device *d, _Atomic uint64
 #define KERNEL_LAUNCH(name, params, args) \
     ALNAIR_EXPORT CUresult name params \
     { \
-        struct alnair_device *d = before_launch(); \
-        CUresult r = CALL_REAL_TIMED(d, name, args); \
+        uint64_t turn; \
+        struct alnair_device *d = before_launch(&turn); \
+        CUresult r = CALL_REAL(name, args); \
+        after_launch(d, turn); \
         return d ? count(r, d, &d->kernel_launches) : r; \
     }
 
@@ -47,8 +58,10 @@ KERNEL_LAUNCH(cuLaunchCooperativeKernel_ptsz, ALNAIR_COOP_PARAMS, ALNAIR_COOP_AR
 #define GRAPH_LAUNCH(name) \
     ALNAIR_EXPORT CUresult name(CUgraphExec hGraphExec, CUstream hStream) \
     { \
-        struct alnair_device *d = before_launch(); \
-        CUresult r = CALL_REAL_TIMED(d, name, (hGraphExec, hStream)); \
+        uint64_t turn; \
+        struct alnair_device *d = before_launch(&turn); \
+        CUresult r = CALL_REAL(name, (hGraphExec, hStream)); \
+        after_launch(d, turn); \
         return d ? count(r, d, &d->graph_launches) : r; \
     }
 
@@ -82,7 +95,7 @@ ALNAIR_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *
     unsigned int n = numDevices < ALNAIR_CUDA_MAX_DEVICES ? numDevices : ALNAIR_CUDA_MAX_DEVICES;
     for (unsigned int i = 0; i < n; i++) {
         devices[i] = stream_device(launchParamsList[i].hStream);
-        if (devices[i]) alnair_compute_gate(devices[i]);
+        if (devices[i] && alnair_takes_turns(devices[i])) alnair_wait_for_window(devices[i]);
     }
     CUresult r = CALL_REAL(cuLaunchCooperativeKernelMultiDevice, (launchParamsList, numDevices, flags));
     for (unsigned int i = 0; i < n; i++)

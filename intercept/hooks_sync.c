@@ -1,23 +1,27 @@
 /*
- * hooks_sync.c - the calls a program makes to wait for the GPU. With a compute
- * limit, a wait that ends past the process's window shows its work ran there:
- * that overrun is given back from its next windows (compute_limit.c). Without a
- * limit they pass straight through.
+ * hooks_sync.c - the calls a program makes to wait for the GPU. While the process
+ * takes turns, a wait that ends past its window shows its work ran there: that
+ * overrun is given back from its next windows, and the wait tells how long its
+ * launches take to run (compute_limit.c). Otherwise they pass straight through.
  */
 #include "intercept.h"
 
-static inline struct alnair_device *limited_device(void)
+static inline struct alnair_device *turn_taking_device(void)
 {
     if (!alnair_active()) return NULL;
     struct alnair_device *d = alnair_current_device();
-    return d && d->compute_limit_percent ? d : NULL;
+    return d && alnair_takes_turns(d) ? d : NULL;
 }
 
 #define SYNC(name, params, args) \
     ALNAIR_EXPORT CUresult name params \
     { \
-        struct alnair_device *d = limited_device(); \
-        return CALL_REAL_TIMED(d, name, args); \
+        struct alnair_device *d = turn_taking_device(); \
+        if (!d) return CALL_REAL(name, args); \
+        uint64_t start = alnair_monotonic_ns(); \
+        CUresult r = CALL_REAL(name, args); \
+        alnair_synced(d, start, alnair_monotonic_ns()); \
+        return r; \
     }
 
 SYNC(cuCtxSynchronize, (void), ())

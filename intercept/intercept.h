@@ -72,6 +72,12 @@ struct alnair_device {
     _Atomic uint64_t overrun_ns; /* GPU time used outside the window and not yet given back */
     _Atomic uint64_t charged_until_ns; /* overrun is counted up to here */
     _Atomic uint64_t barred_until_ns;  /* launches wait until then, giving back overrun */
+    _Atomic int takes_turns;     /* launches wait for the window: a limit, or a limited process beside */
+    /* The work queued on the GPU, estimated, so a window's last launches end in it (compute_limit.c). */
+    _Atomic uint64_t queued_until_ns;  /* when the work launched so far will have run */
+    _Atomic uint64_t launch_cost_ns;   /* GPU time per launch, from the waits of the syncs */
+    _Atomic uint64_t batch_launches;   /* launches since the last sync */
+    _Atomic uint64_t batch_start_ns;   /* the first of them */
     uint64_t compute_quota_ns;   /* the window's length, for publishing (monitor thread) */
     _Atomic int seen;            /* the process has used this device */
     uint64_t memory_limit_bytes; /* 0 = none; fixed after init */
@@ -185,33 +191,21 @@ int alnair_pools_make_room(struct alnair_device *d, uint64_t over);
 /* Monitor tick: the current pools of devices that allocate asynchronously, then every pool's figures. */
 void alnair_pools_tick(void);
 
-/* Compute limit: a launch waits for the process's window (only with a limit set). */
-void alnair_wait_for_window(struct alnair_device *d);
-static inline void alnair_compute_gate(struct alnair_device *d)
+/* Compute limit: while the process takes turns on d (with a limit set, or beside a
+ * limited process on the GPU) a launch waits for its window; returns when it goes. */
+uint64_t alnair_wait_for_window(struct alnair_device *d);
+static inline int alnair_takes_turns(struct alnair_device *d)
 {
-    if (ALNAIR_UNLIKELY(d->compute_limit_percent)) alnair_wait_for_window(d);
+    return ALNAIR_UNLIKELY(atomic_load_explicit(&d->takes_turns, memory_order_relaxed));
 }
 /* A call that waited for the GPU (a sync, or a launch the driver held back on a
  * full queue) from start_ns to now: the process's work ran until now, and what of
  * that lies outside its window is given back from its next windows. */
 void alnair_charge_overrun(struct alnair_device *d, uint64_t start_ns, uint64_t now_ns);
-/* The clock before a call that may wait, only with a limit set (0 otherwise). */
-static inline uint64_t alnair_limit_clock(struct alnair_device *d)
-{
-    return d && ALNAIR_UNLIKELY(d->compute_limit_percent) ? alnair_monotonic_ns() : 0;
-}
-static inline void alnair_limit_waited(struct alnair_device *d, uint64_t start_ns)
-{
-    if (ALNAIR_UNLIKELY(start_ns)) alnair_charge_overrun(d, start_ns, alnair_monotonic_ns());
-}
-/* Calls the real function; with a limit on d, what the call waited may be overrun. */
-#define CALL_REAL_TIMED(d, name, args) \
-    ({ \
-        uint64_t start_ = alnair_limit_clock(d); \
-        CUresult timed_ = CALL_REAL(name, args); \
-        alnair_limit_waited(d, start_); \
-        timed_; \
-    })
+/* A sync that waited from start_ns to now: the same, and the queue is empty now,
+ * its wait telling how long the launches since the last sync took to run. */
+void alnair_synced(struct alnair_device *d, uint64_t start_ns, uint64_t now_ns);
+
 /* Monitor-thread side of the compute limit: lay out windows, adapt the quota. */
 void alnair_compute_limit_tick(uint64_t now_ns);
 

@@ -218,6 +218,7 @@ static void configure_limits(void)
     for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) {
         alnair.devices[i].memory_limit_bytes = memory[i];
         alnair.devices[i].compute_limit_percent = (uint32_t)compute[i];
+        atomic_store(&alnair.devices[i].takes_turns, compute[i] != 0);
     }
 }
 
@@ -288,6 +289,7 @@ static void reset_in_child(void)
         memset(d, 0, sizeof *d);
         d->memory_limit_bytes = memory_limit;
         d->compute_limit_percent = compute_limit;
+        atomic_store(&d->takes_turns, compute_limit != 0);
     }
     atomic_store(&alnair.first_launch_boottime_ns, 0);
     atomic_store(&alnair.first_allocation_boottime_ns, 0);

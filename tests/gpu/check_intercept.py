@@ -1,6 +1,6 @@
 """The CUDA intercept on a real GPU: what the issue asks it to show, measured and printed.
 
-    python tests/gpu/check_intercept.py PART [PART...]   (PART: counts torch oom share bench)
+    python tests/gpu/check_intercept.py PART [PART...]   (PART: counts torch oom share fair bench ...)
 
 Run by tests/gpu/run_intercept.sh on the GPU machine; results also go to $OUT/intercept.json.
 """
@@ -136,17 +136,22 @@ def sample_utilization(stop: threading.Event, out: dict[int, list[int]], quotas:
 
 
 def run_matmul_group(limits: list[int | None], seconds: float, batch: int = 10) -> list[tuple[float, float, list[int], list[float]]]:
-    """Co-located matmul loops, one per limit (None: no limit): each one's mean NVML SM
-    utilization after the first quarter, its iterations per second, the utilization trace
-    and the trace of its granted window."""
-    procs = [spawn([sys.executable, str(HERE / "torch_workloads.py"), "matmul", str(seconds), str(batch)],
+    """Co-located matmul loops, one per limit (None: no limit), all measured over the same
+    span once every one has started (after a quarter of `seconds` of ramp-up): each one's mean
+    NVML SM utilization, its iterations per second, the utilization trace and the trace of
+    its granted window."""
+    procs = [spawn([sys.executable, str(HERE / "torch_workloads.py"), "matmul", str(seconds), str(batch), "common"],
                    env=env(**({"ALNAIR_COMPUTE_LIMIT": str(limit)} if limit else {}))) for limit in limits]
     for p in procs:
         read_until(p, "started")
+    measure_from = time.time() + seconds * 0.25  # start-up and the first corrections
+    for p in procs:
+        p.stdin.write(f"{measure_from} {measure_from + seconds * 0.75}\n")
+        p.stdin.flush()
     utilization: dict[int, list[int]] = {p.pid: [] for p in procs}
     quotas: dict[int, list[float]] = {p.pid: [] for p in procs}
     stop = threading.Event()
-    time.sleep(seconds * 0.25)  # start-up and first corrections
+    time.sleep(seconds * 0.25)
     sampler = threading.Thread(target=sample_utilization, args=(stop, utilization, quotas))
     sampler.start()
     rates = [float(read_until(p, "iterations_per_second")["iterations_per_second"]) for p in procs]
@@ -156,6 +161,33 @@ def run_matmul_group(limits: list[int | None], seconds: float, batch: int = 10) 
         p.wait()
     return [(statistics.mean(utilization[p.pid]) if utilization[p.pid] else -1, rate, utilization[p.pid], quotas[p.pid])
             for p, rate in zip(procs, rates)]
+
+
+def gpu_times(limits: list[int | None], seconds: float, solo: float, batch: int = 10) -> tuple[list[float], list[list[float]]]:
+    """Each co-located loop's GPU time in % (its throughput against the same loop alone) and its window trace."""
+    results = run_matmul_group(limits, seconds, batch)
+    return [round(100 * rate / solo, 1) for _, rate, _, _ in results], [w for *_, w in results]
+
+
+def part_fair() -> None:
+    """Issue 16's fair-sharing targets: 30/70 five times (each within 3 points of its limit), 30%
+    beside an unlimited process (30 +- 3, the unlimited one >= 65), 20/30/50 (each +- 3) and the
+    deep-queue 30/70 pair syncing every 200 matmuls (each +- 5)."""
+    [(_, solo, _, _)] = run_matmul_group([None], 12)
+    [(_, solo_deep, _, _)] = run_matmul_group([None], 12, batch=200)
+    runs = [gpu_times([30, 70], 16, solo) for _ in range(5)]
+    within = [abs(a - 30) <= 3 and abs(b - 70) <= 3 for (a, b), _ in runs]
+    check("a_fair_30_70_five_runs", all(within), gpu_time=[t for t, _ in runs], within_3_points=within,
+          solo_rate=round(solo, 1), windows=[w for _, w in runs])
+    (limited, unlimited), windows = gpu_times([30, None], 16, solo)
+    check("a_fair_30_beside_unlimited", abs(limited - 30) <= 3 and unlimited >= 65,
+          gpu_time_30=limited, gpu_time_unlimited=unlimited, windows=windows)
+    times, windows = gpu_times([20, 30, 50], 16, solo)
+    check("a_fair_20_30_50", all(abs(t - limit) <= 3 for t, limit in zip(times, (20, 30, 50))),
+          gpu_time=times, windows=windows)
+    times, windows = gpu_times([30, 70], 20, solo_deep, batch=200)
+    check("a_fair_deep_queue_30_70", abs(times[0] - 30) <= 5 and abs(times[1] - 70) <= 5,
+          gpu_time=times, solo_rate=round(solo_deep, 1), windows=windows)
 
 
 def part_share() -> None:
@@ -273,7 +305,7 @@ def part_exit() -> None:
 
 PARTS = {"exit": part_exit, "counts": part_counts, "torch": part_torch, "oom": part_oom, "share": part_share,
          "share-baselines": part_share_baselines, "share-probe": part_share_probe,
-         "share-deep-queue": part_share_deep_queue, "bench": part_bench}
+         "share-deep-queue": part_share_deep_queue, "fair": part_fair, "bench": part_bench}
 
 if __name__ == "__main__":
     pynvml.nvmlInit()

@@ -3,8 +3,9 @@
     torch_workloads.py profile STEPS   train; at each "mark" wait for a line on stdin so the
                                        parent can read the segment; report the profiler's kernels
     torch_workloads.py oom             allocate until PyTorch's out-of-memory error, then go on
-    torch_workloads.py matmul SECONDS [BATCH]  a matmul loop synchronising every BATCH (10)
-                                       iterations; report iterations per second
+    torch_workloads.py matmul SECONDS [BATCH [common]]  a matmul loop synchronising every BATCH (10)
+                                       iterations; report iterations per second (common: over
+                                       the span FROM UNTIL its parent writes to stdin)
     torch_workloads.py train STEPS     time STEPS training steps; report seconds
 """
 from __future__ import annotations
@@ -74,19 +75,30 @@ def oom() -> None:
     mark("done")
 
 
-def matmul(seconds: float, batch: int = 10) -> None:
+def matmul(seconds: float, batch: int = 10, common_window: bool = False) -> None:
+    """bf16 4096x4096 matmuls, a sync every `batch`; iterations per second over the last 3/4 of
+    `seconds`, or with common_window over the epoch times FROM UNTIL read from stdin once started
+    (every process of a group measured over the same span; it runs until UNTIL + 0.5 s)."""
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
     say("started", time.time())
-    end, n, window_start, window_n = time.time() + seconds, 0, None, 0
-    while time.time() < end:
+    if common_window:
+        measure_from, measure_until = map(float, sys.stdin.readline().split())
+    else:
+        measure_until = time.time() + seconds
+        measure_from = measure_until - seconds * 0.75  # after ramp-up
+    n, first, last = 0, None, None
+    while time.time() < measure_until + 0.5:
         for _ in range(batch):
             a @ b
         torch.cuda.synchronize()
+        now = time.time()
+        if measure_from <= now <= measure_until:
+            first = first or (now, n)
+            last = (now, n + batch)
         n += batch
-        if window_start is None and time.time() > end - seconds * 0.75:
-            window_start, window_n = time.time(), n  # the last 3/4: after ramp-up
-    say("iterations_per_second", (n - window_n) / (time.time() - window_start))
+    say("iterations_per_second", (last[1] - first[1]) / (last[0] - first[0]) if first and last[0] > first[0] else -1)
 
 
 def train(steps: int) -> None:
@@ -103,5 +115,5 @@ def train(steps: int) -> None:
 
 if __name__ == "__main__":
     mode, arg = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "0"
-    {"profile": lambda: profile(int(arg)), "oom": oom, "matmul": lambda: matmul(float(arg), *map(int, sys.argv[3:])),
+    {"profile": lambda: profile(int(arg)), "oom": oom, "matmul": lambda: matmul(float(arg), int(sys.argv[3]) if len(sys.argv) > 3 else 10, sys.argv[4:5] == ["common"]),
      "train": lambda: train(int(arg))}[mode]()

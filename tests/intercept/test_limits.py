@@ -71,7 +71,11 @@ def launch_rates_together(run_client, limits: list[str | None], gpu_file) -> lis
         env = {"FAKE_CUDA_LAUNCH_NS": "200000", "FAKE_CUDA_SHARED_GPU": str(gpu_file)}
         return run_client("gpa", "rate", "0.5", "2.0", env={**env, **({"ALNAIR_COMPUTE_LIMIT": limit} if limit else {})})
     with ThreadPoolExecutor(len(limits)) as pool:
-        return [float(c.values("rate")[0][0]) for c in pool.map(run, limits)]
+        clients = list(pool.map(run, limits))
+    rates = [float(c.values("rate")[0][0]) for c in clients]
+    for client in clients:  # gone, they take no part in the next processes' turns
+        client.stop()
+    return rates
 
 
 def launches_and_overlaps(gpu_file) -> tuple[int, int]:

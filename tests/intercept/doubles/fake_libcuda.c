@@ -17,6 +17,9 @@
  * which a real time-sliced GPU would have to interleave, is counted as an overlap),
  * FAKE_CUDA_ASYNC (timed launches queue their time on the device and return at
  * once, like a real GPU's queue; the synchronize calls sleep until it drains),
+ * FAKE_CUDA_WINDOW_NS (with FAKE_CUDA_ASYNC: the queued work's time that runs
+ * outside [0, this) of every 100 ms period, a limited process's window alone, is
+ * told by fake_cuda_outside_window_ns),
  * FAKE_CUDA_COPY_NS (time each copy call takes, default 0: asynchronous ones too, so
  * a test can tell they are not timed). A copy of more bytes than a device holds is
  * refused, like an out-of-range copy. FAKE_CUDA_CONTEXT_BYTES (default 0): device memory each context
@@ -82,6 +85,8 @@ struct shared_gpu {
 static struct shared_gpu *shared_gpu;
 static int async_launches;
 static uint64_t queue_drained_at; /* FAKE_CUDA_ASYNC: when the queued launches are done */
+static uint64_t window_ns;        /* FAKE_CUDA_WINDOW_NS */
+static uint64_t outside_window_ns; /* queued work's time outside it */
 static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void map_shared_gpu(const char *path)
@@ -126,6 +131,7 @@ __attribute__((constructor)) static void configure(void)
     bare_launches = getenv("FAKE_CUDA_BARE") != NULL;
     if ((v = getenv("FAKE_CUDA_SHARED_GPU"))) map_shared_gpu(v);
     async_launches = getenv("FAKE_CUDA_ASYNC") != NULL;
+    if ((v = getenv("FAKE_CUDA_WINDOW_NS"))) window_ns = strtoull(v, NULL, 10);
     if ((v = getenv("FAKE_CUDA_CONTEXT_BYTES"))) context_bytes = strtoull(v, NULL, 10);
     if ((v = getenv("FAKE_CUDA_POOL_GRANULE"))) pool_granule = strtoull(v, NULL, 10);
     for (int i = 0; i < MAX_DEVICES; i++) {
@@ -180,11 +186,29 @@ static void sleep_ns(uint64_t ns)
     }
 }
 
+#define PERIOD_NS 100000000ull
+
+/* Of a kernel that runs over [start, start + launch_ns), the time past the window. */
+static uint64_t outside_window(uint64_t start)
+{
+    uint64_t outside = 0;
+    for (uint64_t t = start, end = start + launch_ns; t < end;) {
+        uint64_t period_end = t - t % PERIOD_NS + PERIOD_NS, until = end < period_end ? end : period_end;
+        uint64_t window_end = t - t % PERIOD_NS + window_ns;
+        outside += until - (t > window_end ? t : window_end > until ? until : window_end);
+        t = until;
+    }
+    return outside;
+}
+
+EXPORT uint64_t fake_cuda_outside_window_ns(void) { return outside_window_ns; }
+
 static void queue_kernel(void)
 {
     pthread_mutex_lock(&queue_lock);
-    uint64_t now = now_ns();
-    queue_drained_at = (queue_drained_at > now ? queue_drained_at : now) + launch_ns;
+    uint64_t now = now_ns(), start = queue_drained_at > now ? queue_drained_at : now;
+    queue_drained_at = start + launch_ns;
+    if (window_ns) outside_window_ns += outside_window(start);
     pthread_mutex_unlock(&queue_lock);
 }
 

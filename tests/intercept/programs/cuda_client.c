@@ -281,6 +281,8 @@ static void scenario_batches(double warmup, double seconds, int batch)
         for (int i = 0; i < batch; i++) check(launch(), "launch");
         check(cu.cuCtxSynchronize(), "sync");
     }
+    uint64_t (*outside)(void) = (uint64_t(*)(void))dlsym(libcuda(), "fake_cuda_outside_window_ns");
+    uint64_t outside_before = outside ? outside() : 0;
     long n = 0;
     double start = seconds_now();
     for (end = start + seconds; seconds_now() < end; n += batch) {
@@ -288,6 +290,8 @@ static void scenario_batches(double warmup, double seconds, int batch)
         check(cu.cuCtxSynchronize(), "sync");
     }
     printf("device_share %.3f\n", n * launch_seconds / (seconds_now() - start));
+    /* with FAKE_CUDA_WINDOW_NS: how much of the work ran past the window */
+    if (outside) printf("outside_window_share %.3f\n", (outside() - outside_before) / 1e9 / (n * launch_seconds));
 }
 
 /* ---- scenario: call every hooked entry point once -------------------------- */
