@@ -1,13 +1,14 @@
 """What the whole Alnair stack costs a real training job, on a GPU machine: ResNet-50 bare against the same
 job under the CUDA and Python intercepts, with the exporter sampling every second and scraped every second.
 
-    python3 bench/stack_overhead.py [--pairs 20] [--steps 60] [--warmup 15] [--batch 128] [--limits] [--json PATH]
-                                    [--resume PATH]
+    python3 bench/stack_overhead.py [--model resnet50|mlp] [--pairs 20] [--steps N] [--warmup N] [--batch N]
+                                    [--limits] [--json PATH] [--resume PATH]
 
 Run from the repository root; nothing needs installing (the intercept is built with make, the package is a
-shim of symlinks, as tests/gpu does). Each run is its own process training on synthetic data (batch 128,
-bf16 autocast, channels_last, SGD), timing --steps steps after --warmup with the GPU synchronised; it
-prints images per second. Runs alternate in ABBA order (bare, stack, stack, bare, ...), so drift in clocks
+shim of symlinks, as tests/gpu does). Each run is its own process training on synthetic data, timing --steps
+steps after --warmup with the GPU synchronised; it prints samples per second. The models: ResNet-50
+(torchvision, batch 128, bf16 autocast, channels_last, SGD; 60 steps after 15), GPU-bound; and a small MLP
+(1024-4096-1024, batch 256, SGD; 3000 steps after 200) whose launches bound it. Runs alternate in ABBA order (bare, stack, stack, bare, ...), so drift in clocks
 or temperature falls on both sides; each adjacent pair gives a ratio, and the cost is the mean ratio's
 distance from 1 with a 95% confidence interval (Student's t over the pairs). With --limits a third variant
 runs the stack with ALNAIR_MEMORY_LIMIT=120Gi and ALNAIR_COMPUTE_LIMIT=100, so the limit paths run without
@@ -34,15 +35,11 @@ from check_python_and_cuda_records import free_port, shim  # noqa: E402
 
 T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
          15: 2.13, 20: 2.09, 25: 2.06, 30: 2.04, 40: 2.02, 60: 2.00}  # Student's t, two-sided 95%
-TRAIN = """
-import sys, time
-import torch
+RESNET = """
 try:
     from torchvision.models import resnet50
 except ImportError:
     sys.exit("torchvision is missing: pip install the torchvision that matches this torch")
-steps, warmup, batch = (int(a) for a in sys.argv[1:4])
-torch.manual_seed(0)
 model = resnet50().cuda().to(memory_format=torch.channels_last)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
@@ -54,6 +51,25 @@ def step():
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
+"""
+MLP = """
+model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(batch, 1024, device="cuda"), torch.randn(batch, 1024, device="cuda")
+
+def step():  # a few microseconds of GPU work per kernel: the launches bound it
+    optimizer.zero_grad(set_to_none=True)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+"""
+MODELS = {"resnet50": (RESNET, 60, 15, 128), "mlp": (MLP, 3000, 200, 256)}  # code, steps, warmup, batch
+PRELUDE = """
+import sys, time
+import torch
+steps, warmup, batch = (int(a) for a in sys.argv[1:4])
+torch.manual_seed(0)
+"""
+TIMED = """
 
 for _ in range(warmup):
     step()
@@ -62,7 +78,7 @@ began = time.perf_counter()
 for _ in range(steps):
     step()
 torch.cuda.synchronize()
-print(f"images_per_second {steps * batch / (time.perf_counter() - began):.3f}", flush=True)
+print(f"samples_per_second {steps * batch / (time.perf_counter() - began):.3f}", flush=True)
 """
 
 
@@ -98,11 +114,11 @@ class Stack:
 
 def run(variant: str, args, env: dict[str, str]) -> float:
     limits = {"ALNAIR_MEMORY_LIMIT": "120Gi", "ALNAIR_COMPUTE_LIMIT": "100"} if variant == "limits" else {}
-    command = [sys.executable, "-c", TRAIN, str(args.steps), str(args.warmup), str(args.batch)]
+    command = [sys.executable, "-c", PRELUDE + MODELS[args.model][0] + TIMED, str(args.steps), str(args.warmup), str(args.batch)]
     if variant != "bare":
         command = [sys.executable, "-m", "alnair.intercept.launcher", *command]
     out = subprocess.run(command, env={**env, **limits}, capture_output=True, text=True, timeout=600)
-    line = next((l for l in out.stdout.splitlines() if l.startswith("images_per_second")), None)
+    line = next((l for l in out.stdout.splitlines() if l.startswith("samples_per_second")), None)
     if out.returncode != 0 or line is None:
         raise RuntimeError(f"{variant} run failed: {out.stderr[-2000:]}")
     return float(line.split()[1])
@@ -120,8 +136,8 @@ def interval(ratios: list[float]) -> tuple[float, float]:
 
 def report(args, variants: list[str], results: dict[str, list[float]], scrapes: int, failures: int) -> dict:
     """The runs so far and each variant's cost against bare over its complete pairs."""
-    figures = {"pairs": len(results[variants[-1]]), "steps": args.steps, "batch": args.batch,
-               "images_per_second": results, "scrapes": scrapes, "scrape_failures": failures}
+    figures = {"pairs": len(results[variants[-1]]), "model": args.model, "steps": args.steps, "batch": args.batch,
+               "samples_per_second": results, "scrapes": scrapes, "scrape_failures": failures}
     for variant in variants[1:]:
         ratios = [s / b for s, b in zip(results[variant], results["bare"])]
         cost, half = interval(ratios)
@@ -132,13 +148,17 @@ def report(args, variants: list[str], results: dict[str, list[float]], scrapes: 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=20)
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--warmup", type=int, default=15)
-    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--model", choices=sorted(MODELS), default="resnet50",
+                        help="resnet50 (GPU-bound) or mlp (a small MLP whose launches bound it)")
+    parser.add_argument("--steps", type=int, help="timed steps (resnet50 60, mlp 3000)")
+    parser.add_argument("--warmup", type=int, help="untimed steps first (resnet50 15, mlp 200)")
+    parser.add_argument("--batch", type=int, help="resnet50 128, mlp 256")
     parser.add_argument("--limits", action="store_true", help="also the stack with a memory and a 100%% compute limit")
     parser.add_argument("--json", help="also write the figures here, after every pair")
     parser.add_argument("--resume", type=Path, help="go on from the pairs in this --json file")
     args = parser.parse_args()
+    _, steps, warmup, batch = MODELS[args.model]
+    args.steps, args.warmup, args.batch = args.steps or steps, args.warmup or warmup, args.batch or batch
     subprocess.run(["make", "-s", "-C", str(REPO / "intercept")], check=True)
     work = Path(tempfile.mkdtemp(prefix="alnair-stack-"))
     (work / "shm").mkdir()
@@ -149,15 +169,17 @@ def main() -> int:
     scrapes = failures = 0
     if args.resume:
         earlier = json.loads(args.resume.read_text())
-        if sorted(earlier["images_per_second"]) != sorted(variants) or (earlier["steps"], earlier["batch"]) != (args.steps, args.batch):
+        settings = (earlier.get("model", "resnet50"), earlier["steps"], earlier["batch"])
+        results = earlier.get("samples_per_second") or earlier["images_per_second"]  # the key before --model
+        if sorted(results) != sorted(variants) or settings != (args.model, args.steps, args.batch):
             sys.exit(f"{args.resume}: other variants or settings than these runs")
-        results, scrapes, failures = earlier["images_per_second"], earlier["scrapes"], earlier["scrape_failures"]
+        scrapes, failures = earlier["scrapes"], earlier["scrape_failures"]
     stack = Stack(work, env)
     try:
         for i in range(len(results["bare"]), args.pairs):
             for variant in (variants if i % 2 == 0 else variants[::-1]):  # ABBA: A B, B A, A B ...
                 results[variant].append(run(variant, args, env))
-                print(f"pair {i + 1:2d} {variant:6s} {results[variant][-1]:9.1f} images/s", flush=True)
+                print(f"pair {i + 1:2d} {variant:6s} {results[variant][-1]:9.1f} samples/s", flush=True)
             if args.json:
                 Path(args.json).write_text(json.dumps(report(args, variants, results, scrapes + stack.scrapes,
                                                              failures + stack.failures), indent=1))
@@ -167,7 +189,7 @@ def main() -> int:
     for variant in variants[1:]:
         print(f"{variant}: throughput ratio {1 - figures[f'{variant}_cost']:.4f}, cost {figures[f'{variant}_cost'] * 100:+.2f}% "
               f"+- {figures[f'{variant}_cost_halfwidth'] * 100:.2f}% (95% CI, {len(results[variant])} pairs); "
-              f"bare median {statistics.median(results['bare']):.1f} images/s")
+              f"bare median {statistics.median(results['bare']):.1f} samples/s")
     print(f"exporter scraped {figures['scrapes']} times, {figures['scrape_failures']} failures")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
