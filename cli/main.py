@@ -10,14 +10,17 @@ from alnair.abi import naming
 from alnair.commandline import OneLineParser, add_flag, duration, fail
 from alnair.dataset import profile
 
-from .top import SORT_KEYS, NodeReader, header_line, rows, sorted_rows, table_lines
+from .top import IDLE_AFTER, SORT_KEYS, NodeReader, header_line, rows, sorted_rows, table_lines
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="alnair", description="Alnair command-line tools for a GPU node.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     top = commands.add_parser("top", help="live view of the node's GPU and training processes, from shared memory",
-                              description="Per process: GPU, kernel launches/s, GPU memory and limit, "
+                              description="Per process: GPU, state (starting: no kernel launched yet; "
+                                          "idle: none for --idle-after; turns:NN%: taking turns on a shared GPU, "
+                                          "NN its window's share; else active), kernel launches/s, GPU memory "
+                                          "and limit, the contexts' own memory, what the limit charges, "
                                           "host-to-device and device-to-host copy bytes/s, throttled %, "
                                           "data-stall %, steps/s. On a terminal it refreshes every interval "
                                           "(</> sort column, r reverse, q quit); piped, it prints one table.")
@@ -25,15 +28,17 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("-d", "--interval", type=duration, default=1.0, help="Time between refreshes (default: 1s).")
     top.add_argument("-s", "--sort", choices=SORT_KEYS, default="memory_used", help="Column to sort by (default: memory_used).")
     top.add_argument("--ascending", action="store_true", help="Sort smallest first (default: largest first).")
+    top.add_argument("--idle-after", type=duration, default=IDLE_AFTER,
+                     help="Seconds without a kernel launch before a process is idle (default: 60s).")
     profile.add_parser(commands)
     return parser
 
 
-def print_table(reader: NodeReader, interval: float, sort_key: str, descending: bool) -> None:
+def print_table(reader: NodeReader, interval: float, sort_key: str, descending: bool, idle_after: float) -> None:
     """Two reads one interval apart, so the rates are real, then one table."""
     before = reader.read()
     time.sleep(interval)
-    table = rows(reader.read(), before)
+    table = rows(reader.read(), before, idle_after)
     print(header_line())
     for line in table_lines(sorted_rows(table, sort_key, descending)):
         print(line)
@@ -53,9 +58,9 @@ def main(argv: list[str] | None = None) -> None:
         if sys.stdout.isatty() and sys.stdin.isatty():
             from .screen import TopScreen
 
-            TopScreen(reader, options.interval, options.sort, descending).run()
+            TopScreen(reader, options.interval, options.sort, descending, options.idle_after).run()
         else:
-            print_table(reader, options.interval, options.sort, descending)
+            print_table(reader, options.interval, options.sort, descending, options.idle_after)
     except KeyboardInterrupt:
         pass
 

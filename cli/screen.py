@@ -4,19 +4,21 @@ from __future__ import annotations
 import curses
 import time
 
-from .top import COLUMNS, SORT_KEYS, NodeReader, header_line, rows, sorted_rows, table_lines
+from .top import COLUMNS, IDLE_AFTER, SORT_KEYS, NodeReader, header_line, rows, sorted_rows, table_lines
 
 HELP = "</> sort column  r reverse  q quit"
 
 
 class TopScreen:
-    def __init__(self, reader: NodeReader, interval: float, sort_key: str, descending: bool):
+    def __init__(self, reader: NodeReader, interval: float, sort_key: str, descending: bool,
+                 idle_after: float = IDLE_AFTER):
         self.reader = reader
         self.interval = interval
+        self.idle_after = idle_after
         self.sort_index = SORT_KEYS.index(sort_key)
         self.descending = descending
         self.before = reader.read()
-        self.table = rows(self.before, {})
+        self.table = rows(self.before, {}, self.idle_after)
 
     def run(self) -> None:
         curses.wrapper(self._loop)
@@ -48,7 +50,7 @@ class TopScreen:
 
     def _refresh(self) -> None:
         now = self.reader.read()
-        self.table = rows(now, self.before)
+        self.table = rows(now, self.before, self.idle_after)
         self.before = now
 
     def _draw(self, window) -> None:

@@ -1,5 +1,6 @@
 """alnair top's table: the node's live writer processes read straight from shared memory, cuda and
-python segments joined by pid, with rates between two reads. Read only: nothing is ever removed."""
+python segments joined by pid, with rates between two reads and each process's state (starting up, idle,
+taking turns). Read only: nothing is ever removed."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,6 +23,13 @@ class ProcessCounters:
     memory_used: int = 0
     memory_limit: int = 0
     throttled_ns: int = 0
+    memory_known: bool = False  # the writer publishes pool, context and charged memory (older ones do not)
+    context_memory: int = 0
+    memory_charged: int = 0
+    activity_known: bool = False  # the writer publishes its first and last launch (older ones do not)
+    first_launch_ns: int = 0
+    last_launch_time_ns: int = 0
+    turn_shares: list[float] = field(default_factory=list)  # quota / period of each device taking turns
     copies_known: bool = False  # the writer counts copies (older ones do not)
     host_to_device_bytes: int = 0
     device_to_host_bytes: int = 0
@@ -40,6 +48,9 @@ class Row:
     launches_per_s: float | None
     memory_used: int | None
     memory_limit: int | None
+    context_memory: int | None
+    memory_charged: int | None
+    state: str | None
     host_to_device_per_s: float | None
     device_to_host_per_s: float | None
     throttled_pct: float | None
@@ -71,6 +82,15 @@ class NodeReader:
             p.memory_used = sum(d.bytes_in_use for d in devices)
             p.memory_limit = sum(d.memory_limit_bytes for d in devices)
             p.throttled_ns = sum(d.throttled_ns for d in devices)
+            memory = parsed.record.devices_memory
+            p.memory_known = memory is not None
+            p.context_memory = sum(m.context_bytes for m in memory or ())
+            p.memory_charged = sum(m.charged_bytes for m in memory or ())
+            activity = parsed.record.activity
+            p.activity_known = activity is not None
+            if activity is not None:
+                p.first_launch_ns, p.last_launch_time_ns = activity.first_launch_ns, activity.last_launch_time_ns
+            p.turn_shares = [d.compute_quota_ns / d.compute_period_ns for d in devices if d.compute_period_ns]
             extensions = parsed.record.devices_ext
             p.copies_known = extensions is not None
             p.host_to_device_bytes = sum(e.copies[layout.COPY_HOST_TO_DEVICE].bytes for e in extensions or ())
@@ -94,7 +114,26 @@ def _ratio_pct(part: int, whole: int) -> float | None:
     return 100.0 * part / whole if whole > 0 else None
 
 
-def row(now: ProcessCounters, before: ProcessCounters | None) -> Row:
+IDLE_AFTER = 60.0  # seconds without a launch before a process that has launched is idle (--idle-after)
+
+
+def state(p: ProcessCounters, idle_after: float = IDLE_AFTER) -> str | None:
+    """What the process's GPU side is doing, judged at its last publish: "starting" before its first launch,
+    "idle" when it has not launched for `idle_after` seconds, "turns:NN%" while it takes turns on a shared GPU
+    under a compute limit (NN: its window's share of each period now, the lowest of its devices'), else
+    "active". None without a cuda record, or from a writer older than the activity fields."""
+    if not p.cuda_time_ns or not p.activity_known:
+        return None
+    if not p.first_launch_ns:
+        return "starting"
+    if p.cuda_time_ns - p.last_launch_time_ns > idle_after * 1e9:
+        return "idle"
+    if p.turn_shares:
+        return f"turns:{100 * min(p.turn_shares):.0f}%"
+    return "active"
+
+
+def row(now: ProcessCounters, before: ProcessCounters | None, idle_after: float = IDLE_AFTER) -> Row:
     """Rates over the time between the two publishes read; None where there is no earlier read."""
     has_cuda, has_python = bool(now.cuda_time_ns), bool(now.python_time_ns)
     launches = throttled = stall = steps = to_device = to_host = None
@@ -116,13 +155,16 @@ def row(now: ProcessCounters, before: ProcessCounters | None) -> Row:
         launches_per_s=launches,
         memory_used=now.memory_used if has_cuda else None,
         memory_limit=(now.memory_limit or None) if has_cuda else None,
+        context_memory=(now.context_memory or None) if now.memory_known else None,  # 0: not measured
+        memory_charged=now.memory_charged if has_cuda and now.memory_known else None,
+        state=state(now, idle_after),
         host_to_device_per_s=to_device, device_to_host_per_s=to_host,
         throttled_pct=throttled, stall_pct=stall, steps_per_s=steps,
     )
 
 
-def rows(now: dict[str, ProcessCounters], before: dict[str, ProcessCounters]) -> list[Row]:
-    return [row(p, before.get(pid)) for pid, p in now.items()]
+def rows(now: dict[str, ProcessCounters], before: dict[str, ProcessCounters], idle_after: float = IDLE_AFTER) -> list[Row]:
+    return [row(p, before.get(pid), idle_after) for pid, p in now.items()]
 
 
 def _bytes(n: float | None) -> str:
@@ -153,9 +195,12 @@ COLUMNS = [
     Column("COMM", "comm", 15, str, numeric=False),
     Column("POD", "pod", 8, str, numeric=False),
     Column("GPU", "gpus", 5, str, numeric=False),
+    Column("STATE", "state", 9, lambda v: v or "-", numeric=False),
     Column("LAUNCH/s", "launches_per_s", 10, _number(".0f")),
     Column("MEM", "memory_used", 9, _bytes),
     Column("LIMIT", "memory_limit", 9, _bytes),
+    Column("CTX", "context_memory", 9, _bytes),  # the contexts' own memory, which no allocation shows
+    Column("CHARGED", "memory_charged", 9, _bytes),  # what the limit is checked against
     Column("H2D/s", "host_to_device_per_s", 9, _bytes),  # copy throughput: bytes a second, each way
     Column("D2H/s", "device_to_host_per_s", 9, _bytes),
     Column("THR%", "throttled_pct", 6, _number(".1f")),

@@ -16,7 +16,8 @@ from support import PythonProgram, python_records, wait_until
 
 # One process with both records: a training loop taking a batch every 10 ms and waiting 6 ms of each for
 # it, and a cuda segment on GPU 3 launching 5000 kernels/s, throttled 25%, 3 of 8 GiB in use, copying
-# 3,000,000 bytes/s to the GPU and 1,000,000 back. Every value follows the clock, not how often the threads
+# 3,000,000 bytes/s to the GPU and 1,000,000 back, its context holding 512 MiB, 3.5 GiB charged, taking
+# turns with a window of 30% of each period. Every value follows the clock, not how often the threads
 # get to run, so the rates do not depend on the machine.
 TRAINER = textwrap.dedent("""
     import ctypes, sys, threading, time
@@ -44,9 +45,13 @@ TRAINER = textwrap.dedent("""
         record = layout.CudaRecord(device_count=1, max_devices=layout.CUDA_MAX_DEVICES)
         device = record.devices[0]
         device.device_index, device.bytes_in_use, device.memory_limit_bytes = 3, 3 << 30, 8 << 30
+        device.compute_period_ns, device.compute_quota_ns = 100_000_000, 30_000_000
+        record.devices_memory[0].context_bytes, record.devices_memory[0].charged_bytes = 512 << 20, 7 << 29
+        record.activity.first_launch_ns = 1_500_000_000
         start = time.time_ns()
         while not stop.wait(0.01):
             elapsed = time.time_ns() - start
+            record.activity.last_launch_time_ns = time.time_ns()
             device.kernel_launches, device.throttled_ns = elapsed * 5 // 1_000_000, elapsed // 4
             copies = record.devices_ext[0].copies
             copies[layout.COPY_HOST_TO_DEVICE].bytes, copies[layout.COPY_DEVICE_TO_HOST].bytes = elapsed * 3 // 1000, elapsed // 1000
@@ -65,7 +70,8 @@ TRAINER = textwrap.dedent("""
 """)
 
 
-HEADER = ["PID", "COMM", "POD", "GPU", "LAUNCH/s", "MEM", "LIMIT", "H2D/s", "D2H/s", "THR%", "STALL%", "STEP/s"]
+HEADER = ["PID", "COMM", "POD", "GPU", "STATE", "LAUNCH/s", "MEM", "LIMIT", "CTX", "CHARGED", "H2D/s", "D2H/s", "THR%",
+          "STALL%", "STEP/s"]
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
@@ -103,7 +109,8 @@ def test_piped_top_prints_one_table_with_rates_joined_by_pid(shm_dir, writers):
     by_pid = {int(r[0]): dict(zip(header, r)) for r in rows}
     assert list(by_pid) == sorted([trainer.pid, c_writer.pid])
     t = by_pid[trainer.pid]
-    assert (t["GPU"], t["MEM"], t["LIMIT"]) == ("3", "3.0GiB", "8.0GiB")
+    assert (t["GPU"], t["MEM"], t["LIMIT"], t["CTX"], t["CHARGED"]) == ("3", "3.0GiB", "8.0GiB", "512.0MiB", "3.5GiB")
+    assert t["STATE"] == "turns:30%"
     # Rates are taken between the writers' publish times, so only the gap between a value and its
     # publish stamp (microseconds, a scheduling delay at worst) separates them from the nominal ones.
     assert 4800 <= float(t["LAUNCH/s"]) <= 5200
@@ -113,6 +120,7 @@ def test_piped_top_prints_one_table_with_rates_joined_by_pid(shm_dir, writers):
     assert 2.8e6 <= byte_count(t["H2D/s"]) <= 3.2e6 and 0.9e6 <= byte_count(t["D2H/s"]) <= 1.1e6  # one decimal of MiB, KiB
     c = by_pid[c_writer.pid]
     assert (c["COMM"], c["GPU"], c["MEM"], c["LIMIT"], c["STALL%"], c["STEP/s"]) == ("alnair-shm-test", "0,1", "2.0MiB", "-", "-", "-")
+    assert (c["STATE"], c["CTX"], c["CHARGED"]) == ("starting", "-", "0B")  # no launch yet; no context measured
     assert (c["H2D/s"], c["D2H/s"]) == ("0B", "0B")
     assert 195 <= float(c["LAUNCH/s"]) <= 205  # 2 devices x 100/s
 
@@ -123,6 +131,37 @@ def test_top_shows_no_copy_rates_for_a_writer_older_than_the_copy_counters(shm_d
     row = dict(zip(header, rows[0]))
     assert int(row["PID"]) == old.pid and 90 <= float(row["LAUNCH/s"]) <= 110
     assert (row["H2D/s"], row["D2H/s"]) == ("-", "-")
+    assert (row["STATE"], row["CTX"], row["CHARGED"]) == ("-", "-", "-")  # nor a state or memory it does not publish
+
+
+def test_top_tells_starting_idle_active_and_turns_apart_by_the_writers_clock(shm_dir, start_writer):
+    now = time.time_ns()
+    launched = ("--set", "first_launch_ns=2000000000", "--set", "first_allocation_ns=1000000000")
+    writers = {
+        "starting": start_writer("--period-ms", "10"),  # not launched yet
+        "idle": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now - 120 * 10**9}"),
+        "active": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now}"),
+        "turns:25%": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now}",
+                                  "--set", "compute_period_ns=100000000", "--set", "compute_quota_ns=25000000"),
+        # taking turns, but idle for longer than --idle-after: idle wins
+        "idle too": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now - 120 * 10**9}",
+                                 "--set", "compute_period_ns=100000000", "--set", "compute_quota_ns=25000000"),
+    }
+    header, *rows = piped_table(shm_dir, "--interval=0.1")
+    shown = {int(r[0]): dict(zip(header, r))["STATE"] for r in rows}
+    assert {name: shown[w.pid] for name, w in writers.items()} == {
+        "starting": "starting", "idle": "idle", "active": "active", "turns:25%": "turns:25%", "idle too": "idle"}
+    header, *rows = piped_table(shm_dir, "--interval=0.1", "--idle-after=10m")  # 120 s is not idle for 10 minutes
+    shown = {int(r[0]): dict(zip(header, r))["STATE"] for r in rows}
+    assert (shown[writers["idle"].pid], shown[writers["idle too"].pid]) == ("active", "turns:25%")
+
+
+def test_top_sums_the_memory_columns_over_the_process_devices(shm_dir, start_writer):
+    """Device i gets V + i: two devices of context_bytes=256 MiB and charged_bytes=1 GiB."""
+    w = start_writer("--devices", "2", "--set", "context_bytes=268435456", "--set", "charged_bytes=1073741824")
+    header, *rows = piped_table(shm_dir, "--interval=0.1", "--sort=context_memory")
+    row = dict(zip(header, rows[0]))
+    assert int(row["PID"]) == w.pid and (row["CTX"], row["CHARGED"]) == ("512.0MiB", "2.0GiB")
 
 
 def test_top_never_removes_segments_not_even_a_dead_writers(shm_dir, start_writer):
