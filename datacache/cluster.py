@@ -3,6 +3,7 @@ slot by their digest, metadata in the one slot of keys.CLUSTER_TAG, reads groupe
 all nodes at once, MOVED/ASK redirects and failovers followed, a failed node's keys read from the origin."""
 from __future__ import annotations
 
+import binascii
 import threading
 import time
 import urllib.parse
@@ -54,6 +55,11 @@ def parse_cluster_url(url: str) -> tuple[list[Node], dict]:
 
 def slot_of(name: str) -> int:
     return key_slot(name.encode())
+
+
+def slot_of_key(key: bytes) -> int:
+    """The slot of an encoded key: CRC16 of the whole key when it has no hash tag (a blob's), else Redis's rule."""
+    return key_slot(key) if b"{" in key else binascii.crc_hqx(key, 0) & (SLOTS - 1)
 
 
 def redirect(error: ReplyError) -> tuple[str, int, Node] | None:
@@ -111,6 +117,30 @@ class Cluster:
 
     def _up(self, node: Node) -> bool:
         return time.monotonic() >= self._down_until.get(node, float("-inf"))
+
+    def grouped(self, keys: list[bytes]) -> dict[Node | None, list[int]]:
+        """The positions of `keys` by the node to ask (None: down, or no node serves the slot). Each node's
+        state is checked once, not once per key; the map is read again first when one is down and it is due."""
+        groups = self._grouped(keys)
+        if any(node is None or not self._up(node) for node in groups) and self._remap_due():
+            self.refresh()
+            groups = self._grouped(keys)
+        unavailable = [position for node in [n for n in groups if n is None or not self._up(n)]
+                       for position in groups.pop(node)]
+        if unavailable:
+            groups[None] = sorted(unavailable)
+        return groups
+
+    def _grouped(self, keys: list[bytes]) -> dict[Node | None, list[int]]:
+        owners, groups = self._owners, {}
+        for position, key in enumerate(keys):
+            node = owners[slot_of_key(key)]
+            group = groups.get(node)
+            if group is None:
+                groups[node] = [position]
+            else:
+                group.append(position)
+        return groups
 
     def _remap_due(self) -> bool:
         """At most one map read per retry interval while something is down or uncovered."""
@@ -193,7 +223,7 @@ class Cluster:
     def get(self, name: str):
         """One value by a GET of its own (a redirected read); UNAVAILABLE where it cannot be had."""
         try:
-            value = self.call(name, lambda c: c.send_gets([name]), lambda c: c.read_gets(1)[0])
+            value = self.call(name, lambda c: c.send_gets([name.encode()]), lambda c: c.read_gets(1)[0])
         except NodeUnavailable:
             return UNAVAILABLE
         return UNAVAILABLE if isinstance(value, ReplyError) else value
@@ -235,19 +265,17 @@ class ClusterReads:
         self._sent: deque[tuple[list[str], list[tuple[Node | None, RespConnection | None, list[int]]]]] = deque()
 
     def send(self, names: list[str]) -> None:
-        groups: dict[Node | None, list[int]] = {}
-        for position, name in enumerate(names):
-            groups.setdefault(self._cluster.owner(slot_of(name)), []).append(position)
+        keys = [name.encode() for name in names]
         plan = []
-        for node, positions in groups.items():
-            connection = self._send(node, [names[p] for p in positions]) if node else None
+        for node, positions in self._cluster.grouped(keys).items():
+            connection = self._send(node, [keys[p] for p in positions]) if node else None
             plan.append((node, connection, positions))
         self._sent.append((names, plan))
 
-    def _send(self, node: Node, names: list[str]) -> RespConnection | None:
+    def _send(self, node: Node, keys: list[bytes]) -> RespConnection | None:
         try:
             connection = self._connections.get(node) or self._cluster.pool(node).take()
-            connection.send_gets(names)
+            connection.send_gets(keys)
         except (OSError, redis.RedisError) as e:
             self._failed(node, e)
             return None
@@ -304,11 +332,11 @@ class ClusterReads:
 def set_blobs(cluster: Cluster, blobs: dict[str, bytes]) -> int:
     """SETs grouped per node, sent to every node before any reply is read; returns how many failed
     (refused, or their node did not answer)."""
-    groups: dict[Node | None, list[str]] = {}
-    for name in blobs:
-        groups.setdefault(cluster.owner(slot_of(name)), []).append(name)
+    every = list(blobs)
+    groups = cluster.grouped([name.encode() for name in every])
     failed, sent = len(groups.pop(None, [])), []
-    for node, names in groups.items():
+    for node, positions in groups.items():
+        names = [every[p] for p in positions]
         pool = cluster.pool(node)
         try:
             connection = pool.take()

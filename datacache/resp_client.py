@@ -18,6 +18,7 @@ from redis.connection import SSLConnection, parse_url
 
 T = TypeVar("T")
 PEEK_SIZE = 64 << 10  # reply headers and small values are parsed from a peek of this many bytes
+GET = b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n"  # a GET in RESP, formatted in place: a third of pack_command's cost
 
 
 def encode(*args: bytes | str | int) -> bytes:
@@ -127,9 +128,9 @@ class RespConnection:
         """The reply to the oldest MGET sent and not yet read."""
         return self.read_array()
 
-    def send_gets(self, names: list[str]) -> None:
-        """A GET per name in one write: a cluster node answers no MGET whose keys span slots."""
-        self.sock.sendall(b"".join(encode("GET", name) for name in names))
+    def send_gets(self, keys: list[bytes]) -> None:
+        """A GET per (encoded) key in one write: a cluster node answers no MGET whose keys span slots."""
+        self.sock.sendall(b"".join([GET % (len(key), key) for key in keys]))
 
     def read_gets(self, count: int) -> list[bytes | None | ReplyError]:
         """The replies to the oldest `count` GETs sent and not yet read; an error reply (MOVED, ASK...) in place."""
