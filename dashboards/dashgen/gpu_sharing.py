@@ -1,10 +1,11 @@
 """GPU sharing: which pods share each GPU, and per pod and process what NVML and the CUDA intercept see: SM
-utilization, memory against its limit, the compute limit against its quota and throttling, denied allocations,
-launch rates."""
+utilization, memory against its limit (allocations, pool caches and contexts, as the GPU holds them), the compute
+limit against its quota and throttling, denied allocations, launch rates, copies, and which processes are starting
+up or idle."""
 from __future__ import annotations
 
 from . import variables as v
-from .model import Dashboard, Query, row, table, timeseries
+from .model import Dashboard, Query, row, state_timeline, table, timeseries
 from .promql import DASHBOARD as S
 from .promql import GPU, NODE, by, memory_of_limit, rate, selector, with_node, with_pod
 
@@ -50,8 +51,36 @@ COMPUTE = row(
                cuda_rate("alnair_cuda_graph_launches_total", f"{PROCESS} graphs"), min=0, width=24),
 )
 
+DEVICE_MEMORY = ("instance", "pid", "gpu", "uuid")  # one series per process and device in every cuda memory family
+USED = selector(S, "alnair_cuda_memory_used_bytes", GPU)
+POOL_CACHE = (f"{selector(S, 'alnair_cuda_pool_reserved_bytes', GPU)} - "
+              f"{selector(S, 'alnair_cuda_pool_used_bytes', GPU)}")  # reserved by pools, handed out to no allocation
+WITH_POOLS = f"{USED} + {POOL_CACHE}"
+# The contexts' memory, 0 where it was not measured (a writer with the memory fields always has the pool series).
+CONTEXT = f"({selector(S, 'alnair_cuda_context_memory_bytes', GPU)} or 0 * {selector(S, 'alnair_cuda_pool_reserved_bytes', GPU)})"
+INCLUDES_CONTEXT = selector(S, "alnair_cuda_memory_limit_includes_context", GPU)
+# The limit with a `context` label saying whether it charges the contexts' memory (ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT).
+CONTEXT_CHARGED = (f'label_replace({INCLUDES_CONTEXT} == 1, "context", "charged", "", "") or '
+                   f'label_replace({INCLUDES_CONTEXT} == 0, "context", "not charged", "", "") + 1')
+LIMIT = (f"{selector(S, 'alnair_cuda_memory_limit_bytes', GPU)} * on ({', '.join(DEVICE_MEMORY)}) "
+         f"group_left (context) ({CONTEXT_CHARGED})")
+
 MEMORY = row(
     "Memory",
+    timeseries("Device memory as the GPU holds it, beside its limit", "Each line adds one part to the line below it: "
+               "the process's allocations; + what its stream-ordered pools (cudaMallocAsync, custom pools) hold cached "
+               "for no allocation; + the memory its contexts hold themselves, which no allocation shows (what the GPU "
+               "holds for it, as nvidia-smi shows it apart from a context's growth after creation). Dashed: what the "
+               "memory limit is checked against (charged) and the limit, whose legend says whether it charges the "
+               "contexts (ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT): charged meets the top line when it does, the pool "
+               "line when not, and then the GPU may hold the limit plus the contexts.", "bytes",
+               Query(with_pod(S, USED, "cuda"), f"{PROCESS} allocations"),
+               Query(with_pod(S, WITH_POOLS, "cuda"), f"{PROCESS} + pool cache"),
+               Query(with_pod(S, f"{WITH_POOLS} + {CONTEXT}", "cuda"), f"{PROCESS} + contexts"),
+               Query(with_pod(S, selector(S, "alnair_cuda_memory_charged_bytes", GPU), "cuda"), f"{PROCESS} charged",
+                     line=True),
+               Query(with_pod(S, LIMIT, "cuda"), f"{PROCESS} limit, contexts {{{{context}}}}", line=True),
+               min=0, fill_opacity=10, width=24),
     timeseries("Memory used against its limit", "Device memory the process's allocations hold through the intercept, "
                "beside its ALNAIR_MEMORY_LIMIT (absent without a limit).", "bytes",
                cuda("alnair_cuda_memory_used_bytes", f"{PROCESS} used"),
@@ -69,8 +98,29 @@ MEMORY = row(
 )
 
 PER_PROCESS = "{{namespace}}/{{pod}} pid {{pid}}"
+IDLE_AFTER = 60  # seconds without a launch before a process is idle, as `alnair top --idle-after` has it
+ACTIVE, STARTING, IDLE = 0, 1, 2
+ACTIVITY = {ACTIVE: ("active", "green"), STARTING: ("starting up", "blue"), IDLE: ("idle", "orange")}
+# Starting up: a writer that publishes its activity (those with the copy counters do: they came after it) and has
+# launched nothing yet. Launched: idle once its latest launch is IDLE_AFTER old. Exited writers' records left out.
+STARTING_UP = (f"{STARTING} * group by (instance, job, pid) ({selector(S, 'alnair_cuda_copies_total', NODE)}) "
+               f"unless on (instance, pid) {selector(S, 'alnair_cuda_time_to_first_launch_seconds', NODE)}")
+LAUNCHED = f"{IDLE} * (time() - {selector(S, 'alnair_cuda_last_launch_timestamp_seconds', NODE)} > bool {IDLE_AFTER})"
+PROCESS_STATE = (f"({STARTING_UP} or {LAUNCHED}) "
+                 f"unless on (instance, pid) {selector(S, 'alnair_cuda_process_exited_timestamp_seconds', NODE)}")
+
 COPIES = row(
     "Copies and activity",
+    timeseries("Copy throughput per pod", "Bytes per second all of a pod's processes copied through the intercept, by "
+               "direction: host-to-device bytes are its input reaching the GPU.", "Bps",
+               Query(by(["namespace", "pod", "direction"], "sum",
+                        with_pod(S, rate(S, "alnair_cuda_copy_bytes_total", GPU), "cuda")),
+                     "{{namespace}}/{{pod}} {{direction}}"), min=0),
+    state_timeline("Processes starting up or idle", f"Each process under the intercept: starting up until its first "
+                   f"kernel or graph launch, idle once it has launched nothing for {IDLE_AFTER} s, else active. A pod "
+                   "long in starting up is slow to reach the GPU (its start-up times are beside); one idle while "
+                   "holding GPU memory keeps it from others.", Query(with_pod(S, PROCESS_STATE, "cuda"), PER_PROCESS),
+                   states=ACTIVITY),
     timeseries("Copy throughput per process", "Bytes per second each process copied through the intercept, by "
                "direction (host to device, device to host, device to device), on the destination's GPU for peer "
                "copies. Host-to-device bytes are a training job's input: compare with its data stall (Training).",

@@ -10,6 +10,7 @@ class Query:
     expr: str
     legend: str = ""
     instant: bool = False  # a table's query: the latest value of each series, one row each
+    line: bool = False  # in a filled time series: drawn as a dashed line without fill (a limit, a threshold)
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,8 @@ class Panel:
     height: int = 8
     min: float | None = None
     max: float | None = None
-    states: dict[int, tuple[str, str]] = field(default_factory=dict)  # value -> (text, colour), for 0/1 series
+    fill_opacity: float | None = None  # a time series' fill under its lines, 0-100 (Grafana's default: none)
+    states: dict[int, tuple[str, str]] = field(default_factory=dict)  # value -> (text, colour), for state series
     hidden_columns: tuple[str, ...] = ()  # a table's columns not worth showing
 
 
@@ -66,7 +68,12 @@ def table(title: str, description: str, unit: str, query: Query, **options) -> P
 
 def states(title: str, description: str, *queries: Query, off: tuple[str, str], on: tuple[str, str], **options) -> Panel:
     """A state timeline of 0/1 series, each value shown as its (text, colour)."""
-    return Panel("state-timeline", title, description, "none", queries, states={0: off, 1: on}, **options)
+    return state_timeline(title, description, *queries, states={0: off, 1: on}, **options)
+
+
+def state_timeline(title: str, description: str, *queries: Query, states: dict[int, tuple[str, str]], **options) -> Panel:
+    """A state timeline of series whose values name states: each value shown as its (text, colour)."""
+    return Panel("state-timeline", title, description, "none", queries, states=states, **options)
 
 
 def row(title: str, *panels: Panel) -> Row:

@@ -78,7 +78,16 @@ def tooltip():
     return common.VizTooltipOptions().mode(common_model.TooltipDisplayMode.MULTI).sort(common_model.SortOrder.DESCENDING)
 
 
+DASHED = [model.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
+          model.DynamicConfigValue(id_val="custom.lineStyle", value={"dash": [10, 10], "fill": "dash"})]
+
+
 def _timeseries(builder, p: Panel):
+    if p.fill_opacity is not None:
+        builder = builder.fill_opacity(p.fill_opacity)
+    for q, ref in zip(p.queries, string.ascii_uppercase):
+        if q.line:
+            builder = builder.override_by_query(ref, DASHED)
     return builder.legend(legend()).tooltip(tooltip())
 
 

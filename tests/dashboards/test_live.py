@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,10 +97,40 @@ CACHE_TRAFFIC = textwrap.dedent("""
 """)
 
 
+# A cuda writer whose memory limit charges its contexts (ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT=on), on the C writer's
+# GPU 0 (its UUID bytes 0..15), published as the intercept lays the record out: 256 MiB allocated, 512 MiB of
+# contexts, all of it charged against a 1 GiB limit.
+CONTEXT_CHARGED = textwrap.dedent("""
+    import ctypes, sys
+    from alnair.abi import layout
+    from alnair.intercept.segment_writer import WriterSegment
+
+    record = layout.CudaRecord(device_count=1, max_devices=layout.CUDA_MAX_DEVICES)
+    device, memory = record.devices[0], record.devices_memory[0]
+    device.uuid[:] = list(range(16))
+    device.bytes_in_use, device.memory_limit_bytes = 256 << 20, 1 << 30
+    memory.context_bytes, memory.charged_bytes, memory.flags = 512 << 20, 768 << 20, layout.CUDA_LIMIT_INCLUDES_CONTEXT
+    segment = WriterSegment(layout.KIND_CUDA, ctypes.sizeof(layout.CudaRecord))
+    segment.publish(bytes(record))
+    print("ready", flush=True)
+    sys.stdin.read()
+    segment.close()
+""")
+
+
 @dataclass
 class Stack:
     prometheus: str
     instance: str
+    started: float  # Unix time before any writer started
+    pids: dict[str, int]  # the cuda writers: "limited" (idle), "starting", "active", "context charged"
+    active_launch_ns: int  # the "active" writer's latest launch, as it publishes it
+
+
+# The limited writer's memory, device i getting V + i: 768 MiB allocated, pools holding 192 MiB of which 64 handed out
+# (128 MiB cached), 512 MiB of contexts, charged allocations + cache (the limit does not include the contexts).
+MEMORY = {"bytes_in_use": 805306368, "pool_reserved_bytes": 201326592, "pool_used_bytes": 67108864,
+          "context_bytes": 536870912, "charged_bytes": 939524096, "memory_limit_bytes": 1073741824}
 
 
 def prometheus_config(path: Path, target: str) -> None:
@@ -121,6 +152,7 @@ def stack(tmp_path_factory, test_writer_binary, redis_cluster):
     (tmp / "redis").mkdir()
     redis = RedisServer(tmp / "redis")
     children, writers = [], []
+    started = time.time()
     try:
         fill_cache(redis.url, tmp, [("images", "demo-job", range(12)), ("thumbnails", "demo-job", range(6, 18))], 4096)
         redis_cluster.wait_healthy()
@@ -131,12 +163,19 @@ def stack(tmp_path_factory, test_writer_binary, redis_cluster):
         fill_cache(redis_cluster.url, tmp / "cluster", [("shards", "cluster-job", range(24))], 4096)
         writers.append(Writer(test_writer_binary, shm, [
             "--devices", "2", "--period-ms", "10", "--compute-limit", "30", "--set", "compute_period_ns=100000000",
-            "--set", "compute_quota_ns=30000000", "--set", "bytes_in_use=805306368", "--set", "memory_limit_bytes=1073741824",
+            "--set", "compute_quota_ns=30000000", *(a for f, v in MEMORY.items() for a in ("--set", f"{f}={v}")),
             "--set", "allocations=40", "--set", "limit_denied_allocations=2", "--set", "throttled_ns=5000000000",
             "--set", "host_to_device.bytes=1048576", "--set", "host_to_device.copies=4", "--set", "device_to_host.sync_ns=2000000",
             "--set", "first_allocation_ns=400000000", "--set", "first_launch_ns=500000000",
             "--set", "last_launch_time_ns=1764547200000000000"]))
         writers.append(PythonProgram(TRAINER, shm))
+        # One GPU each: a process that has launched nothing yet, and one whose latest launch is now.
+        active_launch_ns = time.time_ns()
+        starting = Writer(test_writer_binary, shm, ["--devices", "1", "--period-ms", "10", "--set", "first_allocation_ns=300000000"])
+        active = Writer(test_writer_binary, shm, ["--devices", "1", "--period-ms", "10", "--set", "first_launch_ns=600000000",
+                                                  "--set", f"last_launch_time_ns={active_launch_ns}"])
+        context_charged = PythonProgram(CONTEXT_CHARGED, shm)
+        writers += [starting, active, context_charged]
         writers.append(PythonProgram(CACHE_TRAFFIC, shm, env={"DEMO_REDIS": redis.url, "DEMO_ORIGIN": str(tmp / "images")}))
         launcher = tmp / "exporter_with_fake_nvml.py"
         launcher.write_text(EXPORTER_WITH_FAKE_NVML)
@@ -156,7 +195,9 @@ def stack(tmp_path_factory, test_writer_binary, redis_cluster):
                  f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log))
         prom = f"http://127.0.0.1:{port}"
         wait_until(lambda: query(prom, 'up{job="alnair"} == 1'), timeout=60)
-        yield Stack(prom, f"127.0.0.1:{exporter.port}")
+        yield Stack(prom, f"127.0.0.1:{exporter.port}", started,
+                    {"limited": writers[0].pid, "starting": starting.pid, "active": active.pid,
+                     "context charged": context_charged.pid}, active_launch_ns)
     finally:
         for child in children:
             child.terminate()
@@ -261,3 +302,63 @@ def test_every_rule_evaluates_without_error(stack):
     loaded = wait_until(evaluated, timeout=SETTLE)
     assert len(loaded) == len(rules("record")) + len(rules("alert"))
     assert [(r["name"], r.get("lastError")) for r in loaded if r["health"] != "ok"] == []
+
+
+def panel_queries(board: dict, title: str, values: dict[str, str]) -> list[str]:
+    panel = next(p for p, _ in targets(board) if p["title"] == title)
+    return [interpolate(t["expr"], values) for t in panel["targets"]]
+
+
+def as_grafana_all(prom: str, board: dict) -> dict[str, str]:
+    """Every variable at All, as Grafana sends it: the variable's allValue where it has one, else its options."""
+    values = variable_values(prom, board)
+    return values | {v["name"]: v["allValue"] for v in board["templating"]["list"] if v.get("allValue")}
+
+
+def by_gpu(prom: str, promql: str, pid: int) -> dict[str, tuple[float, dict]]:
+    """The query's series of one process, by GPU: (value, the labels beyond the process's)."""
+    return {r["metric"]["gpu"]: (float(r["value"][1]), {k: v for k, v in r["metric"].items() if k == "context"})
+            for r in query(prom, promql) if r["metric"].get("pid") == str(pid)}
+
+
+def test_the_device_memory_panel_adds_pools_and_contexts_and_says_the_limit_does_not_charge_them(stack):
+    board = load(ROOT / "dashboards/json/gpu-sharing.json")
+    queries = panel_queries(board, "Device memory as the GPU holds it, beside its limit", as_grafana_all(stack.prometheus, board))
+    cache = MEMORY["pool_reserved_bytes"] - MEMORY["pool_used_bytes"]  # the same on both devices (V + i minus V + i)
+    allocations = MEMORY["bytes_in_use"]
+    expected = [  # per query, device 0's value; device 1's fields are each 1 more
+        (allocations, 1, {}), (allocations + cache, 1, {}), (allocations + cache + MEMORY["context_bytes"], 2, {}),
+        (MEMORY["charged_bytes"], 1, {}), (MEMORY["memory_limit_bytes"], 1, {"context": "not charged"})]
+    wanted = [{"0": (float(v), labels), "1": (float(v + step), labels)} for v, step, labels in expected]
+    # the writer whose limit charges its contexts: no pools, so charged is the top line, and the limit says so
+    mib = 1 << 20
+    wanted_charged = [{"0": (float(v), labels)} for v, labels in
+                      [(256 * mib, {}), (256 * mib, {}), (768 * mib, {}), (768 * mib, {}), (1024 * mib, {"context": "charged"})]]
+
+    def shown() -> list:
+        return [[by_gpu(stack.prometheus, q, stack.pids[name]) for q in queries] for name in ("limited", "context charged")]
+
+    try:
+        wait_until(lambda: shown() == [wanted, wanted_charged], timeout=SETTLE)
+    except AssertionError:
+        pass
+    assert shown() == [wanted, wanted_charged]
+
+
+def test_the_activity_panel_shows_starting_up_idle_and_active_by_the_time_of_the_latest_launch(stack):
+    """A range query from the stack's start, as Grafana draws the timeline: the writer that has launched nothing is
+    starting up throughout, the one whose latest launch is from 2025 idle throughout, and the one that launched at the
+    stack's start active until 60 s after that launch, idle from then on."""
+    board = load(ROOT / "dashboards/json/gpu-sharing.json")
+    [promql] = panel_queries(board, "Processes starting up or idle", as_grafana_all(stack.prometheus, board))
+    panel = next(p for p, _ in targets(board) if p["title"] == "Processes starting up or idle")
+    states = {shown["text"]: int(value) for value, shown in panel["fieldConfig"]["defaults"]["mappings"][0]["options"].items()}
+    wait_until(lambda: {r["metric"]["pid"] for r in query(stack.prometheus, promql)} >= {str(p) for p in stack.pids.values()},
+               timeout=SETTLE)
+    series = {int(r["metric"]["pid"]): r["values"] for r in api(stack.prometheus, "query_range", query=promql,
+                                                              start=stack.started, end=time.time(), step="1s")["result"]}
+    assert {v for _, v in series[stack.pids["starting"]]} == {str(states["starting up"])}
+    assert {v for _, v in series[stack.pids["limited"]]} == {str(states["idle"])}
+    launch = stack.active_launch_ns / 1e9
+    seen = [(t - launch, int(v)) for t, v in series[stack.pids["active"]] if abs(t - launch - 60) > 1]
+    assert seen and seen == [(age, states["idle"] if age > 60 else states["active"]) for age, _ in seen]
