@@ -143,7 +143,8 @@ COPIES = row(
 
 DASHBOARD = Dashboard(
     "alnair-gpu-sharing", "Alnair / GPU sharing",
-    "Which pods share each GPU, and per process: utilization, memory against its limit, compute quota and throttling.",
+    "Which pods share each GPU, and per process: utilization, memory as the GPU holds it against its limit, compute "
+    "quota and throttling, copies, and which processes are starting up or idle.",
     (v.DATASOURCE, v.NODE, v.INSTANCE, v.namespace("cuda", "nvml"), v.pod("cuda", "nvml"), v.GPU),
     (SHARING, COMPUTE, MEMORY, COPIES),
 )
