@@ -1,7 +1,7 @@
 """Dataset-cache loader throughput against redis-benchmark GET, a per-sample GET loader and local files.
 
     python bench/cache_loader.py [--samples 2000] [--size 102400] [--clients 4] [--batch 32]
-                                 [--rounds 7] [--origin-ms 20] [--shards N] [--json PATH]
+                                 [--rounds 7] [--origin-ms 20] [--shards N [--seconds S]] [--json PATH]
 
 One redis-server (no persistence) on loopback holds SAMPLES random samples of SIZE bytes twice: as
 the dataset cache's content-addressed blobs and as redis-benchmark's keys (key:000000000000 ...),
@@ -35,9 +35,15 @@ rounds and the reverse on odd ones:
 
 With --shards N (N >= 1), a Redis Cluster of N primaries on loopback (no replicas, no persistence) instead,
 and only: `redis-benchmark --cluster -t get` with CLIENTS clients on N threads (one node: without --cluster,
-which refuses it; its keys SET first with values of SIZE bytes), the default loader in one process, the pipelined loader (CachedDataset.batches) in N forked
+which refuses it; its keys SET first with values of SIZE bytes, 8*SAMPLES random SETs), the default loader in
+one process, the pipelined loader (CachedDataset.batches, --depth batches in flight per node) in N forked
 processes, each reading every N-th batch, and the torch DataLoader with N workers (started per epoch, and
-persistent). The server CPU is every node's.
+persistent). The server CPU is every node's. With --seconds S, each of those runs lasts at least S seconds
+(6 shards read 8000 samples in a tenth of a second, against which a process's start and redis-benchmark's
+clock weigh): before the rounds, each method runs one epoch (redis-benchmark: 3*SAMPLES requests) and is then
+given as many epochs (requests) as make S, scaled again until a run lasts 0.9 S. redis-benchmark's runs get
+2 S: with --threads it stops only on its 250 ms tick, so its rate is requests / (its time rounded up to a
+tick), low by at most 0.25 s / its run's length.
 
 Reported: median samples/s over the rounds and its ratio to redis-benchmark's median; the CPU time
 each method costs per sample, in redis-server (all its threads) and in the client (this process, or
@@ -51,6 +57,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import multiprocessing
 import os
 import platform
@@ -74,6 +81,7 @@ import redis
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.abi import cache_keys as keys
 from alnair.datacache import content
+from alnair.datacache.dataset import PIPELINE_DEPTH
 from alnair.datacache.resp_client import RespClient
 from alnair.datacache.store import connect
 
@@ -137,6 +145,7 @@ def write_origin(directory: Path, samples: int, size: int) -> None:
         (directory / f"{i:08d}.bin").write_bytes(os.urandom(size))
 
 
+torch_missing = "torch not installed"  # why the torch rows did not run: the ImportError, once tried
 CHECK_ONE_THREAD = "ceiling: XXH3-128 check alone, 1 thread"
 
 # A sample's manifest entry as the bench uses it: (SHA-256 address, check digest).
@@ -153,6 +162,7 @@ class Measured:
     rate: float  # samples per second
     server_us: float  # redis-server CPU time per sample
     client_us: float  # this process's and its waited-for children's CPU time per sample
+    seconds: float = 0.0  # how long the run took (its samples / its rate)
 
 
 def server_cpu_seconds(pid: int) -> float:
@@ -195,7 +205,20 @@ def measured(run: Callable[[], int | tuple[int, float] | None], server_pids: lis
     if result is None:
         return None
     count, rate = result if isinstance(result, tuple) else (result, result / seconds)
-    return Measured(rate, (server_cpu() - server) / count * 1e6, (client_cpu_seconds(server_pids) - client) / count * 1e6)
+    return Measured(rate, (server_cpu() - server) / count * 1e6, (client_cpu_seconds(server_pids) - client) / count * 1e6,
+                    count / rate)
+
+
+def calibrated(run: Callable[[int], int | tuple[int, float] | None], seconds: float, server_pids: list[int]) -> int:
+    """How many epochs (redis-benchmark: multiples of its requests) make one run of `run` last `seconds`: one,
+    then scaled by how long a run took, until one lasts 0.9 of it (4 tries at most)."""
+    repeat = 1
+    for _ in range(4):
+        result = measured(lambda: run(repeat), server_pids)
+        if result is None or result.seconds >= 0.9 * seconds:
+            break
+        repeat = max(repeat + 1, math.ceil(repeat * seconds / result.seconds * 1.1))
+    return repeat
 
 
 def redis_benchmark(port: int, args, clients: int) -> tuple[int, float]:
@@ -243,16 +266,16 @@ class HalfWarm:
         return count, rate
 
 
-def loader_processes(dataset: CachedDataset, plan: list[list[int]], processes: int) -> tuple[int, float]:
-    """The pipelined loader (CachedDataset.batches) in `processes` forked processes, each reading every
-    processes-th batch; timed from when every process is ready to when the last is done."""
+def loader_processes(dataset: CachedDataset, plan: list[list[int]], processes: int, depth: int) -> tuple[int, float]:
+    """The pipelined loader (CachedDataset.batches, `depth` batches in flight per node) in `processes` forked
+    processes, each reading every processes-th batch; timed from when every process is ready to when the last is done."""
     context = multiprocessing.get_context("fork")
     ready, go, counts = context.Barrier(processes + 1), context.Event(), context.Queue()
 
     def read(share: list[list[int]]) -> None:
         ready.wait()
         go.wait()
-        counts.put(sum(len(batch) for batch in dataset.batches(share)))
+        counts.put(sum(len(batch) for batch in dataset.batches(share, depth)))
 
     children = [context.Process(target=read, args=(plan[i::processes],)) for i in range(processes)]
     for child in children:
@@ -267,8 +290,9 @@ def loader_processes(dataset: CachedDataset, plan: list[list[int]], processes: i
     return count, count / seconds
 
 
-def redis_benchmark_cluster(port: int, args, command: str) -> tuple[int, float]:
-    requests = 3 * args.samples
+def redis_benchmark_cluster(port: int, args, command: str, repeat: int = 1) -> tuple[int, float]:
+    # SET: 8 random keys per sample leave 1 in 3000 unset (e^-8), whose GET would be a cheap nil
+    requests = (8 if command == "set" else 3) * args.samples * repeat
     # One C thread per shard, as the loader has a process per shard. One node owns every slot: plain GETs reach it
     # (redis-benchmark's --cluster refuses a cluster of one node).
     mode = ["--cluster", "--threads", str(args.shards)] if args.shards > 1 else []
@@ -279,7 +303,8 @@ def redis_benchmark_cluster(port: int, args, command: str) -> tuple[int, float]:
     return requests, float(next(csv.DictReader(io.StringIO(table)))["rps"])
 
 
-def run_cluster_rounds(args, url: str, server_pids: list[int], origin_dir: Path) -> tuple[dict[str, list[Measured]], float]:
+def run_cluster_rounds(args, url: str, server_pids: list[int], origin_dir: Path
+                       ) -> tuple[dict[str, list[Measured]], float, dict[str, int]]:
     dataset = CachedDataset(url, "bench", DirectoryOrigin(origin_dir), job="bench")
     started = time.perf_counter()
     cold = sum(len(batch) for batch in CacheLoader(dataset, args.batch)) / (time.perf_counter() - started)
@@ -287,21 +312,33 @@ def run_cluster_rounds(args, url: str, server_pids: list[int], origin_dir: Path)
     redis_benchmark_cluster(port, args, "set")  # redis-benchmark's keys, values of the same size
     plan = CacheLoader(dataset, args.batch).batch_indices(0)
     persistent = PersistentTorchLoader(dataset, args, args.shards)
-    methods: dict[str, Callable[[], int | tuple[int, float] | None]] = {
-        f"redis-benchmark{' --cluster' if args.shards > 1 else ''} GET, {args.clients} clients":
-            lambda: redis_benchmark_cluster(port, args, "get"),
-        f"CacheLoader, 1 process, batch {args.batch}": lambda: cache_loader(dataset, args, None),
-        f"CachedDataset.batches, {args.shards} processes": lambda: loader_processes(dataset, plan, args.shards),
-        f"torch DataLoader, {args.shards} workers, batch {args.batch}": lambda: torch_loader(dataset, args, args.shards),
-        f"torch DataLoader, {args.shards} persistent workers": persistent.epoch,
+    benchmark = f"redis-benchmark{' --cluster' if args.shards > 1 else ''} GET, {args.clients} clients"
+    depth = f", {args.depth} in flight" if args.depth != PIPELINE_DEPTH else ""
+    # Each takes how many epochs to read (redis-benchmark: multiples of 3*SAMPLES requests).
+    methods: dict[str, Callable[[int], int | tuple[int, float] | None]] = {
+        benchmark: lambda repeat: redis_benchmark_cluster(port, args, "get", repeat),
+        f"CacheLoader, 1 process, batch {args.batch}":
+            lambda repeat: sum(cache_loader(dataset, args, None) for _ in range(repeat)),
+        f"CachedDataset.batches, {args.shards} processes{depth}":
+            lambda repeat: loader_processes(dataset, plan * repeat, args.shards, args.depth),
+        f"torch DataLoader, {args.shards} workers, batch {args.batch}":
+            lambda repeat: torch_epochs(lambda: torch_loader(dataset, args, args.shards), repeat),
+        f"torch DataLoader, {args.shards} persistent workers": lambda repeat: torch_epochs(persistent.epoch, repeat),
     }
+    repeats = {name: calibrated(run, args.seconds * (2 if name == benchmark and args.shards > 1 else 1), server_pids)
+               if args.seconds else 1 for name, run in methods.items()}
     results: dict[str, list[Measured]] = {name: [] for name in methods}
     for round_ in range(args.rounds):
         for name in (list(methods) if round_ % 2 == 0 else list(reversed(methods))):
-            result = measured(methods[name], server_pids)
+            result = measured(lambda: methods[name](repeats[name]), server_pids)
             if result is not None:
                 results[name].append(result)
-    return results, cold
+    return results, cold, repeats
+
+
+def torch_epochs(epoch: Callable[[], int | None], repeat: int) -> int | None:
+    counts = [epoch() for _ in range(repeat)]
+    return None if None in counts else sum(counts)
 
 
 def cache_loader(dataset: CachedDataset, args, workers: int | None) -> int:
@@ -310,9 +347,11 @@ def cache_loader(dataset: CachedDataset, args, workers: int | None) -> int:
 
 def torch_dataloader(dataset: CachedDataset, args, workers: int, persistent: bool = False):
     """torch's DataLoader as a user writes it: batch size and workers, default collate (a list of bytes stays a list)."""
+    global torch_missing
     try:
         from torch.utils.data import DataLoader
-    except ImportError:
+    except ImportError as e:  # said in the report: a set-up that hides the host's torch shows here
+        torch_missing = f"{e} (python {sys.executable})"
         return None
     with warnings.catch_warnings():  # more workers than CPUs is the point of the comparison
         warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
@@ -423,6 +462,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--origin-ms", type=float, default=20.0, help="the half-warm epochs' origin latency per read")
     parser.add_argument("--shards", type=int, default=0, help="a Redis Cluster of this many primaries (0: one server)")
+    parser.add_argument("--depth", type=int, default=PIPELINE_DEPTH,
+                        help="with --shards: batches in flight per node in the N-process row")
+    parser.add_argument("--seconds", type=float, default=0.0,
+                        help="with --shards: epochs (requests) per run for each run to last this long (0: one epoch)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # a timeout's TERM still stops the servers
@@ -437,15 +480,16 @@ def main() -> None:
         ports = [cluster_port() if args.shards else free_port() for _ in range(max(args.shards, 1))]
         servers = [start_redis(port, Path(temp) / str(port), *(CLUSTER_ARGS if args.shards else ())) for port in ports]
         try:
+            repeats: dict[str, int] = {}
             if args.shards:
-                results, cold = run_cluster_rounds(args, create_cluster(ports), [s.pid for s in servers], origin_dir)
+                results, cold, repeats = run_cluster_rounds(args, create_cluster(ports), [s.pid for s in servers], origin_dir)
             else:
                 results, cold = run_rounds(args, ports[0], servers[0].pid, origin_dir)
         finally:
             for server in servers:
                 server.terminate()
                 server.wait(10)
-    report(args, results, cold, load_before, os.getloadavg())
+    report(args, results, cold, load_before, os.getloadavg(), repeats)
 
 
 def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict[str, list[Measured]], float]:
@@ -498,7 +542,8 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
     return results, cold
 
 
-def report(args, results: dict[str, list[Measured]], cold: float, load_before, load_after) -> None:
+def report(args, results: dict[str, list[Measured]], cold: float, load_before, load_after,
+           repeats: dict[str, int]) -> None:
     baseline = statistics.median(m.rate for m in next(iter(results.values())))
     cpus = os.cpu_count() or 1
     print(f"{args.samples} samples of {args.size} bytes, {args.rounds} rounds; {machine()}")
@@ -509,7 +554,7 @@ def report(args, results: dict[str, list[Measured]], cold: float, load_before, l
     summary = {}
     for name, runs in results.items():
         if not runs:
-            print(f"{name:44} not run (torch not installed)")
+            print(f"{name:44} not run ({torch_missing})")
             continue
         rates = [m.rate for m in runs]
         median = statistics.median(rates)
@@ -523,9 +568,13 @@ def report(args, results: dict[str, list[Measured]], cold: float, load_before, l
           f"{cold / baseline:6.2f}")
     if CHECK_ONE_THREAD in summary:  # one server's run
         print_verifying_bound(summary, cpus)
+    if args.seconds:
+        print("per run (epochs, or redis-benchmark's requests / 3*SAMPLES; median seconds): " + "; ".join(
+            f"{name} x{repeats[name]} {statistics.median(m.seconds for m in runs):.2f} s"
+            for name, runs in results.items() if runs))
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), "args": vars(args) | {"json": str(args.json)},
-                                         "load": [load_before, load_after], "summary": summary, "cold": cold,
+                                         "load": [load_before, load_after], "summary": summary, "cold": cold, "repeats": repeats,
                                          "runs": {name: [vars(m) for m in runs] for name, runs in results.items()}}, indent=2))
 
 

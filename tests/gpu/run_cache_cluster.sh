@@ -10,12 +10,18 @@
 #                                                    # cache-cluster-N.json and .log per shard count, cache-single.*
 #                                                    # (one server, every row, SAMPLES/2), setup.log, summary.txt
 #
-# Settings (environment): SHARDS ("1 3 6"), SAMPLES (8000), ROUNDS (7), SIZE (102400), BUDGET_SECONDS (280, the whole
-# script's: the bench runs share what the set-up leaves, each cut off at its share), SINGLE (1: the one-server run
-# too), USE_VENV (1; 0: the fallback).
+# Settings (environment): SHARDS ("1 3 6"), SAMPLES (8000), ROUNDS (5), RUN_SECONDS (1: each cluster run of a method
+# lasts at least this long, redis-benchmark's twice that: bench/cache_loader.py --seconds), DEPTH (2: batches in
+# flight per node in the N-process row, --depth), SIZE (102400),
+# BUDGET_SECONDS (280, the whole script's: the bench runs share what the set-up leaves, each cut off at its share),
+# SINGLE (1: the one-server run too).
 # The Redis binaries run through wrappers that set LD_LIBRARY_PATH for them alone, so Python and torch keep the host's
-# libraries. The wheels go into a venv that sees the host's site-packages (torch); without venv or pip, they are
-# unpacked onto PYTHONPATH beside a symlink shim of the package.
+# libraries. The host's own python3 runs the bench, as tests/gpu/run_campaign.sh runs the campaign there: the wheels
+# (redis, hiredis, xxhash) unpacked into a directory put first on PYTHONPATH (before any PYTHONPATH the host sets),
+# beside a symlink shim of the package; no venv, no setuptools. The first run's set-up (a venv, or else a PYTHONPATH
+# that replaced the host's and put the bundle's setuptools first) hid the host's torch: its DataLoader rows said
+# "torch not installed". setup.log says where python3 finds torch alone and where the bench's set-up does; if only
+# the former does, the cluster rows still run, summary.txt says so and the script exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUNDLE=.device/redis-bundle.tar.xz
@@ -39,7 +45,7 @@ EOF
   for version in 3.12 3.11; do  # 3.12: the GPU host's python3; 3.11: this machine's, for trying the script here
     pip download -q --only-binary=:all: --python-version "$version" --implementation cp \
       --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
-      -d "$stage/redis/wheels" "redis[hiredis]==8.1.0" "xxhash==4.1.0" "setuptools>=77"
+      -d "$stage/redis/wheels" "redis[hiredis]==8.1.0" "xxhash==4.1.0"
   done
   { "$stage/redis/bin/redis-server" --version; ls "$stage/redis/lib" "$stage/redis/wheels"; } > "$stage/redis/CONTENTS"
   mkdir -p .device
@@ -56,7 +62,9 @@ fi
 OUT=${OUT:?set OUT to the directory for the results}
 SHARDS=${SHARDS:-"1 3 6"}
 SAMPLES=${SAMPLES:-8000}
-ROUNDS=${ROUNDS:-7}
+ROUNDS=${ROUNDS:-5}
+RUN_SECONDS=${RUN_SECONDS:-1}
+DEPTH=${DEPTH:-2}
 SIZE=${SIZE:-102400}
 BUDGET_SECONDS=${BUDGET_SECONDS:-280}
 SINGLE=${SINGLE:-1}
@@ -70,15 +78,10 @@ trap 'status=$?; [ -n "$SET_UP" ] || tail -n 40 "$OUT/setup.log"; rm -rf "$WORK"
   export PATH="$WORK/redis/bin:$PATH"
   redis-server --version
   redis-cli --version
-  if [ "${USE_VENV:-1}" = 1 ] && python3 -m venv --system-site-packages "$WORK/venv" && "$WORK/venv/bin/python" -m pip --version; then
-    PY="$WORK/venv/bin/python"
-    # --ignore-installed: the bundle's versions, even where the host's site-packages holds some of these
-    "$PY" -m pip install -q --no-index --find-links "$WORK/redis/wheels" --ignore-installed "redis[hiredis]" xxhash "setuptools>=77"
-    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation .
-  else
-    echo "no venv with pip here: the wheels unpacked onto PYTHONPATH, the package a shim of symlinks"
-    PY=python3
-    "$PY" - "$WORK/redis/wheels" "$WORK/site" <<'EOF'
+  PY=python3
+  host_torch=$("$PY" -c 'import torch; print(torch.__file__)' 2>&1 | tail -n 1) || host_torch=
+  echo "host $(command -v "$PY") ($("$PY" -V 2>&1)), PYTHONPATH=${PYTHONPATH:-unset}: torch ${host_torch:-absent}"
+  "$PY" - "$WORK/redis/wheels" "$WORK/site" <<'EOF'
 import sys, zipfile
 from pathlib import Path
 sys.path.insert(0, "tests/gpu")
@@ -86,28 +89,38 @@ from check_python_and_cuda_records import shim
 wheels, site = Path(sys.argv[1]), Path(sys.argv[2])
 this = f"cp{sys.version_info.major}{sys.version_info.minor}"
 for wheel in sorted(wheels.glob("*.whl")):
-    if wheel.name.split("-")[2] in ("py3", this):  # name-version-python-abi-platform.whl
+    name, _, python = wheel.name.split("-")[:3]  # name-version-python-abi-platform.whl
+    if python in ("py3", this) and name != "setuptools":  # setuptools builds wheels; unpacked, it would shadow the host's
         zipfile.ZipFile(wheel).extractall(site)
 (shim(site) / "alnair" / "datacache").symlink_to(Path("datacache").resolve())  # the shim leaves the cache out
 EOF
-    export PYTHONPATH="$WORK/site"
-  fi
-  "$PY" - <<'EOF'
-import os, platform, shutil
+  export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+  torch_hidden=
+  HOST_TORCH=$host_torch "$PY" - <<'EOF' || { status=$?; [ "$status" = 3 ] || exit "$status"; torch_hidden=1; }
+import os, platform, shutil, sys
 import redis, hiredis, xxhash
 import alnair.datacache
 try:
     import torch
-    torch_version = torch.__version__
-except ImportError:
-    torch_version = "absent (the DataLoader rows are skipped)"
-print(f"python {platform.python_version()}, torch {torch_version}, redis-py {redis.__version__} ({redis.__file__}), "
+    torch_version = f"{torch.__version__} ({torch.__file__})"
+except ImportError as e:
+    torch_version = f"absent, the DataLoader rows skipped: {e}"
+    if os.environ["HOST_TORCH"].endswith(".py"):
+        print(f"python3 alone imports torch from {os.environ['HOST_TORCH']}, the bench's set-up does not: {e}")
+        torch_hidden = True
+print(f"python {platform.python_version()} ({sys.executable}), torch {torch_version}, redis-py {redis.__version__} ({redis.__file__}), "
       f"hiredis {hiredis.__version__}, xxhash {xxhash.VERSION}, alnair.datacache from {alnair.datacache.__file__}")
 print(f"{os.cpu_count()} CPUs, load {os.getloadavg()}, /dev/shm free {shutil.disk_usage('/dev/shm').free >> 20} MiB")
+sys.exit(3 if "torch_hidden" in globals() else 0)
 EOF
 } > "$OUT/setup.log" 2>&1
 SET_UP=1
 cat "$OUT/setup.log"
+status=0
+if [ -n "$torch_hidden" ]; then  # the cluster rows still run; the script fails at the end
+  echo "run_cache_cluster: the set-up hid the host's torch (setup.log): the DataLoader rows do not run" | tee -a "$OUT/summary.txt"
+  status=1
+fi
 echo "run_cache_cluster: set up in ${SECONDS} s"
 # The origin's files are written to /dev/shm (and the workers' batch slots live there): fewer samples if it is small.
 fits=$("$PY" -c "import shutil; print(max(500, (shutil.disk_usage('/dev/shm').free - (512 << 20)) * 2 // 3 // $SIZE))")
@@ -117,7 +130,6 @@ if [ "$fits" -lt "$SAMPLES" ]; then
 fi
 
 runs=$(( $(echo $SHARDS | wc -w) + SINGLE ))
-status=0
 bench() {  # name, then bench/cache_loader.py's arguments: one run, cut off at its share of what is left
   local name=$1 share=$(( (BUDGET_SECONDS - SECONDS) / runs ))
   shift
@@ -133,7 +145,8 @@ bench() {  # name, then bench/cache_loader.py's arguments: one run, cut off at i
   cat "$OUT/cache-$name.log"
 }
 for shards in $SHARDS; do
-  bench "cluster-$shards" --shards "$shards" --clients $((4 * shards)) --samples "$SAMPLES" --size "$SIZE" --rounds "$ROUNDS"
+  bench "cluster-$shards" --shards "$shards" --clients $((4 * shards)) --samples "$SAMPLES" --size "$SIZE" --rounds "$ROUNDS" \
+    --seconds "$RUN_SECONDS" --depth "$DEPTH"
 done
 if [ "$SINGLE" = 1 ]; then  # one server, every row: the DataLoader with 4 workers on an idle host among them
   bench single --samples $((SAMPLES / 2)) --size "$SIZE" --rounds "$ROUNDS"
