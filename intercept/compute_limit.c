@@ -33,7 +33,6 @@
  * misattributes time (docs/intercept.md), so a peer's arrival undoes every step.
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -42,11 +41,12 @@
 
 #include "gpu_share.h"
 #include "intercept.h"
+#include "nvml.h"
 
 #define FEEDBACK_NS 500000000ull /* NVML samples about every 1/6 s: average several */
 #define MAX_SLEEP_NS 20000000ull /* a waiting launch re-reads its window this often */
 #define WAITED_NS 50000ull       /* a wait shorter than this found the work done */
-#define LOOK_FOR_TABLE_NS 1000000000ull /* an unlimited process takes turns within a second of a limited one */
+#define LOOK_FOR_TABLE_NS ALNAIR_SHARE_PERIOD_NS /* an unlimited process takes turns within a period of a limited one: a failed open() 10 times a second */
 #define IDLE_NS 1000000000ull /* an unlimited process that launched nothing for this long takes no turns */
 #define COST_WEIGHT 4            /* the launch cost follows the latest sync's by 1/4 */
 #define PPM 1000000.0
@@ -189,33 +189,6 @@ uint64_t alnair_wait_for_window(struct alnair_device *d)
     return now;
 }
 
-/* ---- NVML, the little of it we need --------------------------------------- */
-
-typedef struct {
-    unsigned int pid;
-    unsigned long long timeStamp;
-    unsigned int smUtil, memUtil, encUtil, decUtil;
-} nvml_process_sample;
-
-struct nvml {
-    int tried, ok;
-    int (*init)(void);
-    int (*handle_by_uuid)(const char *, void **);
-    int (*process_utilization)(void *, nvml_process_sample *, unsigned int *, unsigned long long);
-};
-static struct nvml nvml;
-
-static void load_nvml(void)
-{
-    nvml.tried = 1;
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL);
-    if (!lib) return;
-    *(void **)&nvml.init = dlsym(lib, "nvmlInit_v2");
-    *(void **)&nvml.handle_by_uuid = dlsym(lib, "nvmlDeviceGetHandleByUUID");
-    *(void **)&nvml.process_utilization = dlsym(lib, "nvmlDeviceGetProcessUtilization");
-    nvml.ok = nvml.init && nvml.handle_by_uuid && nvml.process_utilization && nvml.init() == 0;
-}
-
 /* ---- the per-device controller (monitor thread only) ----------------------- */
 
 struct controller {
@@ -226,7 +199,6 @@ struct controller {
     uint64_t feedback_start_ns, throttled_at_start;
     uint64_t looked_ns;        /* the last try to join the table */
     uint64_t launches_seen, launched_ns; /* without a limit: the launch count, and when it last moved */
-    void *nvml_device;
     unsigned long long nvml_last_seen;
 };
 static struct controller controllers[ALNAIR_CUDA_MAX_DEVICES];
@@ -235,20 +207,11 @@ static _Atomic int leaving; /* the process is exiting: its windows are handed ba
 /* Average SM utilization of this process since the last call; -1 if NVML is
  * unavailable, reported no sample of this process in the window, or another
  * process (one without the intercept, not in the table) was busy in it. */
-static double measured_utilization(struct controller *c, const uint8_t uuid[16])
+static double measured_utilization(struct controller *c, int ordinal, const uint8_t uuid[16])
 {
-    if (!nvml.tried) load_nvml();
-    if (!nvml.ok) return -1;
-    if (!c->nvml_device) {
-        const uint8_t *u = uuid;
-        char text[64];
-        snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-        if (nvml.handle_by_uuid(text, &c->nvml_device) != 0) return -1;
-    }
-    nvml_process_sample samples[256];
+    alnair_nvml_sample samples[256];
     unsigned int n = 256;
-    if (nvml.process_utilization(c->nvml_device, samples, &n, c->nvml_last_seen) != 0) return -1;
+    if (alnair_nvml_utilization(alnair_nvml_device(ordinal, uuid), samples, &n, c->nvml_last_seen) != 0) return -1;
     double total = 0;
     unsigned int mine = 0, others_busy = 0;
     for (unsigned int i = 0; i < n; i++) {
@@ -281,13 +244,13 @@ static void start(struct controller *c, struct alnair_device *d, const uint8_t *
     join(c, d, uuid, now);
 }
 
-static void feedback(struct controller *c, struct alnair_device *d, const uint8_t *uuid, uint64_t now)
+static void feedback(struct controller *c, struct alnair_device *d, int ordinal, const uint8_t *uuid, uint64_t now)
 {
     uint64_t throttled = atomic_load(&d->throttled_ns);
     int held_back = throttled > c->throttled_at_start;
     /* NVML's per-process numbers are only trusted alone on the GPU: while processes
      * alternate it charges one's time to another (docs/intercept.md has the data). */
-    double utilization = uuid ? measured_utilization(c, uuid) : -1;
+    double utilization = measured_utilization(c, ordinal, uuid);
     if (utilization > 0 && !c->peers) {
         double limit = d->compute_limit_percent;
         double step = fmin(fmax(sqrt(limit / utilization), 0.8), 1.25);
@@ -345,7 +308,7 @@ void alnair_compute_limit_tick(uint64_t now)
         if (!atomic_load_explicit(&d->seen, memory_order_relaxed)) continue;
         const uint8_t *uuid = alnair_device_uuid(i);
         if (!c->started) start(c, d, uuid, now);
-        else if (d->compute_limit_percent && now - c->feedback_start_ns >= FEEDBACK_NS) feedback(c, d, uuid, now);
+        else if (d->compute_limit_percent && now - c->feedback_start_ns >= FEEDBACK_NS) feedback(c, d, i, uuid, now);
         else if (!d->compute_limit_percent && c->share.fd < 0 && now - c->looked_ns >= LOOK_FOR_TABLE_NS)
             join(c, d, uuid, now);
         lay_out(c, d, now);

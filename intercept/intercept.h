@@ -88,6 +88,7 @@ struct alnair_device {
     _Atomic uint64_t pool_used_bytes;     /* of that, handed out, at the same reading */
     _Atomic uint64_t pool_cached_bytes;   /* reserved - used: what the limit charges besides bytes_in_use */
     _Atomic uint64_t context_bytes;       /* the live contexts' own memory, as measured at their creation */
+    _Atomic uint64_t context_growth_bytes; /* what they grew by since, as NVML shows it (held_memory.c) */
     _Atomic int allocates_async;          /* cuMemAllocAsync was used: the device's current pool is read */
 } __attribute__((aligned(64)));
 
@@ -170,12 +171,20 @@ void alnair_thread_uses(CUcontext ctx);    /* the thread made ctx current */
 
 /* What the memory limit charges on d besides its allocations: pools' cached memory, and the contexts'
  * own memory when ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT is on. */
+static inline uint64_t alnair_context_memory(struct alnair_device *d)
+{
+    return atomic_load_explicit(&d->context_bytes, memory_order_relaxed) +
+           atomic_load_explicit(&d->context_growth_bytes, memory_order_relaxed);
+}
 static inline uint64_t alnair_memory_overhead(struct alnair_device *d)
 {
     uint64_t extra = atomic_load_explicit(&d->pool_cached_bytes, memory_order_relaxed);
-    if (alnair.limit_includes_context) extra += atomic_load_explicit(&d->context_bytes, memory_order_relaxed);
+    if (alnair.limit_includes_context) extra += alnair_context_memory(d);
     return extra;
 }
+/* Monitor tick: with a memory limit, what NVML shows the GPU holding for the process beyond what is
+ * counted becomes context_growth_bytes (held_memory.c). */
+void alnair_held_memory_tick(uint64_t now_ns);
 
 /* Stream-ordered memory pools (pools.c). A pool allocated from or created is remembered with its device;
  * a destroyed one forgotten. */

@@ -70,7 +70,7 @@ static void copy_device_ext(struct alnair_cuda_device_ext *out, int ordinal)
 static void copy_device_memory(struct alnair_cuda_device_memory *out, int ordinal)
 {
     struct alnair_device *d = &alnair.devices[ordinal];
-    out->context_bytes = atomic_load_explicit(&d->context_bytes, memory_order_relaxed);
+    out->context_bytes = alnair_context_memory(d);
     out->pool_reserved_bytes = atomic_load_explicit(&d->pool_reserved_bytes, memory_order_relaxed);
     out->pool_used_bytes = atomic_load_explicit(&d->pool_used_bytes, memory_order_relaxed);
     out->charged_bytes = atomic_load_explicit(&d->bytes_in_use, memory_order_relaxed) + alnair_memory_overhead(d);
@@ -135,6 +135,7 @@ static void *monitor_main(void *arg)
     for (;;) {
         alnair_compute_limit_tick(alnair_monotonic_ns());
         if (!atomic_load_explicit(&exiting, memory_order_relaxed)) alnair_pools_tick();
+        alnair_held_memory_tick(alnair_monotonic_ns());
         if (have_segment) publish();
         next.tv_nsec += (long)alnair.period_ms * 1000000L;
         while (next.tv_nsec >= 1000000000L) next.tv_nsec -= 1000000000L, next.tv_sec++;

@@ -4,6 +4,8 @@ charged with ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT=on. The fake driver's pools re
 contexts hold FAKE_CUDA_CONTEXT_BYTES each."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from conftest import published_record
@@ -129,3 +131,31 @@ def test_a_bad_option_value_costs_one_line_and_the_context_stays_out(run_client,
     assert r["granted"] == 1 << 30
     assert client.stop() == (f'alnair: ignoring ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT="{shown}": want on, 1, true or yes '
                              "(or off, 0, false, no); the memory limit leaves the context out\n")
+
+
+# ---- what contexts gain after their creation, as NVML shows it ------------------------------
+
+GROWTH = 32 << 20  # e.g. cuBLAS's modules, loaded at its first use
+
+
+@pytest.mark.parametrize("switch", ["off", "on"])
+def test_context_growth_nvml_shows_is_published_and_charged_with_the_option(run_client, shm_dir, fake_nvml_dir,
+                                                                           fake_driver_dir, switch):
+    env = {"LD_LIBRARY_PATH": f"{fake_nvml_dir}:{fake_driver_dir}", "FAKE_NVML_CONTEXT_GROWTH_BYTES": str(GROWTH),
+           "ALNAIR_MEMORY_LIMIT": "1Gi", "ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT": switch,
+           "FAKE_CUDA_CONTEXT_BYTES": str(CONTEXT)}
+    client = run_client("gpa", "limit", "1", env=env)
+    granted = report(client)["granted"]  # allocated at once, before a second NVML reading confirmed the growth
+    _, m = device_memory(shm_dir, client.proc.pid, lambda d, m: m.context_bytes > CONTEXT)
+    assert m.context_bytes == CONTEXT + GROWTH  # the probe's figure and what NVML shows beyond the counters
+    assert m.charged_bytes == granted + (CONTEXT + GROWTH if switch == "on" else 0)
+    assert client.stop() == ""
+
+
+def test_without_nvml_the_context_is_the_probes_figure(run_client, shm_dir):
+    client = run_client("gpa", "limit", "1", env={"ALNAIR_MEMORY_LIMIT": "1Gi", "FAKE_CUDA_CONTEXT_BYTES": str(CONTEXT),
+                                                  "FAKE_NVML_CONTEXT_GROWTH_BYTES": str(GROWTH)})
+    time.sleep(2.5)  # past two NVML readings, had there been an NVML
+    _, m = device_memory(shm_dir, client.proc.pid)
+    assert m.context_bytes == CONTEXT
+    assert client.stop() == ""

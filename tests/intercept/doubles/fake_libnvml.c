@@ -1,15 +1,21 @@
 /*
  * fake_libnvml.c - TEST DOUBLE of NVIDIA's NVML library, built by the tests as
  * libnvidia-ml.so.1 for the processes that ask for it (on LD_LIBRARY_PATH), with
- * the three calls the compute limit's feedback makes: nvmlInit_v2,
- * nvmlDeviceGetHandleByUUID and nvmlDeviceGetProcessUtilization.
+ * the calls the limits make: nvmlInit_v2, nvmlDeviceGetHandleByUUID,
+ * nvmlDeviceGetProcessUtilization (the compute limit's feedback) and
+ * nvmlDeviceGetComputeRunningProcesses_v3 (what the GPU holds for the process).
  *
  * Like the real one, each utilization call returns the samples taken after the
  * caller's lastSeenTimeStamp (microseconds of the real-time clock), here one per
  * call and process: the caller's own, with FAKE_NVML_SM_UTIL percent (default 0),
  * and, with FAKE_NVML_OTHER_SM_UTIL set, one of another process (pid 1) with
  * that many percent: a process on the GPU that is not in the share table.
+ * The running processes: the caller, holding what the fake driver's device 0 has
+ * allocated (its allocations and contexts) plus FAKE_NVML_CONTEXT_GROWTH_BYTES
+ * (memory its contexts gained after creation, which the driver's counters miss).
  */
+#include <dlfcn.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -61,5 +67,32 @@ EXPORT int nvmlDeviceGetProcessUtilization(void *device, nvml_process_sample *sa
                                        .smUtil = percent("FAKE_NVML_SM_UTIL")};
     if (other) samples[1] = (nvml_process_sample){.pid = 1, .timeStamp = now, .smUtil = percent("FAKE_NVML_OTHER_SM_UTIL")};
     *count = n;
+    return NVML_SUCCESS;
+}
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvml_process_info;
+
+static unsigned long long driver_used_bytes(void)
+{
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    uint64_t (*used)(int) = driver ? (uint64_t(*)(int))dlsym(driver, "fake_cuda_used_bytes") : NULL;
+    return used ? used(0) : 0;
+}
+
+EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned int *count, nvml_process_info *infos)
+{
+    if (device != &device_handle || !count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!infos || *count < 1) {
+        *count = 1;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    const char *growth = getenv("FAKE_NVML_CONTEXT_GROWTH_BYTES");
+    infos[0] = (nvml_process_info){.pid = (unsigned int)getpid(),
+                                   .usedGpuMemory = driver_used_bytes() + (growth ? strtoull(growth, NULL, 10) : 0)};
+    *count = 1;
     return NVML_SUCCESS;
 }
