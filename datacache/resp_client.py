@@ -18,6 +18,8 @@ from redis.connection import SSLConnection, parse_url
 
 T = TypeVar("T")
 PEEK_SIZE = 64 << 10  # reply headers and small values are parsed from a peek of this many bytes
+HEADER_PEEK = 64  # after a value of PEEK_SIZE or more, the next peek reads only this far: a header, not 64 KB of the next value
+LINE_PEEK = 512  # a line (a reply's header, +OK, an error) is looked for this far at a time
 GET = b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n"  # a GET in RESP, formatted in place: a third of pack_command's cost
 
 
@@ -50,6 +52,7 @@ class RespConnection:
 
     def __init__(self, params: dict, timeout: float):
         self.timeout = timeout
+        self.peek_size = PEEK_SIZE  # MSG_PEEK copies what it returns: HEADER_PEEK after a large value, until a small one
         self.sock = self._connected(params, timeout)
         try:
             self.sock.settimeout(None)
@@ -148,7 +151,7 @@ class RespConnection:
         """Appends the values that follow: those complete in one peek are sliced from it; a larger one is
         received into its own bytes. Returns whether that one's CRLF is still unread (it is taken with
         the next peek: a system call less per value)."""
-        peeked = self._recv(PEEK_SIZE, socket.MSG_PEEK)
+        peeked = self._recv(self.peek_size, socket.MSG_PEEK)
         position, appended = 0, len(values)
         if crlf_due:
             if len(peeked) < 2:
@@ -173,9 +176,11 @@ class RespConnection:
                 expect_crlf(peeked[start + size:start + size + 2])
                 values.append(peeked[start:start + size])
                 position = start + size + 2
+                self.peek_size = PEEK_SIZE  # small values: the next ones are likely small too
             else:  # a large value: take the peek through its header, then the value
                 self._recv_exactly(start)
                 values.append(self._recv_exactly(size))
+                self.peek_size = HEADER_PEEK if size >= PEEK_SIZE else PEEK_SIZE
                 return True
         if position:
             self._recv_exactly(position)
@@ -212,7 +217,7 @@ class RespConnection:
         """The line that begins with `start` (peeked, not yet consumed)."""
         line = self._recv_exactly(len(start)) if start else b""
         while True:
-            peeked = self._recv(PEEK_SIZE, socket.MSG_PEEK)
+            peeked = self._recv(LINE_PEEK, socket.MSG_PEEK)
             end = (line + peeked).find(b"\r\n", max(len(line) - 1, 0))
             if end >= 0:
                 self._recv_exactly(end + 2 - len(line))

@@ -10,7 +10,7 @@ import time
 import pytest
 import redis
 
-from alnair.datacache.resp_client import PEEK_SIZE, RespClient
+from alnair.datacache.resp_client import PEEK_SIZE, ReplyError, RespClient, RespConnection
 from alnair.datacache.store import connect
 from conftest import sample_bytes
 
@@ -65,6 +65,43 @@ def test_a_reply_arriving_in_awkward_pieces_is_read_whole():
         assert reader.mget(["a", "b", "c", "d"]) == [b"hello", None, large, None]
         reader.close()
         server.join(10)
+
+
+def test_after_a_large_value_the_next_is_peeked_only_as_far_as_its_header(monkeypatch):
+    """MSG_PEEK copies what it returns: 64 KB of the next value per value would be two thirds more copying."""
+    large, second = sample_bytes(2, 100 * 1024)
+    moved = b"-MOVED 16000 127.0.0.1:30001 " + b"x" * 80  # an error line longer than the small peek
+    reply = (b"$102400\r\n" + large + b"\r\n" + moved + b"\r\n$5\r\nhello\r\n$-1\r\n$102400\r\n" + second
+             + b"\r\n$3\r\nend\r\n")
+    peeked = []
+    recv = RespConnection._recv
+
+    def counted(self, size, flags=0):
+        data = recv(self, size, flags)
+        if flags & socket.MSG_PEEK:
+            peeked.append(len(data))
+        return data
+
+    monkeypatch.setattr(RespConnection, "_recv", counted)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        def serve():
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(1 << 16)
+                connection.sendall(reply)  # all of it in the reader's socket before it reads
+                connection.recv(1)
+
+        server = threading.Thread(target=serve)
+        server.start()
+        connection = RespConnection({"host": "127.0.0.1", "port": listener.getsockname()[1]}, 5.0)
+        connection.send_gets([b"a", b"b", b"c", b"d", b"e", b"f"])
+        time.sleep(0.1)
+        values = connection.read_gets(6)
+        connection.close()
+        server.join(10)
+    assert values[0] == large and values[2:] == [b"hello", None, second, b"end"]
+    assert isinstance(values[1], ReplyError) and values[1].text == moved[1:].decode()
+    assert sum(peeked) < 70_000, peeked  # one full peek at most (the first), not one per large value
 
 
 def test_a_stalled_server_times_out_and_a_restarted_one_is_reconnected(start_redis):
