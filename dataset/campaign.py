@@ -7,11 +7,13 @@ Alnair's compute limits.
         [--pairs auto:N | A+B ...] [--pair-modes timeslice,limit-50-50,limit-30-70] [--budget-seconds S]
         [--prometheus-binary PATH]
 
-Resumable: DIR/runs.csv holds one row per attempt (a configuration's key names its settings, seed and repeat);
-a key with an `ok` (or `failed`) row is not run again. A row is written as `incomplete` before its job starts and
-replaced when the job ends, so a campaign cut anywhere (the budget, SIGTERM, SIGKILL) leaves at worst rows marked
-incomplete, which the next run does again. --budget-seconds stops before a job that would not fit, and ends a
-job that outlives the budget (its row stays incomplete). DIR/pairs.csv holds each pair's slowdowns and packing
+The order is the plan (dataset/plan.py: families in turn, the core configurations' repeats and the pairs early;
+`--plan` prints it with what each block is expected to cover). Resumable: DIR/runs.csv holds one row per attempt
+(a configuration's key names its settings, seed and repeat); a key with an `ok` (or `failed`) row is not run again.
+A row is written as `incomplete` before its job starts and replaced when the job ends, so a campaign cut anywhere
+(the budget, SIGTERM, SIGKILL) leaves at worst rows marked incomplete, which the next run does again. --budget-seconds defers a step that would not fit to the next block
+(later steps that fit go on), and ends a job that outlives the budget (its row stays incomplete). psutil samples
+each job's process tree while it runs (process_sampler). DIR/pairs.csv holds each pair's slowdowns and packing
 saving with the keys of the four rows they come from; DIR/runs.parquet and DIR/pairs.parquet are written at the end.
 """
 from __future__ import annotations
@@ -19,11 +21,9 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib.metadata
-import itertools
 import json
 import os
 import platform
-import random
 import re
 import shutil
 import signal
@@ -31,12 +31,15 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from alnair.commandline import OneLineParser, comma_separated, fail, int_at_least
 
+from . import plan, process_sampler
 from .columns import columns as profile_columns
+from .plan import Config
+from .process_sampler import ProcessSampler
 from .profile import job_rows
 from .prometheus import Prometheus, ProfileError
 from .selection import Selection
@@ -49,8 +52,11 @@ MODES = {"timeslice": (None, None), "limit-50-50": (50, 50), "limit-30-70": (30,
 PROFILE_RESERVE = 6.0  # seconds after a job: its exit record reaching Prometheus, the profile's queries, the row
 SHUTDOWN_RESERVE = 5.0  # seconds to stop Prometheus and the exporter and write Parquet
 STACK_STARTUP = 15.0  # seconds to start the exporter and Prometheus and probe the versions
+MIN_JOB_SECONDS = 10.0  # no job is shorter (start-up alone takes 7-10 s on the H200): less left, and nothing is tried
 ESTIMATE_MARGIN = 1.15  # a configuration measured before (another repeat) is expected to take this much longer at most
 SCRAPE_INTERVAL = 1.0
+PROFILE_OVERHEAD = 0.5  # seconds between one job's end and the next's start in practice (the first H200 block: 430.6 s
+# from the first start to the last end for 429.4 s of 13 wall times)
 
 CAMPAIGN_COLUMNS = [
     ("key", str, "the configuration's key: its settings, seed and repeat (solo) or its pair, mode and side (shared)"),
@@ -87,7 +93,8 @@ PAIR_COLUMNS = [
 
 
 def run_columns() -> list[tuple[str, type, str]]:
-    return CAMPAIGN_COLUMNS + profile_columns()
+    """runs.csv's columns: the campaign's, `alnair profile`'s, then psutil's of the job (process_sampler)."""
+    return CAMPAIGN_COLUMNS + profile_columns() + process_sampler.COLUMNS
 
 
 class Stop(Exception):
@@ -96,37 +103,16 @@ class Stop(Exception):
 
 # ---------------------------------------------------------------------------------------------------- keys, grid
 
-def key_of(run: Run, repeat: int) -> str:
-    return (f"{run.family}/{run.model}/b{run.batch_size}/s{run.steps}/{run.precision}/w{run.workers}/{run.device}"
-            f"/seed{run.seed}/r{repeat}")
-
-
-@dataclass(frozen=True)
-class Config:
-    run: Run
-    repeat: int
-
-    @property
-    def key(self) -> str:
-        return key_of(self.run, self.repeat)
-
-    @property
-    def short(self) -> str:
-        r = self.run
-        return f"{r.family}:{r.model}:{r.batch_size}:{r.precision}:{r.workers}"
-
-
 def configurations(options) -> list[Config]:
-    """The grid for the device, filtered by the options, each repeat after the last (repeat 0 of everything
-    first, so a campaign cut short has breadth before variance)."""
+    """The chosen configurations of the grid at repeat 0, interleaved (plan.interleaved: family by family in turn,
+    so any prefix spans every family)."""
     out = []
-    for repeat in range(options.repeats):
-        for run in grid.configurations(options.device, repeat):
-            if options.steps is not None:
-                run = replace(run, steps=options.steps)
-                run = replace(run, seed=grid.seed_of(run, repeat))
-            if _chosen(run, options):
-                out.append(Config(run, repeat))
+    for run in plan.interleaved(grid.configurations(options.device, 0)):
+        if options.steps is not None:
+            run = replace(run, steps=options.steps)
+            run = replace(run, seed=grid.seed_of(run, 0))
+        if _chosen(run, options):
+            out.append(Config(run, 0))
     return out
 
 
@@ -138,23 +124,23 @@ def _chosen(run: Run, options) -> bool:
 
 
 def pair_specs(options, configs: list[Config]) -> list[tuple[Config, Config]]:
-    """--pairs: `auto:N` (N pairs of the chosen configurations, other families first, a fixed shuffle) or
-    `A+B` with A and B as family:model:batch[:precision[:workers]] (repeat 0)."""
-    firsts = [c for c in configs if c.repeat == 0]
+    """--pairs: `auto:N` (N pairs of the core configurations, spread over family pairs: plan.auto_pairs) or `A+B`
+    with A and B as family:model:batch[:precision[:workers]] (repeat 0)."""
     out: list[tuple[Config, Config]] = []
     for spec in options.pairs:
         if spec.startswith("auto:"):
-            count = int(spec.split(":", 1)[1])
-            candidates = list(itertools.combinations(firsts, 2))
-            random.Random(17).shuffle(candidates)
-            candidates.sort(key=lambda p: p[0].run.family == p[1].run.family)  # stable: other families first
-            out.extend(candidates[:count])
+            out.extend(plan.auto_pairs(configs[:options.core], int(spec.split(":", 1)[1])))
             continue
         sides = spec.split("+")
         if len(sides) != 2:
             raise ValueError(f"--pairs: {spec!r} is not auto:N nor A+B")
         out.append(tuple(_find(side, options) for side in sides))
     return out
+
+
+def build_plan(options, configs: list[Config], pairs: list[tuple[Config, Config]]) -> list[plan.Item]:
+    return plan.build(configs, options.repeats, pairs, options.pair_modes, core_size=options.core,
+                      pairs_only=options.pairs_only)
 
 
 def _find(spec: str, options) -> Config:
@@ -372,8 +358,9 @@ class Campaign:
         self.deadline = None if options.budget_seconds is None else self.began + options.budget_seconds
         self.stack: Stack | None = None
         self.versions: dict | None = None
-        self.counts = {"ok": 0, "failed": 0, "incomplete": 0, "skipped": 0, "pairs": 0}
-        self.stopped_by_budget = False
+        self.counts = {"ok": 0, "failed": 0, "incomplete": 0, "skipped": 0, "pairs": 0, "waiting": 0}
+        self.stopped_by_budget = False  # a step did not fit (it waits for the next block), or a job was ended
+        self.cut = False  # a job was ended by the budget: nothing more runs
 
     # -- budget
     def left(self) -> float:
@@ -383,17 +370,19 @@ class Campaign:
         startup = 0.0 if self.stack else STACK_STARTUP  # the stack's own start
         return estimate + startup + PROFILE_RESERVE + SHUTDOWN_RESERVE <= self.left()
 
-    def estimate(self, config: Config) -> float:
-        r = config.run
-        same = [row["wall_seconds"] for row in self.runs.rows if row["status"] == "ok" and row["role"] == "solo"
+    def measured(self, config: Config) -> list[float]:
+        """Wall times of the configuration's ok solo rows (any repeat)."""
+        return [row["wall_seconds"] for row in self.runs.rows if row["status"] == "ok" and row["role"] == "solo"
                 and (row["run_family"], row["run_model"], row["run_batch_size"], row["run_steps"], row["run_precision"],
-                     row["run_workers"], row["run_device"]) == (r.family, r.model, r.batch_size, r.steps, r.precision,
-                                                                r.workers, r.device) and row["wall_seconds"]]
+                     row["run_workers"], row["run_device"]) == config.settings and row["wall_seconds"]]
+
+    def estimate(self, config: Config) -> float:
+        same = self.measured(config)
         if same:
             return max(same) * ESTIMATE_MARGIN
         if self.options.estimate_seconds is not None:
             return self.options.estimate_seconds
-        return grid.estimated_seconds(r)
+        return grid.estimated_seconds(config.run)
 
     def ensure_stack(self) -> None:
         if self.stack is None:
@@ -411,7 +400,7 @@ class Campaign:
     def execute(self, jobs: list[tuple[str, Config, dict]]) -> list[dict]:
         """Runs the jobs ((key, configuration, extra row fields)) at once, each row first written incomplete, and
         profiles each; returns their final rows."""
-        rows, procs = [], []
+        rows, procs, samplers = [], [], []
         for key, config, extra in jobs:
             r = config.run
             row = {"key": key, "status": "incomplete", "run_family": r.family, "run_model": r.model,
@@ -428,6 +417,7 @@ class Campaign:
             log = open(self.stack.logs / (re.sub(r"[^A-Za-z0-9_.-]+", "_", key) + ".log"), "w")
             row["started_at"] = time.time()
             procs.append((subprocess.Popen(self.command(config.run), env=env, stdout=log, stderr=subprocess.STDOUT), log))
+            samplers.append(ProcessSampler(procs[-1][0].pid))
         cut = False
         try:
             while any(p.poll() is None for p, _ in procs):
@@ -445,7 +435,7 @@ class Campaign:
             for p, _ in procs:  # every job told first, so a pair's two end within the one shut-down reserve
                 if p.poll() is None:
                     p.terminate()
-            for (p, log), row in zip(procs, rows):
+            for (p, log), row, sampler in zip(procs, rows, samplers):
                 try:
                     p.wait(4)
                 except subprocess.TimeoutExpired:
@@ -454,13 +444,14 @@ class Campaign:
                 if row.get("ended_at") is None:
                     row["ended_at"] = time.time()
                 log.close()
+                row.update(sampler.columns())
                 row["exit_code"] = p.returncode
                 row["wall_seconds"] = row["ended_at"] - row["started_at"]
                 if cut:
                     self.runs.put(row)  # stays incomplete
                     self.counts["incomplete"] += 1
         if cut:
-            self.stopped_by_budget = True
+            self.stopped_by_budget = self.cut = True
             return rows
         for (p, _), row in zip(procs, rows):
             row.update(self._profile(p, row))
@@ -510,7 +501,7 @@ class Campaign:
         solo_a, solo_b = self.solo(a, label + " solo a", for_pair=True), None
         if solo_a is not None:
             solo_b = self.solo(b, label + " solo b", for_pair=True)
-        if solo_a is None or solo_b is None or self.stopped_by_budget:
+        if solo_a is None or solo_b is None or self.cut:
             return
         if solo_a["status"] != "ok" or solo_b["status"] != "ok":
             say(f"{label} {pair_key}: skipped (a solo run failed)")
@@ -525,7 +516,7 @@ class Campaign:
                                                  "compute_limit_percent": limit})
                 for side, config, limit in (("a", a, limits[0]), ("b", b, limits[1]))]
         shared_a, shared_b = self.execute(jobs)
-        if self.stopped_by_budget or "ok" != shared_a["status"] or "ok" != shared_b["status"]:
+        if self.cut or "ok" != shared_a["status"] or "ok" != shared_b["status"]:
             say(f"{label} {pair_key}: shared run {shared_a['status']}/{shared_b['status']}")
             return
         self.pairs.put(pair_row(pair_key, mode, limits, solo_a, solo_b, shared_a, shared_b))
@@ -534,25 +525,39 @@ class Campaign:
         say(f"{label} {pair_key}: slowdowns {row['slowdown_a']:+.3f} / {row['slowdown_b']:+.3f}, "
             f"packing saving {row['packing_saving']:+.3f}{self.budget_note()}")
 
+    def holds(self, item: plan.Item) -> bool:
+        """Whether the rows hold the step already (a finished solo row; an ok pair row)."""
+        if item.config is not None:
+            return self.runs.done(item.config.key, self.finished) is not None
+        return self.pairs.done(item.key, statuses=("ok",)) is not None
+
     def stop_for(self, what: str, estimate: float) -> None:
+        """A step that does not fit in what is left waits for the next block; the later steps that fit still run."""
         if not self.stopped_by_budget:
-            say(f"budget: stopping before {what} (estimated {estimate:.0f} s, {max(0.0, self.left()):.0f} s left)")
+            say(f"budget: stopping before {what} (estimated {estimate:.0f} s, {max(0.0, self.left()):.0f} s left); "
+                "it waits for the next block, later steps that fit go on")
         self.stopped_by_budget = True
+        self.counts["waiting"] += 1
 
     def budget_note(self) -> str:
         return "" if self.deadline is None else f"; {max(0.0, self.left()):.0f} s of the budget left"
 
-    def run(self, configs: list[Config], pairs: list[tuple[Config, Config]]) -> None:
+    def run(self, items: list[plan.Item]) -> None:
+        """The plan in order (plan.build), each step skipped when the rows hold it; a step that does not fit in what
+        is left of the budget waits for the next block while the later ones that fit go on."""
         try:
-            for index, config in enumerate([] if self.options.pairs_only else configs, 1):
-                if self.stopped_by_budget:
+            for index, item in enumerate(items, 1):
+                if self.cut:
                     break
-                self.solo(config, f"[{index}/{len(configs)}]")
-            for index, (a, b) in enumerate(pairs, 1):
-                for mode in self.options.pair_modes:
-                    if self.stopped_by_budget:
-                        break
-                    self.pair(a, b, mode, f"[pair {index}/{len(pairs)} {mode}]")
+                if not self.fits(MIN_JOB_SECONDS):  # nothing fits any more: name the first step left, and stop
+                    left = next((i for i in items[index - 1:] if not self.holds(i)), None)
+                    if left is not None:
+                        self.stop_for(left.key, self.estimate(left.config) if left.config else MIN_JOB_SECONDS)
+                    break
+                if item.config is not None:
+                    self.solo(item.config, f"[{index}/{len(items)}]")
+                else:
+                    self.pair(*item.pair, item.mode, f"[{index}/{len(items)} pair {item.mode}]")
         finally:
             if self.stack is not None:
                 self.stack.stop()
@@ -612,7 +617,66 @@ def build_parser() -> argparse.ArgumentParser:
                         "on the GPU machine a local disk, so --out holds only the rows and logs that come back.")
     parser.add_argument("--retry-failed", action="store_true", help="Run configurations whose last row failed again.")
     parser.add_argument("--list", action="store_true", help="Print the configurations and pairs, with their state; run nothing.")
+    parser.add_argument("--plan", action="store_true",
+                        help="Print the plan in the order it runs, each step's expected block and what the rows would cover "
+                        "after it, and when the targets are reached; run nothing.")
+    parser.add_argument("--core", type=int_at_least(1), default=plan.REPEATED_TARGET,
+                        help="The first N configurations of the interleaved order get their repeats early and make up "
+                        f"the auto pairs (default {plan.REPEATED_TARGET}).")
+    parser.add_argument("--block-seconds", type=float, default=plan.BLOCK_SECONDS,
+                        help=f"--plan: the campaign budget of one block (default {plan.BLOCK_SECONDS:g}).")
     return parser
+
+
+def coverage_of(campaign: Campaign, items: list[plan.Item]) -> list[plan.Step]:
+    """The plan walked from the rows there (ok solo rows, ok pairs), with the runner's estimates and budget rule."""
+    solo = [r for r in campaign.runs.rows if r["role"] == "solo" and r["status"] == "ok"]
+    coverage = plan.Coverage(
+        {r["key"] for r in solo}, {r["pair_key"] for r in campaign.pairs.rows if r["status"] == "ok"},
+        {r["key"]: r["run_family"] for r in solo},
+        {r["key"]: (r["run_family"], r["run_model"], r["run_batch_size"], r["run_steps"], r["run_precision"],
+                    r["run_workers"], r["run_device"]) for r in solo})
+
+    def expected(config: Config) -> float:
+        same = campaign.measured(config)
+        return sum(same) / len(same) if same else grid.estimated_seconds(config.run)
+
+    def fits(estimate: float, left: float, stack_up: bool) -> bool:
+        return estimate + (0.0 if stack_up else STACK_STARTUP) + PROFILE_RESERVE + SHUTDOWN_RESERVE <= left
+    return plan.walk(items, coverage, campaign.options.repeats, campaign.options.pair_modes, campaign.estimate,
+                     expected, fits, profile_seconds=PROFILE_OVERHEAD, startup_seconds=STACK_STARTUP,
+                     block_seconds=campaign.options.block_seconds)
+
+
+def print_plan(campaign: Campaign, items: list[plan.Item]) -> None:
+    """--plan: one line a step (index, block, state, expected seconds, solo runs / families / repeated
+    configurations / pairs after it, key), then when each target is reached."""
+    steps = coverage_of(campaign, items)
+    print("step\tblock\tseconds\tsolo\tfamilies\trepeated\tpairs\tkey")
+    for s in steps:
+        p = s.progress
+        print(f"{s.index}\t{s.block or 'done'}\t{s.seconds:.0f}\t{p.solo}\t{p.families}\t{p.repeated}\t{p.pairs}\t{s.item.key}")
+    for line in plan_summary(steps, campaign.options.repeats, campaign.options.block_seconds):
+        print(line)
+
+
+def plan_summary(steps: list[plan.Step], repeats: int, block_seconds: float) -> list[str]:
+    todo = [s for s in steps if s.block]
+    lines = [f"plan: {len(steps)} steps, {len(steps) - len(todo)} in the rows, {len(todo)} to do "
+             f"(~{sum(s.seconds for s in todo) / 3600:.1f} h in {max([s.block for s in todo], default=0)} blocks of "
+             f"{block_seconds:g} s)"]
+    targets = [("solo runs", lambda p: p.solo >= plan.SOLO_TARGET, plan.SOLO_TARGET),
+               ("families", lambda p: p.families >= len(grid.MODELS), len(grid.MODELS)),
+               ("configurations with every repeat", lambda p: p.repeated >= plan.REPEATED_TARGET, plan.REPEATED_TARGET),
+               ("pairs in both kinds of sharing", lambda p: p.pairs >= plan.PAIR_TARGET, plan.PAIR_TARGET)]
+    if repeats < 3:
+        targets.pop(2)
+    for name, met, target in targets:
+        at = next((s for s in steps if met(s.progress)), None)
+        lines.append(f"plan: {target} {name}: " + ("never (not in the plan)" if at is None else
+                     "reached already" if at.block == 0 else
+                     f"in block {at.block}, after {steps.index(at) + 1 - (len(steps) - len(todo))} steps to do"))
+    return lines
 
 
 def _mode(text: str) -> str:
@@ -634,20 +698,24 @@ def main(argv: list[str] | None = None) -> int:
         fail(PROG, str(e))
     if not configs and not pairs:
         fail(PROG, "no configuration matches the filters")
-    if not options.list and shutil.which(options.prometheus_binary) is None:
+    if not (options.list or options.plan) and shutil.which(options.prometheus_binary) is None:
         fail(PROG, f"--prometheus-binary: no executable {options.prometheus_binary!r}")
     campaign = Campaign(options)
-    if options.list:
-        for config in configs:
-            done = campaign.runs.done(config.key)
-            print(f"{config.key}\t{done['status'] if done else 'to do'}\t~{campaign.estimate(config):.0f} s")
-        for a, b in pairs:
-            for mode in options.pair_modes:
-                print(f"{mode}|{a.key}|{b.key}\t{'ok' if campaign.pairs.done(f'{mode}|{a.key}|{b.key}', ('ok',)) else 'to do'}")
+    items = build_plan(options, configs, pairs)
+    if options.plan:
+        print_plan(campaign, items)
+        return 0
+    if options.list:  # every solo run, then every pair and mode, with its state
+        for item in [i for i in items if i.config is not None] + [i for i in items if i.pair is not None]:
+            if item.config is not None:
+                done = campaign.runs.done(item.key)
+                print(f"{item.key}\t{done['status'] if done else 'to do'}\t~{campaign.estimate(item.config):.0f} s")
+            else:
+                print(f"{item.key}\t{'ok' if campaign.pairs.done(item.key, ('ok',)) else 'to do'}")
         return 0
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        campaign.run(configs, pairs)
+        campaign.run(items)
     except Stop as e:
         say(f"stopped by {e}: the running jobs' rows are marked incomplete")
         return 143
@@ -659,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
     c = campaign.counts
     state = "stopped by the budget" if campaign.stopped_by_budget else "done"
     say(f"{state}: {c['ok']} ok, {c['failed']} failed, {c['incomplete']} incomplete, {c['skipped']} already measured, "
-        f"{c['pairs']} pairs; {len([r for r in campaign.runs.rows if r['status'] == 'ok'])} ok rows in {campaign.runs.path} "
+        f"{c['pairs']} pairs, {c['waiting']} waiting for the next block; {len([r for r in campaign.runs.rows if r['status'] == 'ok'])} ok rows in {campaign.runs.path} "
         f"in {time.monotonic() - campaign.began:.0f} s")
     return 0
 

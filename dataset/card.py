@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 from alnair.dataset import campaign, published, sources
-from alnair.dataset.columns import columns as profile_columns
 
 CARD = "datapackage.json"
 NOT_DATA = ("analysis",)  # figures and the report are made from the data by alnair.dataset.analyze, not data
@@ -43,7 +42,7 @@ def _meanings(relative: str) -> dict[str, str]:
     if name.endswith("pairs.csv") or name.endswith("pairs.parquet"):
         return {n: m for n, _, m in campaign.PAIR_COLUMNS}
     if name.endswith("runs.csv") or name.endswith("runs.parquet"):
-        return {n: m for n, _, m in campaign.CAMPAIGN_COLUMNS + profile_columns()}
+        return {n: m for n, _, m in campaign.run_columns()}
     if relative.startswith("published-schema/keys"):
         return {"ID": "the row's ID in runs.csv", "key": "the campaign's key of the run (runs.csv of its origin)"}
     return {}

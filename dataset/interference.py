@@ -197,6 +197,9 @@ def plot(result: Interference, path, title: str = "") -> None:
         left.set_xticks(x, labels, fontsize=7, rotation=0 if len(m) < 6 else 90)
         left.set_ylabel("%")
         left.legend()
+    else:  # no pairs yet: a sentence, not empty axes
+        left.text(0.5, 0.5, "no pair measured yet", ha="center", va="center", fontsize=10)
+        left.set_axis_off()
     left.set_title(f"{title}measured pairs ({result.pairs} distinct, {len(m)} with their modes)")
     if result.fitted:
         r = result.ranked

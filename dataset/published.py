@@ -11,14 +11,12 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from alnair.dataset import sources
+from alnair.dataset import process_sampler, sources
 
 # the synthetic inputs stand for these datasets (docs/dataset.md, Workloads)
 DATASET_OF_FAMILY = {"classify": "GTSRB-like", "segment": "Oxford-Pet-like", "dqn": "CartPole",
                      "dcgan": "MNIST-like", "bert": "IMDB-like"}
 
-NO_PROCESS_SERIES = "not measured: Alnair exports no per-process RSS or thread count"
-NO_PSUTIL = "not measured: the campaign records no per-run psutil {what}"
 NO_POWER_LIMIT = "not measured: the exporter serves power in watts (gpu_power_watts_*), not the power limit"
 
 
@@ -45,8 +43,9 @@ def _absent(name: str, why: str) -> Column:
     return Column(name, why, None)
 
 
-def _psutil(names: list[str], what: str) -> list[Column]:
-    return [_absent(name, NO_PSUTIL.format(what=what)) for name in names]
+def _psutil(pairs: list[tuple[str, str]], how: str) -> list[Column]:
+    """Published columns that are one psutil column of the rich table each (process_sampler), `how` the rule."""
+    return [Column(name, f"`{column}`: {how}", _same(column)) for name, column in pairs]
 
 
 COLUMNS: list[Column] = [
@@ -70,9 +69,12 @@ COLUMNS: list[Column] = [
     _percent_col("Sys_Mem_Util_%_ran", "sys_memory_util_ratio_range"),
     _percent_col("Max_Sys_Mem_Util_%", "sys_memory_util_ratio_max"),
     _percent_col("Min_Sys_Mem_Util_%", "sys_memory_util_ratio_min"),
-    _absent("MaPMiU(non swap)", NO_PROCESS_SERIES),
-    _absent("PMiU(non swap)_%", NO_PROCESS_SERIES),
-    _absent("CPU_Thds", NO_PROCESS_SERIES),
+    Column("MaPMiU(non swap)", "`proc_rss_bytes_max` / 2^20: the job's process tree's largest RSS in MiB (psutil, "
+           "sampled every 0.5 s; the original: the process's)", lambda runs: runs["proc_rss_bytes_max"] / 2**20),
+    Column("PMiU(non swap)_%", "`proc_rss_bytes_max` / `node_memory_total_bytes` x 100: psutil's largest RSS over the "
+           "node's memory (the original: #16 / #44)",
+           lambda runs: runs["proc_rss_bytes_max"] / runs["node_memory_total_bytes"] * 100.0),
+    Column("CPU_Thds", "`proc_threads_max`: most threads of the job's process tree at one psutil sample", _same("proc_threads_max")),
     Column("GPU_Temp_ran", "`gpu_temperature_celsius_range`", _same("gpu_temperature_celsius_range")),
     Column("Max_GPU_Temp", "`gpu_temperature_celsius_max`", _same("gpu_temperature_celsius_max")),
     Column("Min_GPU_Temp", "`gpu_temperature_celsius_min`", _same("gpu_temperature_celsius_min")),
@@ -83,17 +85,30 @@ COLUMNS: list[Column] = [
     _absent("GPUPR", NO_POWER_LIMIT),
     _absent("MaGPUPR", NO_POWER_LIMIT),
     _absent("MiGPUPR", NO_POWER_LIMIT),
-    *_psutil(["SCT_user", "SCT_nice", "SCT_sys", "SCT_idle", "SCT_iowait", "SCT_irq", "SCT_softirq", "SCT_steal",
-              "SCT_guest", "SCT_guest_nice"], "CPU times (the original's are counters since boot)"),
+    *_psutil([(f"SCT_{'sys' if m == 'system' else m}", f"sys_cpu_{m}_seconds")
+              for m in ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")],
+             "the node's CPU seconds in that mode over the run, all CPUs (psutil.cpu_times() at the end less at the "
+             "start; the original's: since boot)"),
     Column("Cor_in_Sys", "`node_cpus`", _same("node_cpus")),
-    *_psutil(["CS_ctx_switches", "CS_interrupts", "CS_soft_interrupts", "CS_syscalls"],
-             "CPU statistics (the original's are counters since boot)"),
+    *_psutil([("CS_ctx_switches", "sys_ctx_switches"), ("CS_interrupts", "sys_interrupts"),
+              ("CS_soft_interrupts", "sys_soft_interrupts"), ("CS_syscalls", "sys_syscalls")],
+             "the node's count over the run (psutil.cpu_stats() at the end less at the start; the original's: since "
+             "boot; syscalls are 0 on Linux)"),
     Column("SMU_total", "`node_memory_total_bytes`", _same("node_memory_total_bytes")),
-    *_psutil(["SMU_available", "SMU_percent", "SMU_used", "SMU_free", "SMU_active", "SMU_inactive", "SMU_buffers",
-              "SMU_cached", "SMU_shared", "SMU_slab"], "memory reading at the run's end (`Max_Sys_Mem_Util_%` has the run's range)"),
-    *_psutil(["DU_total", "DU_used", "DU_free", "DU_percent"], "disk usage"),
-    *_psutil(["NIOB_sent", "NIOB_received", "NIOP_sent", "NIO_received", "NIO_errin", "NIO_errout", "NIO_dropin",
-              "NIO_dropout"], "network counters (the original's are counters since boot)"),
+    *_psutil([("SMU_available", "sys_memory_available_bytes"), ("SMU_percent", "sys_memory_percent"),
+              ("SMU_used", "sys_memory_used_bytes"), ("SMU_free", "sys_memory_free_bytes"),
+              ("SMU_active", "sys_memory_active_bytes"), ("SMU_inactive", "sys_memory_inactive_bytes"),
+              ("SMU_buffers", "sys_memory_buffers_bytes"), ("SMU_cached", "sys_memory_cached_bytes"),
+              ("SMU_shared", "sys_memory_shared_bytes"), ("SMU_slab", "sys_memory_slab_bytes")],
+             "psutil.virtual_memory() at the run's last sample, while the job ran (`Max_Sys_Mem_Util_%` has the run's "
+             "range)"),
+    *_psutil([("DU_total", "disk_total_bytes"), ("DU_used", "disk_used_bytes"), ("DU_free", "disk_free_bytes"),
+              ("DU_percent", "disk_percent")], "psutil.disk_usage('/') at the run's last sample"),
+    *_psutil([("NIOB_sent", "net_bytes_sent"), ("NIOB_received", "net_bytes_recv"), ("NIOP_sent", "net_packets_sent"),
+              ("NIO_received", "net_packets_recv"), ("NIO_errin", "net_errin"), ("NIO_errout", "net_errout"),
+              ("NIO_dropin", "net_dropin"), ("NIO_dropout", "net_dropout")],
+             "the node's count over the run, all interfaces (psutil.net_io_counters() at the end less at the start; "
+             "the original's: since boot)"),
 ]
 
 DECIMALS = 4  # the published table has 2; a ratio x 100 keeps its sampled precision with 4
@@ -105,6 +120,8 @@ MEASURED = [c.name for c in COLUMNS if c.compute is not None]
 def convert(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the table in the published schema, ID -> key): one row per solo run that ran to its end, values per run."""
     solo = sources.solo_runs(runs)
+    missing = [n for n in process_sampler.NAMES if n not in solo.columns]  # rows from before the psutil sampler
+    solo = solo.reindex(columns=[*solo.columns, *missing])  # those columns empty, not an error
     table = pd.DataFrame(index=solo.index)
     for column in COLUMNS:
         table[column.name] = column.compute(solo) if column.compute else np.nan
@@ -123,8 +140,10 @@ def dictionary(origin: str) -> str:
         "docs/dataset.md); every value is per run: statistics over the samples inside the run (1 s scrapes of 500 ms",
         "samples), never counters since boot. Only solo runs with status `ok` are rows; pairs are in the pairs table.",
         f"{len(MEASURED)} of the 66 columns are measured; the other {len(NAMES) - len(MEASURED)} are empty (no value in the CSV,",
-        "null in Parquet) because nothing Alnair records measures them per run. Names and order are the published",
-        "table's (`../published/alnair-open-data-columns.md` says what each meant there).",
+        "null in Parquet) because nothing the campaign records measures them per run. The psutil columns (process RSS",
+        "and threads, CPU times and statistics, memory, disk, network) come from the campaign's sampler of each job",
+        "(`dataset/process_sampler.py`): they are empty in rows measured before it (the first H200 block's).",
+        "Names and order are the published table's (`../published/alnair-open-data-columns.md` says what each meant there).",
         "",
         "|#|Column|How it is computed here|",
         "|-|-|-|",

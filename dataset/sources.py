@@ -38,11 +38,11 @@ class Campaign:
     files: tuple[Path, ...]
 
 
-def campaign_files(data: Path = DATA) -> tuple[str, list[Path], list[Path]]:
+def campaign_files(data: Path = DATA, origin: str | None = None) -> tuple[str, list[Path], list[Path]]:
     """(origin, runs files, pairs files): dataset/data/h200/{runs,pairs}.csv once the campaign has committed rows
-    there, else every calibration block's files."""
+    there, else (or with origin "calibration") every calibration block's files."""
     h200 = data / "h200"
-    if (h200 / "runs.csv").is_file():
+    if origin != "calibration" and (h200 / "runs.csv").is_file():
         pairs = [h200 / "pairs.csv"] if (h200 / "pairs.csv").is_file() else []
         return "h200", [h200 / "runs.csv"], pairs
     calibration = data / "calibration"
@@ -50,7 +50,7 @@ def campaign_files(data: Path = DATA) -> tuple[str, list[Path], list[Path]]:
 
 
 def _concat(files: list[Path], key: str) -> pd.DataFrame:
-    frames = [pd.read_csv(f) for f in files]
+    frames = [pd.read_csv(f) for f in files if f.stat().st_size]  # an empty file (a table with no rows yet): none
     frames = [f for f in frames if not f.empty]
     if not frames:
         return pd.DataFrame()
@@ -59,8 +59,8 @@ def _concat(files: list[Path], key: str) -> pd.DataFrame:
     return table.drop_duplicates(subset=key, keep="last").reset_index(drop=True)
 
 
-def load_campaign(data: Path = DATA) -> Campaign:
-    origin, runs_files, pairs_files = campaign_files(data)
+def load_campaign(data: Path = DATA, origin: str | None = None) -> Campaign:
+    origin, runs_files, pairs_files = campaign_files(data, origin)
     if not runs_files:
         raise FileNotFoundError(f"no campaign rows under {data}: neither h200/runs.csv nor calibration/*-runs.csv")
     return Campaign(runs=_concat(runs_files, "key"), pairs=_concat(pairs_files, "pair_key"), origin=origin,

@@ -30,7 +30,8 @@ def h200(tmp_path_factory):
     cope with: a failed run, an incomplete one and a CPU run without GPU values."""
     data = tmp_path_factory.mktemp("data")
     shutil.copytree(sources.DATA, data, dirs_exist_ok=True, ignore=shutil.ignore_patterns("analysis", "h200"))
-    campaign = sources.load_campaign()
+    campaign = sources.load_campaign(data)  # the calibration blocks: the copy has no h200/ yet
+    assert campaign.origin == "calibration"
     extra = campaign.runs[campaign.runs.role == "solo"].iloc[[0, 0, 0]].copy()
     extra["key"] = ["x/failed", "x/incomplete", "x/cpu"]
     extra["status"] = ["failed", "incomplete", "ok"]

@@ -57,6 +57,12 @@ def test_each_configuration_is_one_row_with_exact_steps_and_its_wall_time(measur
         assert r["python_version"] and r["torch_version"] and r["package_version"] and r["git_commit"]
         assert r["gpu_name"] == "" and r["compute_limit_percent"] == "" and r["pid"]
         assert r["comm"] == Path(sys.executable).name[:15]  # the interpreter the campaign runs jobs with (python3 in make test)
+        # psutil's samples of the job's process (every 0.5 s): torch's interpreter holds 100s of MiB, one thread or more
+        assert int(r["proc_samples"]) >= 0.5 * wall / 0.5 and r["proc_processes_max"] == "1"
+        assert 100 * 2**20 < float(r["proc_rss_bytes_max"]) < 4 * 2**30 and float(r["proc_rss_bytes_min"]) > 0
+        assert float(r["proc_threads_max"]) >= 1 and float(r["proc_cpu_percent_max"]) > 10
+        assert 0.3 * wall < float(r["proc_cpu_user_seconds"]) + float(r["proc_cpu_system_seconds"]) < 2.5 * wall
+        assert float(r["sys_cpu_user_seconds"]) > 0 and 0 < float(r["disk_percent"]) <= 100
     assert len({r["run_seed"] for r in solo}) == 2
     typed = pq.read_table(out / "runs.parquet").to_pylist()
     assert [r["key"] for r in typed] == [r["key"] for r in rows(out / "runs.csv")]

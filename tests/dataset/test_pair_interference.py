@@ -20,7 +20,7 @@ def test_definitions_are_the_originals():
 
 
 def test_calibration_pairs_follow_from_their_runs():
-    campaign = sources.load_campaign()
+    campaign = sources.load_campaign(origin="calibration")
     measured = interference.measured_pairs(campaign.runs, campaign.pairs)
     assert len(measured) == len(campaign.pairs[campaign.pairs.status == "ok"])
     for side in ("a", "b"):
@@ -29,7 +29,7 @@ def test_calibration_pairs_follow_from_their_runs():
 
 
 def test_too_few_pairs_fit_no_model_and_say_so():
-    campaign = sources.load_campaign()
+    campaign = sources.load_campaign(origin="calibration")  # 2 distinct pairs
     result = interference.analyse(campaign.runs, campaign.pairs)
     assert not result.fitted and result.cv.empty
     assert result.reason.startswith(f"{result.pairs} distinct measured pairs")

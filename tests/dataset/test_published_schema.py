@@ -1,6 +1,6 @@
 """The campaign's runs in the published 66-column schema: the published names in their order, values per run from
-the rich table's columns (x 100 for ratios), empty where nothing measures them, and committed files that the
-converter regenerates byte for byte."""
+the rich table's columns (x 100 for ratios; the psutil ones from the campaign's sampler of each job), empty where
+nothing measures them, and committed files that the converter regenerates byte for byte."""
 from __future__ import annotations
 
 import hashlib
@@ -26,7 +26,7 @@ def test_the_published_copy_is_the_original_file():
 def test_names_and_order_are_the_published_tables():
     header = sources.PUBLISHED_CSV.read_text().splitlines()[0].split(",")
     assert published.NAMES == header
-    assert len(published.MEASURED) == 24
+    assert len(published.MEASURED) == 63  # all but the power ratios
 
 
 def test_each_value_comes_from_its_run(campaign):
@@ -47,12 +47,19 @@ def test_each_value_comes_from_its_run(campaign):
 def test_columns_nothing_measures_are_empty_and_say_why(campaign):
     table, _ = published.convert(campaign.runs)
     empty = [c.name for c in published.COLUMNS if c.compute is None]
-    assert table[empty].isna().all().all()
-    assert table[published.MEASURED].drop(columns=["MaPMiU(non swap)"], errors="ignore").notna().all().all()
+    assert empty == ["GPUPR", "MaGPUPR", "MiGPUPR"] and table[empty].isna().all().all()
+    sampled = [c.name for c in published.COLUMNS if c.compute is not None and "psutil" in c.how]
+    assert len(sampled) == 39  # RSS (2), threads, CPU times (10), CPU statistics (4), memory (10), disk (4), network (8)
+    assert table[[c for c in published.MEASURED if c not in sampled]].notna().all().all()
+    # the psutil columns are there in every row the sampler measured, and only there
+    solo = sources.solo_runs(campaign.runs)
+    has_samples = solo["proc_samples"].notna() if "proc_samples" in solo else pd.Series(False, index=solo.index)
+    assert table.loc[has_samples.values, [c for c in sampled if c != "CS_syscalls"]].notna().all().all()
+    assert table.loc[~has_samples.values, sampled].isna().all().all()
     text = published.dictionary("calibration")
     for column in published.COLUMNS:
         assert f"|{column.name}|{column.how}|" in text
-    assert "not measured" in text and "counters since boot" in text
+    assert "not measured" in text and "since boot" in text
 
 
 def test_only_solo_runs_that_ended_are_rows(campaign):

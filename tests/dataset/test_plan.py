@@ -1,0 +1,156 @@
+"""The campaign's plan: families in turn from its first steps, the core configurations' repeats and the pairs
+early, deterministic, resumable from the committed rows (the first H200 block's 13 runs count as done), and what
+the blocks of GPU time are expected to cover (the runner's own estimates and budget rule)."""
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+
+import pytest
+
+from alnair.dataset import campaign, plan, sources
+from alnair.dataset.workloads import grid
+
+BLOCK = ["--repeats", "3", "--pairs", "auto:30"]  # what tests/gpu/run_campaign.sh is given for every block
+
+
+def planned(out, *args):
+    options = campaign.build_parser().parse_args(["--out", str(out), *BLOCK, *args])
+    configs = campaign.configurations(options)
+    pairs = campaign.pair_specs(options, configs)
+    runner = campaign.Campaign(options)
+    return runner, campaign.build_plan(options, configs, pairs), configs, pairs
+
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory):
+    """The plan of the next block, from a copy of the committed H200 rows."""
+    out = tmp_path_factory.mktemp("plan")
+    for name in ("runs.csv", "pairs.csv"):
+        if (sources.H200 / name).exists():
+            shutil.copy(sources.H200 / name, out / name)
+    runner, items, configs, pairs = planned(out)
+    return runner, items, configs, pairs, campaign.coverage_of(runner, items)
+
+
+def test_the_first_40_configurations_span_all_five_families_evenly(committed):
+    _, _, configs, _, _ = committed
+    assert len(configs) == 176
+    assert Counter(c.run.family for c in configs[:40]) == {f: 8 for f in grid.MODELS}
+    assert [c.run.family for c in configs[:5]] == list(grid.MODELS)
+    first_classify = [c.run for c in configs[:20] if c.run.family == "classify"]
+    assert [r.model for r in first_classify] == ["resnet50", "mobilenet_v3", "efficientnet_v2", "inception_v3"]
+    assert len({r.batch_size for r in first_classify}) == 4  # each model starts at its own batch size
+
+
+def test_every_prefix_of_the_plan_spans_the_families_it_can(committed):
+    _, items, _, _, _ = committed
+    solo = [i.config for i in items if i.config is not None]
+    assert {c.run.family for c in solo[:5]} == set(grid.MODELS)
+    for n in (10, 20, 40, 80):
+        counts = Counter(c.run.family for c in solo[:n])
+        assert len(counts) == 5 and max(counts.values()) - min(counts.values()) <= n // 5, (n, counts)
+
+
+def test_the_committed_runs_are_steps_of_the_plan_and_count_as_done(committed):
+    runner, items, _, _, steps = committed
+    ok = {r["key"] for r in runner.runs.rows if r["status"] == "ok" and r["role"] == "solo"}
+    assert len(ok) >= 13
+    keys = {i.key for i in items}
+    assert ok <= keys  # the grid and its seeds are those the rows were measured with
+    done = {s.item.key for s in steps if s.block == 0}
+    assert ok & {i.key for i in items if i.config is not None} <= done
+
+
+def test_auto_pairs_spread_over_family_pairs_and_use_the_core(committed):
+    _, _, configs, pairs, _ = committed
+    assert len(pairs) == 30 and len({(a.key, b.key) for a, b in pairs}) == 30
+    core = {c.key for c in configs[:plan.REPEATED_TARGET]}
+    assert all(a.key in core and b.key in core and a.run.family != b.run.family for a, b in pairs)
+    per_family_pair = Counter(frozenset((a.run.family, b.run.family)) for a, b in pairs)
+    assert len(per_family_pair) == 10 and set(per_family_pair.values()) == {3}
+    assert set(Counter(c.key for pair in pairs for c in pair).values()) == {3}
+
+
+def test_the_plan_is_deterministic_and_holds_every_run_once(tmp_path, committed):
+    _, items, _, _, _ = committed
+    _, again, _, _ = planned(tmp_path)
+    assert [i.key for i in again] == [i.key for i in items]
+    solo = [i.key for i in items if i.config is not None]
+    assert len(solo) == len(set(solo)) == 176 * 3
+    assert sum(1 for i in items if i.pair is not None) == 30 * 3
+
+
+def test_the_targets_need_about_15_blocks_and_every_block_advances_them_all(committed):
+    _, _, _, _, steps = committed
+    blocks = max(s.block for s in steps)
+    reach = {}
+    for name, met in (("solo", lambda p: p.solo >= plan.SOLO_TARGET), ("repeated", lambda p: p.repeated >= 20),
+                      ("pairs", lambda p: p.pairs >= 30), ("families", lambda p: p.families == 5)):
+        reach[name] = next(s.block for s in steps if met(s.progress))
+    print(f"\nthe targets from the committed rows, blocks of {plan.BLOCK_SECONDS:g} s: {reach}; the whole plan {blocks}")
+    assert reach["families"] == 1  # the next block runs every family
+    assert max(reach.values()) <= 16 and max(reach.values()) - min(reach["solo"], reach["pairs"]) <= 3
+    # each block of the first ten is a share of every target: solo runs, repeats and pairs all advance
+    by_block = {}
+    for s in steps:
+        by_block[s.block] = s.progress
+    for b in range(2, 11):
+        before, after = by_block[b - 1], by_block[b]
+        assert after.solo > before.solo and after.pairs > before.pairs, b
+    assert by_block[10].repeated > 0
+    seconds = Counter()
+    for s in steps:
+        seconds[s.block] += s.seconds
+    assert all(0.8 * plan.BLOCK_SECONDS < seconds[b] <= plan.BLOCK_SECONDS for b in range(1, 11)), seconds
+
+
+def test_plan_prints_the_steps_and_when_the_targets_are_reached(tmp_path, capsys):
+    shutil.copy(sources.H200 / "runs.csv", tmp_path / "runs.csv")
+    assert campaign.main(["--out", str(tmp_path), *BLOCK, "--plan"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split("\t") == ["step", "block", "seconds", "solo", "families", "repeated", "pairs", "key"]
+    summary = [line for line in out if line.startswith("plan: ")]
+    assert summary[0].startswith("plan: 618 steps, 13 in the rows")
+    assert any(line.startswith("plan: 100 solo runs: in block ") for line in summary)
+    assert any(line.startswith("plan: 30 pairs in both kinds of sharing: in block ") for line in summary)
+    assert not (tmp_path / "logs").exists()  # nothing ran
+
+
+def test_pairs_only_keeps_the_pairs_and_their_order(tmp_path):
+    _, items, _, _ = planned(tmp_path, "--pairs-only")
+    assert items and all(i.pair is not None for i in items)
+    assert [i.mode for i in items[:2]] == ["timeslice", "limit-50-50"]  # a pair's two kinds of sharing together
+    assert all(i.mode == "limit-30-70" for i in items[60:])
+
+
+def test_a_step_that_does_not_fit_waits_while_a_later_one_that_fits_runs():
+    small, large = (plan.Config(grid.configurations("cuda", 0)[i], 0) for i in (0, 1))
+    items = [plan.Item(config=large), plan.Item(config=small)]
+    seconds = {small.key: 10.0, large.key: 100.0}
+    steps = plan.walk(items, plan.Coverage(set(), set(), {}, {}), 1, ["timeslice"], lambda c: seconds[c.key],
+                      lambda c: seconds[c.key], lambda need, left, up: need <= left, profile_seconds=0,
+                      startup_seconds=0, block_seconds=60)
+    assert [(s.item.key, s.block) for s in steps] == [(small.key, 1)]  # the large one never fits a block
+
+
+def test_the_runner_defers_a_step_that_does_not_fit_and_runs_a_later_one_that_does(tmp_path, monkeypatch):
+    monkeypatch.setattr(campaign, "STACK_STARTUP", 0.0)
+    options = campaign.build_parser().parse_args(
+        ["--out", str(tmp_path), "--device", "cpu", "--families", "dqn", "--batch-sizes", "10", "64", "--precisions",
+         "fp32", "--repeats", "2", "--estimate-seconds", "100", "--budget-seconds", "60"])
+    configs = campaign.configurations(options)
+    runner = campaign.Campaign(options)
+    measured = configs[1].run  # dqn b64, measured before at 5 s: its repeat is estimated at 5.75 s
+    runner.runs.put({"key": configs[1].key, "status": "ok", "role": "solo", "run_family": measured.family,
+                     "run_model": measured.model, "run_batch_size": measured.batch_size, "run_steps": measured.steps,
+                     "run_precision": measured.precision, "run_workers": measured.workers, "run_device": "cpu",
+                     "wall_seconds": 5.0})
+    ran = []
+    monkeypatch.setattr(runner, "ensure_stack", lambda: None)
+    monkeypatch.setattr(runner, "execute", lambda jobs: ran.extend(k for k, _, _ in jobs) or
+                        [{"key": jobs[0][0], "status": "ok", "wall_seconds": 5.0}])
+    items = campaign.build_plan(options, configs, [])
+    runner.run(items)
+    assert runner.stopped_by_budget and runner.counts["waiting"] == 2  # b10's two repeats, 100 s each
+    assert len(ran) == 1 and ran[0].startswith("dqn/dqn/b64/") and ran[0].endswith("/r1")
