@@ -2,7 +2,7 @@
 # One block of the dataset campaign on the GPU machine (the `run` tool, kind nvidia-h200), from the repository
 # root, with Debian's prometheus binary carried as .device/prometheus.xz (carry: [".device/prometheus.xz"]):
 #
-#   ALNAIR_GIT_COMMIT=<sha of HEAD> BLOCK_SECONDS=570 bash tests/gpu/run_campaign.sh [campaign flags ...]
+#   ALNAIR_GIT_COMMIT=<sha of HEAD> BLOCK_SECONDS=470 bash tests/gpu/run_campaign.sh [campaign flags ...]   (timeout_s 500)
 #   e.g. ... bash tests/gpu/run_campaign.sh --families classify dqn --repeats 3 --pairs auto:30
 #
 # Nothing is installed: the intercept is built with make and the package is a shim of symlinks to this checkout
@@ -13,7 +13,7 @@
 # so it stops before the block's end with every row finished or marked incomplete.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BLOCK_SECONDS=${BLOCK_SECONDS:-570}
+BLOCK_SECONDS=${BLOCK_SECONDS:-470}
 OUT=${OUT:-/tmp/alnair-campaign-out}
 DATA=dataset/data/h200
 make -s -C intercept
