@@ -146,8 +146,9 @@ def test_context_growth_nvml_shows_is_published_and_charged_with_the_option(run_
            "FAKE_CUDA_CONTEXT_BYTES": str(CONTEXT)}
     client = run_client("gpa", "limit", "1", env=env)
     granted = report(client)["granted"]  # allocated at once, before a second NVML reading confirmed the growth
-    _, m = device_memory(shm_dir, client.proc.pid, lambda d, m: m.context_bytes > CONTEXT)
-    assert m.context_bytes == CONTEXT + GROWTH  # the probe's figure and what NVML shows beyond the counters
+    # the probe's figure and what NVML shows beyond the counters (readings taken while the scenario allocated
+    # may see less: the figure reaches it in steps that two readings agree on)
+    _, m = device_memory(shm_dir, client.proc.pid, lambda d, m: m.context_bytes == CONTEXT + GROWTH)
     assert m.charged_bytes == granted + (CONTEXT + GROWTH if switch == "on" else 0)
     assert client.stop() == ""
 
