@@ -34,7 +34,6 @@
  */
 #define _GNU_SOURCE
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -85,12 +84,11 @@ static uint64_t window_time(uint64_t a, uint64_t b, uint64_t offset, uint64_t le
     return window_time_before(b + shift, length) - window_time_before(a + shift, length);
 }
 
-/* A sync that waited until now: the batch since the last sync ran until now, in
- * the window's time since its first launch (outside it, other processes ran). */
-static void learn_launch_cost(struct alnair_device *d, uint64_t now, uint64_t offset, uint64_t length)
+/* A sync that waited until now: the batch of `launches` since the last sync ran until
+ * now, in the window's time since its first launch (outside it, other processes ran). */
+static void learn_launch_cost(struct alnair_device *d, uint64_t launches, uint64_t now, uint64_t offset,
+                              uint64_t length)
 {
-    uint64_t launches = atomic_exchange(&d->batch_launches, 0);
-    atomic_store_explicit(&d->queued_until_ns, now, memory_order_relaxed);
     uint64_t start = atomic_load_explicit(&d->batch_start_ns, memory_order_relaxed);
     if (!launches || start >= now) return;
     uint64_t cost = window_time(start, now, offset, length) / launches;
@@ -115,14 +113,12 @@ void alnair_charge_overrun(struct alnair_device *d, uint64_t start, uint64_t now
 
 void alnair_synced(struct alnair_device *d, uint64_t start, uint64_t now)
 {
-    if (now - start < WAITED_NS) { /* the work was done before: the queue is empty, its cost unknown */
-        atomic_store_explicit(&d->batch_launches, 0, memory_order_relaxed);
-        atomic_store_explicit(&d->queued_until_ns, now, memory_order_relaxed);
-        return;
-    }
+    uint64_t launches = atomic_exchange(&d->batch_launches, 0);
+    atomic_store_explicit(&d->queued_until_ns, now, memory_order_relaxed); /* the queue is empty */
+    if (now - start < WAITED_NS) return; /* the work was done before: its cost unknown */
     uint64_t offset, length;
     window_of(d, &offset, &length);
-    learn_launch_cost(d, now, offset, length);
+    learn_launch_cost(d, launches, now, offset, length);
     alnair_charge_overrun(d, start, now);
 }
 

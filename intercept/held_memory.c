@@ -18,6 +18,7 @@
 #include "intercept.h"
 #include "nvml.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #define READ_EVERY_NS 1000000000ull
@@ -43,8 +44,7 @@ static void follow(int ordinal, struct alnair_device *d)
     if (beyond < 0) return;
     int64_t change = beyond - (int64_t)atomic_load_explicit(&d->context_growth_bytes, memory_order_relaxed);
     if ((change > 0 && pending[ordinal] > 0) || (change < 0 && pending[ordinal] < 0)) {
-        int64_t step = change > 0 ? (change < pending[ordinal] ? change : pending[ordinal])
-                                  : (change > pending[ordinal] ? change : pending[ordinal]);
+        int64_t step = llabs(change) < llabs(pending[ordinal]) ? change : pending[ordinal];
         atomic_fetch_add_explicit(&d->context_growth_bytes, (uint64_t)step, memory_order_relaxed);
         change -= step;
     }

@@ -53,7 +53,7 @@ static void copy_device(struct alnair_cuda_device *out, int ordinal)
     out->memory_limit_bytes = d->memory_limit_bytes;
     out->compute_limit_percent = d->compute_limit_percent;
     out->compute_quota_ns = d->compute_quota_ns;
-    out->compute_period_ns = d->compute_limit_percent || atomic_load(&d->takes_turns) ? ALNAIR_SHARE_PERIOD_NS : 0;
+    out->compute_period_ns = atomic_load(&d->takes_turns) ? ALNAIR_SHARE_PERIOD_NS : 0; /* a limit, or turns beside one */
     out->throttled_ns = atomic_load_explicit(&d->throttled_ns, memory_order_relaxed);
 }
 

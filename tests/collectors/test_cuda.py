@@ -10,6 +10,15 @@ from alnair.exporter.plugin import render
 from support import parse_samples
 
 
+# The test writer's device UUIDs: bytes 0x00-0x0f for device 0, 0x10-0x1f for device 1.
+UUIDS = {0: "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f", 1: "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f"}
+
+
+def device(writer, gpu: int) -> str:
+    """The labels of one writer's device series."""
+    return f'gpu="{gpu}",pid="{writer.pid}",uuid="{UUIDS[gpu]}"'
+
+
 def sample(shm_dir) -> dict[str, float]:
     collector = CudaCollector(argparse.Namespace(shm_dir=str(shm_dir), procfs="/proc"))
     return parse_samples(render(collector.collect()).decode())
@@ -21,8 +30,8 @@ def test_device_counters_are_exported_per_pid_and_gpu(start_writer, shm_dir):
                      "--set", "failed_allocations=1", "--set", "limit_denied_allocations=2",
                      "--set", "throttled_ns=1500000000", "--set", "compute_quota_ns=25000000", "--set", "compute_period_ns=100000000")
     s = sample(shm_dir)
-    gpu0 = f'gpu="0",pid="{w.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"'
-    gpu1 = f'gpu="1",pid="{w.pid}",uuid="GPU-10111213-1415-1617-1819-1a1b1c1d1e1f"'
+    gpu0 = device(w, 0)
+    gpu1 = device(w, 1)
     assert s[f"alnair_cuda_kernel_launches_total{{{gpu0}}}"] == 100
     assert s[f"alnair_cuda_kernel_launches_total{{{gpu1}}}"] == 101
     assert s[f"alnair_cuda_graph_launches_total{{{gpu0}}}"] == 3
@@ -40,8 +49,8 @@ def test_limits_are_exported_only_when_set(start_writer, shm_dir):
     limited = start_writer("--set", "memory_limit_bytes=8589934592", "--compute-limit", "30")
     free = start_writer()
     s = sample(shm_dir)
-    assert s[f'alnair_cuda_memory_limit_bytes{{gpu="0",pid="{limited.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"}}'] == 8589934592
-    assert s[f'alnair_cuda_compute_limit_ratio{{gpu="0",pid="{limited.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"}}'] == 0.3
+    assert s[f'alnair_cuda_memory_limit_bytes{{{device(limited, 0)}}}'] == 8589934592
+    assert s[f'alnair_cuda_compute_limit_ratio{{{device(limited, 0)}}}'] == 0.3
     assert not any(f'pid="{free.pid}"' in key for key in s if "limit" in key)
     assert s["alnair_cuda_segments"] == 2
 
@@ -83,8 +92,7 @@ ACTIVITY = ["--set", "first_launch_ns=2500000000", "--set", "first_allocation_ns
 def test_copies_are_exported_per_device_and_direction(start_writer, shm_dir):
     w = start_writer("--devices", "2", *COPIES)
     s = sample(shm_dir)
-    gpu = {0: f'gpu="0",pid="{w.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"',
-           1: f'gpu="1",pid="{w.pid}",uuid="GPU-10111213-1415-1617-1819-1a1b1c1d1e1f"'}
+    gpu = {0: device(w, 0), 1: device(w, 1)}
     h2d, d2h, d2d = (f'direction="{d}",' for d in ("host_to_device", "device_to_host", "device_to_device"))
     assert s[f"alnair_cuda_copies_total{{{h2d}{gpu[0]}}}"] == 10
     assert s[f"alnair_cuda_copies_total{{{h2d}{gpu[1]}}}"] == 11  # the writer gives device i V + i
@@ -110,7 +118,7 @@ def test_activity_times_are_exported_per_process_once_they_happened(start_writer
 def test_a_writer_older_than_the_copy_and_activity_fields_has_none_of_their_series(start_writer, shm_dir):
     old = start_writer("--record-size", "8224", *COPIES, *ACTIVITY, "--set", "kernel_launches=5")
     s = sample(shm_dir)
-    assert s[f'alnair_cuda_kernel_launches_total{{gpu="0",pid="{old.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"}}'] == 5
+    assert s[f'alnair_cuda_kernel_launches_total{{{device(old, 0)}}}'] == 5
     assert not any(f'pid="{old.pid}"' in k for k in s if "cop" in k or "first_" in k or "last_launch" in k)
 
 
@@ -121,8 +129,8 @@ MEMORY = ["--set", "context_bytes=524288000", "--set", "pool_reserved_bytes=3019
 def test_context_and_pool_memory_are_exported_per_device(start_writer, shm_dir):
     w = start_writer("--devices", "2", *MEMORY, "--set", "memory_limit_bytes=4294967296")
     s = sample(shm_dir)
-    gpu0 = f'gpu="0",pid="{w.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"'
-    gpu1 = f'gpu="1",pid="{w.pid}",uuid="GPU-10111213-1415-1617-1819-1a1b1c1d1e1f"'
+    gpu0 = device(w, 0)
+    gpu1 = device(w, 1)
     assert s[f"alnair_cuda_context_memory_bytes{{{gpu0}}}"] == 524288000
     assert s[f"alnair_cuda_context_memory_bytes{{{gpu1}}}"] == 524288001
     assert s[f"alnair_cuda_pool_reserved_bytes{{{gpu0}}}"] == 301989888
@@ -134,7 +142,7 @@ def test_context_and_pool_memory_are_exported_per_device(start_writer, shm_dir):
 def test_an_unmeasured_context_and_an_unlimited_process_have_no_such_series(start_writer, shm_dir):
     w = start_writer("--set", "pool_reserved_bytes=4096")
     s = sample(shm_dir)
-    assert s[f'alnair_cuda_pool_reserved_bytes{{gpu="0",pid="{w.pid}",uuid="GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"}}'] == 4096
+    assert s[f'alnair_cuda_pool_reserved_bytes{{{device(w, 0)}}}'] == 4096
     assert not any(k.startswith(("alnair_cuda_context_memory_bytes{", "alnair_cuda_memory_limit_includes_context{"))
                    for k in s)
 

@@ -209,16 +209,6 @@ def part_share() -> None:
           util_trace_30=trace_30, util_trace_70=trace_70, window_trace_30=window_30, window_trace_70=window_70)
 
 
-def part_share_deep_queue() -> None:
-    """The limit's known weak spot: a window bounds when a process launches, so work it
-    queues beyond the window's end runs into the next process's window. Here each process
-    synchronises every 200 matmuls (about 40 ms of queued work) instead of 10."""
-    [(_, solo, _, _)] = run_matmul_group([None], 12, batch=200)
-    (_, rate_30, _, _), (_, rate_70, _, _) = run_matmul_group([30, 70], 24, batch=200)
-    check("share_deep_queue", True, gpu_time_30=round(100 * rate_30 / solo, 1), gpu_time_70=round(100 * rate_70 / solo, 1),
-          share_of_30=round(rate_30 / (rate_30 + rate_70), 3), solo_rate=round(solo, 1))
-
-
 def part_share_probe() -> None:
     """Raw NVML process samples (pid, timestamp, SM utilization) while a 30% and a 70%
     process share the GPU, written to $OUT/share_probe.json for study."""
@@ -309,7 +299,7 @@ def part_exit() -> None:
 
 PARTS = {"exit": part_exit, "counts": part_counts, "torch": part_torch, "oom": part_oom, "share": part_share,
          "share-baselines": part_share_baselines, "share-probe": part_share_probe,
-         "share-deep-queue": part_share_deep_queue, "fair": part_fair, "bench": part_bench}
+         "fair": part_fair, "bench": part_bench}
 
 if __name__ == "__main__":
     pynvml.nvmlInit()
