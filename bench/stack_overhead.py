@@ -7,7 +7,8 @@ job under the CUDA and Python intercepts, with the exporter sampling every secon
 Run from the repository root; nothing needs installing (the intercept is built with make, the package is a
 shim of symlinks, as tests/gpu does). Each run is its own process training on synthetic data, timing --steps
 steps after --warmup with the GPU synchronised; it prints samples per second. The models: ResNet-50
-(torchvision, batch 128, bf16 autocast, channels_last, SGD; 60 steps after 15), GPU-bound; and a small MLP
+(torchvision, batch 128, bf16 autocast, channels_last, SGD; 120 steps after 15, about 3.5 s of training on an
+H200: a run's 11 s of start-up is paid whatever its length, so longer runs narrow the interval more cheaply), GPU-bound; and a small MLP
 (1024-4096-1024, batch 256, SGD; 3000 steps after 200) whose launches bound it. Runs alternate in ABBA order (bare, stack, stack, bare, ...), so drift in clocks
 or temperature falls on both sides; each adjacent pair gives a ratio, and the cost is the mean ratio's
 distance from 1 with a 95% confidence interval (Student's t over the pairs). With --limits a third variant
@@ -62,7 +63,7 @@ def step():  # a few microseconds of GPU work per kernel: the launches bound it
     torch.nn.functional.mse_loss(model(x), y).backward()
     optimizer.step()
 """
-MODELS = {"resnet50": (RESNET, 60, 15, 128), "mlp": (MLP, 3000, 200, 256)}  # code, steps, warmup, batch
+MODELS = {"resnet50": (RESNET, 120, 15, 128), "mlp": (MLP, 3000, 200, 256)}  # code, steps, warmup, batch
 PRELUDE = """
 import sys, time
 import torch
@@ -150,7 +151,7 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--model", choices=sorted(MODELS), default="resnet50",
                         help="resnet50 (GPU-bound) or mlp (a small MLP whose launches bound it)")
-    parser.add_argument("--steps", type=int, help="timed steps (resnet50 60, mlp 3000)")
+    parser.add_argument("--steps", type=int, help="timed steps (resnet50 120, mlp 3000)")
     parser.add_argument("--warmup", type=int, help="untimed steps first (resnet50 15, mlp 200)")
     parser.add_argument("--batch", type=int, help="resnet50 128, mlp 256")
     parser.add_argument("--limits", action="store_true", help="also the stack with a memory and a 100%% compute limit")
