@@ -15,6 +15,11 @@ distance from 1 with a 95% confidence interval (Student's t over the pairs). Wit
 runs the stack with ALNAIR_MEMORY_LIMIT=120Gi and ALNAIR_COMPUTE_LIMIT=100, so the limit paths run without
 limiting anything: A B C C B A. The figures are written to --json after every pair, and --resume PATH goes on
 from the pairs such a file holds (same variants and settings), so the pairs can span several GPU sessions.
+--settle-seconds (90) of runs come first, untimed for the result, every variant in turn: on a freshly started GPU
+machine the first minutes' bare runs were up to 9% slow in two calls of three (2026-12-01); their figures are kept
+in the JSON under "settling". Each run is pinned to --run-cpus (4-7) and the
+exporter with its scraper to --exporter-cpus (0-1), with taskset, so neither waits for the other or for the
+scheduler's moves ("none" leaves either unpinned).
 """
 from __future__ import annotations
 
@@ -113,12 +118,27 @@ class Stack:
         self.proc.wait(30)
 
 
+def cpu_list(cpus: str) -> set[int]:
+    """taskset's list syntax ("0-1,4") as a set of CPU numbers."""
+    chosen: set[int] = set()
+    for part in cpus.split(","):
+        first, _, last = part.partition("-")
+        chosen.update(range(int(first), int(last or first) + 1))
+    return chosen
+
+
+def pinned(cpus: str, command: list[str]) -> list[str]:
+    """`command` under taskset on the CPUs listed (taskset's syntax, e.g. 4-7), or as it is for "none"."""
+    return command if cpus == "none" else ["taskset", "-c", cpus, *command]
+
+
 def run(variant: str, args, env: dict[str, str]) -> float:
     limits = {"ALNAIR_MEMORY_LIMIT": "120Gi", "ALNAIR_COMPUTE_LIMIT": "100"} if variant == "limits" else {}
     command = [sys.executable, "-c", PRELUDE + MODELS[args.model][0] + TIMED, str(args.steps), str(args.warmup), str(args.batch)]
     if variant != "bare":
         command = [sys.executable, "-m", "alnair.intercept.launcher", *command]
-    out = subprocess.run(command, env={**env, **limits}, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(pinned(args.run_cpus, command), env={**env, **limits}, capture_output=True, text=True,
+                         timeout=600)
     line = next((l for l in out.stdout.splitlines() if l.startswith("samples_per_second")), None)
     if out.returncode != 0 or line is None:
         raise RuntimeError(f"{variant} run failed: {out.stderr[-2000:]}")
@@ -135,10 +155,11 @@ def interval(ratios: list[float]) -> tuple[float, float]:
     return mean - 1, t * statistics.stdev(ratios) / n ** 0.5
 
 
-def report(args, variants: list[str], results: dict[str, list[float]], scrapes: int, failures: int) -> dict:
+def report(args, variants: list[str], results: dict[str, list[float]], settling: list, scrapes: int,
+           failures: int) -> dict:
     """The runs so far and each variant's cost against bare over its complete pairs."""
     figures = {"pairs": len(results[variants[-1]]), "model": args.model, "steps": args.steps, "batch": args.batch,
-               "samples_per_second": results, "scrapes": scrapes, "scrape_failures": failures}
+               "samples_per_second": results, "settling": settling, "scrapes": scrapes, "scrape_failures": failures}
     for variant in variants[1:]:
         ratios = [s / b for s, b in zip(results[variant], results["bare"])]
         cost, half = interval(ratios)
@@ -157,9 +178,15 @@ def main() -> int:
     parser.add_argument("--limits", action="store_true", help="also the stack with a memory and a 100%% compute limit")
     parser.add_argument("--json", help="also write the figures here, after every pair")
     parser.add_argument("--resume", type=Path, help="go on from the pairs in this --json file")
+    parser.add_argument("--run-cpus", default="4-7", help="the CPUs each run is pinned to (taskset -c), or none")
+    parser.add_argument("--exporter-cpus", default="0-1", help="the exporter's and this script's CPUs, or none")
+    parser.add_argument("--settle-seconds", type=float, default=90.0,
+                        help="runs before the pairs for this long, kept out of the result (a fresh machine's are slow)")
     args = parser.parse_args()
     _, steps, warmup, batch = MODELS[args.model]
     args.steps, args.warmup, args.batch = args.steps or steps, args.warmup or warmup, args.batch or batch
+    if args.exporter_cpus != "none":  # this script's scraper thread, and the exporter it starts
+        os.sched_setaffinity(0, cpu_list(args.exporter_cpus))
     subprocess.run(["make", "-s", "-C", str(REPO / "intercept")], check=True)
     work = Path(tempfile.mkdtemp(prefix="alnair-stack-"))
     (work / "shm").mkdir()
@@ -168,6 +195,7 @@ def main() -> int:
     variants = ["bare", "stack", *(["limits"] if args.limits else [])]
     results: dict[str, list[float]] = {v: [] for v in variants}
     scrapes = failures = 0
+    settling: list[tuple[str, float]] = []  # (variant, samples/s) of the runs before the pairs, of every call
     if args.resume:
         earlier = json.loads(args.resume.read_text())
         settings = (earlier.get("model", "resnet50"), earlier["steps"], earlier["batch"])
@@ -175,18 +203,24 @@ def main() -> int:
         if sorted(results) != sorted(variants) or settings != (args.model, args.steps, args.batch):
             sys.exit(f"{args.resume}: other variants or settings than these runs")
         scrapes, failures = earlier["scrapes"], earlier["scrape_failures"]
+        settling = earlier.get("settling", [])
     stack = Stack(work, env)
     try:
+        began, turn = time.monotonic(), 0
+        while time.monotonic() - began < args.settle_seconds:
+            variant, turn = variants[turn % len(variants)], turn + 1
+            settling.append((variant, run(variant, args, env)))
+            print(f"settling {variant:6s} {settling[-1][1]:9.1f} samples/s", flush=True)
         for i in range(len(results["bare"]), args.pairs):
             for variant in (variants if i % 2 == 0 else variants[::-1]):  # ABBA: A B, B A, A B ...
                 results[variant].append(run(variant, args, env))
                 print(f"pair {i + 1:2d} {variant:6s} {results[variant][-1]:9.1f} samples/s", flush=True)
             if args.json:
-                Path(args.json).write_text(json.dumps(report(args, variants, results, scrapes + stack.scrapes,
+                Path(args.json).write_text(json.dumps(report(args, variants, results, settling, scrapes + stack.scrapes,
                                                              failures + stack.failures), indent=1))
     finally:
         stack.stop()
-    figures = report(args, variants, results, scrapes + stack.scrapes, failures + stack.failures)
+    figures = report(args, variants, results, settling, scrapes + stack.scrapes, failures + stack.failures)
     for variant in variants[1:]:
         print(f"{variant}: throughput ratio {1 - figures[f'{variant}_cost']:.4f}, cost {figures[f'{variant}_cost'] * 100:+.2f}% "
               f"+- {figures[f'{variant}_cost_halfwidth'] * 100:.2f}% (95% CI, {len(results[variant])} pairs); "
