@@ -19,15 +19,10 @@ saving with the keys of the four rows they come from; DIR/runs.parquet and DIR/p
 from __future__ import annotations
 
 import argparse
-import csv
-import importlib.metadata
-import json
 import os
-import platform
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,66 +31,25 @@ from pathlib import Path
 
 from alnair.commandline import OneLineParser, comma_separated, fail, int_at_least
 
-from . import plan, process_sampler
-from .columns import columns as profile_columns
+from . import plan
 from .plan import Config
 from .process_sampler import ProcessSampler
-from .profile import job_rows
-from .prometheus import Prometheus, ProfileError
-from .selection import Selection
+from .prometheus import ProfileError
+from .recording import Stack
+from .tables import PAIR_COLUMNS, Table, run_columns
+from .versions import versions
 from .workloads import grid
 from .workloads.common import Run
 
 PROG = "python -m alnair.dataset.campaign"
-REPO = Path(__file__).resolve().parents[1]  # through the shim's symlinks to the checkout
 MODES = {"timeslice": (None, None), "limit-50-50": (50, 50), "limit-30-70": (30, 70)}  # ALNAIR_COMPUTE_LIMIT a, b
 PROFILE_RESERVE = 6.0  # seconds after a job: its exit record reaching Prometheus, the profile's queries, the row
 SHUTDOWN_RESERVE = 5.0  # seconds to stop Prometheus and the exporter and write Parquet
 STACK_STARTUP = 15.0  # seconds to start the exporter and Prometheus and probe the versions
 MIN_JOB_SECONDS = 10.0  # no job is shorter (start-up alone takes 7-10 s on the H200): less left, and nothing is tried
 ESTIMATE_MARGIN = 1.15  # a configuration measured before (another repeat) is expected to take this much longer at most
-SCRAPE_INTERVAL = 1.0
 PROFILE_OVERHEAD = 0.5  # seconds between one job's end and the next's start in practice (the first H200 block: 430.6 s
 # from the first start to the last end for 429.4 s of 13 wall times)
-
-CAMPAIGN_COLUMNS = [
-    ("key", str, "the configuration's key: its settings, seed and repeat (solo) or its pair, mode and side (shared)"),
-    ("status", str, "ok; failed (the job exited non-zero or left no record); incomplete (cut before its end)"),
-    ("role", str, "solo, or shared (one side of a pair run together)"),
-    ("pair_key", str, "shared rows: the pair's key in pairs.csv"),
-    ("mode", str, "shared rows: timeslice, limit-50-50 or limit-30-70"),
-    ("run_family", str, "workload family"), ("run_model", str, "model"), ("run_batch_size", int, "batch size"),
-    ("run_steps", int, "steps the job was told to train"), ("run_precision", str, "fp32, bf16 or fp16"),
-    ("run_workers", int, "DataLoader workers"), ("run_device", str, "cuda or cpu"), ("run_seed", int, "seed"),
-    ("run_repeat", int, "repeat number"),
-    ("compute_limit_percent", int, "ALNAIR_COMPUTE_LIMIT given to the job (empty: none)"),
-    ("started_at", float, "Unix seconds: the job's process started (as the campaign saw it)"),
-    ("ended_at", float, "Unix seconds: the job's process was reaped"),
-    ("wall_seconds", float, "ended_at - started_at"),
-    ("exit_code", int, "the job's exit status (negative: killed by that signal)"),
-    ("gpu_name", str, "nvidia-smi's GPU name (empty: none)"), ("nvidia_driver", str, "nvidia-smi's driver version"),
-    ("cuda_version", str, "torch.version.cuda"), ("torch_version", str, "torch.__version__"),
-    ("python_version", str, "the jobs' Python"), ("package_version", str, "the alnair package's version"),
-    ("git_commit", str, "the checkout's git commit (ALNAIR_GIT_COMMIT, else git; empty: unknown)"),
-    ("hostname", str, "the machine"),
-]
-PAIR_COLUMNS = [
-    ("pair_key", str, "mode|solo key a|solo key b"), ("status", str, "ok"), ("mode", str, "timeslice, limit-50-50, limit-30-70"),
-    ("compute_limit_a", int, "ALNAIR_COMPUTE_LIMIT of a (empty: none)"), ("compute_limit_b", int, "of b"),
-    ("solo_a_key", str, "runs.csv key of a's solo row"), ("solo_b_key", str, "of b's solo row"),
-    ("shared_a_key", str, "runs.csv key of a's shared row"), ("shared_b_key", str, "of b's shared row"),
-    ("solo_a_seconds", float, "a's solo duration_seconds"), ("solo_b_seconds", float, "b's solo duration_seconds"),
-    ("shared_a_seconds", float, "a's shared duration_seconds"), ("shared_b_seconds", float, "b's shared duration_seconds"),
-    ("slowdown_a", float, "shared_a_seconds / solo_a_seconds - 1"), ("slowdown_b", float, "shared_b_seconds / solo_b_seconds - 1"),
-    ("packing_saving", float, "1 - max(shared_a_seconds, shared_b_seconds) / (solo_a_seconds + solo_b_seconds)"),
-    ("measured_at", float, "Unix seconds: the shared run ended"),
-]
-
-
-def run_columns() -> list[tuple[str, type, str]]:
-    """runs.csv's columns: the campaign's, `alnair profile`'s, then psutil's of the job (process_sampler)."""
-    return CAMPAIGN_COLUMNS + profile_columns() + process_sampler.COLUMNS
-
 
 class Stop(Exception):
     """SIGTERM or SIGINT: end the running jobs, mark their rows incomplete, stop the stack."""
@@ -157,190 +111,6 @@ def _find(spec: str, options) -> Config:
         if (run.family, run.model, run.batch_size, run.precision, run.workers) == (family, model, batch, precision, workers):
             return Config(run, 0)
     raise ValueError(f"--pairs: no configuration {spec!r} in the grid")
-
-
-# ---------------------------------------------------------------------------------------------------- files
-
-class Table:
-    """A CSV of rows keyed by one column, rewritten whole and renamed into place on every change (a few hundred
-    rows: milliseconds), so the file is never torn and a row can go from incomplete to ok in place."""
-
-    def __init__(self, path: Path, columns: list[tuple[str, type, str]], id_column: str):
-        self.path, self.columns, self.id_column = path, columns, id_column
-        self.names = [name for name, _, _ in columns]
-        self.rows: list[dict] = []
-        if path.exists():
-            with open(path, newline="") as f:
-                self.rows = [self._typed(r) for r in csv.DictReader(f)]
-
-    def _typed(self, raw: dict) -> dict:
-        out = {}
-        for name, kind, _ in self.columns:
-            text = raw.get(name, "")
-            out[name] = None if text in ("", None) else kind(float(text)) if kind is int else kind(text)
-        return out
-
-    def put(self, row: dict) -> None:
-        """Replaces the row with the same id (the last one: the attempt in progress), or appends it."""
-        full = {name: row.get(name) for name in self.names}
-        for i in range(len(self.rows) - 1, -1, -1):
-            if self.rows[i][self.id_column] == full[self.id_column] and self.rows[i].get("status") == "incomplete":
-                self.rows[i] = full
-                break
-        else:
-            self.rows.append(full)
-        self._write()
-
-    def _write(self) -> None:
-        partial = self.path.with_suffix(".csv.partial")
-        with open(partial, "w", newline="") as f:
-            writer = csv.writer(f, lineterminator="\n")
-            writer.writerow(self.names)
-            for row in self.rows:
-                writer.writerow(["" if row[n] is None else repr(row[n]) if isinstance(row[n], float) else str(row[n])
-                                 for n in self.names])
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(partial, self.path)
-
-    def done(self, key: str, statuses=("ok", "failed")) -> dict | None:
-        """The last finished row of a key, if any."""
-        found = [r for r in self.rows if r[self.id_column] == key and r["status"] in statuses]
-        return found[-1] if found else None
-
-    def parquet(self) -> str | None:
-        """Writes the rows next to the CSV as Parquet; the reason when it cannot (no pyarrow)."""
-        try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError:
-            return "pyarrow is missing: pip install 'alnair[dataset]'"
-        kinds = {str: pa.string(), int: pa.int64(), float: pa.float64()}
-        schema = pa.schema([pa.field(name, kinds[kind]) for name, kind, _ in self.columns])
-        pq.write_table(pa.Table.from_pylist(self.rows, schema=schema), self.path.with_suffix(".parquet"))
-        return None
-
-
-# ---------------------------------------------------------------------------------------------------- versions
-
-def versions(device: str) -> dict:
-    """What the rows were measured with: GPU, driver, CUDA, torch, Python, Alnair (commit where known)."""
-    out = {"python_version": platform.python_version(), "hostname": socket.gethostname(),
-           "package_version": _alnair_version(), "git_commit": os.environ.get("ALNAIR_GIT_COMMIT") or _git_commit()}
-    probe = ("import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))")
-    try:
-        answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-        out["torch_version"], out["cuda_version"] = json.loads(answer.stdout.strip().splitlines()[-1])
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-        out["torch_version"] = out["cuda_version"] = None
-    out["gpu_name"] = out["nvidia_driver"] = None
-    if device == "cuda" and shutil.which("nvidia-smi"):
-        answer = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=30)
-        if answer.returncode == 0 and answer.stdout.strip():
-            name, _, driver = answer.stdout.strip().splitlines()[0].partition(",")
-            out["gpu_name"], out["nvidia_driver"] = name.strip(), driver.strip()
-    return out
-
-
-def _alnair_version() -> str:
-    try:
-        return importlib.metadata.version("alnair")
-    except importlib.metadata.PackageNotFoundError:
-        found = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M) \
-            if (REPO / "pyproject.toml").exists() else None
-        return found.group(1) if found else "unknown"
-
-
-def _git_commit() -> str | None:
-    try:
-        answer = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-    except OSError:
-        return None
-    return answer.stdout.strip() if answer.returncode == 0 else None
-
-
-# ---------------------------------------------------------------------------------------------------- the stack
-
-class Stack:
-    """The exporter over the jobs' segment directory and Prometheus scraping it every second."""
-
-    def __init__(self, out: Path, scratch: Path, binary: str):
-        self.logs = out / "logs"
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.shm = scratch / "shm"
-        self.shm.mkdir(parents=True, exist_ok=True)
-        self.procs: list[subprocess.Popen] = []
-        exporter_port, prometheus_port = _free_port(), _free_port()
-        self.target = f"127.0.0.1:{exporter_port}"
-        interval = f"{int(SCRAPE_INTERVAL * 500)}ms"  # samples twice a scrape
-        with open(self.logs / "exporter.log", "a") as log:
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "alnair.exporter", f"--web.listen-address={self.target}", f"--shm.dir={self.shm}",
-                 f"--collector.python.interval={interval}", f"--collector.cuda.interval={interval}",
-                 f"--collector.nvml.interval={interval}", f"--collector.host.interval={interval}"],
-                stdout=subprocess.DEVNULL, stderr=log, env=_without_intercepts(os.environ)))
-        config = out / "prometheus.yml"
-        config.write_text(f"global:\n  scrape_interval: {SCRAPE_INTERVAL:g}s\n  scrape_timeout: {SCRAPE_INTERVAL:g}s\n"
-                          f"scrape_configs:\n  - job_name: alnair\n    static_configs:\n      - targets: ['{self.target}']\n")
-        with open(self.logs / "prometheus.log", "a") as log:
-            self.procs.append(subprocess.Popen(
-                [binary, f"--config.file={config}", f"--storage.tsdb.path={scratch / 'prometheus-data'}",
-                 f"--web.listen-address=127.0.0.1:{prometheus_port}"], stdout=log, stderr=log))
-        self.url = f"http://127.0.0.1:{prometheus_port}"
-        self.prometheus = Prometheus(self.url, timeout=60)
-        deadline = time.monotonic() + 60
-        while not self._up():
-            if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
-                self.stop()
-                raise ProfileError(f"the exporter or Prometheus did not come up (logs in {self.logs})")
-            time.sleep(0.25)
-
-    def _up(self) -> bool:
-        try:
-            found = self.prometheus.raw('up{job="alnair"}', time.time() - 5, time.time())
-        except ProfileError:
-            return False
-        return any(s.values and s.values[-1] == 1 for s in found)
-
-    def exited(self, pid: int, since: float, timeout: float) -> bool:
-        """Waits until Prometheus holds the job's exit time (the row's duration ends there)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = self.prometheus.raw(f'alnair_python_process_exited_timestamp_seconds{{pid="{pid}"}}', since, time.time())
-            if any(s.values for s in found):
-                return True
-            time.sleep(0.25)
-        return False
-
-    def profile(self, pid: int, since: float) -> dict | None:
-        selection = Selection(since, time.time() + 1, pids=(str(pid),))
-        rows = job_rows(self.prometheus, selection, quiet=True, chosen_by_pod=False)
-        return rows[0] if len(rows) == 1 else None
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _without_intercepts(environ) -> dict:
-    env = dict(environ)
-    for name in ("ALNAIR_PYTHON_INTERCEPT", "LD_PRELOAD", "ALNAIR_COMPUTE_LIMIT", "ALNAIR_MEMORY_LIMIT"):
-        env.pop(name, None)
-    return env
 
 
 # ---------------------------------------------------------------------------------------------------- the campaign

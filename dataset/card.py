@@ -9,7 +9,7 @@ import re
 import sys
 from pathlib import Path
 
-from alnair.dataset import campaign, published, sources
+from alnair.dataset import published, sources, tables
 
 CARD = "datapackage.json"
 NOT_DATA = ("analysis",)  # figures and the report are made from the data by alnair.dataset.analyze, not data
@@ -40,9 +40,9 @@ def _meanings(relative: str) -> dict[str, str]:
     if relative.startswith("published-schema/") and name.startswith("runs."):
         return {c.name: c.how for c in published.COLUMNS}
     if name.endswith("pairs.csv") or name.endswith("pairs.parquet"):
-        return {n: m for n, _, m in campaign.PAIR_COLUMNS}
+        return {n: m for n, _, m in tables.PAIR_COLUMNS}
     if name.endswith("runs.csv") or name.endswith("runs.parquet"):
-        return {n: m for n, _, m in campaign.run_columns()}
+        return {n: m for n, _, m in tables.run_columns()}
     if relative.startswith("published-schema/keys"):
         return {"ID": "the row's ID in runs.csv", "key": "the campaign's key of the run (runs.csv of its origin)"}
     return {}
