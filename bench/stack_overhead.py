@@ -2,7 +2,7 @@
 job under the CUDA and Python intercepts, with the exporter sampling every second and scraped every second.
 
     python3 bench/stack_overhead.py [--model resnet50|mlp] [--pairs 20] [--steps N] [--warmup N] [--batch N]
-                                    [--limits] [--json PATH] [--resume PATH]
+                                    [--limits] [--json PATH] [--resume PATH] [--budget-seconds S]
 
 Run from the repository root; nothing needs installing (the intercept is built with make, the package is a
 shim of symlinks, as tests/gpu does). Each run is its own process training on synthetic data, timing --steps
@@ -19,7 +19,8 @@ from the pairs such a file holds (same variants and settings), so the pairs can 
 machine the first minutes' bare runs were up to 9% slow in two calls of three (2026-12-01); their figures are kept
 in the JSON under "settling". Each run is pinned to --run-cpus (4-7) and the
 exporter with its scraper to --exporter-cpus (0-1), with taskset, so neither waits for the other or for the
-scheduler's moves ("none" leaves either unpinned).
+scheduler's moves ("none" leaves either unpinned). --budget-seconds S starts no pair that would end after S
+seconds (the pairs so far say how long one takes), so a GPU call's time limit never cuts one off.
 """
 from __future__ import annotations
 
@@ -145,6 +146,13 @@ def run(variant: str, args, env: dict[str, str]) -> float:
     return float(line.split()[1])
 
 
+def next_pair_fits(budget: float, started: float, began_pairs: float, done: int) -> bool:
+    """Whether one more pair, as long as the mean of the `done` ones so far plus 10%, ends within `budget` seconds
+    of `started` (always, with no budget or no pair done yet)."""
+    now = time.monotonic()
+    return not budget or not done or now - started + 1.1 * (now - began_pairs) / done <= budget
+
+
 def interval(ratios: list[float]) -> tuple[float, float]:
     """Mean cost (ratio - 1) and the half-width of its 95% confidence interval."""
     n = len(ratios)
@@ -180,9 +188,13 @@ def main() -> int:
     parser.add_argument("--resume", type=Path, help="go on from the pairs in this --json file")
     parser.add_argument("--run-cpus", default="4-7", help="the CPUs each run is pinned to (taskset -c), or none")
     parser.add_argument("--exporter-cpus", default="0-1", help="the exporter's and this script's CPUs, or none")
+    parser.add_argument("--budget-seconds", type=float, default=0.0,
+                        help="start no pair that would end after this many seconds from the start (0: no budget); "
+                             "--resume goes on from there")
     parser.add_argument("--settle-seconds", type=float, default=90.0,
                         help="runs before the pairs for this long, kept out of the result (a fresh machine's are slow)")
     args = parser.parse_args()
+    started = time.monotonic()
     _, steps, warmup, batch = MODELS[args.model]
     args.steps, args.warmup, args.batch = args.steps or steps, args.warmup or warmup, args.batch or batch
     if args.exporter_cpus != "none":  # this script's scraper thread, and the exporter it starts
@@ -211,7 +223,11 @@ def main() -> int:
             variant, turn = variants[turn % len(variants)], turn + 1
             settling.append((variant, run(variant, args, env)))
             print(f"settling {variant:6s} {settling[-1][1]:9.1f} samples/s", flush=True)
-        for i in range(len(results["bare"]), args.pairs):
+        began_pairs, first = time.monotonic(), len(results["bare"])
+        for i in range(first, args.pairs):
+            if not next_pair_fits(args.budget_seconds, started, began_pairs, i - first):
+                print(f"stopping after {i} pairs: the next would pass --budget-seconds", flush=True)
+                break
             for variant in (variants if i % 2 == 0 else variants[::-1]):  # ABBA: A B, B A, A B ...
                 results[variant].append(run(variant, args, env))
                 print(f"pair {i + 1:2d} {variant:6s} {results[variant][-1]:9.1f} samples/s", flush=True)
