@@ -20,7 +20,9 @@ machine the first minutes' bare runs were up to 9% slow in two calls of three (2
 in the JSON under "settling". Each run is pinned to --run-cpus (4-7) and the
 exporter with its scraper to --exporter-cpus (0-1), with taskset, so neither waits for the other or for the
 scheduler's moves ("none" leaves either unpinned). --budget-seconds S starts no pair that would end after S
-seconds (the pairs so far say how long one takes), so a GPU call's time limit never cuts one off.
+seconds (the pairs so far say how long one takes), so a GPU call's time limit never cuts one off. Each run also
+reports the conditions it ran in, kept in the JSON beside its figure: its timed part's CPU time and context switches,
+its CPUs, and the GPU's SM clock, temperature and clock event reasons as it ended (NVML), to tell a slow run's cause.
 """
 from __future__ import annotations
 
@@ -71,21 +73,37 @@ def step():  # a few microseconds of GPU work per kernel: the launches bound it
 """
 MODELS = {"resnet50": (RESNET, 120, 15, 128), "mlp": (MLP, 3000, 200, 256)}  # code, steps, warmup, batch
 PRELUDE = """
-import sys, time
+import os, sys, time
 import torch
 steps, warmup, batch = (int(a) for a in sys.argv[1:4])
 torch.manual_seed(0)
 """
 TIMED = """
 
+import json, resource
 for _ in range(warmup):
     step()
 torch.cuda.synchronize()
-began = time.perf_counter()
+usage, cpu, began = resource.getrusage(resource.RUSAGE_SELF), time.process_time(), time.perf_counter()
 for _ in range(steps):
     step()
 torch.cuda.synchronize()
-print(f"samples_per_second {steps * batch / (time.perf_counter() - began):.3f}", flush=True)
+seconds, cpu, after = time.perf_counter() - began, time.process_time() - cpu, resource.getrusage(resource.RUSAGE_SELF)
+print(f"samples_per_second {steps * batch / seconds:.3f}", flush=True)
+conditions = {"cpu_seconds": round(cpu, 4), "voluntary_switches": after.ru_nvcsw - usage.ru_nvcsw,
+              "involuntary_switches": after.ru_nivcsw - usage.ru_nivcsw, "cpus": sorted(os.sched_getaffinity(0))}
+try:  # the GPU as the timed part ended: its SM clock and why it was held back (NVML's event reasons bitmask)
+    import pynvml
+    pynvml.nvmlInit()
+    gpu = pynvml.nvmlDeviceGetHandleByIndex(0)
+    reasons = (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+               or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)  # the older name
+    conditions.update(sm_mhz=pynvml.nvmlDeviceGetClockInfo(gpu, pynvml.NVML_CLOCK_SM),
+                      temperature_c=pynvml.nvmlDeviceGetTemperature(gpu, pynvml.NVML_TEMPERATURE_GPU),
+                      clock_event_reasons=reasons(gpu))
+except Exception as e:  # no pynvml here: the CPU side alone
+    conditions["nvml"] = repr(e)[:200]
+print("conditions " + json.dumps(conditions), flush=True)
 """
 
 
@@ -133,7 +151,9 @@ def pinned(cpus: str, command: list[str]) -> list[str]:
     return command if cpus == "none" else ["taskset", "-c", cpus, *command]
 
 
-def run(variant: str, args, env: dict[str, str]) -> float:
+def run(variant: str, args, env: dict[str, str]) -> tuple[float, dict]:
+    """One run's samples per second and the conditions it ran in (CPU time and context switches of its timed part,
+    the GPU's SM clock, temperature and clock event reasons at its end), which tell a slow run's cause."""
     limits = {"ALNAIR_MEMORY_LIMIT": "120Gi", "ALNAIR_COMPUTE_LIMIT": "100"} if variant == "limits" else {}
     command = [sys.executable, "-c", PRELUDE + MODELS[args.model][0] + TIMED, str(args.steps), str(args.warmup), str(args.batch)]
     if variant != "bare":
@@ -143,7 +163,8 @@ def run(variant: str, args, env: dict[str, str]) -> float:
     line = next((l for l in out.stdout.splitlines() if l.startswith("samples_per_second")), None)
     if out.returncode != 0 or line is None:
         raise RuntimeError(f"{variant} run failed: {out.stderr[-2000:]}")
-    return float(line.split()[1])
+    conditions = next((json.loads(l.split(" ", 1)[1]) for l in out.stdout.splitlines() if l.startswith("conditions ")), {})
+    return float(line.split()[1]), conditions
 
 
 def next_pair_fits(budget: float, started: float, began_pairs: float, done: int) -> bool:
@@ -163,11 +184,12 @@ def interval(ratios: list[float]) -> tuple[float, float]:
     return mean - 1, t * statistics.stdev(ratios) / n ** 0.5
 
 
-def report(args, variants: list[str], results: dict[str, list[float]], settling: list, scrapes: int,
-           failures: int) -> dict:
+def report(args, variants: list[str], results: dict[str, list[float]], conditions: dict[str, list[dict]],
+           settling: list, scrapes: int, failures: int) -> dict:
     """The runs so far and each variant's cost against bare over its complete pairs."""
     figures = {"pairs": len(results[variants[-1]]), "model": args.model, "steps": args.steps, "batch": args.batch,
-               "samples_per_second": results, "settling": settling, "scrapes": scrapes, "scrape_failures": failures}
+               "samples_per_second": results, "conditions": conditions, "settling": settling, "scrapes": scrapes,
+               "scrape_failures": failures}
     for variant in variants[1:]:
         ratios = [s / b for s, b in zip(results[variant], results["bare"])]
         cost, half = interval(ratios)
@@ -206,6 +228,7 @@ def main() -> int:
     env.pop("ALNAIR_PYTHON_INTERCEPT", None)
     variants = ["bare", "stack", *(["limits"] if args.limits else [])]
     results: dict[str, list[float]] = {v: [] for v in variants}
+    conditions: dict[str, list[dict]] = {v: [] for v in variants}  # each run's, beside its figure (none before them)
     scrapes = failures = 0
     settling: list[tuple[str, float]] = []  # (variant, samples/s) of the runs before the pairs, of every call
     if args.resume:
@@ -216,12 +239,13 @@ def main() -> int:
             sys.exit(f"{args.resume}: other variants or settings than these runs")
         scrapes, failures = earlier["scrapes"], earlier["scrape_failures"]
         settling = earlier.get("settling", [])
+        conditions = earlier.get("conditions", conditions)
     stack = Stack(work, env)
     try:
         began, turn = time.monotonic(), 0
         while time.monotonic() - began < args.settle_seconds:
             variant, turn = variants[turn % len(variants)], turn + 1
-            settling.append((variant, run(variant, args, env)))
+            settling.append((variant, run(variant, args, env)[0]))
             print(f"settling {variant:6s} {settling[-1][1]:9.1f} samples/s", flush=True)
         began_pairs, first = time.monotonic(), len(results["bare"])
         for i in range(first, args.pairs):
@@ -229,14 +253,17 @@ def main() -> int:
                 print(f"stopping after {i} pairs: the next would pass --budget-seconds", flush=True)
                 break
             for variant in (variants if i % 2 == 0 else variants[::-1]):  # ABBA: A B, B A, A B ...
-                results[variant].append(run(variant, args, env))
-                print(f"pair {i + 1:2d} {variant:6s} {results[variant][-1]:9.1f} samples/s", flush=True)
+                figure, seen = run(variant, args, env)
+                results[variant].append(figure)
+                conditions[variant].append(seen)
+                print(f"pair {i + 1:2d} {variant:6s} {figure:9.1f} samples/s  SM {seen.get('sm_mhz', '?')} MHz, "
+                      f"{seen.get('involuntary_switches', '?')} involuntary switches", flush=True)
             if args.json:
-                Path(args.json).write_text(json.dumps(report(args, variants, results, settling, scrapes + stack.scrapes,
+                Path(args.json).write_text(json.dumps(report(args, variants, results, conditions, settling, scrapes + stack.scrapes,
                                                              failures + stack.failures), indent=1))
     finally:
         stack.stop()
-    figures = report(args, variants, results, settling, scrapes + stack.scrapes, failures + stack.failures)
+    figures = report(args, variants, results, conditions, settling, scrapes + stack.scrapes, failures + stack.failures)
     for variant in variants[1:]:
         print(f"{variant}: throughput ratio {1 - figures[f'{variant}_cost']:.4f}, cost {figures[f'{variant}_cost'] * 100:+.2f}% "
               f"+- {figures[f'{variant}_cost_halfwidth'] * 100:.2f}% (95% CI, {len(results[variant])} pairs); "
