@@ -25,7 +25,8 @@ from alnair.commandline import version
 from . import http1
 from .sampler import CollectorRunner
 from .scrape import CONTENT_TYPE, ScrapeAssembler
-from .webconfig import BCRYPT_PARALLEL, PLAIN_HTTP_REFUSAL, LiveWebConfig, WebConfig, is_plain_http, refusal_after_handshake
+from .web_tls import PLAIN_HTTP_REFUSAL, is_plain_http, refusal_after_handshake
+from .webconfig import BCRYPT_PARALLEL, LiveWebConfig, WebConfig
 
 log = logging.getLogger(__name__)
 IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]

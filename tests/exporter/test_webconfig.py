@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from alnair.exporter import webconfig
+from alnair.exporter import web_tls, webconfig
 from alnair.exporter.scrape import ScrapeAssembler
 from alnair.exporter.server import ExporterServer
 from alnair.exporter.webconfig import TokenBucket, WebConfigError, load_web_config
@@ -316,7 +316,7 @@ def test_cipher_suites_naming_only_tls13_suites_leave_tls12_out(pki):
 
 
 def test_without_the_openssl_calls_curves_are_refused_in_one_line(pki, monkeypatch):
-    monkeypatch.setattr(webconfig, "_libssl", lambda: None)  # a Python whose ssl module hides libssl
+    monkeypatch.setattr(web_tls, "_libssl", lambda: None)  # a Python whose ssl module hides libssl
     with pytest.raises(WebConfigError, match="curve_preferences needs an OpenSSL call"):
         load(pki, TLS + "  curve_preferences: [X25519]\n")
 
@@ -332,8 +332,8 @@ def test_client_names_are_the_toolkits_kinds_with_ips_as_go_writes_them():
     peer = {"subjectAltName": (("DNS", "node-a"), ("email", "a@b.c"), ("URI", "spiffe://x/y"),
                                ("IP Address", "2001:DB8:0:0:0:0:0:1\n"), ("IP Address", "10.0.0.1"),
                                ("DirName", "CN=other"), ("othername", "<unsupported>"))}
-    assert webconfig._sans(peer) == {"node-a", "a@b.c", "spiffe://x/y", "2001:db8::1", "10.0.0.1"}
-    assert webconfig._sans(None) == set()  # no certificate: no name can match
+    assert web_tls.certificate_names(peer) == {"node-a", "a@b.c", "spiffe://x/y", "2001:db8::1", "10.0.0.1"}
+    assert web_tls.certificate_names(None) == set()  # no certificate: no name can match
 
 
 def test_rate_limit_is_a_token_bucket():
