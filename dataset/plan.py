@@ -181,10 +181,6 @@ class Progress:
     repeated: int = 0
     pairs: int = 0
 
-    def reached(self, repeats: int) -> bool:
-        return (self.solo >= SOLO_TARGET and self.families >= len(grid.MODELS)
-                and self.repeated >= (REPEATED_TARGET if repeats >= 3 else 0) and self.pairs >= PAIR_TARGET)
-
 
 @dataclass
 class Step:
