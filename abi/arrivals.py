@@ -45,10 +45,6 @@ class ArrivalWatcher:
             self._thread = threading.Thread(target=self._watch, name=f"arrivals {prefix}", daemon=True)
             self._thread.start()
 
-    @property
-    def watching(self) -> bool:
-        return self._thread is not None
-
     def drain(self) -> list[tuple[str, int]]:
         out = []
         while self._arrivals:

@@ -33,8 +33,8 @@ class PythonCollector(SegmentCollector):
 
     def _loop_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[layout.PythonRecord]]) -> None:
         rows = [(self._pid(p.segment), p.record) for p in processes]
-        for metric, kind, text, field, scale in LOOP_FIELDS:
-            out.family(metric, kind, text, ((labels, getattr(r, field) * scale) for labels, r in rows))
+        for metric, kind, help_text, field, scale in LOOP_FIELDS:
+            out.family(metric, kind, help_text, ((labels, getattr(r, field) * scale) for labels, r in rows))
         out.family("alnair_python_time_to_first_step_seconds", "gauge",
                    "From process start to its first training step (absent before it).",
                    ((labels, r.first_step_ns / 1e9) for labels, r in rows if r.first_step_ns))

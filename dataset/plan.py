@@ -39,11 +39,6 @@ class Config:
         return key_of(self.run, self.repeat)
 
     @property
-    def short(self) -> str:
-        r = self.run
-        return f"{r.family}:{r.model}:{r.batch_size}:{r.precision}:{r.workers}"
-
-    @property
     def settings(self) -> tuple:
         """The configuration without its repeat (and seed): what repeats share."""
         r = self.run

@@ -29,7 +29,6 @@ class Snapshot:
     state: str  # "starting", "ok", "unavailable" or "error"
     detail: str  # the error, or "" when ok
     duration_seconds: float
-    completed_monotonic: float
     last_success_unix: float | None
     families: frozenset[str] = frozenset()  # the sample names `text` owns (exposition.family_names)
 
@@ -51,7 +50,7 @@ class CollectorRunner:
         self.collector: Collector | None = None
         self.refusal = ""  # why the scrape refused this collector's families (exporter/scrape.py); sticky
         self.sampling_since: float | None = None  # when the sample in progress began; None between samples
-        self.snapshot = Snapshot(0, b"", False, "starting", "", 0.0, clock(), None)
+        self.snapshot = Snapshot(0, b"", False, "starting", "", 0.0, None)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"collector-{self.name}", daemon=True)
 
@@ -121,7 +120,6 @@ class CollectorRunner:
             state=state,
             detail=detail,
             duration_seconds=duration,
-            completed_monotonic=self.clock(),
             last_success_unix=time.time() if success else previous.last_success_unix,
             families=family_names(text) if success else previous.families,
         )

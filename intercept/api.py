@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from .recorder import CounterSlot, PhaseSlot, shown
+from .recorder import CounterSlot, shown
 from .this_process import RECORDER
 
 _clock = time.monotonic_ns

@@ -30,8 +30,18 @@ TRAINING = textwrap.dedent(f"""
     data = TensorDataset(torch.randn({ITEMS}, 8), torch.randn({ITEMS}, 1))
     model = torch.nn.Linear(8, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    waited = stepped = 0.0  # the program's own account, on the intercept's clock: in next(), and first ask to last
     for epoch in range({EPOCHS}):
-        for x, y in DataLoader(data, batch_size={BATCH}, collate_fn=slow_collate):
+        batches = iter(DataLoader(data, batch_size={BATCH}, collate_fn=slow_collate))
+        first = time.perf_counter()
+        while True:
+            asked = time.perf_counter()
+            try:
+                x, y = next(batches)
+            except StopIteration:
+                stepped += asked - first
+                break
+            waited += time.perf_counter() - asked
             loss = torch.nn.functional.mse_loss(model(x), y)
             optimizer.zero_grad()
             loss.backward()
@@ -40,7 +50,7 @@ TRAINING = textwrap.dedent(f"""
         with torch.no_grad():  # evaluation: not training steps
             for x, y in DataLoader(data, batch_size=8, collate_fn=slow_collate):
                 model(x)
-    print("ready", flush=True)
+    print("ready", waited, stepped, flush=True)
     sys.stdin.read()
 """)
 
@@ -52,12 +62,12 @@ def trained(tmp_path_factory):
     program = PythonProgram(TRAINING, shm_dir)
     batches = EPOCHS * -(-ITEMS // BATCH)
     record = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and r.epochs == EPOCHS and r, timeout=10)
-    yield record, batches
+    yield record, batches, [float(v) for v in program.ready_line]
     assert program.finish() == ""
 
 
 def test_steps_samples_epochs_and_optimizer_steps_are_exact(trained):
-    record, batches = trained
+    record, batches, _ = trained
     assert record.steps == batches == 22
     assert record.samples == EPOCHS * ITEMS
     assert record.epochs == EPOCHS
@@ -65,18 +75,18 @@ def test_steps_samples_epochs_and_optimizer_steps_are_exact(trained):
     assert record.flags == layout.PYTHON_TORCH
 
 
-def test_data_stall_is_within_ten_percent_of_the_injected_delay(trained):
-    record, batches = trained
-    injected = batches * LOADER_DELAY
-    assert abs(record.data_wait_ns / 1e9 - injected) <= 0.1 * injected, record.data_wait_ns
-    step_time = batches * (LOADER_DELAY + BODY_TIME)
-    assert step_time <= record.step_ns / 1e9 <= 1.25 * step_time  # plus forward, backward and the optimizer
-    stall = record.data_wait_ns / record.step_ns
-    assert 0.5 <= stall <= LOADER_DELAY / (LOADER_DELAY + BODY_TIME) + 0.02
+def test_data_stall_and_step_time_are_within_ten_percent_of_the_programs_own_account(trained):
+    """Against what the program measured itself (a loaded machine oversleeps and computes slower, for both alike),
+    and at least the delays injected."""
+    record, batches, (waited, stepped) = trained
+    assert waited >= batches * LOADER_DELAY and stepped >= batches * (LOADER_DELAY + BODY_TIME)
+    assert abs(record.data_wait_ns / 1e9 - waited) <= 0.1 * waited, (record.data_wait_ns, waited)
+    assert abs(record.step_ns / 1e9 - stepped) <= 0.1 * stepped, (record.step_ns, stepped)
+    assert abs(record.data_wait_ns / record.step_ns - waited / stepped) <= 0.05
 
 
 def test_time_to_first_step_is_measured_from_process_start(trained):
-    record, _ = trained
+    record, _, _ = trained
     assert 0.05 < record.first_step_ns / 1e9 < 60  # torch's import alone takes a while
 
 
