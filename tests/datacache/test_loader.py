@@ -160,7 +160,5 @@ def test_a_batch_reads_a_slow_origin_as_many_at_once_as_it_allows(start_redis, m
     samples = sample_bytes(8)
     origin = SlowOrigin(make_origin(samples).root)
     dataset = CachedDataset(start_redis().url, "train", origin, job="j")
-    started = time.monotonic()
     assert dataset.__getitems__(list(range(8))) == samples
-    assert origin.most == 4
-    assert time.monotonic() - started < 0.3  # two rounds of four 50 ms reads, not eight in a row (0.4 s)
+    assert origin.most == 4  # four reads at once, as many as it allows: not eight in a row

@@ -114,7 +114,7 @@ def test_a_stalled_server_times_out_and_a_restarted_one_is_reconnected(start_red
         started = time.monotonic()
         with pytest.raises(redis.TimeoutError):
             reader.mget(["key"])
-        assert time.monotonic() - started < 0.4
+        assert time.monotonic() - started < 1.0  # the 0.2 s timeout, not a hang (a loaded machine adds some)
     finally:
         redis_server.resume()
     redis_server.kill()
