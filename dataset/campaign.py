@@ -60,14 +60,13 @@ class Stop(Exception):
 def configurations(options) -> list[Config]:
     """The chosen configurations of the grid at repeat 0, interleaved (plan.interleaved: family by family in turn,
     so any prefix spans every family)."""
-    out = []
-    for run in plan.interleaved(grid.configurations(options.device, 0)):
-        if options.steps is not None:
-            run = replace(run, steps=options.steps)
-            run = replace(run, seed=grid.seed_of(run, 0))
-        if _chosen(run, options):
-            out.append(Config(run, 0))
-    return out
+    configs = (_config(run, options) for run in plan.interleaved(grid.configurations(options.device, 0)))
+    return [c for c in configs if _chosen(c.run, options)]
+
+
+def _config(run: Run, options) -> Config:
+    """A grid run at repeat 0, training --steps steps if given (its seed then follows its settings)."""
+    return Config(replace(run, steps=options.steps), 0).at(0) if options.steps is not None else Config(run, 0)
 
 
 def _chosen(run: Run, options) -> bool:
@@ -104,12 +103,10 @@ def _find(spec: str, options) -> Config:
     family, model, batch = parts[0], parts[1], int(parts[2])
     precision = parts[3] if len(parts) > 3 else "fp32"
     workers = int(parts[4]) if len(parts) > 4 else 0
-    for run in grid.configurations(options.device, 0):
-        if options.steps is not None:
-            run = replace(run, steps=options.steps)
-            run = replace(run, seed=grid.seed_of(run, 0))
-        if (run.family, run.model, run.batch_size, run.precision, run.workers) == (family, model, batch, precision, workers):
-            return Config(run, 0)
+    for config in (_config(run, options) for run in grid.configurations(options.device, 0)):
+        r = config.run
+        if (r.family, r.model, r.batch_size, r.precision, r.workers) == (family, model, batch, precision, workers):
+            return config
     raise ValueError(f"--pairs: no configuration {spec!r} in the grid")
 
 

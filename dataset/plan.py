@@ -38,6 +38,10 @@ class Config:
     def key(self) -> str:
         return key_of(self.run, self.repeat)
 
+    def at(self, repeat: int) -> "Config":
+        """This configuration's run at another repeat, with that repeat's seed."""
+        return Config(replace(self.run, seed=grid.seed_of(self.run, repeat)), repeat)
+
     @property
     def settings(self) -> tuple:
         """The configuration without its repeat (and seed): what repeats share."""
@@ -145,19 +149,14 @@ def build(firsts: list[Config], repeats: int, pairs: list[tuple[Config, Config]]
     runs up to `solo_target` solo runs in all. Phase 2 merges the remaining first runs with the pairs' other modes;
     phase 3 is the remaining repeats, repeat by repeat."""
     core, rest = firsts[:core_size], firsts[core_size:]
-
-    def again(config: Config, repeat: int) -> Config:
-        run = config.run
-        return Config(replace(run, seed=grid.seed_of(run, repeat)), repeat)
-
-    core_runs = [Item(config=again(c, r) if r else c) for r in range(repeats) for c in core]
+    core_runs = [Item(config=c.at(r) if r else c) for r in range(repeats) for c in core]
     early_modes, late_modes = target_modes(modes)
     pair_early = [Item(pair=p, mode=m) for p in pairs for m in early_modes]
     pair_late = [Item(pair=p, mode=m) for p in pairs for m in late_modes]
     breadth = max(0, solo_target - len(core_runs))
     rest_early = [Item(config=c) for c in rest[:breadth]]
     rest_late = [Item(config=c) for c in rest[breadth:]]
-    rest_repeats = [Item(config=again(c, r)) for r in range(1, repeats) for c in rest]
+    rest_repeats = [Item(config=c.at(r)) for r in range(1, repeats) for c in rest]
     head = len({c.run.family for c in core})  # one run of each family before anything else
     plan = core_runs[:head] + merged([core_runs[head:], pair_early, rest_early]) + merged([rest_late, pair_late]) + rest_repeats
     if pairs_only:
