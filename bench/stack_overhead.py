@@ -137,15 +137,6 @@ class Stack:
         self.proc.wait(30)
 
 
-def cpu_list(cpus: str) -> set[int]:
-    """taskset's list syntax ("0-1,4") as a set of CPU numbers."""
-    chosen: set[int] = set()
-    for part in cpus.split(","):
-        first, _, last = part.partition("-")
-        chosen.update(range(int(first), int(last or first) + 1))
-    return chosen
-
-
 def pinned(cpus: str, command: list[str]) -> list[str]:
     """`command` under taskset on the CPUs listed (taskset's syntax, e.g. 4-7), or as it is for "none"."""
     return command if cpus == "none" else ["taskset", "-c", cpus, *command]
@@ -219,8 +210,8 @@ def main() -> int:
     started = time.monotonic()
     _, steps, warmup, batch = MODELS[args.model]
     args.steps, args.warmup, args.batch = args.steps or steps, args.warmup or warmup, args.batch or batch
-    if args.exporter_cpus != "none":  # this script's scraper thread, and the exporter it starts
-        os.sched_setaffinity(0, cpu_list(args.exporter_cpus))
+    if args.exporter_cpus != "none":  # this script's scraper thread, and the exporter it starts (taskset parses the list)
+        subprocess.run(["taskset", "-pc", args.exporter_cpus, str(os.getpid())], check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["make", "-s", "-C", str(REPO / "intercept")], check=True)
     work = Path(tempfile.mkdtemp(prefix="alnair-stack-"))
     (work / "shm").mkdir()
@@ -241,6 +232,10 @@ def main() -> int:
         settling = earlier.get("settling", [])
         conditions = earlier.get("conditions", conditions)
     stack = Stack(work, env)
+
+    def figures() -> dict:
+        return report(args, variants, results, conditions, settling, scrapes + stack.scrapes, failures + stack.failures)
+
     try:
         began, turn = time.monotonic(), 0
         while time.monotonic() - began < args.settle_seconds:
@@ -259,18 +254,17 @@ def main() -> int:
                 print(f"pair {i + 1:2d} {variant:6s} {figure:9.1f} samples/s  SM {seen.get('sm_mhz', '?')} MHz, "
                       f"{seen.get('involuntary_switches', '?')} involuntary switches", flush=True)
             if args.json:
-                Path(args.json).write_text(json.dumps(report(args, variants, results, conditions, settling, scrapes + stack.scrapes,
-                                                             failures + stack.failures), indent=1))
+                Path(args.json).write_text(json.dumps(figures(), indent=1))
     finally:
         stack.stop()
-    figures = report(args, variants, results, conditions, settling, scrapes + stack.scrapes, failures + stack.failures)
+    final = figures()
     for variant in variants[1:]:
-        print(f"{variant}: throughput ratio {1 - figures[f'{variant}_cost']:.4f}, cost {figures[f'{variant}_cost'] * 100:+.2f}% "
-              f"+- {figures[f'{variant}_cost_halfwidth'] * 100:.2f}% (95% CI, {len(results[variant])} pairs); "
+        print(f"{variant}: throughput ratio {1 - final[f'{variant}_cost']:.4f}, cost {final[f'{variant}_cost'] * 100:+.2f}% "
+              f"+- {final[f'{variant}_cost_halfwidth'] * 100:.2f}% (95% CI, {len(results[variant])} pairs); "
               f"bare median {statistics.median(results['bare']):.1f} samples/s")
-    print(f"exporter scraped {figures['scrapes']} times, {figures['scrape_failures']} failures")
+    print(f"exporter scraped {final['scrapes']} times, {final['scrape_failures']} failures")
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1))
+        Path(args.json).write_text(json.dumps(final, indent=1))
     return 0
 
 

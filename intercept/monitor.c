@@ -133,9 +133,10 @@ static void *monitor_main(void *arg)
     struct timespec next;
     clock_gettime(CLOCK_MONOTONIC, &next);
     for (;;) {
-        alnair_compute_limit_tick(alnair_monotonic_ns());
+        uint64_t now = alnair_monotonic_ns();
+        alnair_compute_limit_tick(now);
         if (!atomic_load_explicit(&exiting, memory_order_relaxed)) alnair_pools_tick();
-        alnair_held_memory_tick(alnair_monotonic_ns());
+        alnair_held_memory_tick(now);
         if (have_segment) publish();
         next.tv_nsec += (long)alnair.period_ms * 1000000L;
         while (next.tv_nsec >= 1000000000L) next.tv_nsec -= 1000000000L, next.tv_sec++;
