@@ -92,7 +92,6 @@ class ProcessSampler:
         self.cache: dict[tuple[int, float], object] = {}   # (pid, create time) -> psutil.Process
         self.last: dict[tuple[int, float], dict] = {}      # its last reading
         self.previous_time: float | None = None
-        self.previous_cpu: dict[tuple[int, float], float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"psutil-{pid}", daemon=True)
         self._thread.start()
@@ -148,12 +147,11 @@ class ProcessSampler:
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
             seen += 1
+            before = self.last.get(key)  # a process new since the last sample: all of its CPU
+            cpu_delta += reading["user"] + reading["system"] - (before["user"] + before["system"] if before else 0.0)
             self.last[key] = reading
             rss += reading["rss"]
             threads += reading["threads"]
-            cpu = reading["user"] + reading["system"]
-            cpu_delta += cpu - self.previous_cpu.get(key, 0.0)  # a process new since the last sample: all of its CPU
-            self.previous_cpu[key] = cpu
         if not seen:
             return False
         try:
