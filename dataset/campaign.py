@@ -69,6 +69,17 @@ def _config(run: Run, options) -> Config:
     return Config(replace(run, steps=options.steps), 0).at(0) if options.steps is not None else Config(run, 0)
 
 
+def job_fits(estimate: float, left: float, stack_up: bool) -> bool:
+    """The budget rule: a job expected to take `estimate` s starts only if it, the stack's start (unless it is up),
+    its profile and the stack's shutdown fit in the `left` seconds."""
+    return estimate + (0.0 if stack_up else STACK_STARTUP) + PROFILE_RESERVE + SHUTDOWN_RESERVE <= left
+
+
+def row_settings(row: dict) -> tuple:
+    """A runs.csv row's configuration without its repeat, as Config.settings gives it."""
+    return tuple(row[f"run_{name}"] for name in ("family", "model", "batch_size", "steps", "precision", "workers", "device"))
+
+
 def _chosen(run: Run, options) -> bool:
     return ((not options.families or run.family in options.families) and (not options.models or run.model in options.models)
             and (not options.batch_sizes or run.batch_size in options.batch_sizes)
@@ -134,14 +145,12 @@ class Campaign:
         return float("inf") if self.deadline is None else self.deadline - time.monotonic()
 
     def fits(self, estimate: float) -> bool:
-        startup = 0.0 if self.stack else STACK_STARTUP  # the stack's own start
-        return estimate + startup + PROFILE_RESERVE + SHUTDOWN_RESERVE <= self.left()
+        return job_fits(estimate, self.left(), self.stack is not None)
 
     def measured(self, config: Config) -> list[float]:
         """Wall times of the configuration's ok solo rows (any repeat)."""
         return [row["wall_seconds"] for row in self.runs.rows if row["status"] == "ok" and row["role"] == "solo"
-                and (row["run_family"], row["run_model"], row["run_batch_size"], row["run_steps"], row["run_precision"],
-                     row["run_workers"], row["run_device"]) == config.settings and row["wall_seconds"]]
+                and row_settings(row) == config.settings and row["wall_seconds"]]
 
     def estimate(self, config: Config) -> float:
         same = self.measured(config)
@@ -401,17 +410,13 @@ def coverage_of(campaign: Campaign, items: list[plan.Item]) -> list[plan.Step]:
     coverage = plan.Coverage(
         {r["key"] for r in solo}, {r["pair_key"] for r in campaign.pairs.rows if r["status"] == "ok"},
         {r["key"]: r["run_family"] for r in solo},
-        {r["key"]: (r["run_family"], r["run_model"], r["run_batch_size"], r["run_steps"], r["run_precision"],
-                    r["run_workers"], r["run_device"]) for r in solo})
+        {r["key"]: row_settings(r) for r in solo})
 
     def expected(config: Config) -> float:
         same = campaign.measured(config)
         return sum(same) / len(same) if same else grid.estimated_seconds(config.run)
-
-    def fits(estimate: float, left: float, stack_up: bool) -> bool:
-        return estimate + (0.0 if stack_up else STACK_STARTUP) + PROFILE_RESERVE + SHUTDOWN_RESERVE <= left
     return plan.walk(items, coverage, campaign.options.repeats, campaign.options.pair_modes, campaign.estimate,
-                     expected, fits, profile_seconds=PROFILE_OVERHEAD, startup_seconds=STACK_STARTUP,
+                     expected, job_fits, profile_seconds=PROFILE_OVERHEAD, startup_seconds=STACK_STARTUP,
                      block_seconds=campaign.options.block_seconds)
 
 
