@@ -20,13 +20,13 @@ import pynvml
 
 from alnair.abi import layout, naming
 from alnair.abi.segments import SegmentDirectory
+from check_memory_pools import WORKSPACE_PER_HANDLE as CUBLAS_WORKSPACE  # 64 MiB + 129 KiB, measured
 
 HERE = Path(__file__).resolve().parent
 LIBRARY = Path(os.environ.get("ALNAIR_LIBRARY", HERE.parent.parent / "intercept" / "build" / "libalnair.so"))
 KERNELS = Path(os.environ.get("KERNELS_BINARY", "/tmp/alnair-gpu/kernels"))
 SHM = Path(tempfile.mkdtemp(prefix="alnair-shm-"))
 RESULTS: dict[str, object] = {}
-CUBLAS_WORKSPACE = (64 << 20) + (129 << 10)  # per cuBLAS handle, measured (tests/gpu/check_memory_pools.py)
 
 
 def env(preload: bool = True, **extra: str) -> dict[str, str]:
