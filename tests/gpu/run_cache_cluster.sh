@@ -100,6 +100,7 @@ EOF
 import os, platform, shutil, sys
 import redis, hiredis, xxhash
 import alnair.datacache
+hidden = False  # python3 alone imports torch, the bench's set-up does not
 try:
     import torch
     torch_version = f"{torch.__version__} ({torch.__file__})"
@@ -107,11 +108,11 @@ except ImportError as e:
     torch_version = f"absent, the DataLoader rows skipped: {e}"
     if os.environ["HOST_TORCH"].endswith(".py"):
         print(f"python3 alone imports torch from {os.environ['HOST_TORCH']}, the bench's set-up does not: {e}")
-        torch_hidden = True
+        hidden = True
 print(f"python {platform.python_version()} ({sys.executable}), torch {torch_version}, redis-py {redis.__version__} ({redis.__file__}), "
       f"hiredis {hiredis.__version__}, xxhash {xxhash.VERSION}, alnair.datacache from {alnair.datacache.__file__}")
 print(f"{os.cpu_count()} CPUs, load {os.getloadavg()}, /dev/shm free {shutil.disk_usage('/dev/shm').free >> 20} MiB")
-sys.exit(3 if "torch_hidden" in globals() else 0)
+sys.exit(3 if hidden else 0)
 EOF
 } > "$OUT/setup.log" 2>&1
 SET_UP=1
