@@ -4,8 +4,6 @@ charged with ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT=on. The fake driver's pools re
 contexts hold FAKE_CUDA_CONTEXT_BYTES each."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from conftest import published_record
@@ -25,6 +23,15 @@ def next_step(client) -> None:
     client.proc.stdin.write("\n")
     client.proc.stdin.flush()
     client.read_until_ready()
+
+
+def published_at(shm_dir, pid: int) -> int | None:
+    """When the writer with this pid last published (its header's CLOCK_REALTIME ns), or None."""
+    from alnair.abi import layout
+    from alnair.abi.segments import SegmentDirectory
+
+    directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA, reclaim=False)
+    return next((p.segment.header.update_time_ns for p in directory.read() if p.segment.holder_pid == pid), None)
 
 
 def device_memory(shm_dir, pid: int, ready=lambda d, m: True, device: int = 0):
@@ -156,7 +163,9 @@ def test_context_growth_nvml_shows_is_published_and_charged_with_the_option(run_
 def test_without_nvml_the_context_is_the_probes_figure(run_client, shm_dir):
     client = run_client("gpa", "limit", "1", env={"ALNAIR_MEMORY_LIMIT": "1Gi", "FAKE_CUDA_CONTEXT_BYTES": str(CONTEXT),
                                                   "FAKE_NVML_CONTEXT_GROWTH_BYTES": str(GROWTH)})
-    time.sleep(2.5)  # past two NVML readings, had there been an NVML
+    first = wait_until(lambda: published_at(shm_dir, client.proc.pid))
+    # a publish 2.5 s later: the monitor took two held-memory readings (once a second) meanwhile, had NVML been there
+    wait_until(lambda: published_at(shm_dir, client.proc.pid) >= first + 2_500_000_000)
     _, m = device_memory(shm_dir, client.proc.pid)
     assert m.context_bytes == CONTEXT
     assert client.stop() == ""
