@@ -89,13 +89,15 @@ def test_after_a_large_value_the_next_is_peeked_only_as_far_as_its_header(monkey
             with connection:
                 connection.recv(1 << 16)
                 connection.sendall(reply)  # all of it in the reader's socket before it reads
+                sent.set()
                 connection.recv(1)
 
+        sent = threading.Event()
         server = threading.Thread(target=serve)
         server.start()
         connection = RespConnection({"host": "127.0.0.1", "port": listener.getsockname()[1]}, 5.0)
         connection.send_gets([b"a", b"b", b"c", b"d", b"e", b"f"])
-        time.sleep(0.1)
+        assert sent.wait(10)
         values = connection.read_gets(6)
         connection.close()
         server.join(10)
