@@ -146,6 +146,8 @@ class ProcessSampler:
                         reading["read_bytes"] = reading["write_bytes"] = None
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
+            if not reading["rss"]:
+                continue  # exiting: its memory is torn down before it turns zombie (a live process has pages)
             seen += 1
             before = self.last.get(key)  # a process new since the last sample: all of its CPU
             cpu_delta += reading["user"] + reading["system"] - (before["user"] + before["system"] if before else 0.0)

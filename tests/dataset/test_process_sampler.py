@@ -2,6 +2,7 @@
 number of threads and one child process, checked against what it did."""
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -87,3 +88,22 @@ def test_a_pid_that_is_gone_gives_empty_process_columns():
     row = process_sampler.ProcessSampler(job.pid).columns()
     assert row["proc_samples"] == 0 and row["proc_rss_bytes_max"] is None and row["proc_processes_max"] is None
     assert row["sys_cpu_user_seconds"] is not None  # the node's differences are there whatever the job did
+
+
+def test_a_process_whose_memory_is_torn_down_is_not_sampled(monkeypatch):
+    """Between freeing its memory and turning zombie an exiting process reads 0 bytes resident; such a reading
+    is the exit, not the job's smallest footprint (a campaign row once had proc_rss_bytes_min 0)."""
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        sampler = process_sampler.ProcessSampler(job.pid, interval=3600)
+        sampler.stop()  # its thread took the first sample; the rest are taken here
+        assert sampler.sample() and sampler.gauges["proc_rss_bytes"][-1] > 0
+        taken = len(sampler.gauges["proc_rss_bytes"])
+        real = sampler.psutil.Process.memory_info
+        monkeypatch.setattr(sampler.psutil.Process, "oneshot", lambda self: contextlib.nullcontext())
+        monkeypatch.setattr(sampler.psutil.Process, "memory_info", lambda self: real(self)._replace(rss=0))
+        assert not sampler.sample()  # nothing alive in the tree: the job is gone
+        assert len(sampler.gauges["proc_rss_bytes"]) == taken
+    finally:
+        job.kill()
+        job.wait()
