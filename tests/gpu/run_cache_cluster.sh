@@ -7,8 +7,9 @@
 #   bash tests/gpu/run_cache_cluster.sh --bundle     # here: .device/redis-bundle.tar.xz (redis-server, -cli,
 #                                                    # -benchmark, their non-glibc libraries, the wheels)
 #   OUT=... bash tests/gpu/run_cache_cluster.sh      # there (the run tool: carry [".device"]): $OUT gets
-#                                                    # cache-cluster-N.json and .log per shard count, cache-single.*
-#                                                    # (one server, every row, SAMPLES/2), setup.log, summary.txt
+#                                                    # cache-cluster-N.json per shard count, cache-single.json (one
+#                                                    # server, every row, SAMPLES/2), summary.txt and logs.tar.gz
+#                                                    # (setup.log, each run's log): the device tool brings back at most 8 files
 #
 # Settings (environment): SHARDS ("1 3 6"), SAMPLES (8000), ROUNDS (5), RUN_SECONDS (1: each cluster run of a method
 # lasts at least this long, redis-benchmark's twice that: bench/cache_loader.py --seconds), DEPTH (2: batches in
@@ -70,8 +71,11 @@ BUDGET_SECONDS=${BUDGET_SECONDS:-280}
 SINGLE=${SINGLE:-1}
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/alnair-cache-cluster.XXXXXX)
+LOGS=$WORK/logs
+mkdir "$LOGS"
 SET_UP=
-trap 'status=$?; [ -n "$SET_UP" ] || tail -n 40 "$OUT/setup.log"; rm -rf "$WORK"; exit "$status"' EXIT
+trap 'status=$?; [ -n "$SET_UP" ] || tail -n 40 "$LOGS/setup.log"; tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs || true
+      rm -rf "$WORK"; exit "$status"' EXIT
 
 {
   tar -xJf "$BUNDLE" -C "$WORK"
@@ -114,9 +118,9 @@ print(f"python {platform.python_version()} ({sys.executable}), torch {torch_vers
 print(f"{os.cpu_count()} CPUs, load {os.getloadavg()}, /dev/shm free {shutil.disk_usage('/dev/shm').free >> 20} MiB")
 sys.exit(3 if hidden else 0)
 EOF
-} > "$OUT/setup.log" 2>&1
+} > "$LOGS/setup.log" 2>&1
 SET_UP=1
-cat "$OUT/setup.log"
+cat "$LOGS/setup.log"
 status=0
 if [ -n "$torch_hidden" ]; then  # the cluster rows still run; the script fails at the end
   echo "run_cache_cluster: the set-up hid the host's torch (setup.log): the DataLoader rows do not run" | tee -a "$OUT/summary.txt"
@@ -141,9 +145,9 @@ bench() {  # name, then bench/cache_loader.py's arguments: one run, cut off at i
     return
   fi
   echo "== $name: bench/cache_loader.py $*, at most $share s"
-  timeout "$share" "$PY" -W ignore bench/cache_loader.py "$@" --json "$OUT/cache-$name.json" > "$OUT/cache-$name.log" 2>&1 \
+  timeout "$share" "$PY" -W ignore bench/cache_loader.py "$@" --json "$OUT/cache-$name.json" > "$LOGS/cache-$name.log" 2>&1 \
     || { echo "bench/cache_loader.py $* failed (exit $?)"; status=1; }
-  cat "$OUT/cache-$name.log"
+  cat "$LOGS/cache-$name.log"
 }
 for shards in $SHARDS; do
   bench "cluster-$shards" --shards "$shards" --clients $((4 * shards)) --samples "$SAMPLES" --size "$SIZE" --rounds "$ROUNDS" \
