@@ -27,8 +27,7 @@ def planned(out, *args):
 
 def plan_from(out, *sources_of_rows):
     for source in sources_of_rows:
-        if source.exists():
-            shutil.copy(source, out / source.name)
+        shutil.copy(source, out / source.name)
     runner, items, configs, pairs = planned(out)
     return runner, items, configs, pairs, campaign.coverage_of(runner, items)
 
