@@ -3,6 +3,7 @@ job under the CUDA and Python intercepts, with the exporter sampling every secon
 
     python3 bench/stack_overhead.py [--model resnet50|mlp] [--pairs 20] [--steps N] [--warmup N] [--batch N]
                                     [--limits] [--json PATH] [--resume PATH] [--budget-seconds S]
+    python3 bench/stack_overhead.py --report bench/results/stack-h200.json
 
 Run from the repository root; nothing needs installing (the intercept is built with make, the package is a
 shim of symlinks, as tests/gpu does). Each run is its own process training on synthetic data, timing --steps
@@ -11,7 +12,10 @@ steps after --warmup with the GPU synchronised; it prints samples per second. Th
 H200: a run's 11 s of start-up is paid whatever its length, so longer runs narrow the interval more cheaply), GPU-bound; and a small MLP
 (1024-4096-1024, batch 256, SGD; 3000 steps after 200) whose launches bound it. Runs alternate in ABBA order (bare, stack, stack, bare, ...), so drift in clocks
 or temperature falls on both sides; each adjacent pair gives a ratio, and the cost is the mean ratio's
-distance from 1 with a 95% confidence interval (Student's t over the pairs). With --limits a third variant
+distance from 1 with a 95% confidence interval (Student's t over the pairs), and beside it the median ratio with
+a distribution-free 95% interval (sign test), which one slow run moves by one place at most: now and then a run on
+the H200 is 5-28% slow with the GPU clock and the CPUs as usual, in bare runs more than in the others, and drags the
+mean by itself. --report PATH prints a --json file's figures and runs nothing. With --limits a third variant
 runs the stack with ALNAIR_MEMORY_LIMIT=120Gi and ALNAIR_COMPUTE_LIMIT=100, so the limit paths run without
 limiting anything: A B C C B A. The figures are written to --json after every pair, and --resume PATH goes on
 from the pairs such a file holds (same variants and settings), so the pairs can span several GPU sessions.
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -175,6 +180,18 @@ def interval(ratios: list[float]) -> tuple[float, float]:
     return mean - 1, t * statistics.stdev(ratios) / n ** 0.5
 
 
+def median_interval(ratios: list[float]) -> tuple[float, float, float]:
+    """The median ratio and its distribution-free 95% confidence interval: the order statistics k and n+1-k, with
+    k the largest for which P(Binomial(n, 1/2) < k) <= 2.5% (20 pairs: the 6th and the 15th of the sorted ratios,
+    95.9% coverage). One slow run moves it by at most one place, where it moves the mean by its whole distance."""
+    ordered, n = sorted(ratios), len(ratios)
+    k = 0
+    while sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n <= 0.025:
+        k += 1
+    median = statistics.median(ordered) if ordered else float("nan")
+    return (median, ordered[k - 1], ordered[n - k]) if k else (median, float("nan"), float("nan"))
+
+
 def report(args, variants: list[str], results: dict[str, list[float]], conditions: dict[str, list[dict]],
            settling: list, scrapes: int, failures: int) -> dict:
     """The runs so far and each variant's cost against bare over its complete pairs."""
@@ -185,7 +202,22 @@ def report(args, variants: list[str], results: dict[str, list[float]], condition
         ratios = [s / b for s, b in zip(results[variant], results["bare"])]
         cost, half = interval(ratios)
         figures[f"{variant}_cost"], figures[f"{variant}_cost_halfwidth"] = -cost, half
+        figures[f"{variant}_median_ratio"], figures[f"{variant}_median_ratio_low"], \
+            figures[f"{variant}_median_ratio_high"] = median_interval(ratios)
     return figures
+
+
+def summarise(figures: dict) -> None:
+    """Each variant's cost (mean ratio, Student's t) and its median ratio (sign-test interval) against bare."""
+    results = figures["samples_per_second"]
+    for variant in [v for v in results if v != "bare"]:
+        ratios = [s / b for s, b in zip(results[variant], results["bare"])]
+        cost, half = interval(ratios)
+        median, low, high = median_interval(ratios)
+        print(f"{variant}: throughput ratio {1 + cost:.4f}, cost {-cost * 100:+.2f}% +- {half * 100:.2f}% (95% CI, "
+              f"{len(ratios)} pairs); median ratio {median:.4f} ({low:.4f}-{high:.4f}, 95% sign-test CI); "
+              f"bare median {statistics.median(results['bare']):.1f} samples/s")
+    print(f"exporter scraped {figures['scrapes']} times, {figures['scrape_failures']} failures")
 
 
 def main() -> int:
@@ -206,7 +238,11 @@ def main() -> int:
                              "--resume goes on from there")
     parser.add_argument("--settle-seconds", type=float, default=90.0,
                         help="runs before the pairs for this long, kept out of the result (a fresh machine's are slow)")
+    parser.add_argument("--report", type=Path, help="print the figures of this --json file and run nothing")
     args = parser.parse_args()
+    if args.report:
+        summarise(json.loads(args.report.read_text()))
+        return 0
     started = time.monotonic()
     _, steps, warmup, batch = MODELS[args.model]
     args.steps, args.warmup, args.batch = args.steps or steps, args.warmup or warmup, args.batch or batch
@@ -258,11 +294,7 @@ def main() -> int:
     finally:
         stack.stop()
     final = figures()
-    for variant in variants[1:]:
-        print(f"{variant}: throughput ratio {1 - final[f'{variant}_cost']:.4f}, cost {final[f'{variant}_cost'] * 100:+.2f}% "
-              f"+- {final[f'{variant}_cost_halfwidth'] * 100:.2f}% (95% CI, {len(results[variant])} pairs); "
-              f"bare median {statistics.median(results['bare']):.1f} samples/s")
-    print(f"exporter scraped {final['scrapes']} times, {final['scrape_failures']} failures")
+    summarise(final)
     if args.json:
         Path(args.json).write_text(json.dumps(final, indent=1))
     return 0
