@@ -189,7 +189,8 @@ def plot(result: Interference, path, title: str = "") -> None:
         left.set_xticks(x, [f"{mode}\n({len(v)} pairs)" for mode, v in zip(modes, savings)])
         left.set_ylabel("%: slowdown of each side (blue), packing saving (green)")
     elif len(m):
-        labels = [f"{r.mode}\n{_short(r.solo_a_key)} + {_short(r.solo_b_key)}" for r in m.itertuples()]
+        # one job per line: two jobs on one line run into the next bar's label from 4 bars on
+        labels = [f"{r.mode}\n{_short(r.solo_a_key)}\n+ {_short(r.solo_b_key)}" for r in m.itertuples()]
         x = np.arange(len(m))
         left.bar(x - 0.27, m.slowdown_a * 100, 0.27, label="slowdown a")
         left.bar(x, m.slowdown_b * 100, 0.27, label="slowdown b")

@@ -40,8 +40,11 @@ def features(table: pd.DataFrame, target: str) -> tuple[pd.DataFrame, pd.Series]
 
 
 def ranks_of(weights: pd.Series) -> pd.Series:
-    """0 for the largest weight, as the notebook ranked (signed: Ridge and Lasso by their signed coefficient)."""
-    order = np.argsort(-weights.to_numpy(), kind="stable")
+    """0 for the largest weight, as the notebook ranked (signed: Ridge and Lasso by their signed coefficient). Weights
+    equal to 8 significant digits tie, in column order: collinear columns (a range beside a max whose min is fixed)
+    get coefficients that differ only by BLAS rounding, which would otherwise order them differently per machine."""
+    significant = np.array([float(f"{w:.8g}") for w in weights.to_numpy()])
+    order = np.argsort(-significant, kind="stable")
     ranks = np.empty(len(order), dtype=int)
     ranks[order] = np.arange(len(order))
     return pd.Series(ranks, index=weights.index)
@@ -108,10 +111,11 @@ def plot(ranking: Ranking, path, top: int = 15) -> None:
     left.set_title(f"{ranking.target}: r² of the {top} most correlated features ({ranking.rows} rows)")
     left.set_xlim(0, 1)
     for column, marker in zip(["r2_pearson", *MODELS], "osD^"):
-        right.scatter(order[column], range(len(order)), marker=marker, label=column, alpha=0.7)
+        right.scatter(order[column], range(len(order)), marker=marker, label=column, alpha=0.7, zorder=3)
     right.barh(range(len(order)), order["mean_rank"], color="lightgrey", label="mean rank")
     right.set_yticks(range(len(order)), order.index)
     right.invert_yaxis()
+    right.set_xlim(left=-0.6)  # a rank-0 marker would sit on the axis line, half hidden
     right.set_xlabel("rank (0 = best)")
     right.set_title(f"{ranking.target}: features by average rank (r², forest, Ridge, Lasso)")
     right.legend(loc="lower right", fontsize=8)

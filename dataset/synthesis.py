@@ -74,9 +74,13 @@ class Errors:
 
 def published_check(measured: pd.Series, method: str, swap_128_256: bool = False) -> Errors:
     """The notebooks' check: drop the measured points from the filled grid, fill them back from the synthetic ones
-    alone, and compare. swap_128_256 pairs them as the notebook did (y_true lists BS 128 before 256, y_pred after)."""
+    alone, and compare. swap_128_256 pairs them as the notebook did (y_true lists BS 128 before 256, y_pred after).
+    No points (NaN errors) when the grid has no synthetic row to fill from: batch sizes adjacent on it (2 and 8),
+    or only one of them on it (a DQN at 10 and 64)."""
     rows = fill(measured, method)
     synthetic = rows[rows.synthetic]
+    if synthetic.empty:
+        return Errors.of([], [])
     position = {bs: i for i, bs in enumerate(rows.BS)}
     f = curve(np.array([position[b] for b in synthetic.BS]), synthetic.value.to_numpy(), method)
     real = rows[~rows.synthetic]
@@ -127,7 +131,7 @@ def scores(table: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
     for target in targets:
         models = by_model(table, target)
         for method in METHODS:
-            checks = [published_check(s, method) for s in models.values()]
+            checks = [c for c in (published_check(s, method) for s in models.values()) if c.points]
             true, predicted = [], []
             for series in models.values():
                 t, p = held_out(series, method)
@@ -135,7 +139,7 @@ def scores(table: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
                 predicted += p
             held = Errors.of(true, predicted)
             check_mse = float(np.mean([c.mse for c in checks])) if checks else float("nan")
-            out.append({"target": target, "method": method, "models": len(models),
+            out.append({"target": target, "method": method, "models": len(models), "checked_models": len(checks),
                         "check_rmse": float(np.mean([c.rmse for c in checks])) if checks else float("nan"),
                         "check_mse": check_mse,
                         "check_mae": float(np.mean([c.mae for c in checks])) if checks else float("nan"),

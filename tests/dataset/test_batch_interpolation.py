@@ -69,3 +69,16 @@ def test_scores_cover_every_target_and_method(table):
     assert scored[scored.method == "barycentric"].check_rmse.max() < 1e-6
     best = scored.loc[scored.groupby("target").held_out_rmse.idxmin()].set_index("target").method.to_dict()
     assert best == {"MGUP": "linear", "MGMAP": "pchip", "MaGTSAMP": "spline2"}
+
+
+def test_a_model_whose_grid_has_no_synthetic_row_has_no_published_check():
+    adjacent = pd.Series({2: 10.0, 8: 20.0})           # next to each other on the classify grid
+    off_grid = pd.Series({10: 30.0, 64: 40.0})         # a DQN: 64 is on neither grid
+    for measured in (adjacent, off_grid):
+        assert synthesis.published_check(measured, "linear").points == 0
+    table = pd.DataFrame({"Model": ["a", "a", "b", "b", "b"], "BS": [2, 8, 2, 8, 32],
+                          "MGUP": [10.0, 20.0, 10.0, 20.0, 40.0]})
+    linear = synthesis.scores(table, targets=("MGUP",)).set_index("method").loc["linear"]
+    b_alone = synthesis.published_check(pd.Series({2: 10.0, 8: 20.0, 32: 40.0}), "linear")
+    assert b_alone.points == 3 and b_alone.rmse > 0
+    assert linear.models == 2 and linear.checked_models == 1 and linear.check_rmse == pytest.approx(b_alone.rmse)  # b's check alone, not NaN
