@@ -192,30 +192,37 @@ def median_interval(ratios: list[float]) -> tuple[float, float, float]:
     return (median, ordered[k - 1], ordered[n - k]) if k else (median, float("nan"), float("nan"))
 
 
-def report(args, variants: list[str], results: dict[str, list[float]], conditions: dict[str, list[dict]],
-           settling: list, scrapes: int, failures: int) -> dict:
-    """The runs so far and each variant's cost against bare over its complete pairs."""
-    figures = {"pairs": len(results[variants[-1]]), "model": args.model, "steps": args.steps, "batch": args.batch,
-               "samples_per_second": results, "conditions": conditions, "settling": settling, "scrapes": scrapes,
-               "scrape_failures": failures}
-    for variant in variants[1:]:
+def estimates(results: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Each variant's cost against bare over its complete pairs: the mean ratio's (cost, its half-width) and the
+    median ratio with its interval, under the keys the JSON keeps them by."""
+    out = {}
+    for variant in [v for v in results if v != "bare"]:
         ratios = [s / b for s, b in zip(results[variant], results["bare"])]
         cost, half = interval(ratios)
-        figures[f"{variant}_cost"], figures[f"{variant}_cost_halfwidth"] = -cost, half
-        figures[f"{variant}_median_ratio"], figures[f"{variant}_median_ratio_low"], \
-            figures[f"{variant}_median_ratio_high"] = median_interval(ratios)
+        median, low, high = median_interval(ratios)
+        out[variant] = {"cost": -cost, "cost_halfwidth": half, "median_ratio": median, "median_ratio_low": low,
+                        "median_ratio_high": high, "pairs": len(ratios)}
+    return out
+
+
+def report(args, results: dict[str, list[float]], conditions: dict[str, list[dict]], settling: list, scrapes: int,
+           failures: int) -> dict:
+    """The runs so far and each variant's estimates (flat: stack_cost, stack_median_ratio, ...)."""
+    figures = {"pairs": min(len(v) for v in results.values()), "model": args.model, "steps": args.steps,
+               "batch": args.batch, "samples_per_second": results, "conditions": conditions, "settling": settling,
+               "scrapes": scrapes, "scrape_failures": failures}
+    for variant, figure in estimates(results).items():
+        figures.update({f"{variant}_{name}": value for name, value in figure.items() if name != "pairs"})
     return figures
 
 
 def summarise(figures: dict) -> None:
     """Each variant's cost (mean ratio, Student's t) and its median ratio (sign-test interval) against bare."""
     results = figures["samples_per_second"]
-    for variant in [v for v in results if v != "bare"]:
-        ratios = [s / b for s, b in zip(results[variant], results["bare"])]
-        cost, half = interval(ratios)
-        median, low, high = median_interval(ratios)
-        print(f"{variant}: throughput ratio {1 + cost:.4f}, cost {-cost * 100:+.2f}% +- {half * 100:.2f}% (95% CI, "
-              f"{len(ratios)} pairs); median ratio {median:.4f} ({low:.4f}-{high:.4f}, 95% sign-test CI); "
+    for variant, e in estimates(results).items():
+        print(f"{variant}: throughput ratio {1 - e['cost']:.4f}, cost {e['cost'] * 100:+.2f}% +- "
+              f"{e['cost_halfwidth'] * 100:.2f}% (95% CI, {e['pairs']} pairs); median ratio {e['median_ratio']:.4f} "
+              f"({e['median_ratio_low']:.4f}-{e['median_ratio_high']:.4f}, 95% sign-test CI); "
               f"bare median {statistics.median(results['bare']):.1f} samples/s")
     print(f"exporter scraped {figures['scrapes']} times, {figures['scrape_failures']} failures")
 
@@ -270,7 +277,7 @@ def main() -> int:
     stack = Stack(work, env)
 
     def figures() -> dict:
-        return report(args, variants, results, conditions, settling, scrapes + stack.scrapes, failures + stack.failures)
+        return report(args, results, conditions, settling, scrapes + stack.scrapes, failures + stack.failures)
 
     try:
         began, turn = time.monotonic(), 0
