@@ -25,7 +25,7 @@ class SegmentCollector:
                                           linger_seconds=getattr(options, "shm_linger", 0.0),
                                           state_path=os.path.join(options.shm_dir, naming.reader_state_name(self.kind)),
                                           watch_arrivals=True)
-        # btime never changes while the kernel runs: read it once, not every sample
+        # the boot time moves only when the wall clock is stepped: read it once, not every sample
         self.boot_seconds = boot_time_seconds(options.procfs)
         self.clock_ticks = os.sysconf("SC_CLK_TCK")
         self.labels = LabelSets()  # escaped once per process and series, kept while the process lives

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 import psutil
 
@@ -65,6 +66,15 @@ def test_process_identity_and_start_time_are_exported(start_writer, shm_dir):
     assert s["alnair_cuda_identity_claims_ignored_total"] == 1
     started = s[f'alnair_cuda_process_start_time_seconds{{pid="{w.pid}"}}']
     assert abs(started - psutil.Process(w.pid).create_time()) < 1.0
+
+
+def test_start_time_lies_between_the_spawn_and_its_return(start_writer, shm_dir):
+    # to the clock tick (10 ms): /proc/stat's btime alone, cut to whole seconds, put it up to 1 s before the spawn
+    before = time.time()
+    w = start_writer()
+    after = time.time()
+    started = sample(shm_dir)[f'alnair_cuda_process_start_time_seconds{{pid="{w.pid}"}}']
+    assert before - 0.011 <= started <= after, (before, started, after)
 
 
 def test_dead_writer_series_disappear_and_reclaim_is_counted(start_writer, shm_dir):
