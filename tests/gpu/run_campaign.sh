@@ -13,6 +13,13 @@
 # so it stops before the block's end with every row finished or marked incomplete.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# The run tool sends the working tree with the .git of an earlier checkout: there `git rev-parse HEAD` names a commit
+# the tree has moved past (block 3's rows say 778f379 for 6bfd23b's tree). Rows must name the tree that made them.
+if head=$(git rev-parse HEAD 2>/dev/null) && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] \
+    && { [ -z "${ALNAIR_GIT_COMMIT:-}" ] || [ "$ALNAIR_GIT_COMMIT" = "$head" ]; }; then
+  echo "run_campaign: this tree differs from its HEAD ${head:0:7}: set ALNAIR_GIT_COMMIT to the sending checkout's commit" >&2
+  exit 2
+fi
 BLOCK_SECONDS=${BLOCK_SECONDS:-470}
 OUT=${OUT:-/tmp/alnair-campaign-out}
 DATA=dataset/data/h200
