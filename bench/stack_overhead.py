@@ -185,9 +185,10 @@ def median_interval(ratios: list[float]) -> tuple[float, float, float]:
     k the largest for which P(Binomial(n, 1/2) < k) <= 2.5% (20 pairs: the 6th and the 15th of the sorted ratios,
     95.9% coverage). One slow run moves it by at most one place, where it moves the mean by its whole distance."""
     ordered, n = sorted(ratios), len(ratios)
-    k = 0
-    while sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n <= 0.025:
+    k, below = 0, 1  # below: 2^n P(Binomial(n, 1/2) <= k)
+    while below <= 0.025 * 2 ** n:
         k += 1
+        below += math.comb(n, k)
     median = statistics.median(ordered) if ordered else float("nan")
     return (median, ordered[k - 1], ordered[n - k]) if k else (median, float("nan"), float("nan"))
 

@@ -90,14 +90,15 @@ def synthesis_section(report: Report, table: pd.DataFrame, label: str, tag: str,
     if not models:
         report.add("No model was measured at two batch sizes or more: nothing to interpolate.", "")
         return synthesis.synthetic_rows(table)
-    view = scored.set_index(["target", "method"])[["models", "checked_models", "check_rmse", "check_mae", "held_out_points",
-                                                   "held_out_rmse", "held_out_mae"]]
+    view = scored.set_index(["target", "method"])[["models", "checked_models", "check_rmse", "check_mae",
+                                                   "held_out_points", "held_out_rmse", "held_out_mae"]]
     view.index = [f"{t} {m}" for t, m in view.index]
     view.index.name = "target, method"
     report.add(f"Models measured at 2 or more batch sizes: {len(models)} ({', '.join(models)}).", "",
                "`check_*`: the notebooks' check (the measured points regenerated from the synthetic ones), mean over the "
-               "checked models (those whose grid has a synthetic row between measured ones); `held_out_*`: each interior measured point predicted from the model's other points over log2 "
-               "batch size, pooled over the models.", "", _table(view, 2), "")
+               "checked models (those whose grid has a synthetic row between measured ones); `held_out_*`: each "
+               "interior measured point predicted from the model's other points over log2 batch size, pooled over the "
+               "models.", "", _table(view, 2), "")
     most = max(s.index.nunique() for s in models.values())
     if most <= 3:
         report.add(f"No model here has more than {most} batch sizes: a held-out point is predicted from 2, where every "
