@@ -18,7 +18,7 @@
  * A window bounds when work is launched, not when it runs, so a launch also waits
  * when the work queued before it would not end inside the window: the queue is
  * estimated from the launches since the last sync and the GPU time per launch
- * the syncs' waits showed (a fluid model: queued_until_ns). What still runs
+ * the syncs showed (a fluid model: queued_until_ns). What still runs
  * outside the window (the calls that wait for the GPU show how long the work
  * ran) is owed, and given back by barring launches from the start of the
  * process's next windows.
@@ -84,15 +84,20 @@ static uint64_t window_time(uint64_t a, uint64_t b, uint64_t offset, uint64_t le
     return window_time_before(b + shift, length) - window_time_before(a + shift, length);
 }
 
-/* A sync that waited until now: the batch of `launches` since the last sync ran until
- * now, in the window's time since its first launch (outside it, other processes ran). */
-static void learn_launch_cost(struct alnair_device *d, uint64_t launches, uint64_t now, uint64_t offset,
-                              uint64_t length)
+/* A sync at now ends the batch of `launches` since the last one, which ran in the window's
+ * time since its first launch (outside it, other processes ran). A sync that waited shows that
+ * time; one that found the work done shows a bound, so it may only lower the cost: learnt from
+ * waits alone, the cost of a launch-bound process (its syncs seldom wait) stayed at what one slow
+ * sync taught it (another process's time slice ran first) and let a dozen launches a window go. */
+static void learn_launch_cost(struct alnair_device *d, uint64_t launches, uint64_t now, int waited)
 {
     uint64_t start = atomic_load_explicit(&d->batch_start_ns, memory_order_relaxed);
     if (!launches || start >= now) return;
+    uint64_t offset, length;
+    window_of(d, &offset, &length);
     uint64_t cost = window_time(start, now, offset, length) / launches;
     uint64_t old = atomic_load_explicit(&d->launch_cost_ns, memory_order_relaxed);
+    if (!waited && cost >= old) return;
     atomic_store_explicit(&d->launch_cost_ns, old ? old + ((int64_t)cost - (int64_t)old) / COST_WEIGHT : cost,
                           memory_order_relaxed);
 }
@@ -115,11 +120,9 @@ void alnair_synced(struct alnair_device *d, uint64_t start, uint64_t now)
 {
     uint64_t launches = atomic_exchange(&d->batch_launches, 0);
     atomic_store_explicit(&d->queued_until_ns, now, memory_order_relaxed); /* the queue is empty */
-    if (now - start < WAITED_NS) return; /* the work was done before: its cost unknown */
-    uint64_t offset, length;
-    window_of(d, &offset, &length);
-    learn_launch_cost(d, launches, now, offset, length);
-    alnair_charge_overrun(d, start, now);
+    int waited = now - start >= WAITED_NS; /* else the work was done before */
+    learn_launch_cost(d, launches, now, waited);
+    if (waited) alnair_charge_overrun(d, start, now);
 }
 
 /* Inside the window with `left` ns of it to run: if time is owed, bar launches for
@@ -180,7 +183,11 @@ uint64_t alnair_wait_for_window(struct alnair_device *d)
         nanosleep(&pause, NULL);
         now = alnair_monotonic_ns();
     }
-    if (now != start) atomic_fetch_add_explicit(&d->throttled_ns, now - start, memory_order_relaxed);
+    if (now != start) {
+        atomic_fetch_add_explicit(&d->throttled_ns, now - start, memory_order_relaxed);
+        /* the wait was no work: the next sync learns from the launches after it (a new batch) */
+        atomic_store_explicit(&d->batch_launches, 0, memory_order_relaxed);
+    }
     queue_launch(d, now);
     return now;
 }

@@ -1,6 +1,6 @@
 """The CUDA intercept on a real GPU: what the issue asks it to show, measured and printed.
 
-    python tests/gpu/check_intercept.py PART [PART...]   (PART: counts torch oom share fair bench ...)
+    python tests/gpu/check_intercept.py PART [PART...]   (PART: counts torch oom share fair launchbound bench ...)
 
 Run by tests/gpu/run_intercept.sh on the GPU machine; results also go to $OUT/intercept.json.
 """
@@ -139,13 +139,15 @@ def sample_utilization(stop: threading.Event, out: dict[int, list[int]], quotas:
                 out[s.pid].append(s.smUtil)
 
 
-def run_matmul_group(limits: list[int | None], seconds: float, batch: int = 10) -> list[tuple[float, float, list[int], list[float]]]:
-    """Co-located matmul loops, one per limit (None: no limit), all measured over the same
+def run_matmul_group(limits: list[int | None], seconds: float, batch: int = 10,
+                     sizes: list[int] | None = None) -> list[tuple[float, float, list[int], list[float]]]:
+    """Co-located matmul loops, one per limit (None: no limit) and size (4096), all measured over the same
     span once every one has started (after a quarter of `seconds` of ramp-up): each one's mean
     NVML SM utilization, its iterations per second, the utilization trace and the trace of
     its granted window."""
-    procs = [spawn([sys.executable, str(HERE / "torch_workloads.py"), "matmul", str(seconds), str(batch), "common"],
-                   env=env(**({"ALNAIR_COMPUTE_LIMIT": str(limit)} if limit else {}))) for limit in limits]
+    procs = [spawn([sys.executable, str(HERE / "torch_workloads.py"), "matmul", str(seconds), str(batch), "common", str(size)],
+                   env=env(**({"ALNAIR_COMPUTE_LIMIT": str(limit)} if limit else {})))
+             for limit, size in zip(limits, sizes or [4096] * len(limits))]
     for p in procs:
         read_until(p, "started")
     measure_from = time.time() + seconds * 0.25  # start-up and the first corrections
@@ -192,6 +194,22 @@ def part_fair() -> None:
     times, windows = gpu_times([30, 70], 20, solo_deep, batch=200)
     check("a_fair_deep_queue_30_70", abs(times[0] - 30) <= 5 and abs(times[1] - 70) <= 5,
           gpu_time=times, solo_rate=round(solo_deep, 1), windows=windows)
+
+
+def part_launchbound() -> None:
+    """A launch-bound loop (64x64 matmuls, a sync every 40: a small model's training step) at 50%
+    beside the 4096 loop at 50%, five times: it may launch only in its half of each period, so it
+    should keep about half its solo rate, never a fraction of that. Its launch-cost estimate once
+    learnt only from syncs that waited, and one sync held up by the other process could hold it
+    at a dozen launches a window (docs/intercept.md, Limits)."""
+    [(_, solo_small, _, _)] = run_matmul_group([None], 12, batch=40, sizes=[64])
+    [(_, solo_big, _, _)] = run_matmul_group([None], 12, batch=40)
+    runs = [run_matmul_group([50, 50], 16, batch=40, sizes=[64, 4096]) for _ in range(5)]
+    small = [round(r[0][1] / solo_small, 3) for r in runs]
+    big = [round(100 * r[1][1] / solo_big, 1) for r in runs]
+    check("launch_bound_keeps_its_half", all(s >= 0.4 for s in small), small_rate_vs_solo=small,
+          big_gpu_time=big, solo_small=round(solo_small, 1), solo_big=round(solo_big, 1),
+          windows=[[w for *_, w in r] for r in runs])
 
 
 def part_share() -> None:
@@ -299,7 +317,7 @@ def part_exit() -> None:
 
 PARTS = {"exit": part_exit, "counts": part_counts, "torch": part_torch, "oom": part_oom, "share": part_share,
          "share-baselines": part_share_baselines, "share-probe": part_share_probe,
-         "fair": part_fair, "bench": part_bench}
+         "fair": part_fair, "launchbound": part_launchbound, "bench": part_bench}
 
 if __name__ == "__main__":
     pynvml.nvmlInit()

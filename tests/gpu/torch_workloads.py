@@ -3,9 +3,10 @@
     torch_workloads.py profile STEPS   train; at each "mark" wait for a line on stdin so the
                                        parent can read the segment; report the profiler's kernels
     torch_workloads.py oom             allocate until PyTorch's out-of-memory error, then go on
-    torch_workloads.py matmul SECONDS [BATCH [common]]  a matmul loop synchronising every BATCH (10)
-                                       iterations; report iterations per second (common: over
-                                       the span FROM UNTIL its parent writes to stdin)
+    torch_workloads.py matmul SECONDS [BATCH [common [SIZE]]]  a loop of SIZE x SIZE (4096) matmuls
+                                       synchronising every BATCH (10) iterations; report iterations
+                                       per second (common: over the span FROM UNTIL its parent writes
+                                       to stdin); a small SIZE makes the loop launch-bound
     torch_workloads.py train STEPS     time STEPS training steps; report seconds
 """
 from __future__ import annotations
@@ -75,12 +76,12 @@ def oom() -> None:
     mark("done")
 
 
-def matmul(seconds: float, batch: int = 10, common_window: bool = False) -> None:
-    """bf16 4096x4096 matmuls, a sync every `batch`; iterations per second over the last 3/4 of
+def matmul(seconds: float, batch: int = 10, common_window: bool = False, size: int = 4096) -> None:
+    """bf16 SIZE x SIZE matmuls, a sync every `batch`; iterations per second over the last 3/4 of
     `seconds`, or with common_window over the epoch times FROM UNTIL read from stdin once started
     (every process of a group measured over the same span; it runs until UNTIL + 0.5 s)."""
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
     torch.cuda.synchronize()
     say("started", time.time())
     if common_window:
@@ -115,5 +116,6 @@ def train(steps: int) -> None:
 
 if __name__ == "__main__":
     mode, arg = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "0"
-    {"profile": lambda: profile(int(arg)), "oom": oom, "matmul": lambda: matmul(float(arg), int(sys.argv[3]) if len(sys.argv) > 3 else 10, sys.argv[4:5] == ["common"]),
+    {"profile": lambda: profile(int(arg)), "oom": oom, "matmul": lambda: matmul(float(arg), int(sys.argv[3]) if len(sys.argv) > 3 else 10, sys.argv[4:5] == ["common"],
+                                 int(sys.argv[5]) if len(sys.argv) > 5 else 4096),
      "train": lambda: train(int(arg))}[mode]()

@@ -130,3 +130,18 @@ def test_work_queued_past_the_window_is_given_back(run_client):
     assert device_share(run_client, None, 40) > 0.9  # the fake device's clock: alone, busy all the time
     share = device_share(run_client, "30", 40)
     assert 0.25 < share < 0.35, share
+
+
+def batch_rate(run_client, env: dict[str, str]) -> float:
+    env = {"FAKE_CUDA_ASYNC": "1", "FAKE_CUDA_LAUNCH_NS": "1", "ALNAIR_COMPUTE_LIMIT": "50", **env}
+    return float(run_client("gpa", "batches", "0.5", "1.0", "10", env=env).values("batch_rate")[0][0])
+
+
+def test_one_slow_sync_does_not_throttle_a_launch_bound_loop_for_good(run_client):
+    """A loop whose GPU keeps up with its launches (its syncs find the work done) under a 50% limit:
+    one sync that waits 150 ms (other contexts ran first) teaches a GPU time per launch
+    of milliseconds; the syncs that follow, finding their work done, must unteach it, or each window
+    lets a dozen launches through (the H200 campaign saw a DQN beside a DCGAN slow 13x once)."""
+    steady = batch_rate(run_client, {})
+    stalled = batch_rate(run_client, {"FAKE_CUDA_STALL_AFTER": "1000", "FAKE_CUDA_STALL_NS": "150000000"})
+    assert stalled > 0.5 * steady, (stalled, steady)

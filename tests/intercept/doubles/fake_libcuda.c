@@ -19,7 +19,9 @@
  * once, like a real GPU's queue; the synchronize calls sleep until it drains),
  * FAKE_CUDA_WINDOW_NS (with FAKE_CUDA_ASYNC: the queued work's time that runs
  * outside [0, this) of every 100 ms period, a limited process's window alone, is
- * told by fake_cuda_outside_window_ns),
+ * told by fake_cuda_outside_window_ns), FAKE_CUDA_STALL_AFTER and FAKE_CUDA_STALL_NS (with
+ * FAKE_CUDA_ASYNC: once, the work of that many launches done, the device runs something else for
+ * that long before the next launch's work, as a time-sliced GPU runs another context's slice),
  * FAKE_CUDA_COPY_NS (time each copy call takes, default 0: asynchronous ones too, so
  * a test can tell they are not timed). A copy of more bytes than a device holds is
  * refused, like an out-of-range copy. FAKE_CUDA_CONTEXT_BYTES (default 0): device memory each context
@@ -87,6 +89,8 @@ static int async_launches;
 static uint64_t queue_drained_at; /* FAKE_CUDA_ASYNC: when the queued launches are done */
 static uint64_t window_ns;        /* FAKE_CUDA_WINDOW_NS */
 static uint64_t outside_window_ns; /* queued work's time outside it */
+static uint64_t stall_after, stall_ns; /* FAKE_CUDA_STALL_AFTER, FAKE_CUDA_STALL_NS */
+static uint64_t queued_launches;
 static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void map_shared_gpu(const char *path)
@@ -132,6 +136,8 @@ __attribute__((constructor)) static void configure(void)
     if ((v = getenv("FAKE_CUDA_SHARED_GPU"))) map_shared_gpu(v);
     async_launches = getenv("FAKE_CUDA_ASYNC") != NULL;
     if ((v = getenv("FAKE_CUDA_WINDOW_NS"))) window_ns = strtoull(v, NULL, 10);
+    if ((v = getenv("FAKE_CUDA_STALL_AFTER"))) stall_after = strtoull(v, NULL, 10);
+    if ((v = getenv("FAKE_CUDA_STALL_NS"))) stall_ns = strtoull(v, NULL, 10);
     if ((v = getenv("FAKE_CUDA_CONTEXT_BYTES"))) context_bytes = strtoull(v, NULL, 10);
     if ((v = getenv("FAKE_CUDA_POOL_GRANULE"))) pool_granule = strtoull(v, NULL, 10);
     for (int i = 0; i < MAX_DEVICES; i++) {
@@ -207,6 +213,7 @@ static void queue_kernel(void)
 {
     pthread_mutex_lock(&queue_lock);
     uint64_t now = now_ns(), start = queue_drained_at > now ? queue_drained_at : now;
+    if (stall_ns && ++queued_launches == stall_after + 1) start += stall_ns;
     queue_drained_at = start + launch_ns;
     if (window_ns) outside_window_ns += outside_window(start);
     pthread_mutex_unlock(&queue_lock);

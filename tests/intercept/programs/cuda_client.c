@@ -289,7 +289,9 @@ static void scenario_batches(double warmup, double seconds, int batch)
         for (int i = 0; i < batch; i++) check(launch(), "launch");
         check(cu.cuCtxSynchronize(), "sync");
     }
-    printf("device_share %.3f\n", n * launch_seconds / (seconds_now() - start));
+    double elapsed = seconds_now() - start;
+    printf("device_share %.3f\n", n * launch_seconds / elapsed);
+    printf("batch_rate %.1f\n", n / batch / elapsed);
     /* with FAKE_CUDA_WINDOW_NS: how much of the work ran past the window */
     if (outside) printf("outside_window_share %.3f\n", (outside() - outside_before) / 1e9 / (n * launch_seconds));
 }
