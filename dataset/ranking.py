@@ -118,7 +118,7 @@ def plot(ranking: Ranking, path, top: int = 15) -> None:
     right.set_xlim(left=-0.6)  # a rank-0 marker would sit on the axis line, half hidden
     right.set_xlabel("rank (0 = best)")
     right.set_title(f"{ranking.target}: features by average rank (r², forest, Ridge, Lasso)")
-    right.legend(loc="lower right", fontsize=8)
+    right.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)  # inside, it hid the low ranks' markers
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
