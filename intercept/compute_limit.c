@@ -85,18 +85,17 @@ static uint64_t window_time(uint64_t a, uint64_t b, uint64_t offset, uint64_t le
 }
 
 /* A sync at now ends the batch of `launches` since the last one, which ran in the window's
- * time since its first launch (outside it, other processes ran). A sync that waited shows that
- * time; one that found the work done shows a bound, so it may only lower the cost: learnt from
- * waits alone, the cost of a launch-bound process (its syncs seldom wait) stayed at what one slow
- * sync taught it (another process's time slice ran first) and let a dozen launches a window go. */
+ * time since its first launch (outside it, other processes ran). A sync that waited measures
+ * the cost; one that found the work done bounds it, so it may only lower it (else a launch-bound
+ * process, whose syncs seldom wait, keeps what one slow sync taught it). */
 static void learn_launch_cost(struct alnair_device *d, uint64_t launches, uint64_t now, int waited)
 {
     uint64_t start = atomic_load_explicit(&d->batch_start_ns, memory_order_relaxed);
-    if (!launches || start >= now) return;
+    uint64_t old = atomic_load_explicit(&d->launch_cost_ns, memory_order_relaxed);
+    if (!launches || start >= now || (!waited && !old)) return;
     uint64_t offset, length;
     window_of(d, &offset, &length);
     uint64_t cost = window_time(start, now, offset, length) / launches;
-    uint64_t old = atomic_load_explicit(&d->launch_cost_ns, memory_order_relaxed);
     if (!waited && cost >= old) return;
     atomic_store_explicit(&d->launch_cost_ns, old ? old + ((int64_t)cost - (int64_t)old) / COST_WEIGHT : cost,
                           memory_order_relaxed);

@@ -118,9 +118,15 @@ def test_a_killed_process_hands_its_share_back_and_windows_are_published(run_cli
     assert wait_until(lambda: quota_ms(shm_dir, first.proc.pid) == 60, timeout=5)
 
 
+def batches(run_client, env: dict[str, str], batch: int, seconds: float, value: str) -> float:
+    """cuda_client's batches scenario on the fake driver's asynchronous queue, after 0.5 s of warm-up: `value`."""
+    client = run_client("gpa", "batches", "0.5", str(seconds), str(batch), env={"FAKE_CUDA_ASYNC": "1", **env})
+    return float(client.values(value)[0][0])
+
+
 def device_share(run_client, limit: str | None, batch: int) -> float:
-    env = {"FAKE_CUDA_ASYNC": "1", "FAKE_CUDA_LAUNCH_NS": "1000000", **({"ALNAIR_COMPUTE_LIMIT": limit} if limit else {})}
-    return float(run_client("gpa", "batches", "0.5", "3.0", str(batch), env=env).values("device_share")[0][0])
+    env = {"FAKE_CUDA_LAUNCH_NS": "1000000", **({"ALNAIR_COMPUTE_LIMIT": limit} if limit else {})}
+    return batches(run_client, env, batch, 3.0, "device_share")
 
 
 def test_work_queued_past_the_window_is_given_back(run_client):
@@ -133,8 +139,7 @@ def test_work_queued_past_the_window_is_given_back(run_client):
 
 
 def batch_rate(run_client, env: dict[str, str]) -> float:
-    env = {"FAKE_CUDA_ASYNC": "1", "FAKE_CUDA_LAUNCH_NS": "1", "ALNAIR_COMPUTE_LIMIT": "50", **env}
-    return float(run_client("gpa", "batches", "0.5", "1.0", "10", env=env).values("batch_rate")[0][0])
+    return batches(run_client, {"FAKE_CUDA_LAUNCH_NS": "1", "ALNAIR_COMPUTE_LIMIT": "50", **env}, 10, 1.0, "batch_rate")
 
 
 def test_one_slow_sync_does_not_throttle_a_launch_bound_loop_for_good(run_client):
