@@ -149,5 +149,6 @@ def test_one_slow_sync_does_not_throttle_a_launch_bound_loop_for_good(run_client
     lets a dozen launches through (the H200 campaign saw a DQN beside a DCGAN slow 13x once)."""
     steady = batch_rate(run_client, {})
     stalled = batch_rate(run_client, {"FAKE_CUDA_STALL_AFTER": "1000", "FAKE_CUDA_STALL_NS": "150000000"})
+    print(f"batches/s: steady {steady:.1f}, after the stall {stalled:.1f}, ratio {stalled / steady:.3f}")  # pytest -s
     # stuck, it keeps a few batches a second of some 400,000: a loaded machine's noise is far from either
     assert stalled > 0.1 * steady, (stalled, steady)
