@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from alnair.dataset import clustering, interference, published, ranking, sources, synthesis
+from alnair.dataset import clustering, interference, published, ranking, sources, superseding, synthesis
 
 TARGETS = ("MGUP", "MGMAP")
 MIN_ROWS = 6  # a table with fewer rows than this gets no feature ranking or clustering
@@ -149,6 +149,10 @@ def interference_section(report: Report, campaign: sources.Campaign) -> None:
         view = result.measured[["mode", "solo_a_key", "solo_b_key", "slowdown_a", "slowdown_b", "packing_saving"]].copy()
         report.add(f"{len(result.measured)} measured pairs and modes ({result.pairs} distinct pairs):", "",
                    _table(view, 3, index=False), "")
+    superseded = int((campaign.pairs.get("status") == superseding.STATUS).sum()) if len(campaign.pairs) else 0
+    if superseded:
+        report.add(f"Not counted: {superseded} limited pairs made before a fix of the compute limit (status "
+                   f"`{superseding.STATUS}` in pairs.csv); the campaign measures them again.", "")
     if not result.fitted:
         report.add(f"No slowdown model: {result.reason}. The model (features: both jobs' solo {', '.join(interference.PROFILE)}, "
                    "their GPU shares and solo durations; mean, Ridge and a random forest, cross-validated by pair so no "

@@ -11,7 +11,8 @@ from .columns import columns as profile_columns
 
 CAMPAIGN_COLUMNS = [
     ("key", str, "the configuration's key: its settings, seed and repeat (solo) or its pair, mode and side (shared)"),
-    ("status", str, "ok; failed (the job exited non-zero or left no record); incomplete (cut before its end)"),
+    ("status", str, "ok; failed (the job exited non-zero or left no record); incomplete (cut before its end); "
+     "superseded (a limited pair's shared row made before a fix of the limit: measured again under the same key)"),
     ("role", str, "solo, or shared (one side of a pair run together)"),
     ("pair_key", str, "shared rows: the pair's key in pairs.csv"),
     ("mode", str, "shared rows: timeslice, limit-50-50 or limit-30-70"),
@@ -31,7 +32,8 @@ CAMPAIGN_COLUMNS = [
     ("hostname", str, "the machine"),
 ]
 PAIR_COLUMNS = [
-    ("pair_key", str, "mode|solo key a|solo key b"), ("status", str, "ok"), ("mode", str, "timeslice, limit-50-50, limit-30-70"),
+    ("pair_key", str, "mode|solo key a|solo key b"), ("status", str, "ok; superseded (made before a fix of the limit: measured again under the same key)"),
+    ("mode", str, "timeslice, limit-50-50, limit-30-70"),
     ("compute_limit_a", int, "ALNAIR_COMPUTE_LIMIT of a (empty: none)"), ("compute_limit_b", int, "of b"),
     ("solo_a_key", str, "runs.csv key of a's solo row"), ("solo_b_key", str, "of b's solo row"),
     ("shared_a_key", str, "runs.csv key of a's shared row"), ("shared_b_key", str, "of b's shared row"),
@@ -89,6 +91,11 @@ class Table:
             f.flush()
             os.fsync(f.fileno())
         os.replace(partial, self.path)
+
+    def rewrite(self) -> str | None:
+        """Writes the rows as they are now, edited in place: the CSV, then the Parquet (see parquet())."""
+        self._write()
+        return self.parquet()
 
     def done(self, key: str, statuses=("ok", "failed")) -> dict | None:
         """The last finished row of a key, if any."""
