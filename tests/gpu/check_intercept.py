@@ -119,12 +119,16 @@ def part_oom() -> None:
           peak=d.peak_bytes, message=report["oom_message"], exit_code=code)
 
 
-def sample_utilization(stop: threading.Event, out: dict[int, list[int]], quotas: dict[int, list[float]]) -> None:
-    """Each second: every pid's NVML SM utilization samples, and the window (% of the
-    period) its intercept grants it now."""
+def sample_utilization(stop: threading.Event, out: dict[int, list[int]], quotas: dict[int, list[float]],
+                       clocks: list[tuple[int, float]] | None = None) -> None:
+    """Each second: every pid's NVML SM utilization samples, the window (% of the period) its
+    intercept grants it now and, given a list, the GPU's SM clock (MHz) and power (W)."""
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     seen: set[tuple[int, int]] = set()
     while not stop.wait(1.0):
+        if clocks is not None:
+            clocks.append((pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                           pynvml.nvmlDeviceGetPowerUsage(handle) / 1000))
         for pid in quotas:
             device = published(pid).get(0)
             if device and device.compute_period_ns:
@@ -139,12 +143,12 @@ def sample_utilization(stop: threading.Event, out: dict[int, list[int]], quotas:
                 out[s.pid].append(s.smUtil)
 
 
-def run_matmul_group(limits: list[int | None], seconds: float, batch: int = 10,
-                     sizes: list[int] | None = None) -> list[tuple[float, float, list[int], list[float]]]:
+def run_matmul_group(limits: list[int | None], seconds: float, batch: int = 10, sizes: list[int] | None = None,
+                     clocks: list[tuple[int, float]] | None = None) -> list[tuple[float, float, list[int], list[float]]]:
     """Co-located matmul loops, one per limit (None: no limit) and size (4096), all measured over the same
     span once every one has started (after a quarter of `seconds` of ramp-up): each one's mean
     NVML SM utilization, its iterations per second, the utilization trace and the trace of
-    its granted window."""
+    its granted window (and the GPU's clock and power into `clocks`, given one)."""
     procs = [spawn([sys.executable, str(HERE / "torch_workloads.py"), "matmul", str(seconds), str(batch), "common", str(size)],
                    env=env(**({"ALNAIR_COMPUTE_LIMIT": str(limit)} if limit else {})))
              for limit, size in zip(limits, sizes or [4096] * len(limits))]
@@ -158,7 +162,7 @@ def run_matmul_group(limits: list[int | None], seconds: float, batch: int = 10,
     quotas: dict[int, list[float]] = {p.pid: [] for p in procs}
     stop = threading.Event()
     time.sleep(seconds * 0.25)
-    sampler = threading.Thread(target=sample_utilization, args=(stop, utilization, quotas))
+    sampler = threading.Thread(target=sample_utilization, args=(stop, utilization, quotas, clocks))
     sampler.start()
     rates = [float(read_until(p, "iterations_per_second")["iterations_per_second"]) for p in procs]
     stop.set()
@@ -202,14 +206,24 @@ def part_launchbound() -> None:
     should keep about half its solo rate, never a fraction of that. Its launch-cost estimate once
     learnt only from syncs that waited, and one sync held up by the other process could hold it
     at a dozen launches a window (docs/intercept.md, Limits)."""
+    clocks_solo, clocks_shared = [], []
     [(_, solo_small, _, _)] = run_matmul_group([None], 12, batch=40, sizes=[64])
-    [(_, solo_big, _, _)] = run_matmul_group([None], 12, batch=40)
-    runs = [run_matmul_group([50, 50], 16, batch=40, sizes=[64, 4096]) for _ in range(5)]
+    [(_, solo_big, _, _)] = run_matmul_group([None], 12, batch=40, clocks=clocks_solo)
+    runs = [run_matmul_group([50, 50], 16, batch=40, sizes=[64, 4096], clocks=clocks_shared)
+            for _ in range(int(os.environ.get("LAUNCHBOUND_RUNS", "5")))]
     small = [round(r[0][1] / solo_small, 3) for r in runs]
     big = [round(100 * r[1][1] / solo_big, 1) for r in runs]
+    # the 4096 loop's "GPU time" is its throughput against its solo rate: a GPU busy half the time may clock
+    # higher than one saturated (power), which would show as more than its window
     check("launch_bound_keeps_its_half", all(s >= 0.4 for s in small), small_rate_vs_solo=small,
           big_gpu_time=big, solo_small=round(solo_small, 1), solo_big=round(solo_big, 1),
+          sm_mhz_power_w_solo_big=median_clock(clocks_solo), sm_mhz_power_w_shared=median_clock(clocks_shared),
           windows=[[w for *_, w in r] for r in runs])
+
+
+def median_clock(samples: list[tuple[int, float]]) -> list[float]:
+    """The median SM clock (MHz) and power (W) of the samples; [] without any."""
+    return [statistics.median(s[0] for s in samples), round(statistics.median(s[1] for s in samples), 1)] if samples else []
 
 
 def part_share() -> None:
