@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from alnair.dataset import clustering, interference, published, ranking, sources, superseding, synthesis
+from alnair.dataset import (clustering, interference, published, ranking, repeatability, sources, superseding,
+                            synthesis)
 
 TARGETS = ("MGUP", "MGMAP")
 MIN_ROWS = 6  # a table with fewer rows than this gets no feature ranking or clustering
@@ -41,9 +42,14 @@ def _table(frame: pd.DataFrame, digits: int = 3, index: bool = True) -> str:
 
 
 class Report:
+    """report.md and the figures and tables beside it. A run replaces the folder's earlier ones, so nothing a run no
+    longer makes (the pairs' tables once every pair is superseded) stays there looking current."""
+
     def __init__(self, out: Path):
         self.out = out
         self.lines: list[str] = []
+        for old in [*out.glob("*.csv"), *out.glob("*.png"), out / "report.md"]:
+            old.unlink(missing_ok=True)
 
     def add(self, *lines: str) -> None:
         self.lines += list(lines)
@@ -142,6 +148,19 @@ def clustering_section(report: Report, rows: pd.DataFrame, label: str, tag: str,
     clustering.plot(rows, clusters, inertia, report.figure(f"clusters-{tag}.png", f"{label}: K-means"), title=f"{label}: ")
 
 
+def repeatability_section(report: Report, runs: pd.DataFrame, label: str) -> None:
+    found = repeatability.differences(runs)
+    if found.empty:
+        report.add("No configuration has two ok solo runs yet.", "")
+        return
+    report.save(found, "repeats.csv")
+    table = repeatability.summary(found)
+    report.add(f"{len(found)} pairs of ok solo runs of one configuration ({found.key.nunique()} configurations' "
+               "first runs), each metric's |later / earlier - 1|; the GPU machine is lent per session, so runs of "
+               "different sessions ran on different H200s and hosts:", "", _table(table, 3, index=False), "")
+    repeatability.plot(found, report.figure("repeats.png", "repeatability"), title=f"{label}: ")
+
+
 def interference_section(report: Report, campaign: sources.Campaign) -> None:
     result = interference.analyse(campaign.runs, campaign.pairs)
     if len(result.measured):
@@ -151,8 +170,9 @@ def interference_section(report: Report, campaign: sources.Campaign) -> None:
                    _table(view, 3, index=False), "")
     superseded = int((campaign.pairs.get("status") == superseding.STATUS).sum()) if len(campaign.pairs) else 0
     if superseded:
-        report.add(f"Not counted: {superseded} limited pairs made before a fix of the compute limit (status "
-                   f"`{superseding.STATUS}` in pairs.csv); the campaign measures them again.", "")
+        report.add(f"Not counted: {superseded} pairs marked `{superseding.STATUS}` in pairs.csv (made before the "
+                   "compute limit's launch-cost fix, or against solo runs on another GPU: docs/dataset.md); the "
+                   "campaign measures them again.", "")
     if not result.fitted:
         report.add(f"No slowdown model: {result.reason}. The model (features: both jobs' solo {', '.join(interference.PROFILE)}, "
                    "their GPU shares and solo durations; mean, Ridge and a random forest, cross-validated by pair so no "
@@ -204,6 +224,8 @@ def run(out: Path = sources.ANALYSIS, data: Path = sources.DATA) -> Path:
     report.add("## K-means", "")
     clustering_section(report, original_rows, "published", "published", True)
     clustering_section(report, new_rows, new_label, "campaign", False)
+    report.add("## Repeatability", "")
+    repeatability_section(report, campaign.runs, new_label)
     report.add("## Co-location: slowdown and packing saving", "")
     interference_section(report, campaign)
     path = out / "report.md"

@@ -36,8 +36,8 @@ from .plan import Config
 from .process_sampler import ProcessSampler
 from .prometheus import ProfileError
 from .recording import Stack
-from .tables import PAIR_COLUMNS, Table, run_columns
-from .versions import versions
+from .tables import PAIR_COLUMNS, Table, row_gpus, run_columns
+from .versions import gpu_uuids, versions
 from .workloads import grid
 from .workloads.common import Run
 
@@ -136,6 +136,7 @@ class Campaign:
         self.deadline = None if options.budget_seconds is None else self.began + options.budget_seconds
         self.stack: Stack | None = None
         self.versions: dict | None = None
+        self.gpus: tuple[str, ...] | None = None  # this machine's GPU UUIDs, asked once a pair needs them
         self.counts = {"ok": 0, "failed": 0, "incomplete": 0, "skipped": 0, "pairs": 0, "waiting": 0}
         self.stopped_by_budget = False  # a step did not fit (it waits for the next block), or a job was ended
         self.cut = False  # a job was ended by the budget: nothing more runs
@@ -265,6 +266,39 @@ class Campaign:
             f"({time.monotonic() - began:.1f} s with the profile){self.budget_note()}")
         return row if row["status"] != "incomplete" else None
 
+    def on_this_gpu(self, row: dict) -> bool:
+        """Whether the row ran on this machine's GPUs (a job's time depends on its GPU and host: the H200s lent for
+        different blocks differ by up to a third for one configuration). CPU rows name no GPU."""
+        if self.gpus is None:
+            self.gpus = gpu_uuids(self.options.device)
+        used = row_gpus(row)
+        return bool(used) == bool(self.gpus) and used <= set(self.gpus)
+
+    def baseline(self, config: Config, label: str) -> dict | None:
+        """A pair side's time alone on this GPU: its configuration's solo row (measured now when missing), or when
+        that ran elsewhere the latest ok solo or baseline row of its settings measured here, or else a baseline row
+        measured now (role baseline: not one of the dataset's solo runs). None when the budget stops it."""
+        solo = self.solo(config, label, for_pair=True)
+        if solo is None or solo["status"] != "ok" or self.on_this_gpu(solo):
+            return solo
+        here = [r for r in self.runs.rows if r["status"] == "ok" and r["role"] in ("solo", "baseline")
+                and row_settings(r) == config.settings and self.on_this_gpu(r)]
+        if here:
+            return here[-1]
+        key = f"{config.key}|baseline|{self.gpus[0] if self.gpus else 'cpu'}"
+        done = self.runs.done(key, self.finished)
+        if done is not None:
+            return done
+        estimate = self.estimate(config)
+        if not self.fits(estimate):
+            self.stop_for(key, estimate)
+            return None
+        self.ensure_stack()
+        [row] = self.execute([(key, config, {"role": "baseline"})])
+        say(f"{label} {key}: {row['status']}, {row['wall_seconds']:.1f} s wall (its solo run was on another GPU)"
+            f"{self.budget_note()}")
+        return row if row["status"] != "incomplete" else None
+
     def pair(self, a: Config, b: Config, mode: str, label: str) -> None:
         pair_key = f"{mode}|{a.key}|{b.key}"
         if self.pairs.done(pair_key, statuses=("ok",)) is not None:
@@ -274,9 +308,9 @@ class Campaign:
         if all(before) and any(r["status"] == "failed" for r in before):  # e.g. the two did not fit in the GPU's memory
             self.counts["skipped"] += 1
             return
-        solo_a, solo_b = self.solo(a, label + " solo a", for_pair=True), None
+        solo_a, solo_b = self.baseline(a, label + " solo a"), None
         if solo_a is not None:
-            solo_b = self.solo(b, label + " solo b", for_pair=True)
+            solo_b = self.baseline(b, label + " solo b")
         if solo_a is None or solo_b is None or self.cut:
             return
         if solo_a["status"] != "ok" or solo_b["status"] != "ok":

@@ -199,7 +199,8 @@ def plot(result: Interference, path, title: str = "") -> None:
         left.set_ylabel("%")
         left.legend()
     else:  # no pairs yet: a sentence, not empty axes
-        left.text(0.5, 0.5, "no pair measured yet", ha="center", va="center", fontsize=10)
+        left.text(0.5, 0.5, "no pair that counts yet (superseded ones are left out)", ha="center", va="center",
+                  fontsize=10)
         left.set_axis_off()
     left.set_title(f"{title}measured pairs ({result.pairs} distinct, {len(m)} with their modes)")
     if result.fitted:

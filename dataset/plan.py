@@ -222,7 +222,8 @@ def walk(plan: list[Item], coverage: Coverage, repeats: int, modes: list[str], e
          max_blocks: int = 1000) -> list[Step]:
     """The plan as the runner goes through it, block after block: in each block every step not yet done, in plan
     order, that fits in what is left (the runner's rule: `fits(estimate, left, stack_up)`, `estimate(config)` its
-    estimate of a solo job; a pair is budgeted the sum of its sides' after any baseline not measured yet); a step
+    estimate of a solo job; a pair is budgeted the sum of its sides' after any baseline not measured in the same
+    block, since each block may get another GPU and a pair's baselines must run on its GPU); a step
     that does not fit waits for the next block while later ones that fit go on. `expected(config)` is the time a
     solo job is expected to take, a pair SHARED_FACTOR x its longer side; every job adds `profile_seconds`, a block's
     stack `startup_seconds`. The steps come in the order they are expected to run, those in the rows first."""
@@ -236,15 +237,15 @@ def walk(plan: list[Item], coverage: Coverage, repeats: int, modes: list[str], e
     block = 0
     while todo and block < max_blocks:
         block += 1
-        left, stack_up, waiting = block_seconds, False, []
+        left, stack_up, waiting, here = block_seconds, False, [], set()
         for index, item in todo:
             if item.config is not None and item.key in coverage.solo:
                 continue  # an earlier pair's baseline
             if item.config is not None:
                 jobs = [(item.config, estimate(item.config), expected(item.config))]
-            else:
+            else:  # its baselines (a solo run when missing), then the two together
                 a, b = item.pair
-                jobs = [(c, estimate(c), expected(c)) for c in dict.fromkeys((a, b)) if c.key not in coverage.solo]
+                jobs = [(c, estimate(c), expected(c)) for c in dict.fromkeys((a, b)) if c.key not in here]
                 jobs.append((None, estimate(a) + estimate(b), SHARED_FACTOR * max(expected(a), expected(b))))
             seconds = 0.0
             for config, need, take in jobs:
@@ -255,8 +256,11 @@ def walk(plan: list[Item], coverage: Coverage, repeats: int, modes: list[str], e
                 left -= take + profile_seconds
                 seconds += take + profile_seconds
                 if config is not None:
-                    coverage.add(Item(config=config))
+                    here.add(config.key)
+                    if config.key not in coverage.solo:
+                        coverage.add(Item(config=config))
             else:
+                here.update(c.key for c in ([item.config] if item.config is not None else []))
                 coverage.add(item)
                 steps.append(Step(index, item, block, seconds, coverage.progress(repeats, modes)))
                 continue

@@ -78,5 +78,6 @@ def command_line(module: str, description: str, out: str | None = None) -> argpa
     parser = argparse.ArgumentParser(prog=f"python -m alnair.dataset.{module}", description=description)
     parser.add_argument("--data", type=Path, default=DATA, help="the data folder (default: the committed one)")
     if out:
-        parser.add_argument("--out", type=Path, default=None, help=f"default: DATA/{out}")
+        parser.add_argument("--out", type=Path, default=None,
+                            help=f"default: DATA/{out}; the folder's earlier outputs are replaced")
     return parser

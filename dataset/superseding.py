@@ -1,12 +1,14 @@
-"""Marks the limited pairs made before a fix of the compute limit as superseded, so that the campaign measures them
-again: the rows stay (the tables are the campaign's history), their status says they no longer count, and the
-re-measured rows, appended under the same keys, win wherever the tables are read (sources._concat keeps the last).
+"""Marks pairs whose measurement a later finding made wrong as superseded, so that the campaign measures them again:
+the rows stay (the tables are the campaign's history), their status says they no longer count, and the re-measured
+rows, appended under the same keys, win wherever the tables are read (sources._concat keeps the last).
 
-    python -m alnair.dataset.superseding --out dataset/data/h200 --limited-before 781c624
+    python -m alnair.dataset.superseding --out dataset/data/h200 --limited-before 781c624 --baselines-elsewhere
 
-A pair is superseded when its mode is limit-* and the fix is not an ancestor of either shared row's git_commit
-(git merge-base --is-ancestor, in this checkout); its two shared rows go with it. Solo rows and time-sliced pairs
-run without turns, so no fix of the limiter changes them."""
+--limited-before COMMIT: a limit-* pair whose shared rows' git_commit lacks the fix (git merge-base --is-ancestor, in
+this checkout); solo runs and time-sliced pairs take no turns, so no fix of the limiter changes them.
+--baselines-elsewhere: a pair whose solo rows ran on other GPUs than its shared rows (the H200s lent for different
+blocks differ by up to a third in one configuration's time, which a slowdown would take for interference).
+A superseded pair's two shared rows go with it."""
 from __future__ import annotations
 
 import subprocess
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from alnair.commandline import OneLineParser, fail
 
-from .tables import PAIR_COLUMNS, Table, run_columns
+from .tables import PAIR_COLUMNS, Table, row_gpus, run_columns
 
 PROG = "python -m alnair.dataset.superseding"
 STATUS = "superseded"
@@ -30,22 +32,25 @@ def has_fix(commit: str, fix: str, repo: Path) -> bool:
     return found.returncode == 0
 
 
-def supersede_limited(out: Path, fix: str, repo: Path) -> int:
-    """Marks DIR's ok limit-* pairs made before `fix`, and their shared rows; returns how many pairs."""
+def supersede(out: Path, fix: str | None = None, repo: Path | None = None, baselines_elsewhere: bool = False) -> int:
+    """Marks DIR's ok pairs that either rule finds wrong, and their shared rows; returns how many pairs."""
     runs = Table(out / "runs.csv", run_columns(), "key")
     pairs = Table(out / "pairs.csv", PAIR_COLUMNS, "pair_key")
-    shared = {row["key"]: row for row in runs.rows if row["role"] == "shared" and row["status"] == "ok"}
+    latest = {row["key"]: row for row in runs.rows if row["status"] == "ok"}  # a key measured again: its last row
     stale = []
     for pair in pairs.rows:
-        if pair["status"] != "ok" or not pair["mode"].startswith("limit-"):
+        if pair["status"] != "ok":
             continue
-        sides = [shared.get(pair[f"shared_{side}_key"]) for side in "ab"]
-        if any(side is None for side in sides):
-            raise ValueError(f"pair {pair['pair_key']}: its shared rows are not ok rows of {runs.path}")
-        if not all(side["git_commit"] and has_fix(side["git_commit"], fix, repo) for side in sides):
-            stale.append((pair, sides))
-    for pair, sides in stale:
-        for row in (pair, *sides):
+        shared, solo = ([latest.get(pair[f"{role}_{side}_key"]) for side in "ab"] for role in ("shared", "solo"))
+        if None in shared or None in solo:
+            raise ValueError(f"pair {pair['pair_key']}: its solo and shared rows are not all ok rows of {runs.path}")
+        before_fix = fix is not None and pair["mode"].startswith("limit-") and not all(
+            side["git_commit"] and has_fix(side["git_commit"], fix, repo or Path.cwd()) for side in shared)
+        elsewhere = baselines_elsewhere and any(row_gpus(s) != row_gpus(h) for s, h in zip(solo, shared))
+        if before_fix or elsewhere:
+            stale.append((pair, shared))
+    for pair, shared in stale:
+        for row in (pair, *shared):
             row["status"] = STATUS
     problems = [table.rewrite() for table in (runs, pairs)] if stale else []
     if any(problems):
@@ -54,21 +59,25 @@ def supersede_limited(out: Path, fix: str, repo: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog=PROG, description="Marks a campaign's limited pairs made before a fix of the compute "
-                           "limit as superseded; the next campaign block measures them again.")
+    parser = OneLineParser(prog=PROG, description="Marks a campaign's pairs that a later finding made wrong as "
+                           "superseded; the next campaign block measures them again.")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="The campaign's directory.")
-    parser.add_argument("--limited-before", required=True, metavar="COMMIT",
-                        help="The commit that fixed the limit: limit-* pairs whose rows lack it are superseded.")
+    parser.add_argument("--limited-before", metavar="COMMIT",
+                        help="The commit that fixed the limit: limit-* pairs whose shared rows lack it are superseded.")
+    parser.add_argument("--baselines-elsewhere", action="store_true",
+                        help="Pairs whose solo rows ran on other GPUs than their shared rows are superseded.")
     parser.add_argument("--repo", type=Path, default=Path.cwd(), help="The git checkout that knows the commits (default: .).")
     options = parser.parse_args(argv)
+    if options.limited_before is None and not options.baselines_elsewhere:
+        fail(PROG, "give --limited-before COMMIT, --baselines-elsewhere or both")
     if not (options.out / "pairs.csv").is_file():
         fail(PROG, f"--out: no pairs.csv in {options.out}")
     try:
-        count = supersede_limited(options.out, options.limited_before, options.repo)
+        count = supersede(options.out, options.limited_before, options.repo, options.baselines_elsewhere)
     except ValueError as e:
         fail(PROG, str(e))
-    print(f"{PROG}: {count} limited pairs made before {options.limited_before} are superseded "
-          f"(they and their {2 * count} shared rows); the next campaign block measures them again")
+    print(f"{PROG}: {count} pairs are superseded (they and their {2 * count} shared rows); the next campaign blocks "
+          "measure them again")
     return 0
 
 

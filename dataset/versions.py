@@ -36,6 +36,15 @@ def versions(device: str) -> dict:
     return out
 
 
+def gpu_uuids(device: str) -> tuple[str, ...]:
+    """The machine's GPUs as nvidia-smi names them (the rows' gpu_uuids use the same names); none on the CPU."""
+    if device != "cuda" or not shutil.which("nvidia-smi"):
+        return ()
+    answer = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True, text=True,
+                            timeout=30)
+    return tuple(line.strip() for line in answer.stdout.splitlines() if line.strip()) if answer.returncode == 0 else ()
+
+
 def _alnair_version() -> str:
     try:
         return importlib.metadata.version("alnair")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from alnair.dataset import campaign
+from alnair.dataset import campaign, superseding
+from alnair.dataset.tables import Table, run_columns
 from support import require_binary
 
 # Some 13 s a job on this 2-CPU VM (1.05 ms a step after 2.5 s of start-up), so the interpreter's teardown after its
@@ -100,6 +102,31 @@ def test_a_second_campaign_skips_what_is_measured(measured):
     assert "0 ok, 0 failed, 0 incomplete, 3 already measured, 0 pairs" in result.stderr  # 2 configurations, 1 pair
     assert "exporter at" not in result.stderr  # nothing started
     assert ((out / "runs.csv").read_text(), (out / "pairs.csv").read_text()) == before
+
+
+def test_a_pair_whose_solo_ran_on_another_gpu_measures_its_baseline_here(measured, tmp_path):
+    """A pair's slowdown compares times on one GPU: when its solo row ran elsewhere, the pair runs a baseline first."""
+    out, _ = measured
+    for name in ("runs.csv", "pairs.csv"):
+        shutil.copy(out / name, tmp_path / name)
+    table = Table(tmp_path / "runs.csv", run_columns(), "key")
+    for row in table.rows:
+        if row["role"] == "solo":
+            row["gpu_uuids"] = "GPU-elsewhere"
+    table.rewrite()
+    assert superseding.main(["--out", str(tmp_path), "--baselines-elsewhere"]) == 0
+    result = run_campaign(tmp_path, *GRID, *PAIR)
+    assert result.returncode == 0, result.stderr
+    old, new = rows(tmp_path / "pairs.csv")
+    assert (old["status"], new["status"], new["pair_key"]) == ("superseded", "ok", old["pair_key"]), result.stderr
+    by_key = {r["key"]: r for r in rows(tmp_path / "runs.csv")}  # a key measured again: its last row
+    baseline, shared = by_key[new["solo_a_key"]], by_key[new["shared_a_key"]]
+    assert new["solo_a_key"] == new["solo_b_key"] == old["solo_a_key"] + "|baseline|cpu"
+    assert (baseline["role"], baseline["status"], float(baseline["steps"])) == ("baseline", "ok", STEPS)
+    assert shared["status"] == "ok" and float(shared["started_at"]) > float(baseline["ended_at"])
+    assert float(new["slowdown_a"]) == pytest.approx(float(shared["duration_seconds"]) / float(baseline["duration_seconds"]) - 1)
+    # the dataset's solo runs are still the two configurations' rows
+    assert sum(r["role"] == "solo" for r in rows(tmp_path / "runs.csv")) == 2
 
 
 def test_a_budget_too_small_for_the_next_job_starts_nothing(tmp_path):

@@ -86,7 +86,7 @@ def test_the_plan_is_deterministic_and_holds_every_run_once(tmp_path, committed)
     assert sum(1 for i in items if i.pair is not None) == 30 * 3
 
 
-def test_the_targets_need_about_15_blocks_and_every_block_advances_them_all(committed):
+def test_the_targets_need_about_20_blocks_and_every_block_advances_them_all(committed):
     _, _, _, _, steps = committed
     blocks = max(s.block for s in steps)
     reach = {}
@@ -95,7 +95,9 @@ def test_the_targets_need_about_15_blocks_and_every_block_advances_them_all(comm
         reach[name] = next(s.block for s in steps if met(s.progress))
     print(f"\nthe targets from the committed rows, blocks of {plan.BLOCK_SECONDS:g} s: {reach}; the whole plan {blocks}")
     assert reach["families"] == 1  # the next block runs every family
-    assert max(reach.values()) <= 16 and max(reach.values()) - min(reach["solo"], reach["pairs"]) <= 3
+    # 15 blocks when a baseline measured once served every later pair; a pair now measures its baselines on its own
+    # GPU, and the walk assumes every block gets another one
+    assert max(reach.values()) <= 21 and max(reach.values()) - min(reach["solo"], reach["pairs"]) <= 3
     # each block of the first ten is a share of every target: solo runs, repeats and pairs all advance
     by_block = {}
     for s in steps:
@@ -103,7 +105,7 @@ def test_the_targets_need_about_15_blocks_and_every_block_advances_them_all(comm
     for b in range(2, 11):
         before, after = by_block[b - 1], by_block[b]
         assert after.solo > before.solo and after.pairs > before.pairs, b
-    assert by_block[10].repeated > 0
+    assert by_block[13].repeated > 0  # a configuration with every repeat (block 10 before pairs measured baselines)
     seconds = Counter()
     for s in steps:
         seconds[s.block] += s.seconds

@@ -1,4 +1,5 @@
-"""Limited pairs made before a fix of the compute limit are marked superseded and planned again; the rest stay."""
+"""Pairs made before a fix of the compute limit, or against baselines from another GPU, are marked superseded and
+planned again; the rest stay."""
 from __future__ import annotations
 
 import os
@@ -42,8 +43,9 @@ def pair_items(out) -> dict:
 
 
 def write_campaign(out, commits: dict) -> dict:
-    """Solo rows, and every pair in both modes: (dqn 10 + dqn 10) at 50/50 before the fix, (dqn 10 + dqn 64) at 50/50
-    after it, both time-sliced before it. Returns each pair key's commit."""
+    """Solo rows on GPU-1, and every pair in both modes. (dqn 10 + dqn 10): time-sliced before the fix on GPU-1, at
+    50/50 before the fix on GPU-1. (dqn 10 + dqn 64): time-sliced before the fix on GPU-2, at 50/50 after the fix on
+    GPU-1. Returns each pair key's (commit, GPU)."""
     runs = Table(out / "runs.csv", run_columns(), "key")
     pairs = Table(out / "pairs.csv", PAIR_COLUMNS, "pair_key")
     made = {}
@@ -52,14 +54,16 @@ def write_campaign(out, commits: dict) -> dict:
         for config in dict.fromkeys((a, b)):
             if runs.done(config.key) is None:
                 runs.put({"key": config.key, "status": "ok", "role": "solo", "wall_seconds": 30.0,
-                          "git_commit": commits["before"]})
-        commit = commits["after" if item.mode == "limit-50-50" and b.run.batch_size == 64 else "before"]
+                          "git_commit": commits["before"], "gpu_uuids": "GPU-1"})
+        later = b.run.batch_size == 64
+        commit = commits["after" if later and item.mode == "limit-50-50" else "before"]
+        gpu = "GPU-2" if later and item.mode == "timeslice" else "GPU-1"
         for side in "ab":
             runs.put({"key": f"{key}|{side}", "status": "ok", "role": "shared", "pair_key": key, "mode": item.mode,
-                      "git_commit": commit})
+                      "git_commit": commit, "gpu_uuids": gpu})
         pairs.put({"pair_key": key, "status": "ok", "mode": item.mode, "solo_a_key": a.key, "solo_b_key": b.key,
                    "shared_a_key": f"{key}|a", "shared_b_key": f"{key}|b", "packing_saving": 0.1})
-        made[key] = commit
+        made[key] = (commit, gpu)
     return made
 
 
@@ -70,22 +74,41 @@ def listed(out) -> dict[str, str]:
     return dict(line.split("\t")[:2] for line in result.stdout.splitlines() if line.count("|") == 2)
 
 
+def supersede_and_check(out, args: list[str], stale: set[str], made: dict) -> None:
+    """Runs the command, then: exactly `stale` is to do again, superseded in both tables and their Parquet copies."""
+    assert superseding.main(["--out", str(out), *args]) == 0
+    state = listed(out)
+    assert {k for k, s in state.items() if s == "to do"} == stale
+    pairs = {r["pair_key"]: r["status"] for r in Table(out / "pairs.csv", PAIR_COLUMNS, "pair_key").rows}
+    assert pairs == {k: "superseded" if k in stale else "ok" for k in made}
+    runs = Table(out / "runs.csv", run_columns(), "key").rows
+    assert {r["key"] for r in runs if r["status"] == "superseded"} == {f"{k}|{side}" for k in stale for side in "ab"}
+    assert pq.read_table(out / "pairs.parquet").column("status").to_pylist().count("superseded") == len(stale)
+
+
 def test_only_limited_pairs_without_the_fix_are_superseded_and_planned_again(tmp_path, history):
     repo, commits = history
     made = write_campaign(tmp_path, commits)
     assert set(listed(tmp_path).values()) == {"ok"} and len(made) == 4
-    assert superseding.main(["--out", str(tmp_path), "--limited-before", commits["fix"], "--repo", str(repo)]) == 0
-    stale = {k for k, commit in made.items() if k.startswith("limit-") and commit == commits["before"]}
+    stale = {k for k, (commit, _) in made.items() if k.startswith("limit-") and commit == commits["before"]}
     assert len(stale) == 1
-    state = listed(tmp_path)
-    assert {k for k, s in state.items() if s == "to do"} == stale
-    pairs = {r["pair_key"]: r["status"] for r in Table(tmp_path / "pairs.csv", PAIR_COLUMNS, "pair_key").rows}
-    assert pairs == {k: "superseded" if k in stale else "ok" for k in made}
-    runs = Table(tmp_path / "runs.csv", run_columns(), "key").rows
-    assert {r["key"] for r in runs if r["status"] == "superseded"} == {f"{k}|{side}" for k in stale for side in "ab"}
-    assert pq.read_table(tmp_path / "pairs.parquet").column("status").to_pylist().count("superseded") == 1
+    supersede_and_check(tmp_path, ["--limited-before", commits["fix"], "--repo", str(repo)], stale, made)
     # a second pass finds nothing left to mark
-    assert superseding.supersede_limited(tmp_path, commits["fix"], repo) == 0
+    assert superseding.supersede(tmp_path, commits["fix"], repo) == 0
+
+
+def test_pairs_whose_baselines_ran_on_another_gpu_are_superseded_and_planned_again(tmp_path, history):
+    _, commits = history
+    made = write_campaign(tmp_path, commits)
+    stale = {k for k, (_, gpu) in made.items() if gpu != "GPU-1"}
+    assert len(stale) == 1 and next(iter(stale)).startswith("timeslice|")
+    supersede_and_check(tmp_path, ["--baselines-elsewhere"], stale, made)
+
+
+def test_no_rule_exits_2_with_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        superseding.main(["--out", str(tmp_path)])
+    assert stop.value.code == 2 and capsys.readouterr().err.count("\n") == 1
 
 
 def test_a_commit_git_does_not_know_exits_2_with_one_line(tmp_path, history, capsys):

@@ -1,0 +1,34 @@
+"""Repeats of one configuration, compared two by two, split by whether they ran on the same GPU."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from alnair.dataset import repeatability
+
+SETTINGS = {"run_family": "dqn", "run_model": "dqn", "run_batch_size": 10, "run_steps": 5700, "run_precision": "fp32",
+            "run_workers": 0, "run_device": "cuda"}
+
+
+def run(key, started, seconds, gpu, status="ok", role="solo", **settings) -> dict:
+    return {"key": key, "status": status, "role": role, "started_at": started, "gpu_uuids": gpu, **SETTINGS, **settings,
+            "duration_seconds": seconds, "step_seconds_p50": seconds / 10_000, "time_to_first_step_seconds": 8.0,
+            "gpu_util_ratio_mean": 0.04}
+
+
+def test_every_two_repeats_are_compared_in_the_order_they_ran():
+    runs = pd.DataFrame([
+        run("a/r2", 3, 36.3, "GPU-2"), run("a/r0", 1, 30.0, "GPU-1"), run("a/r1", 2, 33.0, "GPU-2"),
+        run("a/failed", 4, 99.0, "GPU-2", status="failed"), run("a/shared", 5, 60.0, "GPU-2", role="shared"),
+        run("b/r0", 1, 20.0, "GPU-1", run_batch_size=64),  # alone: nothing to compare
+    ])
+    found = repeatability.differences(runs).set_index(["key", "other_key"])
+    assert sorted(found.index) == [("a/r0", "a/r1"), ("a/r0", "a/r2"), ("a/r1", "a/r2")]
+    assert found.loc[("a/r0", "a/r1"), "duration_seconds"] == pytest.approx(0.1)
+    assert found.loc[("a/r0", "a/r2"), "step_seconds_p50"] == pytest.approx(0.21)
+    assert found.loc[("a/r1", "a/r2"), "duration_seconds"] == pytest.approx(0.1)
+    assert found.loc[("a/r0", "a/r1"), "time_to_first_step_seconds"] == 0
+    assert list(found.same_gpu) == [False, False, True]
+    table = repeatability.summary(found.reset_index()).set_index(["runs_on", "metric"])
+    assert table.loc[("two GPUs", "duration_seconds")].tolist() == pytest.approx([2, 0.155, 0.199, 0.21])
+    assert table.loc[("one GPU", "duration_seconds")].tolist() == pytest.approx([1, 0.1, 0.1, 0.1])
