@@ -61,15 +61,15 @@ def test_segment_is_named_by_kind_namespace_pid_and_start_time_and_not_world_rea
 def test_reader_never_sees_a_torn_record_while_the_writer_churns(start_writer, shm_dir):
     writer = start_writer("--devices", "64", "--churn")
     directory = SegmentDirectory(str(shm_dir), layout.KIND_CUDA)
-    consistent = 0
-    for _ in range(2000):
+    # A pass the writer outpaces on every retry skips the record (torn), never serves it torn; how many passes do
+    # depends on the scheduler (1473 of 2000 on one loaded CI run, 739 on another), so read until 1000 are served.
+    consistent, deadline = 0, time.monotonic() + 300  # the deadline only ends a reader that is never served
+    while consistent < 1000 and time.monotonic() < deadline:
         for parsed in directory.read():
             values = {getattr(d, f) for d in parsed.record.devices for f in COUNTERS}
             assert len(values) == 1, values  # every counter of every device from one publish
             consistent += 1
-    # Most passes get the record; a pass the writer outpaces on every retry skips it (torn), never serves it torn.
-    # 1473 of 2000 on a loaded CI run: the share depends on the scheduler, the absence of torn values does not.
-    assert consistent > 1000
+    assert consistent >= 1000
     assert unchecked_copy_tears(writer.path, 64), "the stress never tore a plain copy: the test proves nothing"
 
 
