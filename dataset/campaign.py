@@ -36,7 +36,7 @@ from .plan import Config
 from .process_sampler import ProcessSampler
 from .prometheus import ProfileError
 from .recording import Stack
-from .tables import PAIR_COLUMNS, Table, row_gpus, run_columns
+from .tables import PAIR_COLUMNS, SETTINGS_COLUMNS, Table, row_gpus, run_columns
 from .versions import gpu_uuids, versions
 from .workloads import grid
 from .workloads.common import Run
@@ -77,7 +77,7 @@ def job_fits(estimate: float, left: float, stack_up: bool) -> bool:
 
 def row_settings(row: dict) -> tuple:
     """A runs.csv row's configuration without its repeat, as Config.settings gives it."""
-    return tuple(row[f"run_{name}"] for name in ("family", "model", "batch_size", "steps", "precision", "workers", "device"))
+    return tuple(row[name] for name in SETTINGS_COLUMNS)
 
 
 def _chosen(run: Run, options) -> bool:

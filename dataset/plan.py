@@ -260,7 +260,6 @@ def walk(plan: list[Item], coverage: Coverage, repeats: int, modes: list[str], e
                     if config.key not in coverage.solo:
                         coverage.add(Item(config=config))
             else:
-                here.update(c.key for c in ([item.config] if item.config is not None else []))
                 coverage.add(item)
                 steps.append(Step(index, item, block, seconds, coverage.progress(repeats, modes)))
                 continue

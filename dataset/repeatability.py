@@ -8,17 +8,16 @@ from itertools import combinations
 import pandas as pd
 
 from .sources import solo_runs
-from .tables import row_gpus
+from .tables import SETTINGS_COLUMNS, row_gpus
 
 METRICS = ("duration_seconds", "step_seconds_p50", "time_to_first_step_seconds", "gpu_util_ratio_mean")
-SETTINGS = ("run_family", "run_model", "run_batch_size", "run_steps", "run_precision", "run_workers", "run_device")
 
 
 def differences(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per two ok solo runs of a configuration (every two of its repeats): their keys, whether they ran on
     the same GPUs, and each metric's relative difference, later / earlier - 1."""
     rows = []
-    for _, group in solo_runs(runs).groupby(list(SETTINGS), dropna=False, sort=False):
+    for _, group in solo_runs(runs).groupby(list(SETTINGS_COLUMNS), dropna=False, sort=False):
         for (_, first), (_, second) in combinations(group.iterrows(), 2):  # in the order they started
             row = {"key": first["key"], "other_key": second["key"],
                    "same_gpu": row_gpus(first.to_dict()) == row_gpus(second.to_dict())}

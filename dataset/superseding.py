@@ -11,6 +11,7 @@ blocks differ by up to a third in one configuration's time, which a slowdown wou
 A superseded pair's two shared rows go with it."""
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ PROG = "python -m alnair.dataset.superseding"
 STATUS = "superseded"
 
 
+@functools.cache  # every row of a block names the same commit
 def has_fix(commit: str, fix: str, repo: Path) -> bool:
     """Whether `commit` contains `fix`; ValueError when git does not know one of them (a shallow or foreign clone)."""
     found = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", fix, commit],

@@ -12,7 +12,7 @@ from .columns import columns as profile_columns
 CAMPAIGN_COLUMNS = [
     ("key", str, "the configuration's key: its settings, seed and repeat (solo) or its pair, mode and side (shared)"),
     ("status", str, "ok; failed (the job exited non-zero or left no record); incomplete (cut before its end); "
-     "superseded (a limited pair's shared row made before a fix of the limit: measured again under the same key)"),
+     "superseded (a shared row of a pair made wrong by a later finding: measured again under the same key)"),
     ("role", str, "solo; shared (one side of a pair run together); baseline (a pair side's configuration run alone "
      "on the pair's GPU because its solo run was on another: not one of the dataset's solo runs)"),
     ("pair_key", str, "shared rows: the pair's key in pairs.csv"),
@@ -33,10 +33,12 @@ CAMPAIGN_COLUMNS = [
     ("hostname", str, "the machine"),
 ]
 PAIR_COLUMNS = [
-    ("pair_key", str, "mode|solo key a|solo key b"), ("status", str, "ok; superseded (made before a fix of the limit: measured again under the same key)"),
+    ("pair_key", str, "mode|solo key a|solo key b"),
+    ("status", str, "ok; superseded (made wrong by a later finding, see superseding.py: measured again under the same key)"),
     ("mode", str, "timeslice, limit-50-50, limit-30-70"),
     ("compute_limit_a", int, "ALNAIR_COMPUTE_LIMIT of a (empty: none)"), ("compute_limit_b", int, "of b"),
-    ("solo_a_key", str, "runs.csv key of a's solo (or baseline) row, on the GPU of the shared rows"), ("solo_b_key", str, "of b's solo row"),
+    ("solo_a_key", str, "runs.csv key of a's solo (or baseline) row, on the GPU of the shared rows"),
+    ("solo_b_key", str, "of b's solo row"),
     ("shared_a_key", str, "runs.csv key of a's shared row"), ("shared_b_key", str, "of b's shared row"),
     ("solo_a_seconds", float, "a's solo duration_seconds"), ("solo_b_seconds", float, "b's solo duration_seconds"),
     ("shared_a_seconds", float, "a's shared duration_seconds"), ("shared_b_seconds", float, "b's shared duration_seconds"),
@@ -44,6 +46,10 @@ PAIR_COLUMNS = [
     ("packing_saving", float, "1 - max(shared_a_seconds, shared_b_seconds) / (solo_a_seconds + solo_b_seconds)"),
     ("measured_at", float, "Unix seconds: the shared run ended"),
 ]
+
+
+# a configuration without its seed and repeat: the runs.csv columns Config.settings gives, in its order
+SETTINGS_COLUMNS = ("run_family", "run_model", "run_batch_size", "run_steps", "run_precision", "run_workers", "run_device")
 
 
 def row_gpus(row: dict) -> set[str]:
