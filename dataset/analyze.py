@@ -151,13 +151,13 @@ def clustering_section(report: Report, rows: pd.DataFrame, label: str, tag: str,
 def repeatability_section(report: Report, runs: pd.DataFrame, label: str) -> None:
     found = repeatability.differences(runs)
     if found.empty:
-        report.add("No configuration has two ok solo runs yet.", "")
+        report.add("No configuration has two ok runs alone yet.", "")
         return
     report.save(found, "repeats.csv")
     table = repeatability.summary(found)
-    report.add(f"{len(found)} pairs of ok solo runs of one configuration ({found.key.nunique()} configurations' "
-               "first runs), each metric's |later / earlier - 1|; the GPU machine is lent per session, so runs of "
-               "different sessions ran on different H200s and hosts:", "", _table(table, 3, index=False), "")
+    report.add(f"{len(found)} pairs of ok runs alone of one configuration (its solo runs, and the baselines a pair "
+               "measured on its own GPU), each metric's |later / earlier - 1|; the GPU machine is lent per session, "
+               "so runs of different sessions ran on different H200s and hosts:", "", _table(table, 3, index=False), "")
     repeatability.plot(found, report.figure("repeats.png", "repeatability"), title=f"{label}: ")
 
 
@@ -165,7 +165,7 @@ def interference_section(report: Report, campaign: sources.Campaign) -> None:
     result = interference.analyse(campaign.runs, campaign.pairs)
     if len(result.measured):
         report.save(result.measured, "pairs-measured.csv")
-        view = result.measured[["mode", "solo_a_key", "solo_b_key", "slowdown_a", "slowdown_b", "packing_saving"]].copy()
+        view = result.measured[["mode", "a", "b", "slowdown_a", "slowdown_b", "packing_saving"]].copy()
         report.add(f"{len(result.measured)} measured pairs and modes ({result.pairs} distinct pairs):", "",
                    _table(view, 3, index=False), "")
     superseded = int((campaign.pairs.get("status") == superseding.STATUS).sum()) if len(campaign.pairs) else 0
@@ -190,7 +190,8 @@ def interference_section(report: Report, campaign: sources.Campaign) -> None:
                    f"ranking, {e['top_quarter_hits']} of the {e['top_quarter']} best measured pairs in the predicted "
                    "top quarter.", "")
         if len(result.candidates):
-            report.add("Unmeasured candidate pairs (time-slicing), best predicted saving first:", "",
+            report.add("Unmeasured candidate pairs (time-slicing), best predicted saving first; a configuration beside "
+                       "a copy of itself (a sweep's trials) is a candidate too, though no measured pair is one:", "",
                        _table(result.candidates, 3, index=False), "")
     interference.plot(result, report.figure("interference.png", "co-location: slowdowns and packing saving"),
                       title=f"{campaign.origin}: ")

@@ -44,7 +44,9 @@ def measured_pairs(runs: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     ok["slowdown_a_recomputed"] = slowdown(ha, sa)
     ok["slowdown_b_recomputed"] = slowdown(hb, sb)
     ok["packing_saving_recomputed"] = packing_saving(sa, sb, ha, hb)
-    ok["group"] = ["+".join(sorted(p)) for p in zip(ok.solo_a_key, ok.solo_b_key)]  # a pair, whatever its mode
+    # the pair's configurations, from its key (mode|a|b): its solo keys may name baseline rows (KEY|baseline|GPU)
+    ok["a"], ok["b"] = zip(*(key.split("|")[1:3] for key in ok.pair_key)) if len(ok) else ([], [])
+    ok["group"] = ["+".join(sorted(p)) for p in zip(ok.a, ok.b)]  # a pair, whatever its mode and baselines
     return ok
 
 
@@ -143,7 +145,7 @@ def analyse(runs: pd.DataFrame, pairs: pd.DataFrame, min_pairs: int = MIN_PAIRS,
 
 def _ranked(measured: pd.DataFrame, data: pd.DataFrame) -> pd.DataFrame:
     predicted = data.pivot_table(index="pair_key", columns="side", values="predicted_slowdown")
-    ranked = measured.set_index("pair_key")[["mode", "solo_a_key", "solo_b_key", "solo_a_seconds", "solo_b_seconds",
+    ranked = measured.set_index("pair_key")[["mode", "a", "b", "solo_a_seconds", "solo_b_seconds",
                                              "slowdown_a", "slowdown_b", "packing_saving"]].copy()
     ranked["predicted_slowdown_a"] = predicted["a"]
     ranked["predicted_slowdown_b"] = predicted["b"]
@@ -190,7 +192,7 @@ def plot(result: Interference, path, title: str = "") -> None:
         left.set_ylabel("%: slowdown of each side (blue), packing saving (green)")
     elif len(m):
         # one job per line: two jobs on one line run into the next bar's label from 4 bars on
-        labels = [f"{r.mode}\n{_short(r.solo_a_key)}\n+ {_short(r.solo_b_key)}" for r in m.itertuples()]
+        labels = [f"{r.mode}\n{_short(r.a)}\n+ {_short(r.b)}" for r in m.itertuples()]
         x = np.arange(len(m))
         left.bar(x - 0.27, m.slowdown_a * 100, 0.27, label="slowdown a")
         left.bar(x, m.slowdown_b * 100, 0.27, label="slowdown b")

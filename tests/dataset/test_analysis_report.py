@@ -55,7 +55,7 @@ def test_a_run_writes_the_report_figures_and_tables(h200, monkeypatch):
     report = analyze.run(out, h200).read_text()
     assert "the h200 campaign's 17 solo runs" in report
     assert len(linked_figures(report)) == 10 and len(list(out.glob("*.png"))) == 10
-    assert "pairs of ok solo runs of one configuration" in report and (out / "repeats.csv").is_file()
+    assert "pairs of ok runs alone of one configuration" in report and (out / "repeats.csv").is_file()
     assert "MaGTSAMP 0.81 / 0.81, Min_GPU_Util_% 0.80 / 0.80, MiGTSAMP 0.70 / 0.70" in report
     assert "ours 3.177 and 2.448; paired correctly 0.723 and 0.608" in report
     assert "No slowdown model: 2 distinct measured pairs" in report  # the calibration pairs

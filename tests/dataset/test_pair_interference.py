@@ -86,3 +86,19 @@ def test_unmeasured_pairs_are_ranked_as_candidates():
     lows = runs[runs.role == "solo"].set_index("key").gpu_util_ratio_mean
     # the best predicted saving pairs jobs that use the GPU little
     assert lows[best.a] + lows[best.b] < lows.median() * 2
+
+
+def test_a_pair_measured_against_baseline_rows_is_one_pair_of_its_configurations():
+    # the campaign's baseline rows (KEY|baseline|GPU: the solo run was on another GPU) stand in for the solo rows
+    runs, pairs = synthetic_campaign()
+    first = pairs.index[0]
+    for side in ("a", "b"):
+        solo = runs[runs.key == pairs.at[first, f"solo_{side}_key"]].assign(role="baseline", run_repeat=np.nan)
+        solo["key"] = solo.key + "|baseline|GPU-1"
+        runs = pd.concat([runs, solo], ignore_index=True)
+        pairs.at[first, f"solo_{side}_key"] = solo.key.iloc[0]
+    result = interference.analyse(runs, pairs)
+    configurations = pairs.pair_key[first].split("|")[1:3]
+    assert result.pairs == 21 and result.measured.at[first, "group"] == "+".join(sorted(configurations))
+    # so it is no candidate: the candidates are still each job beside a copy of itself
+    assert len(result.candidates) == 7 and (result.candidates.a == result.candidates.b).all()
