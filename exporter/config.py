@@ -14,6 +14,7 @@ from alnair.commandline import (OneLineParser, RepeatedList, add_flag, comma_sep
                                 flag_type, int_at_least, parse_bool)
 
 from .registry import CollectorSpec
+from .sampler import UNAVAILABLE_RETRY_SECONDS
 
 PROG = "alnair-exporter"
 DEFAULT_LISTEN = ":9876"
@@ -69,6 +70,8 @@ def build_parser(collectors: Iterable[CollectorSpec]) -> argparse.ArgumentParser
              help="Segments of each kind read per sample at most; more are counted as skipped (over_limit).")
     add_flag(parser, "--path.procfs", default="/proc", help="procfs mount point (the host's /proc in a DaemonSet).")
     add_flag(parser, "--log.level", type=str.lower, default="info", help="debug, info, warning or error.")
+    add_flag(parser, "--collector.retry-interval", type=duration, default=UNAVAILABLE_RETRY_SECONDS,
+             help="How soon a collector whose source is unavailable (no GPU, no Redis, no API server) is tried again.")
     add_flag(parser, "--collector.disable-defaults", type=flag_type(parse_bool), default=False, nargs="?", const=True,
              help="Disable every collector not enabled by a flag.")
     for collector in collectors:

@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> None:
         fail(str(e))
     announce_reader(options.shm_dir)
     chosen = enabled_collectors(options, known)
-    runners = [CollectorRunner(spec, options, getattr(options, f"collector_{spec.name}_interval")) for spec in chosen]
+    runners = [CollectorRunner(spec, options, getattr(options, f"collector_{spec.name}_interval"),
+                               retry_after=options.collector_retry_interval) for spec in chosen]
     assembler = ScrapeAssembler(runners, options.node_name)
     server = listen(options, web, assembler, runners, [c.name for c in known])
     for runner in runners:

@@ -40,11 +40,12 @@ class CollectorRunner:
     start (no GPU, Redis down) is retried instead of failing the exporter."""
 
     def __init__(self, spec: CollectorSpec, options: argparse.Namespace, interval: float,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, retry_after: float = UNAVAILABLE_RETRY_SECONDS):
         self.name = spec.name
         self.spec = spec
         self.options = options
         self.interval = interval
+        self.retry_after = retry_after  # the pause after an unavailable sample: its source is missing, not slow
         self.stale_after = max(3 * interval, MIN_STALE_SECONDS)
         self.clock = clock
         self.collector: Collector | None = None
@@ -76,7 +77,7 @@ class CollectorRunner:
         while not self._stop.is_set() and not self.refusal:
             started = self.clock()
             self.sample_once()
-            pause = UNAVAILABLE_RETRY_SECONDS if self.snapshot.state == "unavailable" else self.interval
+            pause = self.retry_after if self.snapshot.state == "unavailable" else self.interval
             self._stop.wait(max(0.0, pause - (self.clock() - started)))
 
     def sample_once(self) -> Snapshot:
@@ -110,6 +111,8 @@ class CollectorRunner:
         previous = self.snapshot
         if (state, detail) != (previous.state, previous.detail) and state != "ok":
             log.warning("collector %s %s: %s", self.name, state, detail)
+        elif state != "ok":
+            log.debug("collector %s still %s", self.name, state)
         elif state == "ok" and previous.state not in ("ok", "starting"):
             log.info("collector %s recovered", self.name)
         success = state == "ok"
