@@ -140,6 +140,7 @@ class Campaign:
         self.counts = {"ok": 0, "failed": 0, "incomplete": 0, "skipped": 0, "pairs": 0, "waiting": 0}
         self.stopped_by_budget = False  # a step did not fit (it waits for the next block), or a job was ended
         self.cut = False  # a job was ended by the budget: nothing more runs
+        self.deferred: set[tuple[Config, Config]] = set()  # pairs whose target modes wait for the next block
 
     # -- budget
     def left(self) -> float:
@@ -274,6 +275,14 @@ class Campaign:
         used = row_gpus(row)
         return bool(used) == bool(self.gpus) and used <= set(self.gpus)
 
+    def alone_here(self, config: Config) -> bool:
+        """Whether a pair could use a row of the configuration alone on this GPU without measuring one."""
+        solo = self.runs.done(config.key, self.finished)
+        if solo is not None and (solo["status"] != "ok" or self.on_this_gpu(solo)):
+            return True
+        return any(r["status"] == "ok" and r["role"] in ("solo", "baseline") and row_settings(r) == config.settings
+                   and self.on_this_gpu(r) for r in self.runs.rows)
+
     def baseline(self, config: Config, label: str) -> dict | None:
         """A pair side's time alone on this GPU: its configuration's solo row (measured now when missing), or when
         that ran elsewhere the latest ok solo or baseline row of its settings measured here, or else a baseline row
@@ -299,7 +308,9 @@ class Campaign:
             f"{self.budget_note()}")
         return row if row["status"] != "incomplete" else None
 
-    def pair(self, a: Config, b: Config, mode: str, label: str) -> None:
+    def pair(self, a: Config, b: Config, mode: str, label: str, partners: int = 0) -> None:
+        """The pair in one mode, after its baselines; with `partners` other target modes of it still to run, only
+        if the baselines and all of them fit in what is left (plan.partners_after), else it and they wait."""
         pair_key = f"{mode}|{a.key}|{b.key}"
         if self.pairs.done(pair_key, statuses=("ok",)) is not None:
             self.counts["skipped"] += 1
@@ -308,6 +319,16 @@ class Campaign:
         if all(before) and any(r["status"] == "failed" for r in before):  # e.g. the two did not fit in the GPU's memory
             self.counts["skipped"] += 1
             return
+        if (a, b) in self.deferred:
+            self.counts["waiting"] += 1
+            return
+        if partners:
+            needs = [self.estimate(c) for c in dict.fromkeys((a, b)) if not self.alone_here(c)]
+            whole = plan.group_need(needs + [self.estimate(a) + self.estimate(b)] * (1 + partners), PROFILE_RESERVE)
+            if not self.fits(whole):
+                self.deferred.add((a, b))
+                self.stop_for(f"{pair_key} and its other {partners} mode(s)", whole)
+                return
         solo_a, solo_b = self.baseline(a, label + " solo a"), None
         if solo_a is not None:
             solo_b = self.baseline(b, label + " solo b")
@@ -354,11 +375,15 @@ class Campaign:
 
     def run(self, items: list[plan.Item]) -> None:
         """The plan in order (plan.build), each step skipped when the rows hold it; a step that does not fit in what
-        is left of the budget waits for the next block while the later ones that fit go on."""
+        is left of the budget waits for the next block while the later ones that fit go on. A pair's first target
+        mode brings its other pending ones right after it, all or none in this block (plan.partners_after)."""
+        ran_early: set[str] = set()  # a pair's other target modes, run right after its first
         try:
             for index, item in enumerate(items, 1):
                 if self.cut:
                     break
+                if item.key in ran_early:
+                    continue
                 if not self.fits(MIN_JOB_SECONDS):  # nothing fits any more: name the first step left, and stop
                     left = next((i for i in items[index - 1:] if not self.holds(i)), None)
                     if left is not None:
@@ -367,7 +392,14 @@ class Campaign:
                 if item.config is not None:
                     self.solo(item.config, f"[{index}/{len(items)}]")
                 else:
-                    self.pair(*item.pair, item.mode, f"[{index}/{len(items)} pair {item.mode}]")
+                    partners = plan.partners_after(items, index - 1, self.options.pair_modes,
+                                                   lambda later: not self.holds(later))
+                    self.pair(*item.pair, item.mode, f"[{index}/{len(items)} pair {item.mode}]", len(partners))
+                    for position in partners if item.pair not in self.deferred else []:
+                        if not self.cut:
+                            partner = items[position]
+                            self.pair(*partner.pair, partner.mode, f"[{position + 1}/{len(items)} pair {partner.mode}]")
+                            ran_early.add(partner.key)
         finally:
             if self.stack is not None:
                 self.stack.stop()
@@ -451,7 +483,7 @@ def coverage_of(campaign: Campaign, items: list[plan.Item]) -> list[plan.Step]:
         return sum(same) / len(same) if same else grid.estimated_seconds(config.run)
     return plan.walk(items, coverage, campaign.options.repeats, campaign.options.pair_modes, campaign.estimate,
                      expected, job_fits, profile_seconds=PROFILE_OVERHEAD, startup_seconds=STACK_STARTUP,
-                     block_seconds=campaign.options.block_seconds)
+                     reserve_seconds=PROFILE_RESERVE, block_seconds=campaign.options.block_seconds)
 
 
 def print_plan(campaign: Campaign, items: list[plan.Item]) -> None:

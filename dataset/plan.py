@@ -141,6 +141,24 @@ def target_modes(modes: list[str]) -> tuple[list[str], list[str]]:
     return [m for m in modes if m in first], [m for m in modes if m not in first]
 
 
+def partners_after(plan: list[Item], index: int, modes: list[str], pending) -> list[int]:
+    """The positions of the pair's other target modes (time-sliced, limited) after plan[index] that are `pending`
+    (a predicate). They run right after it, in the same block: a block may get another GPU, and a pair's modes on
+    two GPUs would compare the sharing modes across machines (one configuration's time differed by up to 31%
+    between two)."""
+    item, early = plan[index], target_modes(modes)[0]
+    if item.pair is None or item.mode not in early:
+        return []
+    return [position for position in range(index + 1, len(plan))
+            if plan[position].pair == item.pair and plan[position].mode in early and pending(plan[position])]
+
+
+def group_need(needs: list[float], reserve: float) -> float:
+    """The budget a run of several jobs needs, in the terms of the budget rule's one job: their estimates, plus the
+    per-job reserve (profile) of every job past the first, which the rule adds once."""
+    return sum(needs) + reserve * (len(needs) - 1)
+
+
 def build(firsts: list[Config], repeats: int, pairs: list[tuple[Config, Config]], modes: list[str],
           core_size: int = REPEATED_TARGET, solo_target: int = SOLO_TARGET, pairs_only: bool = False) -> list[Item]:
     """The plan. `firsts`: the chosen configurations at repeat 0, in interleaved order. It begins with one core run
@@ -218,12 +236,13 @@ class Coverage:
 
 
 def walk(plan: list[Item], coverage: Coverage, repeats: int, modes: list[str], estimate, expected, fits, *,
-         profile_seconds: float, startup_seconds: float, block_seconds: float = BLOCK_SECONDS,
+         profile_seconds: float, startup_seconds: float, reserve_seconds: float, block_seconds: float = BLOCK_SECONDS,
          max_blocks: int = 1000) -> list[Step]:
     """The plan as the runner goes through it, block after block: in each block every step not yet done, in plan
     order, that fits in what is left (the runner's rule: `fits(estimate, left, stack_up)`, `estimate(config)` its
     estimate of a solo job; a pair is budgeted the sum of its sides' after any baseline not measured in the same
-    block, since each block may get another GPU and a pair's baselines must run on its GPU); a step
+    block, since each block may get another GPU and a pair's baselines must run on its GPU; a pair's first target
+    mode is budgeted for its other pending target modes too, and when it waits they wait: partners_after); a step
     that does not fit waits for the next block while later ones that fit go on. `expected(config)` is the time a
     solo job is expected to take, a pair SHARED_FACTOR x its longer side; every job adds `profile_seconds`, a block's
     stack `startup_seconds`. The steps come in the order they are expected to run, those in the rows first."""
@@ -237,20 +256,22 @@ def walk(plan: list[Item], coverage: Coverage, repeats: int, modes: list[str], e
     block = 0
     while todo and block < max_blocks:
         block += 1
-        left, stack_up, waiting, here = block_seconds, False, [], set()
-        for index, item in todo:
-            if item.config is not None and item.key in coverage.solo:
-                continue  # an earlier pair's baseline
+        left, stack_up, waiting, here, deferred, taken = block_seconds, False, [], set(), set(), set()
+
+        def place(item: Item) -> float | None:
+            """Budget the step in this block (its baselines, a solo run when missing, then the two together): its
+            seconds, or None when a job of it does not fit."""
+            nonlocal left, stack_up
             if item.config is not None:
                 jobs = [(item.config, estimate(item.config), expected(item.config))]
-            else:  # its baselines (a solo run when missing), then the two together
+            else:
                 a, b = item.pair
                 jobs = [(c, estimate(c), expected(c)) for c in dict.fromkeys((a, b)) if c.key not in here]
                 jobs.append((None, estimate(a) + estimate(b), SHARED_FACTOR * max(expected(a), expected(b))))
             seconds = 0.0
             for config, need, take in jobs:
                 if not fits(need, left, stack_up):
-                    break
+                    return None
                 if not stack_up:
                     left, stack_up = left - startup_seconds, True
                 left -= take + profile_seconds
@@ -259,12 +280,32 @@ def walk(plan: list[Item], coverage: Coverage, repeats: int, modes: list[str], e
                     here.add(config.key)
                     if config.key not in coverage.solo:
                         coverage.add(Item(config=config))
-            else:
-                coverage.add(item)
-                steps.append(Step(index, item, block, seconds, coverage.progress(repeats, modes)))
-                continue
-            waiting.append((index, item))
+            coverage.add(item)
+            return seconds
+
+        items = [item for _, item in todo]
+        for position, (index, item) in enumerate(todo):
+            if position in taken or (item.config is not None and item.key in coverage.solo):
+                continue  # run with its pair's first mode, or an earlier pair's baseline
+            group = [position]
+            if item.pair is not None:
+                partners = partners_after(items, position, modes, lambda _: True)
+                a, b = item.pair
+                needs = [estimate(c) for c in dict.fromkeys((a, b)) if c.key not in here]
+                whole = group_need(needs + [estimate(a) + estimate(b)] * (1 + len(partners)), reserve_seconds)
+                if item.pair in deferred or (partners and not fits(whole, left, stack_up)):
+                    deferred.add(item.pair)
+                    waiting.append((index, item))
+                    continue
+                group += partners
+            for member in group:
+                taken.add(member)
+                seconds = place(todo[member][1])
+                if seconds is None:
+                    waiting.append(todo[member])
+                else:
+                    steps.append(Step(*todo[member], block, seconds, coverage.progress(repeats, modes)))
         if len(waiting) == len(todo) and not stack_up:
             break  # nothing fits in an empty block: it never will
-        todo = waiting
+        todo = sorted(waiting, key=lambda pending: pending[0])
     return steps

@@ -137,7 +137,7 @@ def test_a_step_that_does_not_fit_waits_while_a_later_one_that_fits_runs():
     seconds = {small.key: 10.0, large.key: 100.0}
     steps = plan.walk(items, plan.Coverage(set(), set(), {}, {}), 1, ["timeslice"], lambda c: seconds[c.key],
                       lambda c: seconds[c.key], lambda need, left, up: need <= left, profile_seconds=0,
-                      startup_seconds=0, block_seconds=60)
+                      startup_seconds=0, reserve_seconds=0, block_seconds=60)
     assert [(s.item.key, s.block) for s in steps] == [(small.key, 1)]  # the large one never fits a block
 
 
@@ -161,3 +161,73 @@ def test_the_runner_defers_a_step_that_does_not_fit_and_runs_a_later_one_that_do
     runner.run(items)
     assert runner.stopped_by_budget and runner.counts["waiting"] == 2  # b10's two repeats, 100 s each
     assert len(ran) == 1 and ran[0].startswith("dqn/dqn/b64/") and ran[0].endswith("/r1")
+
+
+def walk_three(block_seconds: float, first_seconds: float) -> list[tuple[str, int]]:
+    """A solo run, a pair's time-sliced mode, another solo run and the pair's limited mode, walked in blocks."""
+    s1, s2, a, b = (plan.Config(grid.configurations("cuda", 0)[i], 0) for i in range(4))
+    seconds = {s1.key: first_seconds, s2.key: 10.0, a.key: 10.0, b.key: 10.0}
+    ts, lim = (plan.Item(pair=(a, b), mode=m) for m in ("timeslice", "limit-50-50"))
+    items = [plan.Item(config=s1), ts, plan.Item(config=s2), lim]
+    steps = plan.walk(items, plan.Coverage(set(), set(), {}, {}), 1, ["timeslice", "limit-50-50"],
+                      lambda c: seconds[c.key], lambda c: seconds[c.key], lambda need, left, up: need <= left,
+                      profile_seconds=0, startup_seconds=0, reserve_seconds=0, block_seconds=block_seconds)
+    names = {s1.key: "s1", s2.key: "s2", ts.key: "ts", lim.key: "lim"}
+    return [(names[s.item.key], s.block) for s in steps]
+
+
+def test_a_pairs_two_modes_run_in_one_block_the_second_right_after_the_first():
+    # baselines 10 + 10 and each mode 20 s of estimate (15 expected): 60 s reserved for the pair, 10 left for s2;
+    # run in plan order, s2 would take the limited mode's place and send it to another block (another GPU)
+    assert walk_three(70, 10) == [("s1", 1), ("ts", 1), ("lim", 1), ("s2", 1)]
+
+
+def test_a_pair_whose_modes_do_not_both_fit_waits_whole_while_later_steps_run():
+    # 45 s left after s1: the time-sliced mode and its baselines would fit (40), both modes not (60)
+    assert walk_three(65, 20) == [("s1", 1), ("s2", 1), ("ts", 2), ("lim", 2)]
+
+
+def runner_with_a_pair(tmp_path, monkeypatch, budget: float):
+    """A runner whose jobs take no time: the executed keys in order, and the steps: the pair (dqn b10 + b64) in
+    both modes with another configuration (b1024) planned between them."""
+    monkeypatch.setattr(campaign, "STACK_STARTUP", 0.0)
+    options = campaign.build_parser().parse_args(
+        ["--out", str(tmp_path), "--device", "cpu", "--families", "dqn", "--batch-sizes", "10", "64", "1024",
+         "--precisions", "fp32", "--pair-modes", "timeslice,limit-50-50", "--estimate-seconds", "10",
+         "--budget-seconds", str(budget)])
+    a, b, other = sorted(campaign.configurations(options), key=lambda c: c.run.batch_size)
+    runner = campaign.Campaign(options)
+    ran = []
+
+    def execute(jobs):
+        found = []
+        for key, config, fields in jobs:
+            r = config.run
+            found.append({"key": key, "status": "ok", "wall_seconds": 10.0, "duration_seconds": 9.0, "gpu_uuids": "",
+                          "run_family": r.family, "run_model": r.model, "run_batch_size": r.batch_size,
+                          "run_steps": r.steps, "run_precision": r.precision, "run_workers": r.workers,
+                          "run_device": r.device, **fields})
+            runner.runs.put(found[-1])
+            ran.append(key)
+        return found
+
+    monkeypatch.setattr(runner, "ensure_stack", lambda: None)
+    monkeypatch.setattr(runner, "execute", execute)
+    items = [plan.Item(pair=(a, b), mode="timeslice"), plan.Item(config=other), plan.Item(pair=(a, b), mode="limit-50-50")]
+    runner.run(items)
+    return runner, ran, (a, b, other)
+
+
+def test_the_runner_runs_a_pairs_second_mode_right_after_its_first(tmp_path, monkeypatch):
+    runner, ran, (a, b, other) = runner_with_a_pair(tmp_path, monkeypatch, 1000)
+    modes = [f"{m}|{a.key}|{b.key}" for m in ("timeslice", "limit-50-50")]
+    assert ran == [a.key, b.key, modes[0] + "|a", modes[0] + "|b", modes[1] + "|a", modes[1] + "|b", other.key]
+    assert runner.counts["pairs"] == 2 and not runner.stopped_by_budget
+
+
+def test_the_runner_holds_back_a_pair_whose_modes_do_not_both_fit(tmp_path, monkeypatch):
+    # the pair: two baselines (10 s each), two modes (20 s each), 3 more profiles (6 s): 78 s, and the reserves
+    # of the budget rule (11 s); the first mode alone would fit in 60 s, so would the other configuration
+    runner, ran, (_, _, other) = runner_with_a_pair(tmp_path, monkeypatch, 60)
+    assert ran == [other.key]
+    assert runner.stopped_by_budget and runner.counts["waiting"] == 2 and runner.counts["pairs"] == 0
