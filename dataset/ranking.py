@@ -25,8 +25,9 @@ MOSTLY_PRESENT = 0.9  # a feature is ranked when at least this share of the rows
 
 def features(table: pd.DataFrame, target: str) -> tuple[pd.DataFrame, pd.Series]:
     """(X, y) as the notebook made them, less the columns that carry no information here: empty in more than a tenth
-    of the rows (the rows without one of the others are left out), or one value (their r² is undefined; the notebook
-    ranked those NaNs first)."""
+    of the rows (the rows without one of the others are left out), one value (their r² is undefined; the notebook
+    ranked those NaNs first), or the target's values in every row (a range beside its maximum when the minimum never
+    varies: the campaign's GPU_Util_%_ran is MGUP, since every job's GPU idles at 0% before its first step)."""
     data = table.drop(columns=[c for c in DROPPED if c in table.columns]).copy()
     for column in TEXT:
         if column in data.columns:
@@ -36,7 +37,8 @@ def features(table: pd.DataFrame, target: str) -> tuple[pd.DataFrame, pd.Series]
     X = X.loc[:, X.notna().mean() >= MOSTLY_PRESENT]  # a column mostly empty is left out, then rows with a gap
     X = X.dropna()
     X = X.loc[:, X.nunique() > 1]
-    return X, data.loc[X.index, target].astype(float)
+    y = data.loc[X.index, target].astype(float)
+    return X.loc[:, [c for c in X.columns if not np.allclose(X[c], y)]], y
 
 
 def ranks_of(weights: pd.Series) -> pd.Series:

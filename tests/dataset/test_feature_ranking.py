@@ -47,6 +47,14 @@ def test_features_drop_the_notebooks_columns_and_those_that_never_vary(table):
     assert X["Model"].max() == table["Model"].nunique()  # text as integers, in order of first appearance
 
 
+def test_a_column_equal_to_the_target_in_every_row_is_not_ranked(table):
+    # the campaign's case: every job's GPU idles at 0% before its first step, so its range is its maximum
+    campaign_like = table.assign(**{"Min_GPU_Util_%": 0.0, "GPU_Util_%_ran": table["MGUP"]})
+    X, y = ranking.features(campaign_like, "MGUP")
+    assert "GPU_Util_%_ran" not in X.columns and "Min_GPU_Util_%" not in X.columns and len(y) == len(X)
+    assert "GPU_Util_%_ran" in ranking.features(table, "MGUP")[0].columns  # the published range varies on its own
+
+
 def test_ranks_put_the_largest_signed_weight_first():
     ranks = ranking.ranks_of(pd.Series({"a": -3.0, "b": 2.0, "c": 0.5}))
     assert ranks.to_dict() == {"b": 0, "c": 1, "a": 2}
