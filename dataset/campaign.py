@@ -275,13 +275,17 @@ class Campaign:
         used = row_gpus(row)
         return bool(used) == bool(self.gpus) and used <= set(self.gpus)
 
+    def latest_here(self, config: Config) -> dict | None:
+        """The latest ok solo or baseline row of the configuration's settings that ran on this GPU."""
+        here = [r for r in self.runs.rows if r["status"] == "ok" and r["role"] in ("solo", "baseline")
+                and row_settings(r) == config.settings and self.on_this_gpu(r)]
+        return here[-1] if here else None
+
     def alone_here(self, config: Config) -> bool:
-        """Whether a pair could use a row of the configuration alone on this GPU without measuring one."""
+        """Whether a pair could use a row of the configuration alone on this GPU without measuring one (baseline)."""
         solo = self.runs.done(config.key, self.finished)
-        if solo is not None and (solo["status"] != "ok" or self.on_this_gpu(solo)):
-            return True
-        return any(r["status"] == "ok" and r["role"] in ("solo", "baseline") and row_settings(r) == config.settings
-                   and self.on_this_gpu(r) for r in self.runs.rows)
+        return (solo is not None and (solo["status"] != "ok" or self.on_this_gpu(solo))) or \
+            self.latest_here(config) is not None
 
     def baseline(self, config: Config, label: str) -> dict | None:
         """A pair side's time alone on this GPU: its configuration's solo row (measured now when missing), or when
@@ -290,10 +294,9 @@ class Campaign:
         solo = self.solo(config, label, for_pair=True)
         if solo is None or solo["status"] != "ok" or self.on_this_gpu(solo):
             return solo
-        here = [r for r in self.runs.rows if r["status"] == "ok" and r["role"] in ("solo", "baseline")
-                and row_settings(r) == config.settings and self.on_this_gpu(r)]
-        if here:
-            return here[-1]
+        here = self.latest_here(config)
+        if here is not None:
+            return here
         key = f"{config.key}|baseline|{self.gpus[0] if self.gpus else 'cpu'}"
         done = self.runs.done(key, self.finished)
         if done is not None:
@@ -395,7 +398,9 @@ class Campaign:
                     partners = plan.partners_after(items, index - 1, self.options.pair_modes,
                                                    lambda later: not self.holds(later))
                     self.pair(*item.pair, item.mode, f"[{index}/{len(items)} pair {item.mode}]", len(partners))
-                    for position in partners if item.pair not in self.deferred else []:
+                    if item.pair in self.deferred:
+                        continue
+                    for position in partners:
                         if not self.cut:
                             partner = items[position]
                             self.pair(*partner.pair, partner.mode, f"[{position + 1}/{len(items)} pair {partner.mode}]")

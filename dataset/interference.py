@@ -45,7 +45,8 @@ def measured_pairs(runs: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     ok["slowdown_b_recomputed"] = slowdown(hb, sb)
     ok["packing_saving_recomputed"] = packing_saving(sa, sb, ha, hb)
     # the pair's configurations, from its key (mode|a|b): its solo keys may name baseline rows (KEY|baseline|GPU)
-    ok["a"], ok["b"] = zip(*(key.split("|")[1:3] for key in ok.pair_key)) if len(ok) else ([], [])
+    parts = ok["pair_key"].str.split("|")
+    ok["a"], ok["b"] = parts.str[1], parts.str[2]
     ok["group"] = ["+".join(sorted(p)) for p in zip(ok.a, ok.b)]  # a pair, whatever its mode and baselines
     return ok
 

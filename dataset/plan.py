@@ -258,18 +258,20 @@ def walk(plan: list[Item], coverage: Coverage, repeats: int, modes: list[str], e
         block += 1
         left, stack_up, waiting, here, deferred, taken = block_seconds, False, [], set(), set(), set()
 
-        def place(item: Item) -> float | None:
-            """Budget the step in this block (its baselines, a solo run when missing, then the two together): its
-            seconds, or None when a job of it does not fit."""
-            nonlocal left, stack_up
+        def jobs_of(item: Item) -> list[tuple[Config | None, float, float]]:
+            """The step's jobs in this block: (the configuration run alone or None for the two together, its
+            estimate, its expected seconds); a pair's baselines first, unless measured in this block."""
             if item.config is not None:
-                jobs = [(item.config, estimate(item.config), expected(item.config))]
-            else:
-                a, b = item.pair
-                jobs = [(c, estimate(c), expected(c)) for c in dict.fromkeys((a, b)) if c.key not in here]
-                jobs.append((None, estimate(a) + estimate(b), SHARED_FACTOR * max(expected(a), expected(b))))
+                return [(item.config, estimate(item.config), expected(item.config))]
+            a, b = item.pair
+            return ([(c, estimate(c), expected(c)) for c in dict.fromkeys((a, b)) if c.key not in here]
+                    + [(None, estimate(a) + estimate(b), SHARED_FACTOR * max(expected(a), expected(b)))])
+
+        def place(item: Item) -> float | None:
+            """Budget the step in this block: its seconds, or None when a job of it does not fit."""
+            nonlocal left, stack_up
             seconds = 0.0
-            for config, need, take in jobs:
+            for config, need, take in jobs_of(item):
                 if not fits(need, left, stack_up):
                     return None
                 if not stack_up:
@@ -290,9 +292,8 @@ def walk(plan: list[Item], coverage: Coverage, repeats: int, modes: list[str], e
             group = [position]
             if item.pair is not None:
                 partners = partners_after(items, position, modes, lambda _: True)
-                a, b = item.pair
-                needs = [estimate(c) for c in dict.fromkeys((a, b)) if c.key not in here]
-                whole = group_need(needs + [estimate(a) + estimate(b)] * (1 + len(partners)), reserve_seconds)
+                needs = [need for _, need, _ in jobs_of(item)]  # the baselines, then the two together
+                whole = group_need(needs + needs[-1:] * len(partners), reserve_seconds)
                 if item.pair in deferred or (partners and not fits(whole, left, stack_up)):
                     deferred.add(item.pair)
                     waiting.append((index, item))

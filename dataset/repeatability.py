@@ -8,6 +8,7 @@ from itertools import combinations
 
 import pandas as pd
 
+from .sources import solo_runs
 from .tables import SETTINGS_COLUMNS, row_gpus
 
 METRICS = ("duration_seconds", "step_seconds_p50", "time_to_first_step_seconds", "gpu_util_ratio_mean")
@@ -16,10 +17,8 @@ METRICS = ("duration_seconds", "step_seconds_p50", "time_to_first_step_seconds",
 def differences(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per two ok runs alone (solo or baseline) of a configuration: their keys, whether they ran on the same
     GPUs, and each metric's relative difference, later / earlier - 1."""
-    alone = runs[runs["role"].isin(("solo", "baseline")) & (runs["status"] == "ok")]
     rows = []
-    for _, group in alone.sort_values("started_at", kind="stable").groupby(list(SETTINGS_COLUMNS), dropna=False,
-                                                                            sort=False):
+    for _, group in solo_runs(runs, ("solo", "baseline")).groupby(list(SETTINGS_COLUMNS), dropna=False, sort=False):
         for (_, first), (_, second) in combinations(group.iterrows(), 2):  # in the order they started
             row = {"key": first["key"], "other_key": second["key"],
                    "same_gpu": row_gpus(first.to_dict()) == row_gpus(second.to_dict())}

@@ -67,9 +67,9 @@ def load_campaign(data: Path = DATA, origin: str | None = None) -> Campaign:
                     files=tuple(runs_files + pairs_files))
 
 
-def solo_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The solo attempts that ran to their end (status ok), in the order they started."""
-    chosen = runs[(runs["role"] == "solo") & (runs["status"] == "ok")]
+def solo_runs(runs: pd.DataFrame, roles: tuple[str, ...] = ("solo",)) -> pd.DataFrame:
+    """The solo attempts (or those of other `roles`) that ran to their end (status ok), in the order they started."""
+    chosen = runs[runs["role"].isin(roles) & (runs["status"] == "ok")]
     return chosen.sort_values("started_at", kind="stable").reset_index(drop=True)
 
 
