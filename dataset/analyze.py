@@ -159,6 +159,13 @@ def repeatability_section(report: Report, runs: pd.DataFrame, label: str) -> Non
                "measured on its own GPU), each metric's |later / earlier - 1|; the GPU machine is lent per session, "
                "so runs of different sessions ran on different H200s and hosts:", "", _table(table, 3, index=False), "")
     repeatability.plot(found, report.figure("repeats.png", "repeatability"), title=f"{label}: ")
+    machines = repeatability.machines(runs)
+    if len(machines):
+        report.save(machines, "repeats-by-gpu.csv")
+        report.add("Each GPU's runs alone against the same configurations' runs on other GPUs (duration / the others' "
+                   "median - 1; `share_lower`: the share of its runs that were shorter). A machine faster for every "
+                   "configuration is a factor of its host, not noise; a pair's slowdowns are taken against baselines "
+                   "on the pair's own GPU for this reason:", "", _table(machines, 3, index=False), "")
 
 
 def interference_section(report: Report, campaign: sources.Campaign) -> None:

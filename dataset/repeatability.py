@@ -39,6 +39,27 @@ def summary(found: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["runs_on", "metric", "pairs_of_runs", "median_abs", "p90_abs", "max_abs"])
 
 
+def machines(runs: pd.DataFrame, metric: str = "duration_seconds") -> pd.DataFrame:
+    """Per GPU: its ok runs alone against the same configurations' runs on other GPUs, each run's `metric` / the
+    median of the others - 1; how many runs had a comparison, the median, the range and the share that were lower.
+    A machine that is faster for every configuration shows here, where the pairwise differences only widen."""
+    alone = solo_runs(runs, ("solo", "baseline"))
+    gpus = pd.Series([",".join(sorted(row_gpus(row))) for row in alone.to_dict("records")], index=alone.index)
+    ratios = []
+    for _, group in alone.groupby(list(SETTINGS_COLUMNS), dropna=False, sort=False):
+        for index, value in group[metric].items():
+            others = group.loc[gpus[group.index] != gpus[index], metric]
+            if len(others) and others.median():
+                ratios.append({"gpu": gpus[index], "ratio": value / others.median() - 1})
+    columns = ["gpu", "runs", "median", "min", "max", "share_lower"]
+    if not ratios:
+        return pd.DataFrame(columns=columns)
+    by_gpu = pd.DataFrame(ratios).groupby("gpu")["ratio"]
+    table = by_gpu.agg(runs="size", median="median", min="min", max="max",
+                       share_lower=lambda ratio: (ratio < 0).mean()).reset_index()
+    return table.sort_values("median", kind="stable").reset_index(drop=True)[columns]
+
+
 def plot(found: pd.DataFrame, path, title: str = "") -> None:
     """Each metric's |relative difference| between repeats, one point per two runs, by whether they shared a GPU."""
     import matplotlib.pyplot as plt
