@@ -181,7 +181,26 @@ def row(job: Job, node: Node) -> dict:
     out.update(_statistics(job, node, window))
     out.update(_cuda(job))
     out.update(_python(job))
+    out["gpu_util_ratio_training_min"] = _training_min(job, node, window, out["time_to_first_step_seconds"])
     return out
+
+
+def _training_min(job: Job, node: Node, window: tuple[float, float], to_first_step: float | None) -> float | None:
+    """The GPUs' lowest SM utilization after the first step: the run's minimum is the idle start-up (0 for most
+    jobs), where the original dataset's profiler watched training only."""
+    if to_first_step is None:
+        return None
+    start, end = window
+    found = _device(_gpus(job, node), "alnair_nvml_sm_utilization_ratio", (start + to_first_step, end))
+    return min(found) if found else None
+
+
+def _gpus(job: Job, node: Node) -> list[dict]:
+    return [node.gpus[u] for u in job.uuids() if u in node.gpus]
+
+
+def _device(gpus: list[dict], family: str, window: tuple[float, float]) -> list[float]:
+    return [v for g in gpus if family in g for v in timeline(g[family]).window(*window)]
 
 
 def _metadata(job: Job, node: Node) -> dict:
@@ -198,10 +217,10 @@ def _metadata(job: Job, node: Node) -> dict:
 
 
 def _statistics(job: Job, node: Node, window: tuple[float, float]) -> dict:
-    gpus = [node.gpus[u] for u in job.uuids() if u in node.gpus]
+    gpus = _gpus(job, node)
 
     def device(family: str) -> list[float]:
-        return [v for g in gpus if family in g for v in timeline(g[family]).window(*window)]
+        return _device(gpus, family, window)
 
     def used_ratio() -> list[float]:
         return [v for g in gpus if {"alnair_nvml_memory_used_bytes", "alnair_nvml_memory_total_bytes"} <= g.keys()

@@ -63,9 +63,13 @@ COLUMNS: list[Column] = [
     _percent_col("CPU_Util_%_ran", "cpu_util_ratio_range"),
     _percent_col("Max_CPU_Util_%", "cpu_util_ratio_max"),
     _percent_col("Min_CPU_Util_%", "cpu_util_ratio_min"),
-    _percent_col("GPU_Util_%_ran", "gpu_util_ratio_range"),
+    Column("GPU_Util_%_ran", "(`gpu_util_ratio_max` - `gpu_util_ratio_training_min`) x 100: over training, as "
+           "Min_GPU_Util_%", lambda runs: (runs["gpu_util_ratio_max"] - runs["gpu_util_ratio_training_min"]) * 100.0),
     _percent_col("MGUP", "gpu_util_ratio_max"),
-    _percent_col("Min_GPU_Util_%", "gpu_util_ratio_min"),
+    Column("Min_GPU_Util_%", "`gpu_util_ratio_training_min` x 100: from the first step on, as the original profiler "
+           "watched training (over the whole run it is the idle start-up's 0); empty in rows profiled before the "
+           "column existed (campaign blocks 1-19)",
+           _percent("gpu_util_ratio_training_min")),
     _percent_col("Sys_Mem_Util_%_ran", "sys_memory_util_ratio_range"),
     _percent_col("Max_Sys_Mem_Util_%", "sys_memory_util_ratio_max"),
     _percent_col("Min_Sys_Mem_Util_%", "sys_memory_util_ratio_min"),

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import tables
+
 DATA = Path(__file__).resolve().parent / "data"
 PUBLISHED = DATA / "published"
 PUBLISHED_CSV = PUBLISHED / "alnair-open-data-gpu-sharing.csv"
@@ -63,7 +65,11 @@ def load_campaign(data: Path = DATA, origin: str | None = None) -> Campaign:
     origin, runs_files, pairs_files = campaign_files(data, origin)
     if not runs_files:
         raise FileNotFoundError(f"no campaign rows under {data}: neither h200/runs.csv nor calibration/*-runs.csv")
-    return Campaign(runs=_concat(runs_files, "key"), pairs=_concat(pairs_files, "pair_key"), origin=origin,
+    runs = _concat(runs_files, "key")
+    # rows written before a column existed have it empty
+    missing = [name for name, _, _ in tables.run_columns() if name not in runs.columns] if len(runs) else []
+    runs = runs.reindex(columns=[*runs.columns, *missing])
+    return Campaign(runs=runs, pairs=_concat(pairs_files, "pair_key"), origin=origin,
                     files=tuple(runs_files + pairs_files))
 
 

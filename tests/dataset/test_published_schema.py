@@ -50,9 +50,13 @@ def test_columns_nothing_measures_are_empty_and_say_why(campaign):
     assert empty == ["GPUPR", "MaGPUPR", "MiGPUPR"] and table[empty].isna().all().all()
     sampled = [c.name for c in published.COLUMNS if c.compute is not None and "psutil" in c.how]
     assert len(sampled) == 39  # RSS (2), threads, CPU times (10), CPU statistics (4), memory (10), disk (4), network (8)
-    assert table[[c for c in published.MEASURED if c not in sampled]].notna().all().all()
-    # the psutil columns are there in every row the sampler measured, and only there
+    training = ["Min_GPU_Util_%", "GPU_Util_%_ran"]
+    assert table[[c for c in published.MEASURED if c not in sampled + training]].notna().all().all()
+    # the training minimum's columns are there in every row profiled with it, and only there
     solo = sources.solo_runs(campaign.runs)
+    profiled = solo["gpu_util_ratio_training_min"].notna().values
+    assert table.loc[profiled, training].notna().all().all() and table.loc[~profiled, training].isna().all().all()
+    # the psutil columns are there in every row the sampler measured, and only there
     has_samples = solo["proc_samples"].notna() if "proc_samples" in solo else pd.Series(False, index=solo.index)
     assert table.loc[has_samples.values, [c for c in sampled if c != "CS_syscalls"]].notna().all().all()
     assert table.loc[~has_samples.values, sampled].isna().all().all()
@@ -77,3 +81,12 @@ def test_committed_files_are_what_the_converter_writes(tmp_path):
     for name in ("runs.csv", "keys.csv", "columns.md"):
         assert (tmp_path / name).read_bytes() == (sources.CONVERTED / name).read_bytes(), name
     assert pd.read_parquet(tmp_path / "runs.parquet").equals(pd.read_parquet(sources.CONVERTED / "runs.parquet"))
+
+
+def test_the_gpu_minimum_and_range_are_over_training(campaign):
+    # rows profiled before the column existed load with it empty, and so do their two columns
+    runs = campaign.runs.assign(gpu_util_ratio_training_min=np.nan)
+    assert published.convert(runs)[0][["Min_GPU_Util_%", "GPU_Util_%_ran"]].isna().all().all()
+    runs = runs.assign(gpu_util_ratio_training_min=0.25, gpu_util_ratio_max=0.75)
+    table = published.convert(runs)[0]
+    assert (table["Min_GPU_Util_%"] == 25).all() and (table["GPU_Util_%_ran"] == 50).all()

@@ -69,3 +69,16 @@ def test_a_pods_processes_are_rows_of_their_own_and_workers_are_none(rows):
     sidecar = rows["8"]
     assert (sidecar["start_time"], sidecar["end_time"], sidecar["duration_source"]) == (115, 130, "samples")
     assert sidecar["gpu_count"] == 0 and sidecar["gpu_util_ratio_max"] is None
+
+
+def test_the_training_minimum_starts_at_the_first_step():
+    node = node_families() | {"alnair_nvml_sm_utilization_ratio": [series(GPU, [0.2, 0.0, 0.6, 0.1])]}
+    record = {"alnair_cuda_process_start_time_seconds": [series({"pid": "7"}, [110] * 4)],
+              "alnair_cuda_process_exited_timestamp_seconds": [series({"pid": "7"}, [140], [145])],
+              "alnair_cuda_kernel_launches_total": [series({"pid": "7", **GPU}, [0, 10, 20, 30])]}
+    trained = job("7", "train", record | {"alnair_python_time_to_first_step_seconds": [series({"pid": "7"}, [10] * 4)]})
+    untimed = job("8", "other", {**record, "alnair_cuda_process_start_time_seconds": [series({"pid": "8"}, [110] * 4)]})
+    found = {r["pid"]: r for r in jobs.rows({("n1:9876", j.pid): j for j in (trained, untimed)}, {"n1:9876": node})}
+    # the run is 110-140 s: the idle 115 s reading is its minimum; training (from 120 s) saw only 130 s's 0.6
+    assert found["7"]["gpu_util_ratio_min"] == 0.0 and found["7"]["gpu_util_ratio_training_min"] == 0.6
+    assert found["8"]["gpu_util_ratio_min"] == 0.0 and found["8"]["gpu_util_ratio_training_min"] is None
