@@ -178,29 +178,11 @@ def row(job: Job, node: Node) -> dict:
     out["scrapes"] = max((len(s.times) for found in job.families.values() for s in found), default=0)
     out.update(_metadata(job, node))
     window = (start if start is not None else 0.0, end if end is not None else 0.0)
-    out.update(_statistics(job, node, window))
+    python = _python(job)
+    out.update(_statistics(job, node, window, python["time_to_first_step_seconds"]))
     out.update(_cuda(job))
-    out.update(_python(job))
-    out["gpu_util_ratio_training_min"] = _training_min(job, node, window, out["time_to_first_step_seconds"])
+    out.update(python)
     return out
-
-
-def _training_min(job: Job, node: Node, window: tuple[float, float], to_first_step: float | None) -> float | None:
-    """The GPUs' lowest SM utilization after the first step: the run's minimum is the idle start-up (0 for most
-    jobs), where the original dataset's profiler watched training only."""
-    if to_first_step is None:
-        return None
-    start, end = window
-    found = _device(_gpus(job, node), "alnair_nvml_sm_utilization_ratio", (start + to_first_step, end))
-    return min(found) if found else None
-
-
-def _gpus(job: Job, node: Node) -> list[dict]:
-    return [node.gpus[u] for u in job.uuids() if u in node.gpus]
-
-
-def _device(gpus: list[dict], family: str, window: tuple[float, float]) -> list[float]:
-    return [v for g in gpus if family in g for v in timeline(g[family]).window(*window)]
 
 
 def _metadata(job: Job, node: Node) -> dict:
@@ -216,11 +198,11 @@ def _metadata(job: Job, node: Node) -> dict:
             "driver_version": gpu.labels.get("driver_version") if gpu else None}
 
 
-def _statistics(job: Job, node: Node, window: tuple[float, float]) -> dict:
-    gpus = _gpus(job, node)
+def _statistics(job: Job, node: Node, window: tuple[float, float], to_first_step: float | None) -> dict:
+    gpus = [node.gpus[u] for u in job.uuids() if u in node.gpus]
 
-    def device(family: str) -> list[float]:
-        return _device(gpus, family, window)
+    def device(family: str, within: tuple[float, float] = window) -> list[float]:
+        return [v for g in gpus if family in g for v in timeline(g[family]).window(*within)]
 
     def used_ratio() -> list[float]:
         return [v for g in gpus if {"alnair_nvml_memory_used_bytes", "alnair_nvml_memory_total_bytes"} <= g.keys()
@@ -244,6 +226,10 @@ def _statistics(job: Job, node: Node, window: tuple[float, float]) -> dict:
     out["gpu_energy_joules"] = sum(e for e in energy if e is not None) if any(e is not None for e in energy) else None
     memory = [v for s in job.families.get("alnair_nvml_process_memory_used_bytes", []) for v in s.values]
     out["gpu_process_memory_max_bytes"] = max(memory) if memory else None
+    # the run's minimum is its idle start-up (0 for most jobs); the original dataset's profiler watched training only
+    first_step = None if to_first_step is None else window[0] + to_first_step
+    training = [] if first_step is None else device("alnair_nvml_sm_utilization_ratio", (first_step, window[1]))
+    out["gpu_util_ratio_training_min"] = min(training) if training else None
     return out
 
 
