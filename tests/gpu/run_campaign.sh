@@ -8,8 +8,8 @@
 # Nothing is installed: the intercept is built with make and the package is a shim of symlinks to this checkout
 # (tests/gpu/check_python_and_cuda_records.py's, plus alnair.dataset). The campaign resumes from the rows committed
 # under dataset/data/h200/ (copied into $OUT/campaign, which comes back to the calling machine: copy its runs.csv,
-# pairs.csv, *.parquet and logs-*.tar.gz into dataset/data/h200/ and commit them). Prometheus's data and the segments stay
-# in /tmp. The campaign gets what is left of BLOCK_SECONDS (the run's timeout_s, less a margin) after the set-up,
+# pairs.csv, *.parquet and logs-*.tar.gz into dataset/data/h200/ and commit them; prometheus-*.tar.xz holds the block's
+# Prometheus data). The segments stay in /tmp. The campaign gets what is left of BLOCK_SECONDS (the run's timeout_s, less a margin) after the set-up,
 # so it stops before the block's end with every row finished or marked incomplete.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -47,5 +47,11 @@ export PYTHONPATH=/tmp/alnair-campaign/site PYTHONUNBUFFERED=1 ALNAIR_GIT_COMMIT
 python3 -m alnair.dataset.campaign --out "$OUT/campaign" --scratch /tmp/alnair-campaign/scratch --device cuda \
   --prometheus-binary "$PWD/.device/prometheus" --budget-seconds "$budget" "$@" || status=$?
 # The run tool brings back a handful of files: the jobs' logs travel as one archive.
-tar -czf "$OUT/campaign/logs-$(date -u +%Y%m%dT%H%M%SZ).tar.gz" -C "$OUT/campaign" logs && rm -rf "$OUT/campaign/logs" "$OUT/campaign/prometheus.yml"
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+tar -czf "$OUT/campaign/logs-$stamp.tar.gz" -C "$OUT/campaign" logs && rm -rf "$OUT/campaign/logs" "$OUT/campaign/prometheus.yml"
+# Prometheus's data (stopped with the campaign, its WAL complete) comes back too, so that the block's rows can be
+# profiled again when the profiler changes: `prometheus --storage.tsdb.path=<unpacked> --storage.tsdb.retention.time=100y`.
+if [ -d /tmp/alnair-campaign/scratch/prometheus-data ]; then
+  tar -cJf "$OUT/campaign/prometheus-$stamp.tar.xz" -C /tmp/alnair-campaign/scratch prometheus-data
+fi
 exit "${status:-0}"
