@@ -63,8 +63,8 @@ MEASURES = [
     ("step_seconds_p95", float, "95th percentile of the same"),
     ("data_stall_ratio", float, "time waiting for batches / time in steps"),
     ("time_to_first_step_seconds", float, "process start to its first step"),
-    ("gpu_util_ratio_training_min", float, "min of gpu_util_ratio from the first step (start_time + "
-     "time_to_first_step_seconds) to end_time: the GPU idles through start-up, so gpu_util_ratio_min is 0 for most jobs"),
+    ("gpu_util_ratio_training_min", float, "min of gpu_util_ratio over the scrapes between the job's second step and "
+     "its last (its step counter's): the GPU idles through start-up and exit, so gpu_util_ratio_min is 0 for most jobs"),
 ]
 
 

@@ -35,6 +35,9 @@ NODE_FAMILIES = (
     "alnair_nvml_power_watts", "alnair_nvml_energy_joules_total",
 )
 IDLE_MODES = ("idle", "iowait")
+# Steps the training minimum leaves out as warm-up (kernels built and tuned, lazy allocations): in block 22 a BERT's
+# counter stayed at 1 for two scrapes with its GPU idle
+WARMUP_STEPS = 2
 NO_POD = ("", "<none>", "<unknown>")
 
 
@@ -178,10 +181,10 @@ def row(job: Job, node: Node) -> dict:
     out["scrapes"] = max((len(s.times) for found in job.families.values() for s in found), default=0)
     out.update(_metadata(job, node))
     window = (start if start is not None else 0.0, end if end is not None else 0.0)
-    python = _python(job)
-    out.update(_statistics(job, node, window, python["time_to_first_step_seconds"]))
+    steps = job.one("alnair_python_steps_total")
+    out.update(_statistics(job, node, window, ts.steady(timeline(steps), WARMUP_STEPS) if steps else None))
     out.update(_cuda(job))
-    out.update(python)
+    out.update(_python(job))
     return out
 
 
@@ -198,7 +201,7 @@ def _metadata(job: Job, node: Node) -> dict:
             "driver_version": gpu.labels.get("driver_version") if gpu else None}
 
 
-def _statistics(job: Job, node: Node, window: tuple[float, float], to_first_step: float | None) -> dict:
+def _statistics(job: Job, node: Node, window: tuple[float, float], training: tuple[float, float] | None) -> dict:
     gpus = [node.gpus[u] for u in job.uuids() if u in node.gpus]
 
     def device(family: str, within: tuple[float, float] = window) -> list[float]:
@@ -227,9 +230,8 @@ def _statistics(job: Job, node: Node, window: tuple[float, float], to_first_step
     memory = [v for s in job.families.get("alnair_nvml_process_memory_used_bytes", []) for v in s.values]
     out["gpu_process_memory_max_bytes"] = max(memory) if memory else None
     # the run's minimum is its idle start-up (0 for most jobs); the original dataset's profiler watched training only
-    first_step = None if to_first_step is None else window[0] + to_first_step
-    training = [] if first_step is None else device("alnair_nvml_sm_utilization_ratio", (first_step, window[1]))
-    out["gpu_util_ratio_training_min"] = min(training) if training else None
+    trained = device("alnair_nvml_sm_utilization_ratio", training) if training else []
+    out["gpu_util_ratio_training_min"] = min(trained) if trained else None
     return out
 
 

@@ -66,9 +66,9 @@ COLUMNS: list[Column] = [
     Column("GPU_Util_%_ran", "(`gpu_util_ratio_max` - `gpu_util_ratio_training_min`) x 100: over training, as "
            "Min_GPU_Util_%", lambda runs: (runs["gpu_util_ratio_max"] - runs["gpu_util_ratio_training_min"]) * 100.0),
     _percent_col("MGUP", "gpu_util_ratio_max"),
-    Column("Min_GPU_Util_%", "`gpu_util_ratio_training_min` x 100: from the first step on, as the original profiler "
-           "watched training (over the whole run it is the idle start-up's 0); empty in rows profiled before the "
-           "column existed (campaign blocks 1-19)",
+    Column("Min_GPU_Util_%", "`gpu_util_ratio_training_min` x 100: between the second step and the last, as the "
+           "original profiler watched training (over the whole run it is the idle start-up's 0); empty in campaign "
+           "blocks 1-21, whose Prometheus data was not kept",
            _percent("gpu_util_ratio_training_min")),
     _percent_col("Sys_Mem_Util_%_ran", "sys_memory_util_ratio_range"),
     _percent_col("Max_Sys_Mem_Util_%", "sys_memory_util_ratio_max"),

@@ -71,14 +71,17 @@ def test_a_pods_processes_are_rows_of_their_own_and_workers_are_none(rows):
     assert sidecar["gpu_count"] == 0 and sidecar["gpu_util_ratio_max"] is None
 
 
-def test_the_training_minimum_starts_at_the_first_step():
-    node = node_families() | {"alnair_nvml_sm_utilization_ratio": [series(GPU, [0.2, 0.0, 0.6, 0.1])]}
-    record = {"alnair_cuda_process_start_time_seconds": [series({"pid": "7"}, [110] * 4)],
-              "alnair_cuda_process_exited_timestamp_seconds": [series({"pid": "7"}, [140], [145])],
-              "alnair_cuda_kernel_launches_total": [series({"pid": "7", **GPU}, [0, 10, 20, 30])]}
-    trained = job("7", "train", record | {"alnair_python_time_to_first_step_seconds": [series({"pid": "7"}, [10] * 4)]})
-    untimed = job("8", "other", {**record, "alnair_cuda_process_start_time_seconds": [series({"pid": "8"}, [110] * 4)]})
+def test_the_training_minimum_leaves_out_the_warm_up_and_the_exit():
+    times = [100.0 + t for t in range(10)]
+    node = node_families() | {"alnair_nvml_sm_utilization_ratio": [
+        series(GPU, [0, 0, 0, 0, 0.05, 0.5, 0.6, 0.1, 0, 0], times)]}
+    record = {"alnair_cuda_process_start_time_seconds": [series({"pid": "7"}, [100] * 10, times)],
+              "alnair_cuda_process_exited_timestamp_seconds": [series({"pid": "7"}, [108], [109])],
+              "alnair_cuda_kernel_launches_total": [series({"pid": "7", **GPU}, [0] * 10, times)]}
+    trained = job("7", "train", record | {"alnair_python_steps_total": [
+        series({"pid": "7"}, [0, 0, 1, 1, 5, 10, 15, 20, 20, 20], times)]})
+    untimed = job("8", "other", {**record, "alnair_cuda_process_start_time_seconds": [series({"pid": "8"}, [100] * 10, times)]})
     found = {r["pid"]: r for r in jobs.rows({("n1:9876", j.pid): j for j in (trained, untimed)}, {"n1:9876": node})}
-    # the run is 110-140 s: the idle 115 s reading is its minimum; training (from 120 s) saw only 130 s's 0.6
-    assert found["7"]["gpu_util_ratio_min"] == 0.0 and found["7"]["gpu_util_ratio_training_min"] == 0.6
+    # 2 steps first at 104 s (its reading holds the warm-up), all 20 at 107 s (its reading holds the exit): 105-106 s
+    assert found["7"]["gpu_util_ratio_min"] == 0.0 and found["7"]["gpu_util_ratio_training_min"] == 0.5
     assert found["8"]["gpu_util_ratio_min"] == 0.0 and found["8"]["gpu_util_ratio_training_min"] is None

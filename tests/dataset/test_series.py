@@ -15,6 +15,14 @@ def test_window_keeps_the_samples_inside_both_ends():
     assert ts.summary([3.0, 1.0, 2.0]) == (1.0, 3.0, 2.0, 2.0) and ts.summary([]) == (None,) * 4
 
 
+def test_steady_state_lies_between_the_warm_up_and_the_last_step():
+    steps = ts.Timeline([0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 1, 5, 10, 15, 20, 20])
+    # 2 steps first at 3 s, all 20 at 6 s: the readings of 4 and 5 s stand for time inside the two
+    assert ts.steady(steps, 2) == (4, 5) and ts.steady(steps, 1) == (2, 5)
+    assert ts.steady(ts.Timeline([0, 1, 2], [0, 3, 3]), 2) is None  # no scrape between the warm-up and the end
+    assert ts.steady(ts.Timeline([0, 1, 2], [0, 1, 1]), 2) is None and ts.steady(ts.Timeline(), 2) is None
+
+
 def test_increase_counts_through_a_reset():
     assert ts.increase([(0, 5.0), (1, 8.0), (2, 2.0), (3, 4.0)]) == 3 + 2 + 2
     assert ts.increase([]) is None
