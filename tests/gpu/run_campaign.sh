@@ -8,9 +8,10 @@
 # Nothing is installed: the intercept is built with make and the package is a shim of symlinks to this checkout
 # (tests/gpu/check_python_and_cuda_records.py's, plus alnair.dataset). The campaign resumes from the rows committed
 # under dataset/data/h200/ (copied into $OUT/campaign, which comes back to the calling machine: copy its runs.csv,
-# pairs.csv, *.parquet and logs-*.tar.gz into dataset/data/h200/ and commit them; prometheus-*.tar.xz holds the block's
-# Prometheus data). The segments stay in /tmp. The campaign gets what is left of BLOCK_SECONDS (the run's timeout_s, less a margin) after the set-up,
-# so it stops before the block's end with every row finished or marked incomplete.
+# pairs.csv, *.parquet, logs-*.tar.gz and prometheus-*.tar.xz, the block's Prometheus data (with earlier blocks' on a
+# machine kept warm), into dataset/data/h200/ and commit them). The segments stay in /tmp. The campaign gets what is
+# left of BLOCK_SECONDS (the run's timeout_s, less a margin) after the set-up, so it stops before the block's end with
+# every row finished or marked incomplete.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # The run tool sends the working tree with the .git of an earlier checkout: there `git rev-parse HEAD` names a commit
@@ -50,7 +51,8 @@ python3 -m alnair.dataset.campaign --out "$OUT/campaign" --scratch /tmp/alnair-c
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 tar -czf "$OUT/campaign/logs-$stamp.tar.gz" -C "$OUT/campaign" logs && rm -rf "$OUT/campaign/logs" "$OUT/campaign/prometheus.yml"
 # Prometheus's data (stopped with the campaign, its WAL complete) comes back too, so that the block's rows can be
-# profiled again when the profiler changes: `prometheus --storage.tsdb.path=<unpacked> --storage.tsdb.retention.time=100y`.
+# profiled again when the profiler changes: unpacked, `prometheus --config.file=/dev/null
+# --storage.tsdb.path=prometheus-data --storage.tsdb.retention.time=100y` serves it.
 if [ -d /tmp/alnair-campaign/scratch/prometheus-data ]; then
   tar -cJf "$OUT/campaign/prometheus-$stamp.tar.xz" -C /tmp/alnair-campaign/scratch prometheus-data
 fi
