@@ -16,9 +16,11 @@ from .columns import NAMES, STATISTICS
 from .prometheus import Prometheus, Series
 
 INFO_FAMILIES = ("alnair_python_process_info", "alnair_cuda_process_info", "alnair_nvml_process_info")
+# each record's (python, cuda) start and exit: a run spans the earliest start to the latest exit
+STARTS = ("alnair_python_process_start_time_seconds", "alnair_cuda_process_start_time_seconds")
+EXITS = ("alnair_python_process_exited_timestamp_seconds", "alnair_cuda_process_exited_timestamp_seconds")
 PROCESS_FAMILIES = (
-    "alnair_python_process_start_time_seconds", "alnair_cuda_process_start_time_seconds",
-    "alnair_python_process_exited_timestamp_seconds", "alnair_cuda_process_exited_timestamp_seconds",
+    *STARTS, *EXITS,
     "alnair_python_dataloader_worker", "alnair_python_steps_total", "alnair_python_samples_total",
     "alnair_python_step_seconds_total", "alnair_python_data_wait_seconds_total", "alnair_python_epochs_total",
     "alnair_python_optimizer_steps_total", "alnair_python_time_to_first_step_seconds",
@@ -163,10 +165,8 @@ def span(job: Job) -> tuple[float, float, str]:
     sampled = [s for found in job.families.values() for s in found if s.times]
     first = min((s.times[0] for s in sampled), default=None)
     last = max((s.times[-1] for s in sampled), default=None)
-    started = [s.values[-1] for f in ("alnair_python_process_start_time_seconds", "alnair_cuda_process_start_time_seconds")
-               if (s := job.one(f)) and s.values]
-    exited = [s.values[-1] for f in ("alnair_python_process_exited_timestamp_seconds",
-                                     "alnair_cuda_process_exited_timestamp_seconds") if (s := job.one(f)) and s.values]
+    started = [s.values[-1] for f in STARTS if (s := job.one(f)) and s.values]
+    exited = [s.values[-1] for f in EXITS if (s := job.one(f)) and s.values]
     start = min(started) if started else first
     end = max(exited) if exited else last
     return start, end, "record" if started and exited else "samples"

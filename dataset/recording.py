@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import jobs
 from .profile import job_rows
 from .prometheus import ProfileError, Prometheus
 from .selection import Selection
@@ -62,18 +63,14 @@ class Stack:
         last: the CUDA library's record exits about a second after Python's, and a profile taken between the two
         would end the run at Python's (as it did in 162 of the 296 ok rows of blocks 1-22)."""
         deadline = time.monotonic() + timeout
+        selector = f'{{__name__=~"{"|".join(jobs.STARTS + jobs.EXITS)}",pid="{pid}"}}'
         while time.monotonic() < deadline:
-            started = self._records("process_start_time_seconds", pid, since)
-            exited = self._records("process_exited_timestamp_seconds", pid, since)
+            found = {s.labels["__name__"] for s in self.prometheus.raw(selector, since, time.time()) if s.values}
+            started, exited = _records(found, jobs.STARTS), _records(found, jobs.EXITS)
             if "python" in exited and started <= exited:
                 return True
             time.sleep(0.25)
         return False
-
-    def _records(self, family: str, pid: int, since: float) -> set[str]:
-        """The records (python, cuda) whose `alnair_<record>_<family>` has a sample for the pid."""
-        found = self.prometheus.raw(f'{{__name__=~"alnair_(python|cuda)_{family}",pid="{pid}"}}', since, time.time())
-        return {s.labels["__name__"].split("_")[1] for s in found if s.values}
 
     def profile(self, pid: int, since: float) -> dict | None:
         selection = Selection(since, time.time() + 1, pids=(str(pid),))
@@ -103,3 +100,8 @@ def _without_intercepts(environ) -> dict:
     for name in ("ALNAIR_PYTHON_INTERCEPT", "LD_PRELOAD", "ALNAIR_COMPUTE_LIMIT", "ALNAIR_MEMORY_LIMIT"):
         env.pop(name, None)
     return env
+
+
+def _records(found: set[str], families: tuple[str, ...]) -> set[str]:
+    """The records (python, cuda) of the families found: `alnair_<record>_process_...`."""
+    return {name.split("_")[1] for name in found & set(families)}

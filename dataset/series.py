@@ -31,10 +31,13 @@ def steady(steps: Timeline, warmup: int) -> tuple[float, float] | None:
     """The samples of a step counter's scrapes during which the job was past its first `warmup` steps and not yet
     past its last: from the scrape after the first showing `warmup` steps to the scrape before the first showing
     the final count (a reading stands for the time before its scrape). None when no scrape lies between."""
-    reached = [t for t, v in zip(steps.times, steps.values) if v >= warmup]
-    final = max(steps.values, default=0.0)
-    done = next((t for t, v in zip(steps.times, steps.values) if v >= final), None)
-    inside = [t for t in steps.times if reached and done is not None and reached[0] < t < done]
+    samples = list(zip(steps.times, steps.values))
+    warm = next((t for t, v in samples if v >= warmup), None)
+    if warm is None:
+        return None
+    final = max(steps.values)
+    done = next(t for t, v in samples if v == final)
+    inside = [t for t in steps.times if warm < t < done]
     return (inside[0], inside[-1]) if inside else None
 
 
