@@ -2,10 +2,10 @@
 
 A job that lives less than one sample interval would otherwise never be seen alive, and a file the reader
 never saw locked is served by nobody (anyone could plant it unlocked). Linux's inotify says when a name is
-renamed into the directory (how writers publish a segment); the watcher thread then asks the kernel who holds
-the file's lock, as the reader does, and hands (name, pid) to the next pass. Bounded: at most PROBES_PER_SECOND
-files are opened a second, whatever a flood of names in the directory, and events past the kernel's queue are
-simply left to the next pass.
+renamed into the directory (how writers publish a segment: files merely created raise no event); the watcher
+thread then asks the kernel who holds the file's lock, as the reader does, and hands (name, pid) to the next
+pass. Bounded: only names a writer could have are probed, at most PROBES_PER_SECOND files are opened a second,
+whatever a flood of names in the directory, and events past the kernel's queue are simply left to the sweep.
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ import time
 log = logging.getLogger(__name__)
 
 IN_MOVED_TO = 0x00000080
-IN_CREATE = 0x00000100
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len, then the name
@@ -33,16 +32,16 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 class ArrivalWatcher:
-    """Watches `path` for names starting with `prefix`; `drain()` returns the (name, holder pid) seen since."""
+    """Watches `path` for names `wanted` accepts; `drain()` returns the (name, holder pid) seen since."""
 
-    def __init__(self, path: str, prefix: str, lock_holder):
-        self.path, self.prefix, self._lock_holder = path, prefix, lock_holder
+    def __init__(self, path: str, wanted, lock_holder):
+        self.path, self._wanted, self._lock_holder = path, wanted, lock_holder
         self._arrivals: collections.deque[tuple[str, int]] = collections.deque(maxlen=PROBES_PER_SECOND)
         self._stop = threading.Event()
         self._fd = _inotify(path)
         self._thread = None
         if self._fd is not None:
-            self._thread = threading.Thread(target=self._watch, name=f"arrivals {prefix}", daemon=True)
+            self._thread = threading.Thread(target=self._watch, name=f"arrivals {path}", daemon=True)
             self._thread.start()
 
     def drain(self) -> list[tuple[str, int]]:
@@ -70,7 +69,7 @@ class ArrivalWatcher:
             for name in _names(data):
                 if int(time.monotonic()) != second:
                     budget, second = PROBES_PER_SECOND, int(time.monotonic())
-                if name.startswith(self.prefix) and budget > 0:
+                if budget > 0 and self._wanted(name):
                     budget -= 1
                     self._probe(name)
 
@@ -102,14 +101,14 @@ def _names(data: bytes) -> list[str]:
 
 
 def _inotify(path: str) -> int | None:
-    """An inotify descriptor watching `path` for names moved or created in it; None where there is no inotify
+    """An inotify descriptor watching `path` for names moved into it; None where there is no inotify
     (then only the passes see writers, as before)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-        if libc.inotify_add_watch(fd, os.fsencode(path), IN_MOVED_TO | IN_CREATE) < 0:
+        if libc.inotify_add_watch(fd, os.fsencode(path), IN_MOVED_TO) < 0:
             err = ctypes.get_errno()
             os.close(fd)
             raise OSError(err, os.strerror(err))

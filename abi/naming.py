@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
+from functools import lru_cache
 from typing import Mapping
 
 from . import layout
@@ -60,5 +62,21 @@ def reader_lingers(directory: str) -> bool:
     return os.path.isfile(os.path.join(directory, READER_MARKER))
 
 
-def is_temp_of_kind(name: str, kind: int) -> bool:
-    return name.startswith("." + kind_prefix(kind)) and name.endswith(TEMP_SUFFIX)
+@lru_cache(maxsize=None)
+def _name_pattern(kind: int) -> re.Pattern[str]:
+    # Exactly what segment_name() makes (ASCII digits, at most a uint64's 20): any other name is not a writer's, is
+    # refused without being opened, and never reaches a log, a label or the reader's saved state.
+    number = r"[0-9]{1,20}"
+    return re.compile(rf"(\.?){re.escape(kind_prefix(kind))}{number}\.{number}\.{number}(\{TEMP_SUFFIX})?")
+
+
+def is_segment_name(name: str, kind: int) -> bool:
+    """Whether `name` is one segment_name() could have made for `kind`."""
+    match = _name_pattern(kind).fullmatch(name)
+    return match is not None and not match[1] and not match[2]
+
+
+def is_temp_name(name: str, kind: int) -> bool:
+    """Whether `name` is one temp_name() could have made for a segment of `kind`."""
+    match = _name_pattern(kind).fullmatch(name)
+    return match is not None and bool(match[1]) and bool(match[2])

@@ -15,8 +15,8 @@ import stat
 import struct
 import time
 from collections import Counter
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from dataclasses import dataclass, field
+from typing import Generic, Iterator, TypeVar
 
 from . import layout, naming
 from .arrivals import ArrivalWatcher
@@ -25,10 +25,18 @@ from .records import MAX_RECORD_SIZE, PARSERS, RECORD_SIZES, MalformedRecord, te
 log = logging.getLogger(__name__)
 
 SKIP_REASONS = ("truncated", "bad_magic", "abi_version", "malformed", "oversized", "torn", "unreadable", "over_limit",
-                "duplicate")
+                "duplicate", "bad_name", "unreclaimable")
+# What a file stays until it is replaced (a new inode): remembered, so junk is opened once, not every pass.
+_LASTING_REASONS = frozenset(("truncated", "bad_magic", "abi_version", "malformed", "oversized", "unreclaimable",
+                              "bad_name"))
+_LASTING_ERRNOS = frozenset((errno.ELOOP, errno.ENXIO, errno.EACCES, errno.EPERM))  # symlinks, sockets, modes
+SCAN_BOUNDS = ("names", "opens", "remembered", "temps")
 DEFAULT_MAX_SEGMENTS = 4096  # per kind and sample: a node's GPU processes, many times over
-FILES_PER_SEGMENT = 16  # files examined per sample at most, per record kept: planted junk bounds the work too
-STATE_MAX_BYTES = 1 << 20  # a reader's list of writers seen alive: names of ~100 bytes, thousands of them
+NAMES_PER_SEGMENT = 8  # directory entries listed per pass, per record kept: any name counts, temp or foreign
+REMEMBERED_PER_SEGMENT = 32  # junk verdicts kept at most, per record kept (~75 bytes each: ~10 MB at the default)
+TEMP_CHECKS_PER_SWEEP = 1024  # temp files opened per sweep to find abandoned ones; more are checked in turn
+TEMP_CHECKS_PER_OPEN = 8  # and per pass one per 8 opens allowed: temp names never take the opens new writers need
+STATE_MAX_BYTES = 1 << 20  # a reader's list of writers seen alive: names of ~50 bytes, thousands of them
 TORN_RETRIES_PER_PASS = 16  # segments retried (with sleeps) per pass when torn; more get one try
 TEMP_FILE_GRACE_SECONDS = 60.0  # a writer renames its temp file within microseconds
 
@@ -82,12 +90,14 @@ class ParsedSegment(Generic[T]):
 
 
 class _Skip(Exception):
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, lasting: bool | None = None):
         self.reason = reason
+        self.lasting = reason in _LASTING_REASONS if lasting is None else lasting
 
 
-def load_holders(path: str | None) -> dict[str, int]:
-    """The writers a reader saw alive, as it saved them: only from a regular file of this user's, bounded."""
+def load_holders(path: str | None, kind: int) -> dict[str, int]:
+    """The writers a reader saw alive, as it saved them: only from a regular file of this user's, bounded, and only
+    names a writer could have (a planted line names nothing the reader would open)."""
     if not path:
         return {}
     try:
@@ -100,9 +110,9 @@ def load_holders(path: str | None) -> dict[str, int]:
             log.warning("ignoring %r: not a file this reader wrote", path)
             return {}
         holders = {}
-        for line in os.pread(fd, STATE_MAX_BYTES, 0).decode(errors="replace").splitlines():
+        for line in os.pread(fd, STATE_MAX_BYTES, 0).decode("ascii", errors="replace").splitlines():
             name, _, pid = line.rpartition(" ")
-            if name and pid.isdigit():
+            if naming.is_segment_name(name, kind) and pid.isdigit() and pid.isascii():
                 holders[name] = int(pid)
         return holders
     finally:
@@ -110,13 +120,13 @@ def load_holders(path: str | None) -> dict[str, int]:
 
 
 def save_holders(path: str, holders: dict[str, int]) -> str:
-    """Returns "" or why it could not."""
+    """Returns "" or why it could not. Every name is a writer's (naming.is_segment_name): ASCII, no spaces or newlines."""
     # Written whole under a temporary name, then renamed: a reader restarting never finds half of it.
     temp = f"{path}.{os.getpid()}.tmp"
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, "".join(f"{name} {pid}\n" for name, pid in holders.items()).encode())
+            os.write(fd, "".join(f"{name} {pid}\n" for name, pid in holders.items()).encode("ascii"))
         finally:
             os.close(fd)
         os.replace(temp, path)
@@ -144,15 +154,56 @@ def lock_holder(fd: int) -> int | None:
     return None if l_type == fcntl.F_UNLCK else l_pid
 
 
+class _Verdicts(dict):
+    """Why each junk file was skipped, keyed by hash of (name, inode): a file the reader refused stays refused until
+    it is replaced, so it is opened once, not every pass. At most `limit` (`full` says when more were met); once
+    a sweep met (`found`) fewer than half of them, the rest being gone, they are forgotten and learnt again."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit, self.full, self.found = limit, False, 0
+
+    def keep(self, key: int, reason: str) -> None:
+        if len(self) < self.limit:
+            self[key] = reason
+            self.found += 1
+        else:
+            self.full = True
+
+    def next_sweep(self) -> None:
+        if self.found < len(self) // 2:
+            self.clear()
+        self.full, self.found = False, 0
+
+
+@dataclass
+class _Sweep:
+    """One walk through the directory, which may take several passes when it holds more than a pass may list."""
+
+    index: int
+    entries: Iterator[os.DirEntry]
+    temp_period: int  # each temp name is opened once every temp_period sweeps (a flood of them costs in turn)
+    skipped: Counter[str] = field(default_factory=Counter)
+    temps: int = 0
+    passes: int = 0
+
+
 class SegmentDirectory:
     """Reads every segment of one record kind in a directory.
 
-    `read()` returns the parsed records of live writers; the segments it had
-    to skip in that pass are in `skipped` (reason -> count), and `reclaimed`
+    `read()` returns the parsed records of live writers; `skipped` counts, by reason, what this pass skipped
+    among writers it knows and what the last whole sweep of the directory skipped (see below); `reclaimed`
     counts dead writers' segments it removed since start.
 
-    Whatever the directory holds, a pass keeps at most `max_segments` records, each copied only as far
-    as this reader's layout of the kind goes: memory is bounded by live writers x the largest record.
+    Whatever the directory holds, a pass does bounded work and keeps at most `max_segments` records, each
+    copied only as far as this reader's layout of the kind goes: memory is bounded by live writers x the
+    largest record. Writers this reader saw alive (in a pass, through the arrival watcher, or in its saved
+    state) are read first, by name, without listing the directory: junk of any count cannot push them out.
+    New writers are found by a sweep of the directory that lists at most NAMES_PER_SEGMENT x max_segments names
+    a pass and opens at most max_segments / 2 files of names not known yet, going on where it stopped at the
+    next pass; a file refused for a lasting reason is remembered by name and inode and not opened again.
+    Names no writer makes (naming.is_segment_name) are refused unopened. A bound being hit is one warning and
+    `scan_bounded[bound]`.
 
     A dead writer's last record is served (`exited`) for `linger_seconds` from when this reader first
     found it unlocked, so a Prometheus scraping every 15-60 s still gets a short job's final counters;
@@ -171,74 +222,186 @@ class SegmentDirectory:
         self.max_segments = max_segments
         self.linger_seconds = linger_seconds
         self.clock = clock
-        self._dead_since: dict[str, float] = {}  # name -> when first found unlocked
+        self._dead_since: dict[str, float] = {}  # holder name -> when first found unlocked
         self.state_path = state_path
-        self._holders: dict[str, int] = load_holders(state_path)  # name -> its writer's pid as last seen alive
+        self._holders: dict[str, int] = load_holders(state_path, kind)  # name -> its writer's pid as last seen alive
         self._saved_holders = dict(self._holders)
         self._state_failed = False
-        self._unremovable: set[str] = set()  # reclaims that failed, each logged once
-        self._seen: set[str] = set()  # names met in the pass under way: what the pass after may remember
+        self._said_unremovable = False
         self._torn_retries = TORN_RETRIES_PER_PASS
+        self._temp_checks_left = 0  # temp files this pass may still open
         self.prefix = naming.kind_prefix(kind)
+        self._verdicts = _Verdicts(REMEMBERED_PER_SEGMENT * max_segments)
+        self._sweep: _Sweep | None = None
+        self._last_sweep = _Sweep(0, iter(()), 1)
+        self._read_by_name: set[str] = set()  # the holders this pass read first
+        self._pass_bounds: set[str] = set()  # the bounds this pass stopped at
+        self._sweep_bounds: set[str] = set()  # those the sweep under way met
+        self._active_bounds: set[str] = set()  # warned of, and met again since a sweep ended clear of them
         # A writer that starts and exits between two passes is still seen alive (abi/arrivals.py).
-        self._arrivals = ArrivalWatcher(path, self.prefix, lock_holder) if watch_arrivals else None
+        self._arrivals = (ArrivalWatcher(path, lambda name: naming.is_segment_name(name, kind), lock_holder)
+                          if watch_arrivals else None)
         self.skipped: Counter[str] = Counter()
+        self.scan_bounded: Counter[str] = Counter()  # passes that stopped at each bound, since start
         self.reclaimed = 0
+
+    @property
+    def sweep_passes(self) -> int:
+        """How many passes the last whole sweep of the directory took: 1 unless it holds more than a pass lists."""
+        return self._last_sweep.passes
 
     def close(self) -> None:
         if self._arrivals is not None:
             self._arrivals.stop()
+        if self._sweep is not None:
+            self._close_entries(self._sweep)
+            self._sweep = None
 
     def read(self) -> list[ParsedSegment]:
         parse = PARSERS[self.kind]
-        for name, holder in self._arrivals.drain() if self._arrivals is not None else ():
-            self._holders.setdefault(name, holder)
+        self._take_arrivals()
         skipped: Counter[str] = Counter()
         out: list[ParsedSegment] = []
-        self._seen = set()
-        self._torn_retries, examined = TORN_RETRIES_PER_PASS, 0
-        newcomers: list[str] = []  # at most the examined budget, however many names the directory holds
-        with os.scandir(self.path) as entries:  # streamed: a million planted names are never held at once
-            for entry in entries:
-                name = entry.name
-                if name.startswith(self.prefix):
-                    examined += 1
-                if name.startswith(self.prefix) and examined > FILES_PER_SEGMENT * self.max_segments:
-                    skipped["over_limit"] += 1
-                elif name.startswith(self.prefix) and name not in self._holders:
-                    newcomers.append(name)
-                elif name.startswith(self.prefix):
-                    self._read_within_cap(name, parse, out, skipped)
-                elif naming.is_temp_of_kind(name, self.kind):
-                    self._reclaim_abandoned_temp(name)
-        # Writers seen alive before are read first, so files planted since can take only the slots left.
-        for name in newcomers:
+        self._torn_retries, self._pass_bounds = TORN_RETRIES_PER_PASS, set()
+        self._temp_checks_left = max(1, self._opens_per_pass() // TEMP_CHECKS_PER_OPEN)
+        self._read_by_name = set(self._holders)  # the sweep passes these by, whatever this pass makes of them
+        for name in list(self._holders):  # seen alive, longest known first: files planted since get the slots left
             self._read_within_cap(name, parse, out, skipped)
-        self._say_if_capped(skipped["over_limit"])
+        sweep = self._sweep_on(parse, out)
+        self._say_if_capped(skipped["over_limit"] + sweep.skipped["over_limit"])
         kept = _one_per_pid(out)
-        if len(kept) < len(out):
-            skipped["duplicate"] += len(out) - len(kept)
-        self.skipped = skipped
-        self._forget_unseen()
+        skipped["duplicate"] += len(out) - len(kept)
+        self.skipped = +(skipped + sweep.skipped)
+        self._say_bounds(ended=self._sweep is None)
+        self._save_state()
         return kept
 
-    def _forget_unseen(self) -> None:
-        """Segments removed by someone else: nothing more to remember of them."""
-        self._dead_since = {n: t for n, t in self._dead_since.items() if n in self._seen}
-        self._holders = {n: pid for n, pid in self._holders.items() if n in self._seen}
-        self._unremovable = {f for f in self._unremovable if os.path.basename(f) in self._seen}
+    def _take_arrivals(self) -> None:
+        """Writers the watcher saw alive, as far as the holders' bound goes (a flood of locked files stops there)."""
+        for name, holder in self._arrivals.drain() if self._arrivals is not None else ():
+            if len(self._holders) < 2 * self.max_segments:
+                self._holders.setdefault(name, holder)
+            else:
+                self._pass_bounds.add("remembered")
+
+    def _sweep_on(self, parse, out: list[ParsedSegment]) -> _Sweep:
+        """Lists the directory on from where the last pass stopped, within this pass's budgets; returns the last
+        whole sweep (this one, if it ended now), whose skip counts stand until the next one ends."""
+        sweep = self._sweep or self._start_sweep()
+        sweep.passes += 1
+        names_left, opens_left = NAMES_PER_SEGMENT * self.max_segments, self._opens_per_pass()
+        prefix, temp_prefix = self.prefix, "." + self.prefix
+        period, phase = sweep.temp_period, sweep.index % sweep.temp_period
+        for entry in sweep.entries:  # the hot loop: a flood of names costs a few hundred ns each
+            names_left -= 1
+            name = entry.name
+            if name.startswith(prefix):
+                opens_left -= self._examine_segment(entry, sweep, parse, out)
+            elif name.startswith(temp_prefix):
+                sweep.temps += 1
+                if hash(name) % period == phase:  # each temp name in turn, one sweep in `period`
+                    opens_left -= self._examine_temp(name)
+            if names_left <= 0 or opens_left <= 0:
+                self._pass_bounds.add("names" if names_left <= 0 else "opens")
+                return self._last_sweep
+        self._end_sweep(sweep)
+        return sweep
+
+    def _opens_per_pass(self) -> int:
+        return max(16, self.max_segments // 2)
+
+    def _start_sweep(self) -> _Sweep:
+        last = self._last_sweep
+        period = max(1, -(-last.temps // TEMP_CHECKS_PER_SWEEP))
+        self._sweep = _Sweep(last.index + 1, os.scandir(self.path), period)
+        return self._sweep
+
+    def _end_sweep(self, sweep: _Sweep) -> None:
+        self._close_entries(sweep)
+        self._sweep, self._last_sweep = None, sweep
+        if self._verdicts.full:
+            self._pass_bounds.add("remembered")
+        if sweep.temp_period > 1:
+            self._pass_bounds.add("temps")
+        self._verdicts.next_sweep()
+
+    @staticmethod
+    def _close_entries(sweep: _Sweep) -> None:
+        close = getattr(sweep.entries, "close", None)
+        if close is not None:
+            close()
+
+    def _examine_segment(self, entry: os.DirEntry, sweep: _Sweep, parse, out: list[ParsedSegment]) -> int:
+        """A name with the kind's prefix; returns the files opened for it (0 or 1)."""
+        name = entry.name
+        if name in self._read_by_name or name in self._holders:
+            return 0  # read already this pass
+        key = hash((name, entry.inode()))
+        reason = self._verdicts.get(key)
+        if reason is not None:
+            self._verdicts.found += 1
+        elif not naming.is_segment_name(name, self.kind):
+            reason = "bad_name"
+            self._verdicts.keep(key, reason)
+        if reason is not None:
+            sweep.skipped[reason] += 1
+            return 0
+        return self._read_newcomer(name, key, parse, out, sweep.skipped)
+
+    def _examine_temp(self, name: str) -> int:
+        """A temp name whose turn it is; returns the files opened for it (0 or 1)."""
+        if not naming.is_temp_name(name, self.kind):
+            return 0  # not a writer's: never touched
+        if self._temp_checks_left <= 0:
+            self._pass_bounds.add("temps")
+            return 0
+        self._temp_checks_left -= 1
+        self._reclaim_abandoned_temp(name)
+        return 1
+
+    def _read_newcomer(self, name: str, key: int, parse, out: list[ParsedSegment], skipped: Counter[str]) -> int:
+        if len(out) >= self.max_segments:
+            skipped["over_limit"] += 1
+            return 0
+        try:
+            self._read_into(name, parse, out)
+        except _Skip as skip:
+            skipped[skip.reason] += 1
+            if skip.lasting:
+                self._verdicts.keep(key, skip.reason)
+                self._forget(name)  # locked but not a writer's record: judged by its verdict from now on
+        return 1
+
+    def _read_within_cap(self, name: str, parse, out: list[ParsedSegment], skipped: Counter[str]) -> None:
+        if len(out) >= self.max_segments:
+            skipped["over_limit"] += 1
+            return
+        try:
+            self._read_into(name, parse, out)
+        except _Skip as skip:
+            skipped[skip.reason] += 1
+            if skip.lasting:  # no longer a writer's segment: the sweep judges it from now on
+                self._forget(name)
+
+    def _read_into(self, name: str, parse, out: list[ParsedSegment]) -> None:
+        segment = self._read_one(name)
+        if segment is not None:
+            try:
+                out.append(ParsedSegment(segment, parse(segment.record)))
+            except MalformedRecord:
+                raise _Skip("malformed") from None
+
+    def _forget(self, name: str) -> None:
+        self._holders.pop(name, None)
+        self._dead_since.pop(name, None)
+
+    def _save_state(self) -> None:
         if self.state_path and self._holders != self._saved_holders:
             self._saved_holders = dict(self._holders)
             failure = save_holders(self.state_path, self._holders)
             if failure and not self._state_failed:  # said once: exited writers then linger only until a restart
                 log.warning("cannot save the writers seen alive to %r: %s", self.state_path, failure)
             self._state_failed = bool(failure)
-
-    def _read_within_cap(self, name: str, parse, out: list[ParsedSegment], skipped: Counter[str]) -> None:
-        if len(out) >= self.max_segments:
-            skipped["over_limit"] += 1
-        else:
-            self._read_into(name, parse, out, skipped)
 
     def _say_if_capped(self, over_limit: int) -> None:
         """One warning when the cap starts hiding segments, one line when it no longer does."""
@@ -248,25 +411,31 @@ class SegmentDirectory:
         elif self.skipped["over_limit"] and not over_limit:
             log.info("%s: every segment read again, within --shm.max-segments", self.path)
 
-    def _read_into(self, name: str, parse, out: list[ParsedSegment], skipped: Counter[str]) -> None:
-        try:
-            segment = self._read_one(name)
-            if segment is not None:
-                out.append(ParsedSegment(segment, parse(segment.record)))
-        except _Skip as skip:
-            skipped[skip.reason] += 1
-        except MalformedRecord:
-            skipped["malformed"] += 1
+    def _say_bounds(self, ended: bool) -> None:
+        """One warning when a bound starts being met (counted every pass it is), one line once a whole sweep
+        met none."""
+        newly = [b for b in SCAN_BOUNDS if b in self._pass_bounds and b not in self._active_bounds]
+        if newly:
+            log.warning("%s: the scan met its bound on %s; writers seen alive are still read every pass, new ones "
+                        "within alnair_*_segments_sweep_passes passes (docs/security.md)", self.path,
+                        "; ".join(f"{b} ({_BOUND_MEANINGS[b]})" for b in newly))
+        self._active_bounds |= self._pass_bounds
+        self._sweep_bounds |= self._pass_bounds
+        self.scan_bounded.update(self._pass_bounds)
+        if ended:
+            if self._active_bounds and not self._sweep_bounds:
+                log.info("%s: the directory is swept within every bound again", self.path)
+            self._active_bounds, self._sweep_bounds = self._sweep_bounds, set()
 
     def _read_one(self, name: str) -> Segment | None:
-        self._seen.add(name)
         full = os.path.join(self.path, name)
         try:
             fd = os.open(full, _OPEN_FLAGS)
         except FileNotFoundError:
+            self._forget(name)
             return None  # reclaimed or removed since the scan
         except OSError as e:
-            raise _Skip("unreadable") from e
+            raise _Skip("unreadable", lasting=e.errno in _LASTING_ERRNOS) from e
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -276,6 +445,7 @@ class SegmentDirectory:
             if holder is None:
                 return self._lingering(name, fd, header)
             self._holders[name] = holder
+            self._dead_since.pop(name, None)
             return self._copy(name, fd, header, holder, self.retries if self._torn_retries > 0 else 1)
         finally:
             os.close(fd)
@@ -289,16 +459,18 @@ class SegmentDirectory:
     def _lingering(self, name: str, fd: int, header: layout.ShmHeader) -> Segment | None:
         """A dead writer's segment: its last record while it lingers, else reclaimed. One that died
         mid-publish (seq odd) can never be read whole and is reclaimed at once."""
-        full = os.path.join(self.path, name)
         if not self.reclaim:
             return None  # a bystander (alnair top) shows the living only
-        dead_since = self._dead_since.setdefault(name, self.clock())
-        if name in self._holders and self.clock() - dead_since < self.linger_seconds:
-            try:
-                return self._copy(name, fd, header, self._holders[name], 1, exited=True)
-            except _Skip:
-                pass
-        self._reclaim(full)
+        if name in self._holders:
+            dead_since = self._dead_since.setdefault(name, self.clock())
+            if self.clock() - dead_since < self.linger_seconds:
+                try:
+                    return self._copy(name, fd, header, self._holders[name], 1, exited=True)
+                except _Skip:
+                    pass
+        self._forget(name)
+        if not self._reclaim(os.path.join(self.path, name)):
+            raise _Skip("unreclaimable")
         return None
 
     def _validated_header(self, fd: int, size: int) -> layout.ShmHeader:
@@ -333,24 +505,27 @@ class SegmentDirectory:
             time.sleep(0.0001 * attempt)  # a publish takes microseconds
         raise _Skip("torn")
 
-    def _reclaim(self, full: str) -> None:
-        """Removes a segment whose writer is gone: nobody holds its lock any more.
+    def _reclaim(self, full: str) -> bool:
+        """Removes a segment whose writer is gone: nobody holds its lock any more. False if it could not.
 
         Names carry pid, pid namespace and start time, so a live writer never
         reuses a dead one's name and the unlink cannot hit a live segment."""
-        if not self.reclaim:
-            return
         try:
             os.unlink(full)
+        except FileNotFoundError:
+            return True
         except OSError as e:
-            if e.errno != errno.ENOENT and full not in self._unremovable:
-                self._unremovable.add(full)  # said once: a name is a writer's, logged as repr, never raw
-                log.warning("cannot reclaim dead writer's segment %r: %s", full, e.strerror)
-            return
+            if not self._said_unremovable:  # said once; each is counted (skipped unreclaimable) every sweep
+                self._said_unremovable = True
+                log.warning("cannot reclaim dead writer's segment %r: %s (such segments are counted in "
+                            "alnair_*_segments_skipped{reason=\"unreclaimable\"})", full, e.strerror)
+            return False
         self.reclaimed += 1
+        return True
 
     def _reclaim_abandoned_temp(self, name: str) -> None:
-        self._seen.add(name)
+        """A writer's temp file left by a writer that died before publishing it: old, unlocked and begun with the
+        ABI's header. Anything else under such a name is not a writer's and is left alone."""
         full = os.path.join(self.path, name)
         try:
             fd = os.open(full, _OPEN_FLAGS)
@@ -359,7 +534,23 @@ class SegmentDirectory:
         try:
             st = os.fstat(fd)
             old = time.time() - st.st_mtime > TEMP_FILE_GRACE_SECONDS
-            if stat.S_ISREG(st.st_mode) and old and lock_holder(fd) is None:  # a directory is not a writer's
+            if stat.S_ISREG(st.st_mode) and old and _begins_with_header(fd, self.kind) and lock_holder(fd) is None:
                 self._reclaim(full)
         finally:
             os.close(fd)
+
+
+_BOUND_MEANINGS = {
+    "names": "more entries than a pass lists: a sweep takes several passes",
+    "opens": "more names not known yet than a pass opens: a sweep takes several passes",
+    "remembered": "more junk than the reader remembers: the rest is opened again every sweep",
+    "temps": "more temp names than a sweep checks: each is checked in turn",
+}
+
+
+def _begins_with_header(fd: int, kind: int) -> bool:
+    raw = os.pread(fd, layout.HEADER_SIZE, 0)
+    if len(raw) < layout.HEADER_SIZE:
+        return False
+    header = layout.ShmHeader.from_buffer_copy(raw)
+    return header.magic == layout.SHM_MAGIC and header.record_kind == kind

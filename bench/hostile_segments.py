@@ -1,8 +1,9 @@
-"""Two attacks on the exporter's segment reader, rerunnable on every change: a fuzzed directory and SIGKILLed writers.
+"""Three attacks on the exporter's segment reader, rerunnable on every change: a fuzzed directory, SIGKILLed
+writers and a flood of junk names.
 
-    make -C intercept && python bench/hostile_segments.py    # [--attack fuzz|sigkill|both] [--files 10000] [--writers 1000]
+    make -C intercept && python bench/hostile_segments.py    # [--attack fuzz|sigkill|junk|both|all] [--files 10000] [--writers 1000]
 
-Both attacks run the real exporter (`python -m alnair.exporter --shm.dir DIR --no-collector.host
+The attacks run the real exporter (`python -m alnair.exporter --shm.dir DIR --no-collector.host
 --no-collector.nvml --collector.cuda.interval ...`) on a fresh directory under /dev/shm, scrape it all along,
 print a table of checks and exit non-zero if any fails. "finding:" lines are what the exporter does that it
 arguably should not (docs/benchmarks.md): printed with their figures, not failed.
@@ -21,6 +22,15 @@ arguably should not (docs/benchmarks.md): printed with their figures, not failed
    as unequal counters), at most --alive at once, SIGKILLed --wave at a time while the exporter samples every
    --interval. Checked: no served sample ever has unequal counters within a pid, every writer was served
    while churning, reclaimed reaches --writers and the directory ends empty, RSS.
+
+3. junk: --live writers, then --junk (100,000) empty files named as writers name segments and --temps (250,000)
+   temp names an hour old, then one more writer (the attack that hid every job: names were once counted in
+   directory order against a budget). Checked: the writers seen alive served with exact values in every sample,
+   the late writer served, every sample under 100 ms of the exporter's CPU (all threads, between two samples,
+   scrapes included), a whole sweep coming to know every junk name, nothing deleted, RSS. With
+   --baseline-python (an interpreter whose alnair is another tree: `git worktree add /tmp/base <commit>`, a venv
+   with --system-site-packages, `pip install --no-deps /tmp/base`) the same attack runs against that exporter
+   and its figures are printed beside (not checked).
 
 Churning writers spin a CPU each; on 2 cores 1000 of them would starve the exporter, so they run at nice 19
 and at most --alive (200) at once: every one of the 1000 churns (so every served record can be checked
@@ -87,7 +97,9 @@ CHILDREN: list[subprocess.Popen] = []  # everything started, ended in main's fin
 FORGED_POD = b"11111111-2222-4333-8444-555555555555"  # the pod a planted dead writer's header claims to be
 # Files the exporter itself keeps in the directory (where this version has them): not a writer's leftovers.
 READER_MARKER = getattr(naming, "READER_MARKER", None)
+STATE_NAME = f".{READER_MARKER}.cuda"  # the writers the exporter saw alive (abi/naming.py reader_state_name)
 LINGERING = re.compile(rb"^alnair_cuda_segments_lingering (\S+)$", re.M)
+SWEEP_PASSES = re.compile(rb"^alnair_cuda_segments_sweep_passes (\S+)$", re.M)
 
 
 # ---------------------------------------------------------------- processes
@@ -149,11 +161,12 @@ def proc_value(pid: int, file: str, key: str) -> int:
 class Exporter:
     """The real exporter on a free loopback port, its stderr in a log file."""
 
-    def __init__(self, shm_dir: Path, log_path: Path, interval: str, *extra: str, startup_timeout: float = STARTUP_TIMEOUT):
+    def __init__(self, shm_dir: Path, log_path: Path, interval: str, *extra: str, startup_timeout: float = STARTUP_TIMEOUT,
+                 python: str = sys.executable):
         self.port = free_port()
         self.log_path = log_path
         with open(log_path, "wb") as log:
-            self.process = spawn([sys.executable, "-m", "alnair.exporter", "--shm.dir", str(shm_dir),
+            self.process = spawn([python, "-m", "alnair.exporter", "--shm.dir", str(shm_dir),
                                   "--no-collector.host", "--no-collector.nvml", "--collector.cuda.interval", interval,
                                   "--web.listen-address", f"127.0.0.1:{self.port}", *extra],
                                  stdout=subprocess.DEVNULL, stderr=log)
@@ -431,7 +444,8 @@ KINDS = [
     Kind("empty file", 300, plant_empty, "truncated", False),
     Kind("shorter than the header", 500, plant_short_header, "truncated", False),
     Kind("header, record cut short", 500, plant_short_record, "truncated", False),
-    Kind("bad magic (odd names)", 800, plant_bad_magic, "bad_magic", False, "odd"),
+    Kind("bad magic", 500, plant_bad_magic, "bad_magic", False),
+    Kind("valid, held, name no writer makes (controls, not UTF-8)", 300, plant_comm, "bad_name", True, "odd"),
     Kind("wrong ABI version", 700, plant_abi_version, "abi_version", False),
     Kind("wrong record kind", 400, plant_wrong_kind, "malformed", False),
     Kind("wrong header size", 400, plant_wrong_header_size, "malformed", False),
@@ -446,7 +460,7 @@ KINDS = [
     Kind("unix socket", 100, plant_socket, "unreadable", False),
     Kind("FIFO", 400, plant_fifo, "malformed", False),
     Kind("directory", 300, plant_directory, "malformed", False),
-    Kind("control characters in comm/pod/container, held", 500, plant_comm, "served", True, "odd"),
+    Kind("control characters in comm/pod/container, held", 500, plant_comm, "served", True),
     Kind("odd seq forever, held", 300, plant_torn, "torn", True),
     Kind("dead writer's valid segment", 500, plant_dead_writer, "reclaimed", False),
     Kind("temp file, 1 h old", 200, plant_old_temp, "reclaimed", False, "temp"),
@@ -478,7 +492,7 @@ def file_name(kind: Kind, i: int, rng: random.Random) -> bytes:
         return b".alnair.cuda.\x1b[31m\n2026-01-01 00:00:00,000 ERROR forged by a planted name %d.tmp" % i
     if kind.names == "unrelated":
         return rng.choice([b"unrelated.%d", b"alnair.cudax.%d", b"alnair.python-cuda.%d"]) % i
-    return b"alnair.cuda.%d.%d.%d.%d" % (ns, pid, ticks, i)
+    return b"alnair.cuda.%d.%d.%d" % (ns, pid, ticks * 1_000_000 + i)  # the writers' form: readers open no other
 
 
 @dataclass
@@ -670,22 +684,40 @@ def print_kind_table(planted: list[Planted], left: dict[str, tuple[int, int]]) -
 
 
 def over_limit_expectation(shm_dir: Path, outcome_of: dict[bytes, str], cap: int) -> tuple[Counter, int, set[bytes]]:
-    """What a reader with `cap` sees, walking the directory in the order the exporter's scandir will: skip
-    counts, records served, and the names served; past the cap every name of the kind is over_limit."""
-    prefix = b"alnair.cuda."
+    """What a reader with `cap` sees: first the writers the running exporter saved as seen alive (read by name),
+    then the rest in the order its scandir will walk them: skip counts, records served, and the names served;
+    past the cap every name of the writers' form not seen alive is over_limit."""
     skips, served = Counter(), set()
+    holders = [line.rpartition(b" ")[0] for line in (shm_dir / STATE_NAME).read_bytes().splitlines()]
+    for name in holders:
+        note_outcome("over_limit" if len(served) >= cap else outcome_of.get(name, "unknown"), name, skips, served)
     with os.scandir(bytes(shm_dir)) as entries:
         for entry in entries:
-            if not entry.name.startswith(prefix):
+            if not entry.name.startswith(b"alnair.cuda.") or entry.name in holders:
                 continue
             outcome = outcome_of.get(entry.name, "unknown")  # not planted, or should be gone: fails the check
-            if len(served) >= cap:
-                skips["over_limit"] += 1
-            elif outcome == "served":
-                served.add(entry.name)
-            else:
-                skips[outcome] += 1
+            note_outcome("over_limit" if len(served) >= cap and outcome != "bad_name" else outcome, entry.name,
+                         skips, served)
     return skips, len(served), served
+
+
+def wait_whole_sweep(prober: Prober, timeout: float = 120.0) -> float:
+    """When the first sample that followed a whole sweep of the directory ended (exporters without sweeps: now)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for sample in prober.samples_since(0):
+            passes = SWEEP_PASSES.search(sample.body)
+            if not passes or float(passes[1]) > 0:
+                return sample.finished
+        time.sleep(0.1)
+    raise TimeoutError("no whole sweep of the directory")
+
+
+def note_outcome(outcome: str, name: bytes, skips: Counter, served: set[bytes]) -> None:
+    if outcome == "served":
+        served.add(name)
+    else:
+        skips[outcome] += 1
 
 
 def skip_dict(counter: Counter) -> dict[str, int]:
@@ -872,7 +904,8 @@ def over_limit_phase(shm_dir: Path, root: Path, planted: list[Planted], live, ar
     capped = Exporter(shm_dir, root / "capped-exporter.log", "1s", "--shm.max-segments", str(cap), *args.linger_flags)
     prober = Prober(capped, 0.2)
     try:
-        samples = prober.wait_samples(time.time(), 3)
+        swept = wait_whole_sweep(prober)  # the skip counts stand for a whole sweep of the directory from then on
+        samples = prober.wait_samples(swept, 3)
     finally:
         prober.close()
         capped.stop()
@@ -881,11 +914,160 @@ def over_limit_phase(shm_dir: Path, root: Path, planted: list[Planted], live, ar
     late = "served" if live[-1][1] not in hidden else "hidden"
     print(f"  over_limit: --shm.max-segments {cap}: expected over_limit {want['over_limit']}, served "
           f"{sorted({s.skipped['over_limit'] for s in samples})}; live writers hidden by the cap: {len(hidden)} of "
-          f"{len(live)} (the one started after the planting: {late}; the cap takes entries in readdir order)")
+          f"{len(live)} (the one started after the planting: {late}; writers seen alive first, then readdir order)")
     exact = all(s.skipped == want and s.segments == served and s.reclaimed == 0 for s in samples)
     return [Check(f"cap {cap}: skipped{{reason}} and served exact", exact and not skips["unknown"],
                   f"over_limit expected {want['over_limit']}, served {served} of {cap}, {len(samples)} samples, "
                   f"{skips['unknown']} unexpected names")]
+
+
+# ---------------------------------------------------------------- junk: a flood of names that once hid every job
+
+def plant_names(shm_dir: Path, count: int, form: bytes, rng: random.Random, mtime: float | None = None) -> list[bytes]:
+    """`count` empty files under names of the writers' form (or their temp form), made as fast as one process can."""
+    names = []
+    for i in range(count):
+        name = form % (rng.randrange(1 << 32), rng.randrange(1 << 22), i)
+        path = os.path.join(bytes(shm_dir), name)
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        if mtime is not None:
+            os.utime(path, (mtime, mtime))
+        names.append(name)
+    return names
+
+
+class CpuPerSample:
+    """The exporter's CPU time (all threads, ns resolution from schedstat) spent between two samples it served."""
+
+    def __init__(self, pid: int):
+        self.pid, self.per_sample = pid, []
+        self.last = self.now()
+
+    def now(self) -> float:
+        tasks = f"/proc/{self.pid}/task"
+        total = 0
+        for tid in os.listdir(tasks):
+            with contextlib.suppress(OSError), open(f"{tasks}/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        return total / 1e9
+
+    def __call__(self, sample: Sample) -> None:
+        now = self.now()
+        self.per_sample.append((sample.finished, now - self.last))
+        self.last = now
+
+
+@dataclass
+class JunkRun:
+    """What one exporter did under the junk attack."""
+
+    plant_seconds: float = 0.0
+    late_served_after: float | None = None  # seconds from the late writer's start to its first served sample
+    cpu: list[tuple[float, float]] = field(default_factory=list)  # (sample finished, CPU seconds) after planting
+    steady_from: float | None = None  # when a sample first counted every junk name (a whole sweep knew them all)
+    sweep_passes: int | None = None
+    rss_kib: int = 0
+    left: int = 0
+    success: bool = True
+    wrong: int = 0  # series of the writers seen alive missing or wrong, over all samples after planting
+
+
+def junk_run(args: argparse.Namespace, root: Path, label: str, python: str) -> JunkRun:
+    """args.live writers, then args.junk empty files of the writers' form and args.temps temp names an hour old,
+    then one more writer; the exporter (cuda only, 500 ms) is scraped all along."""
+    shm_dir = root / f"junk-{label}"
+    shm_dir.mkdir(mode=0o700)
+    check, run = LiveCheck(), JunkRun()
+    live = start_live_writers(shm_dir, args.live, 0, check)
+    exporter = Exporter(shm_dir, root / f"junk-{label}.log", "500ms", "--no-collector.python", *args.linger_flags,
+                        python=python)
+    cpu = CpuPerSample(exporter.process.pid)
+    prober = Prober(exporter, 0.1, lambda sample: (check(sample), cpu(sample)))
+    try:
+        prober.wait_samples(time.time(), 2)
+        rng, started = random.Random(args.seed), time.monotonic()
+        names = plant_names(shm_dir, args.junk, b"alnair.cuda.%d.%d.%d", rng)
+        names += plant_names(shm_dir, args.temps, b".alnair.cuda.%d.%d.%d.tmp", rng, time.time() - 3600)
+        run.plant_seconds, planted = time.monotonic() - started, time.time()
+        late, _ = start_writer(shm_dir, live_args(args.live)[0], hold=True)
+        late_started = time.time()
+        run.late_served_after = wait_late_writer(prober, late.pid, late_started, args.junk_seconds)
+        samples = wait_junk_window(prober, planted, args)
+        run.cpu = [(t, c) for t, c in cpu.per_sample if t > planted]
+        steady = [s for s in samples if s.skipped.get("truncated") == args.junk]
+        run.steady_from = steady[0].finished if steady else None
+        passes = SWEEP_PASSES.search(samples[-1].body)
+        run.sweep_passes = int(float(passes[1])) if passes else None
+        run.rss_kib = exporter.rss_kib()
+        run.success = all(s.success for s in samples) and prober.exited is None and not prober.failures
+        run.wrong = len(check.mismatches)
+    finally:
+        prober.close()
+        exporter.stop()
+    run.left = sum(os.path.lexists(os.path.join(bytes(shm_dir), n)) for n in names)
+    return run
+
+
+def wait_late_writer(prober: Prober, pid: int, since: float, timeout: float) -> float | None:
+    """Seconds until a sample served the writer started at `since` (None: not within `timeout`)."""
+    series = f'alnair_cuda_kernel_launches_total{{pid="{pid}",'.encode()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and prober.exited is None:
+        found = [s for s in prober.samples_since(since) if series in s.body]
+        if found:
+            return found[0].finished - since
+        time.sleep(0.05)
+    return None
+
+
+def wait_junk_window(prober: Prober, planted: float, args: argparse.Namespace) -> list[Sample]:
+    """The samples after planting, until two whole sweeps have passed since one first knew every junk name, or
+    args.junk_seconds (an exporter that never gets there)."""
+    deadline = time.monotonic() + args.junk_seconds
+    while time.monotonic() < deadline and prober.exited is None:
+        samples = prober.samples_since(planted)
+        known = [i for i, s in enumerate(samples) if s.skipped.get("truncated") == args.junk]
+        passes = SWEEP_PASSES.search(samples[-1].body) if samples else None
+        if known and passes and len(samples) - known[0] > 2 * int(float(passes[1])) + 2:
+            return samples
+        time.sleep(0.1)
+    return prober.samples_since(planted)
+
+
+def cpu_figures(run: JunkRun) -> tuple[str, str]:
+    """Per-sample CPU before and after the first sample that knew every junk name."""
+    cut = run.steady_from or float("inf")
+    phases = [[c for t, c in run.cpu if t < cut], [c for t, c in run.cpu if t >= cut]]
+    return tuple(med_max(p) if p else "none" for p in phases)
+
+
+def junk(args: argparse.Namespace, root: Path) -> bool:
+    runs = {"this tree": junk_run(args, root, "this", sys.executable)}
+    if args.baseline_python:
+        runs["baseline"] = junk_run(args, root, "baseline", args.baseline_python)
+    names = args.junk + args.temps
+    print(f"\n  {'':<11}{'plant s':>8}  {'late writer served':<20}{'CPU per sample, learning':<40}"
+          f"{'CPU per sample, steady':<40}{'sweep':>6}{'RSS KiB':>9}{'left':>9}{'wrong series':>14}")
+    for label, run in runs.items():
+        learning, steady = cpu_figures(run)
+        late = f"after {run.late_served_after:.2f} s" if run.late_served_after is not None else "never"
+        print(f"  {label:<11}{run.plant_seconds:>8.1f}  {late:<20}{learning:<40}{steady:<40}"
+              f"{run.sweep_passes if run.sweep_passes is not None else '-':>6}{run.rss_kib:>9}{run.left:>9}{run.wrong:>14}")
+    run = runs["this tree"]
+    worst = max((c for _, c in run.cpu), default=float("inf"))
+    checks = [
+        Check("writers seen alive served, values exact, every sample", run.wrong == 0,
+              f"{args.live} writers, {run.wrong} series missing or wrong"),
+        Check("the writer started after the flood served", run.late_served_after is not None,
+              f"after {run.late_served_after} s"),
+        Check("every sample under 100 ms of CPU", worst < 0.1, f"max {worst * 1000:.1f} ms over {len(run.cpu)} samples"),
+        Check("a whole sweep came to know every junk name", run.steady_from is not None, f"{run.sweep_passes} samples a sweep"),
+        Check("nothing foreign deleted", run.left == names, f"{run.left} of {names} names left"),
+        Check("exporter alive, cuda collector succeeded throughout", run.success, ""),
+        Check("RSS under 150 MiB", run.rss_kib < RSS_LIMIT_KIB, f"{run.rss_kib} KiB"),
+    ]
+    print_checks(f"junk: {args.junk} empty files of the writers' form, {args.temps} temp names, checks", checks)
+    return all(c.ok for c in checks)
 
 
 # ---------------------------------------------------------------- sigkill
@@ -1015,7 +1197,8 @@ def wait_reclaimed(prober: Prober, shm_dir: Path, writers: int, timeout: float) 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--attack", choices=["fuzz", "sigkill", "both"], default="both")
+    parser.add_argument("--attack", choices=["fuzz", "sigkill", "junk", "both", "all"], default="both",
+                        help="both: fuzz and sigkill; all: the three")
     parser.add_argument("--files", type=int, default=10_000, help="malformed files planted (fuzz)")
     parser.add_argument("--live", type=int, default=8, help="live C writers beside them (fuzz; one more starts after)")
     parser.add_argument("--samples", type=int, default=10, help="exporter samples measured after planting (fuzz)")
@@ -1026,6 +1209,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=0.25, help="cuda sample interval, seconds (sigkill)")
     parser.add_argument("--linger", type=float, default=2.0,
                         help="--shm.linger for the exporters, where they have it (theirs is 120 s: a run would wait it out)")
+    parser.add_argument("--junk", type=int, default=100_000, help="empty files of the writers' form planted (junk)")
+    parser.add_argument("--temps", type=int, default=250_000, help="temp names planted beside them (junk)")
+    parser.add_argument("--junk-seconds", type=float, default=180.0, help="how long the junk attack waits at most")
+    parser.add_argument("--baseline-python", help="an interpreter whose alnair is the baseline: the junk attack runs "
+                        "against its exporter too, figures side by side (not checked)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     if args.wave > args.alive:
@@ -1048,11 +1236,15 @@ def main() -> None:
     tmp_root = "/dev/shm" if os.path.isdir("/dev/shm") else None  # tmpfs, as the writers' default directory
     with tempfile.TemporaryDirectory(prefix="alnair-hostile-", dir=tmp_root, ignore_cleanup_errors=True) as tmp:
         try:
-            if args.attack in ("fuzz", "both"):
+            if args.attack in ("junk", "all"):
+                print(f"\njunk: {args.junk} + {args.temps} names beside {args.live} live writers, cuda sampled every 500 ms")
+                ok &= junk(args, Path(tmp))
+                end_children()
+            if args.attack in ("fuzz", "both", "all"):
                 print(f"\nfuzz: {args.files} planted files, {args.live} live writers, exporter sampling every 1 s")
                 ok &= fuzz(args, Path(tmp))
                 end_children()
-            if args.attack in ("sigkill", "both"):
+            if args.attack in ("sigkill", "both", "all"):
                 print(f"\nsigkill: {args.writers} churning writers, {args.wave} per wave, at most {args.alive} alive, "
                       f"nice 19, {args.devices} devices each, exporter sampling every {args.interval} s")
                 ok &= sigkill(args, Path(tmp))

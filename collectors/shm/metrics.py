@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from alnair.abi import layout
-from alnair.abi.segments import SKIP_REASONS, ParsedSegment, SegmentDirectory
+from alnair.abi.segments import SCAN_BOUNDS, SKIP_REASONS, ParsedSegment, SegmentDirectory
 from alnair.exporter.plugin import ExpositionBuilder, LabelSets
 
 from ..pods.identity import PodIdentity
@@ -53,12 +53,20 @@ def directory_metrics(directory: SegmentDirectory, processes: list[ParsedSegment
     yield GaugeMetricFamily(f"{prefix}_lingering", "Segments of exited writers still served (--shm.linger).", value=lingering)
     skipped = GaugeMetricFamily(
         f"{prefix}_skipped",
-        "Segments skipped in the last sample: truncated, foreign magic or ABI version, garbage, torn.",
+        "Segments skipped, by reason: among writers seen alive in the last sample and in the last whole sweep.",
         labels=["reason"],
     )
     for reason in SKIP_REASONS:
         skipped.add_metric([reason], directory.skipped[reason])
     yield skipped
+    yield GaugeMetricFamily(f"{prefix}_sweep_passes", "Samples the last whole sweep of the directory took: new writers "
+                            "are found within that many (at once when the arrival watcher sees them).",
+                            value=directory.sweep_passes)
+    bounded = CounterMetricFamily(f"{prefix}_scan_bounded", "Samples whose scan of the directory stopped at a bound: "
+                                  "names listed, files opened, junk remembered, temp files checked.", labels=["bound"])
+    for bound in SCAN_BOUNDS:
+        bounded.add_metric([bound], directory.scan_bounded[bound])
+    yield bounded
     yield CounterMetricFamily(f"{prefix}_reclaimed", "Segments of dead writers removed by the exporter.", value=directory.reclaimed)
 
 

@@ -49,6 +49,12 @@ SEGMENTS = row(
     timeseries("Segments skipped", "Segments the last sample skipped, by reason (docs/shm-abi.md lists them): "
                "anything but 0 is a writer of another version, a torn write retried out, or a hostile file.", "none",
                *(on_node(f"alnair_{kind}_segments_skipped", f"{{{{node}}}} {kind} {{{{reason}}}}") for kind in WRITERS), min=0),
+    timeseries("Directory sweep", "Samples the last whole sweep of the segment directory took (1 unless it holds "
+               "more than a sample lists: new writers wait that many), and samples per second stopped at a bound "
+               "(docs/security.md).", "none",
+               *(on_node(f"alnair_{kind}_segments_sweep_passes", f"{{{{node}}}} {kind} sweep samples") for kind in WRITERS),
+               *(Query(with_node(S, rate(S, f"alnair_{kind}_segments_scan_bounded_total", NODE)),
+                       f"{{{{node}}}} {kind} bounded by {{{{bound}}}}") for kind in WRITERS), min=0),
     timeseries("Segments reclaimed", "Dead writers' segments removed per second.", "ops",
                *(Query(with_node(S, rate(S, f"alnair_{kind}_segments_reclaimed_total", NODE)), f"{{{{node}}}} {kind}")
                  for kind in WRITERS), min=0),

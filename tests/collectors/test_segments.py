@@ -132,36 +132,44 @@ def test_broken_and_foreign_segments_are_skipped_and_counted(start_writer, shm_d
         return bytes(data)
 
     files = {
-        "alnair.cuda.short": good[:100],
-        "alnair.cuda.norecord": good[:300],
-        "alnair.cuda.empty": b"",
-        "alnair.cuda.magic": patched(0, "<Q", 0x1234),
-        "alnair.cuda.version": patched(layout.ShmHeader.abi_version.offset, "<I", layout.ABI_VERSION + 1),
-        "alnair.cuda.kind": patched(layout.ShmHeader.record_kind.offset, "<I", layout.KIND_PYTHON),
-        "alnair.cuda.garbage": os.urandom(9000),
-        "alnair.cuda.devices": patched(layout.HEADER_SIZE, "<I", 65),  # device_count over the maximum
+        "alnair.cuda.1.1.101": good[:100],
+        "alnair.cuda.1.1.102": good[:300],
+        "alnair.cuda.1.1.103": b"",
+        "alnair.cuda.1.1.104": patched(0, "<Q", 0x1234),
+        "alnair.cuda.1.1.105": patched(layout.ShmHeader.abi_version.offset, "<I", layout.ABI_VERSION + 1),
+        "alnair.cuda.1.1.106": patched(layout.ShmHeader.record_kind.offset, "<I", layout.KIND_PYTHON),
+        "alnair.cuda.1.1.107": os.urandom(9000),
+        "alnair.cuda.1.1.108": patched(layout.HEADER_SIZE, "<I", 65),  # device_count over the maximum
         "unrelated.file": b"not ours",
+        "alnair.cuda.1.1.112.x": good,  # a writer's record under a name no writer makes: never opened
+        "alnair.cuda.1.1.\udcff": good,  # not UTF-8
     }
     for name, data in files.items():
         (shm_dir / name).write_bytes(data)
-    locker.lock(shm_dir / "alnair.cuda.devices")  # a live writer with a bad record
-    (shm_dir / "alnair.cuda.dir").mkdir()
-    os.mkfifo(shm_dir / "alnair.cuda.fifo")  # must not block the reader
-    os.symlink(live.path, shm_dir / "alnair.cuda.link")
+    locker.lock(shm_dir / "alnair.cuda.1.1.108")  # a live writer with a bad record
+    (shm_dir / "alnair.cuda.1.1.109").mkdir()
+    os.mkfifo(shm_dir / "alnair.cuda.1.1.110")  # must not block the reader
+    os.symlink(live.path, shm_dir / "alnair.cuda.1.1.111")
     directory, segments = read_cuda(shm_dir)
     assert [s.segment.holder_pid for s in segments] == [live.pid]
-    assert dict(directory.skipped) == {"truncated": 3, "bad_magic": 2, "abi_version": 1, "malformed": 4, "unreadable": 1}
+    assert dict(directory.skipped) == {"truncated": 3, "bad_magic": 2, "abi_version": 1, "malformed": 4, "unreadable": 1,
+                                       "bad_name": 2}
     assert (shm_dir / "unrelated.file").read_bytes() == b"not ours"  # never touched
     assert all((shm_dir / name).exists() for name in files)  # nothing not understood is deleted
 
 
-def test_abandoned_temp_file_is_removed_after_the_grace_period(shm_dir):
+def test_abandoned_temp_file_is_removed_after_the_grace_period_and_a_foreign_one_never(shm_dir):
+    """A writer's temp file begins with the header it wrote before dying; one that does not was never a writer's."""
+    begun = bytes(layout.ShmHeader(magic=layout.SHM_MAGIC, record_kind=layout.KIND_CUDA))
     old, fresh = shm_dir / ".alnair.cuda.1.2.3.tmp", shm_dir / ".alnair.cuda.1.4.5.tmp"
-    old.write_bytes(b"x")
-    fresh.write_bytes(b"x")
-    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    foreign, odd = shm_dir / ".alnair.cuda.1.6.7.tmp", shm_dir / ".alnair.cuda.x.tmp"
+    for path in (old, fresh, odd):
+        path.write_bytes(begun)
+    foreign.write_bytes(b"x")
+    for path in (old, foreign, odd):
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
     directory, _ = read_cuda(shm_dir)
-    assert not old.exists() and fresh.exists() and directory.reclaimed == 1
+    assert not old.exists() and fresh.exists() and foreign.exists() and odd.exists() and directory.reclaimed == 1
 
 
 def _fuzz_template() -> bytes:
@@ -176,7 +184,7 @@ FUZZ_TEMPLATE = _fuzz_template()
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=9000), flips=st.lists(st.tuples(st.integers(0, len(FUZZ_TEMPLATE) - 1), st.integers(0, 255)), max_size=40))
 def test_fuzzed_segment_bytes_never_crash_the_reader(shm_dir, locker, data, flips):
-    random_file, mutated_file = shm_dir / "alnair.cuda.random", shm_dir / "alnair.cuda.mutated"
+    random_file, mutated_file = shm_dir / "alnair.cuda.1.1.1", shm_dir / "alnair.cuda.1.1.2"
     if not mutated_file.exists():
         random_file.touch()
         mutated_file.touch()
@@ -302,7 +310,7 @@ def test_a_flood_of_names_costs_the_watcher_at_most_its_budget(shm_dir, monkeypa
 
     probes = []
     monkeypatch.setattr(arrivals, "PROBES_PER_SECOND", 50)
-    watcher = arrivals.ArrivalWatcher(str(shm_dir), "alnair.cuda.", lambda fd: probes.append(fd) or 1)
+    watcher = arrivals.ArrivalWatcher(str(shm_dir), lambda name: True, lambda fd: probes.append(fd) or 1)
     first_second = int(time.monotonic())
     try:
         for i in range(400):  # published as writers publish: made under another name, renamed into place
