@@ -11,10 +11,11 @@ from alnair import commandline
 from alnair.abi import naming
 from alnair.abi.segments import DEFAULT_MAX_SEGMENTS
 from alnair.commandline import (OneLineParser, RepeatedList, add_flag, comma_separated, duration, env_default, env_name,
-                                flag_type, int_at_least, parse_bool)
+                                flag_type, int_between, parse_bool)
 
 from .registry import CollectorSpec
 from .sampler import UNAVAILABLE_RETRY_SECONDS
+from .server import MAX_CONNECTIONS
 
 PROG = "alnair-exporter"
 DEFAULT_LISTEN = ":9876"
@@ -58,7 +59,10 @@ def build_parser(collectors: Iterable[CollectorSpec]) -> argparse.ArgumentParser
     parser = OneLineParser(prog=PROG, description="Alnair: GPU and AI workload metrics for Prometheus.")
     add_flag(parser, "--web.listen-address", type=parse_listen_address, default=DEFAULT_LISTEN, help="Address to serve /metrics on.")
     add_flag(parser, "--web.config.file", default="", help="exporter-toolkit web config (TLS, basic auth).")
-    add_flag(parser, "--web.max-requests", type=int_at_least(0), default=40, help="Concurrent scrapes served at most; 0 = no limit.")
+    # A scrape holds a connection, so more slots than connections would never bind.
+    add_flag(parser, "--web.max-requests", type=int_between(0, MAX_CONNECTIONS), default=40,
+             help=f"Concurrent scrapes served at most, 0 to {MAX_CONNECTIONS} (the connections served at once); "
+                  "0 = no limit.")
     add_flag(parser, "--web.priority-sources", type=comma_separated(parse_network), default=[], action=RepeatedList,
              help="Addresses or networks (CIDR) whose scrapes --web.max-requests never refuses: your Prometheus.")
     add_flag(parser, "--web.telemetry-path", default="/metrics", help="Path of the metrics endpoint.")
@@ -66,9 +70,13 @@ def build_parser(collectors: Iterable[CollectorSpec]) -> argparse.ArgumentParser
     add_flag(parser, "--shm.dir", default=naming.DEFAULT_DIR, help="Directory of the writers' shared-memory segments.")
     add_flag(parser, "--shm.linger", type=duration, default=120.0,
              help="How long an exited writer's last record is still served, so scrapes see its final counters.")
-    add_flag(parser, "--shm.max-segments", type=int_at_least(1), default=DEFAULT_MAX_SEGMENTS,
-             help="Segments of each kind read per sample at most; more are counted as skipped (over_limit).")
-    add_flag(parser, "--path.procfs", default="/proc", help="procfs mount point (the host's /proc in a DaemonSet).")
+    # The memory bound docs/security.md states is for the default cap: the flag may lower it, never raise it.
+    add_flag(parser, "--shm.max-segments", type=int_between(1, DEFAULT_MAX_SEGMENTS), default=DEFAULT_MAX_SEGMENTS,
+             help=f"Segments of each kind read per sample at most, 1 to {DEFAULT_MAX_SEGMENTS}; more are counted as "
+                  "skipped (over_limit).")
+    add_flag(parser, "--path.procfs", default="/proc",
+             help="procfs mount point (the host's /proc in a DaemonSet); it must have stat with a btime line, and "
+                  "self/stat or 1/stat.")
     add_flag(parser, "--log.level", type=str.lower, default="info", help="debug, info, warning or error.")
     add_flag(parser, "--collector.retry-interval", type=duration, default=UNAVAILABLE_RETRY_SECONDS,
              help="How soon a collector whose source is unavailable (no GPU, no Redis, no API server) is tried again.")
@@ -77,6 +85,20 @@ def build_parser(collectors: Iterable[CollectorSpec]) -> argparse.ArgumentParser
     for collector in collectors:
         add_collector_flags(parser, collector)
     return parser
+
+
+def is_procfs(path: str) -> bool:
+    """Whether `path` has what the collectors read from a procfs: stat's boot time and processes' directories. By
+    content, not filesystem type: the host's /proc mounted at /host/proc passes, and tests can use a copy."""
+    stat_file = os.path.join(path, "stat")
+    has_process = any(os.path.isfile(os.path.join(path, pid, "stat")) for pid in ("self", "1"))  # self: under hidepid
+    if not (os.path.isfile(stat_file) and has_process):  # isfile: a FIFO named stat is refused, never waited on
+        return False
+    try:
+        with open(stat_file, "rb") as f:
+            return any(line.startswith(b"btime ") for line in f)
+    except OSError:
+        return False
 
 
 def enabled_collectors(options: argparse.Namespace, collectors: Iterable[CollectorSpec]) -> list[CollectorSpec]:
@@ -99,9 +121,10 @@ def parse_options(argv: list[str] | None, collectors: list[CollectorSpec]) -> ar
         fail(f"--web.telemetry-path {options.web_telemetry_path!r} is the path of another endpoint")
     if not options.node_name.strip():
         fail("--node.name must not be empty (the downward API's spec.nodeName, or the host name)")
-    for path_flag, path in (("--shm.dir", options.shm_dir), ("--path.procfs", options.path_procfs)):
-        if not os.path.isdir(path):
-            fail(f"{path_flag}: not a directory: {path}")
+    if not os.path.isdir(options.shm_dir):
+        fail(f"--shm.dir: not a directory: {options.shm_dir}")
+    if not is_procfs(options.path_procfs):
+        fail(f"--path.procfs: not a procfs (no stat with a btime line, or no self/stat or 1/stat): {options.path_procfs}")
     unsafe = naming.unshared_safely(options.shm_dir)
     if unsafe:
         fail(f"--shm.dir {unsafe}")

@@ -1,9 +1,10 @@
 """The admission.k8s.io/v1 AdmissionReview envelope: a request in, a response with a base64 JSONPatch out.
 
-A body that is not an AdmissionReview of a pod (not JSON, another kind or version, no uid, no object, an object
-not shaped as a Pod) is BadReview, answered 400: with failurePolicy Ignore the API server then admits the pod
-uninjected, as it does when the webhook is down. A bad annotation is the pod author's to fix, so it is a
-refusal (allowed false), which kubectl shows."""
+A body that is not an AdmissionReview of a pod (not JSON, nested too deeply to read, another kind or version, no
+uid, no object, an object not shaped as a Pod) is BadReview, answered 400: with failurePolicy Ignore the API
+server then admits the pod uninjected, as it does when the webhook is down. A bad annotation, or a bad limit a
+container sets in its own env, is the pod author's to fix, so it is a refusal (allowed false), which kubectl
+shows."""
 from __future__ import annotations
 
 import base64
@@ -11,7 +12,7 @@ import json
 import logging
 from typing import Any
 
-from .patch import Mutation, NotAPod, Refused, Settings, mutate
+from .patch import Mutation, NotAPod, Refused, Settings, escaped, mutate
 
 log = logging.getLogger("alnair.injector")
 API_VERSION = "admission.k8s.io/v1"  # v1beta1 left the API server in 1.22; the chart asks for v1 only
@@ -36,6 +37,8 @@ def parse(body: bytes) -> dict[str, Any]:
         review = json.loads(body.decode("utf-8"))  # what the API server sends; json.loads would guess UTF-16
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BadReview(f"the body is not JSON: {e}") from None
+    except RecursionError:  # the decoder recurses per level; the API server's objects nest a few dozen deep
+        raise BadReview("the body is nested too deeply") from None
     if not isinstance(review, dict):
         raise BadReview("the body is not a JSON object")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
@@ -79,7 +82,8 @@ def allowed(mutation: Mutation, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def pod_name(request: dict[str, Any]) -> str:
-    """namespace/name; a pod named by generateName has no name yet at its creation."""
+    """namespace/name, on one line whatever they hold; a pod named by generateName has no name yet at its
+    creation."""
     metadata = request["object"].get("metadata", {})
     name = request.get("name") or metadata.get("name") or f"{metadata.get('generateName', '')}*"
-    return f"{request.get('namespace', '')}/{name}"
+    return escaped(f"{request.get('namespace', '')}/{name}")

@@ -30,6 +30,7 @@ IDLE_TIMEOUT = 120.0
 MAX_BODY_BYTES = 8 << 20  # the API server's requests stay under 3 MiB (etcd's object limit, and more)
 RETRY_SECONDS = 1.0  # certificate files that do not load are tried again no sooner than this
 SETTLE_SECONDS = 1.0  # files changed this recently are looked at again: a second write may keep mtime and size
+TEXT = "text/plain; charset=utf-8"
 
 
 class TLSError(Exception):
@@ -130,13 +131,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._reply(HTTPStatus.NOT_FOUND, b"Not Found\n")
             return
         body = self._body()
-        if body is None:
-            return
+        if body is not None:
+            status, reply, content_type = self._answer(body)
+            self._reply(status, reply, content_type=content_type)
+
+    def _answer(self, body: bytes) -> tuple[HTTPStatus, bytes, str]:
+        """The review's answer; 400 for a body that is not one, 500 for an error of the injector's own: both
+        logged, since a connection dropped unanswered reaches the API server's log only as an EOF."""
         try:
-            self._reply(HTTPStatus.OK, answer(body, self.server.settings), content_type="application/json")
+            return HTTPStatus.OK, answer(body, self.server.settings), "application/json"
         except BadReview as e:
             log.warning("bad AdmissionReview from %s: %s", self.client_address[0], e)
-            self._reply(HTTPStatus.BAD_REQUEST, f"{e}\n".encode())
+            return HTTPStatus.BAD_REQUEST, f"{e}\n".encode(), TEXT
+        except Exception:
+            log.exception("cannot answer the review from %s", self.client_address[0])
+            return HTTPStatus.INTERNAL_SERVER_ERROR, b"the injector failed on this review; its log says why\n", TEXT
 
     def _body(self) -> bytes | None:
         """The request body, or None once a refusal is sent (no length, too long: the connection closes)."""
@@ -152,7 +161,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.rfile.read(int(length))
 
     def _reply(self, status: HTTPStatus, body: bytes, extra: dict[str, str] | None = None,
-               content_type: str = "text/plain; charset=utf-8") -> None:
+               content_type: str = TEXT) -> None:
         self.send_response(status)
         for name, value in {"Content-Type": content_type, "Content-Length": str(len(body)), **(extra or {})}.items():
             self.send_header(name, value)

@@ -118,17 +118,23 @@ def format_duration(seconds: float) -> str:
     return "".join(parts) or "0s"
 
 
-def int_at_least(minimum: int) -> Callable:
-    """An integer flag's type: whole numbers from `minimum` up."""
+def int_between(minimum: int, maximum: float = math.inf) -> Callable:
+    """An integer flag's type: whole numbers from `minimum` to `maximum`, both included."""
+    allowed = f">= {minimum}" if maximum == math.inf else f"{minimum} to {maximum}"
 
     @flag_type
-    def at_least(text: str) -> int:
+    def between(text: str) -> int:
         value = int(text)
-        if value < minimum:
-            raise ValueError(f"must be >= {minimum}: {text!r}")
+        if not minimum <= value <= maximum:
+            raise ValueError(f"must be {allowed}: {text!r}")
         return value
 
-    return at_least
+    return between
+
+
+def int_at_least(minimum: int) -> Callable:
+    """An integer flag's type: whole numbers from `minimum` up, for counts that bound no daemon's memory or work."""
+    return int_between(minimum)
 
 
 def comma_separated(parse: Callable) -> Callable:

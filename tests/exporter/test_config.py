@@ -11,6 +11,9 @@ import pytest
 from support import parse_samples, wait_until
 import requests
 
+from alnair.commandline import env_name
+from alnair.exporter.config import parse_options
+
 
 def run_exporter(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "alnair.exporter", *args], capture_output=True, text=True,
@@ -30,7 +33,8 @@ def assert_one_line_exit_2(result: subprocess.CompletedProcess, *fragments: str)
     (["--no-such-flag"], "--no-such-flag"),
     (["--web.listen-address", "nonsense"], "host:port"),
     (["--web.listen-address", ":99999"], "host:port"),
-    (["--web.max-requests", "-1"], ">= 0"),
+    (["--web.max-requests", "-1"], "0 to 256"),
+    (["--web.max-requests", "99999999999999999999"], "0 to 256"),
     (["--collector.cuda.interval", "0"], "longer than 0"),
     (["--collector.cuda.interval", "1x"], "not a duration"),
     (["--collector.nosuch"], "--collector.nosuch"),
@@ -44,11 +48,56 @@ def assert_one_line_exit_2(result: subprocess.CompletedProcess, *fragments: str)
     (["--collector.cuda.interval", "nan"], "not a duration"),
     (["--collector.cuda.interval", "1e308"], "at most 1d"),
     (["--collector.cuda.interval", "2d"], "at most 1d"),
-    (["--shm.max-segments", "0"], ">= 1"),
+    (["--shm.max-segments", "0"], "1 to 4096"),
+    (["--shm.max-segments", "99999999999999999999"], "1 to 4096"),
     (["--web.config.file", "/nonexistent/web.yml"], "/nonexistent/web.yml"),
 ])
 def test_bad_flag_exits_2_with_one_line(args, fragment):
     assert_one_line_exit_2(run_exporter(*args), fragment)
+
+
+@pytest.mark.parametrize("flag, value, allowed", [
+    ("--shm.max-segments", "4097", "1 to 4096"),  # docs/security.md's memory bound is for 4096 writers a kind
+    ("--web.max-requests", "257", "0 to 256"),  # more would never bind: at most 256 connections are open
+])
+def test_a_count_out_of_range_names_the_flag_and_the_range(flag, value, allowed):
+    assert_one_line_exit_2(run_exporter(flag, value), flag, allowed)
+    assert_one_line_exit_2(run_exporter(env={env_name(flag): value}), env_name(flag), allowed)
+
+
+def fake_procfs(root, *, stat: str = "cpu  1 2 3\nbtime 1700000000\n", process: str | None = "1") -> str:
+    """A copy of the parts of a procfs the exporter checks for: its stat, and a process's stat."""
+    root.mkdir()
+    if stat is not None:
+        (root / "stat").write_text(stat)
+    if process is not None:
+        (root / process).mkdir()
+        (root / process / "stat").write_text("1 (init) S 0 1 1 0 -1\n")
+    return str(root)
+
+
+@pytest.mark.parametrize("missing", [
+    dict(stat=None, process=None),  # an empty directory, as /tmp would be
+    dict(stat=None),
+    dict(stat="cpu  1 2 3\n"),  # no btime: the cuda and python collectors turn start ticks into times with it
+    dict(process=None),  # no process directories: pod identity reads <pid>/cgroup
+], ids=["empty", "no stat", "no btime", "no process"])
+def test_a_procfs_path_that_is_no_procfs_exits_2(tmp_path, missing):
+    procfs = fake_procfs(tmp_path / "proc", **missing)
+    assert_one_line_exit_2(run_exporter("--path.procfs", procfs), "--path.procfs", procfs, "not a procfs")
+    assert_one_line_exit_2(run_exporter(env={"ALNAIR_PATH_PROCFS": procfs}), "--path.procfs", procfs, "not a procfs")
+
+
+def test_a_fifo_named_stat_in_the_procfs_path_exits_2_at_once(tmp_path):
+    procfs = fake_procfs(tmp_path / "proc", stat=None)
+    os.mkfifo(os.path.join(procfs, "stat"))  # opening it to read would wait for a writer forever
+    assert_one_line_exit_2(run_exporter("--path.procfs", procfs), procfs, "not a procfs")
+
+
+@pytest.mark.parametrize("process", ["1", "self"])  # self alone: a procfs mounted hidepid=invisible
+def test_a_copy_of_a_procfs_is_one_as_the_hosts_proc_mounted_in_a_container_is(tmp_path, process):
+    procfs = fake_procfs(tmp_path / "proc", process=process)
+    assert parse_options(["--path.procfs", procfs], []).procfs == procfs
 
 
 @pytest.mark.parametrize("variable, value", [

@@ -75,4 +75,4 @@ def test_every_kind_of_object_is_rendered_by_some_ci_file():
     kinds = {o["kind"] for values_file in CI_VALUES for o in objects(ci_values(values_file))}
     assert kinds == {"DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "ConfigMap", "Secret",
                      "ServiceMonitor", "PodMonitor", "PrometheusRule", "StatefulSet", "Deployment",
-                     "MutatingWebhookConfiguration", "Certificate", "Issuer", "Pod"}
+                     "MutatingWebhookConfiguration", "Certificate", "Issuer", "Pod", "NetworkPolicy"}

@@ -15,7 +15,13 @@ SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 FREE_MAPS = {"global"}  # Helm's own key: a parent chart's globals, whatever they hold
 
 
+def resolved(schema: dict) -> dict:
+    """The schema, or the definition its $ref names."""
+    return SCHEMA["definitions"][schema["$ref"].removeprefix("#/definitions/")] if "$ref" in schema else schema
+
+
 def object_schemas(schema: dict, path: str = ""):
+    schema = resolved(schema)
     if schema.get("type") == "object" or "properties" in schema:
         yield path, schema
     for name, child in schema.get("properties", {}).items():
@@ -37,6 +43,7 @@ def test_closed_objects_list_every_default_and_only_those():
     """values.yaml sets every key the schema knows (so a reader sees every setting), and the schema every key
     values.yaml has."""
     def walk(schema, value, path):
+        schema = resolved(schema)
         if schema.get("additionalProperties") is False and isinstance(value, dict):
             assert set(value) <= set(schema["properties"]), path
             optional = path.startswith(".web.config") or path.endswith((".requests", ".limits"))
@@ -89,6 +96,13 @@ REJECTED = {
     "extra arg that is not a flag": ({"exporter": {"extraArgs": ["collector.cache"]}}, "extraArgs"),
     "job with a quote": ({"scrape": {"job": 'a"b'}}, "job"),
     "job that is no label value": ({"scrape": {"job": "gpu nodes"}}, "job"),
+    "network policy peer with an unknown key": ({"exporter": {"networkPolicy": {"from": [{"podSelectr": {}}]}}}, "podSelectr"),
+    "network policy peer that is empty": ({"exporter": {"networkPolicy": {"from": [{}]}}}, "minProperties"),
+    "ipBlock with a selector": ({"injector": {"networkPolicy": {"from": [{"ipBlock": {"cidr": "10.0.0.0/8"},
+                                                                          "podSelector": {}}]}}}, "maxProperties"),
+    "CIDR without its length": ({"injector": {"networkPolicy": {"from": [{"ipBlock": {"cidr": "10.0.0.1"}}]}}}, "cidr"),
+    "bad selector operator": ({"exporter": {"networkPolicy": {"from": [{"namespaceSelector": {"matchExpressions": [
+        {"key": "team", "operator": "Equals", "values": ["ml"]}]}}]}}}, "operator"),
 }
 
 
@@ -114,6 +128,11 @@ FAILED = {
                                      "no pod would ever be sent"),
     "scrape TLS over http": ({"scrape": {"tls": {"insecureSkipVerify": True}}}, "set scrape.scheme: https"),
     "a PrometheusRule with no rule": ({"prometheusRule": {"enabled": True, "recording": False, "alerts": False}}, "would hold no rule"),
+    "an exporter policy that lets no scraper in": ({"exporter": {"networkPolicy": {"enabled": True}}},
+                                                   "exporter.networkPolicy.enabled needs exporter.networkPolicy.from"),
+    "a webhook policy that lets no API server in": ({"injector": {"enabled": True, "tls": {"certManager": {"enabled": True}},
+                                                                  "networkPolicy": {"enabled": True}}},
+                                                    "injector.networkPolicy.enabled needs injector.networkPolicy.from"),
 }
 
 

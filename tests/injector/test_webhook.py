@@ -11,6 +11,7 @@ import pytest
 from alnair.commandline import version
 from injector_support import (LIBRARY_HOST_PATH, admission_review, applied, container, env_of, make_pod,
                               mounts_of)
+from limit_cases import FRACTIONAL, TOO_BIG, WANT_BYTES, WANT_PERCENT
 
 LIBRARY = "/opt/alnair/lib/libalnair.so"
 PYTHON_PATH = "/opt/alnair/python"
@@ -19,8 +20,8 @@ VOLUMES = [{"name": "alnair-lib", "hostPath": {"path": LIBRARY_HOST_PATH, "type"
 MOUNTS = [("alnair-lib", "/opt/alnair", True), ("alnair-shm", "/run/alnair/shm", False)]
 BASE_ENV = {"LD_PRELOAD": LIBRARY, "ALNAIR_SHM_DIR": "/run/alnair/shm"}
 PYTHON_ENV = {"PYTHONPATH": PYTHON_PATH, "ALNAIR_PYTHON_INTERCEPT": "1"}
-MEMORY_SYNTAX = "want bytes like 8Gi, 512M or 1073741824, or per device 0=8Gi,1=4Gi (the syntax of ALNAIR_MEMORY_LIMIT)"
-COMPUTE_SYNTAX = "want a percent 1-100, or per device 0=30,1=70 (the syntax of ALNAIR_COMPUTE_LIMIT)"
+MEMORY_SYNTAX = f"{WANT_BYTES} (the syntax of ALNAIR_MEMORY_LIMIT)"
+COMPUTE_SYNTAX = f"{WANT_PERCENT} (the syntax of ALNAIR_COMPUTE_LIMIT)"
 
 
 def test_a_labelled_pod_gets_the_volumes_the_mounts_and_the_variables_in_every_container(injector):
@@ -115,6 +116,43 @@ def test_a_bad_annotation_refuses_the_pod_saying_which_and_why(injector, annotat
     response = injector.review(make_pod(annotations=annotations))
     assert response == {"uid": response["uid"], "allowed": False, "status": {"code": 400, "message": message}}
     assert message in injector.log()  # the refusal is logged too, with the pod's name
+
+
+@pytest.mark.parametrize("pod, message", [
+    (make_pod(container("trainer", env=[{"name": "ALNAIR_COMPUTE_LIMIT", "value": "150"}])),
+     f'container \'trainer\' sets ALNAIR_COMPUTE_LIMIT="150": {WANT_PERCENT}'),
+    (make_pod("trainer", container("evaluator", env=[{"name": "ALNAIR_COMPUTE_LIMIT", "value": "abc"}])),
+     f'container \'evaluator\' sets ALNAIR_COMPUTE_LIMIT="abc": {WANT_PERCENT}'),
+    (make_pod(initContainers=[container("fetch-data", env=[{"name": "ALNAIR_MEMORY_LIMIT", "value": "8 Gi"}])]),
+     f'init container \'fetch-data\' sets ALNAIR_MEMORY_LIMIT="8 Gi": {WANT_BYTES}'),
+    (make_pod(container("trainer", env=[{"name": "ALNAIR_MEMORY_LIMIT", "value": "0.5"},
+                                        {"name": "ALNAIR_MEMORY_LIMIT", "value": "1Gi"}])),  # each entry, not the last
+     f'container \'trainer\' sets ALNAIR_MEMORY_LIMIT="0.5": {FRACTIONAL}'),
+    (make_pod(container("trainer", env=[{"name": "ALNAIR_MEMORY_LIMIT", "value": "2Pi"}]),
+              annotations={"alnair.io/compute-limit": "30%"}),
+     f'annotation alnair.io/compute-limit="30%": {COMPUTE_SYNTAX}; '
+     f'container \'trainer\' sets ALNAIR_MEMORY_LIMIT="2Pi": {TOO_BIG}'),
+])
+def test_a_bad_limit_a_container_sets_itself_refuses_the_pod_as_an_annotation_does(injector, pod, message):
+    """The container's own value wins over the annotation, so the library would ignore it just the same."""
+    response = injector.review(pod)
+    assert response == {"uid": response["uid"], "allowed": False, "status": {"code": 400, "message": message}}
+    assert message in injector.log()
+
+
+def test_a_limit_from_value_from_is_admitted_with_a_warning(injector):
+    """Its value is read when the container starts, from an object the webhook is not sent."""
+    source = {"configMapKeyRef": {"name": "limits", "key": "compute"}}
+    trainer = container("trainer", env=[{"name": "ALNAIR_COMPUTE_LIMIT", "valueFrom": source}])
+    unset = container("evaluator", env=[{"name": "ALNAIR_MEMORY_LIMIT", "value": ""}])  # empty is unset: no problem
+    pod = make_pod(trainer, unset, annotations={"alnair.io/compute-limit": "30"})
+    response = injector.review(pod)
+    assert response["warnings"] == ["container 'trainer' sets ALNAIR_COMPUTE_LIMIT from valueFrom, which the webhook "
+                                    "cannot check: if the library refuses its value, that container runs without the "
+                                    "limit (the library says so on its stderr)"]
+    first, second = applied(pod, response)["spec"]["containers"]
+    assert first["env"][0] == {"name": "ALNAIR_COMPUTE_LIMIT", "valueFrom": source}
+    assert env_of(second) == {"ALNAIR_MEMORY_LIMIT": "", **BASE_ENV, "ALNAIR_COMPUTE_LIMIT": "30"}
 
 
 def test_an_injected_pod_reviewed_again_gets_no_patch(injector):
@@ -224,6 +262,18 @@ def review_with(**changes) -> bytes:
     (review_with(request__object__spec__containers=[{"name": "x", "env": {}}]),
      "the object is not a Pod: /spec/containers/0/env is not a list"),
     (review_with(request__object__spec__volumes=["data"]), "the object is not a Pod: /spec/volumes/0 is not an object"),
+    (review_with(request__object__spec__volumes=[{"name": ["data"]}]),
+     "the object is not a Pod: /spec/volumes/0/name is not a string"),
+    (review_with(request__object__spec__containers=[{"name": "x", "env": [{"name": ["LD_PRELOAD"]}]}]),
+     "the object is not a Pod: /spec/containers/0/env/0/name is not a string"),
+    (review_with(request__object__spec__containers=[{"name": "x", "env": [{"name": "LD_PRELOAD", "value": ["a.so"]}]}]),
+     "the object is not a Pod: /spec/containers/0/env/0/value is not a string"),
+    (review_with(request__object__spec__containers=[{"name": "x", "volumeMounts": [{"name": "d", "mountPath": {}}]}]),
+     "the object is not a Pod: /spec/containers/0/volumeMounts/0/mountPath is not a string"),
+    (review_with(request__object__spec__containers=[{"name": {"first": "x"}}]),
+     "the object is not a Pod: /spec/containers/0/name is not a string"),
+    (review_with(request__object__spec__initContainers={"name": "x"}), "the object is not a Pod: /spec/initContainers is not a list"),
+    (review_with(request__object__metadata__name=["train-0"]), "the object is not a Pod: /metadata/name is not a string"),
 ])
 def test_a_malformed_review_is_answered_400_saying_why_and_the_injector_goes_on(injector, body, message):
     assert injector.post(body) == (400, f"{message}\n".encode())

@@ -119,6 +119,27 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
+{{/* A NetworkPolicy letting into a component's pods, to its port named .port, only the peers .from. */}}
+{{- define "alnair.networkPolicy" -}}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ include "alnair.componentName" . }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "alnair.labels" . | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "alnair.selectorLabels" . | nindent 6 }}
+  policyTypes: [Ingress]
+  ingress:
+    - from:
+        {{- toYaml .from | nindent 8 }}
+      ports:
+        - {port: {{ .port }}, protocol: TCP}
+{{- end -}}
+
 {{/* Settings checked across values, which the schema cannot say; each fails the render with one line. */}}
 {{- define "alnair.validate" -}}
 {{- if and .Values.web.config .Values.web.existingSecret -}}
@@ -135,9 +156,15 @@ seccompProfile:
 {{- if and $tls.certManager.enabled $tls.caBundle -}}
 {{- fail "injector.tls.caBundle: with cert-manager the CA is injected by cert-manager's cainjector; leave caBundle empty" -}}
 {{- end -}}
+{{- if and .Values.injector.networkPolicy.enabled (not .Values.injector.networkPolicy.from) -}}
+{{- fail "injector.networkPolicy.enabled needs injector.networkPolicy.from: the addresses the API server calls the webhook from; with none, no review would reach it and pods would start uninjected" -}}
+{{- end -}}
 {{- if not (or .Values.injector.podLabel .Values.injector.namespaceLabels) -}}
 {{- fail "injector: podLabel is false and namespaceLabels is empty, so no pod would ever be sent to the webhook" -}}
 {{- end -}}
+{{- end -}}
+{{- if and .Values.exporter.networkPolicy.enabled (not .Values.exporter.networkPolicy.from) -}}
+{{- fail "exporter.networkPolicy.enabled needs exporter.networkPolicy.from: the peers that scrape the exporter (your Prometheus); with none, nothing could" -}}
 {{- end -}}
 {{- if and (eq .Values.scrape.scheme "http") (or .Values.scrape.tls.caSecret.name .Values.scrape.tls.serverName .Values.scrape.tls.insecureSkipVerify) -}}
 {{- fail "scrape.tls is set but scrape.scheme is http: set scrape.scheme: https" -}}
