@@ -45,16 +45,22 @@ static void fork_child(void)
 ALNAIR_ON_FORK(memory_fork, fork_prepare, fork_parent, fork_child);
 
 /* Reserves size bytes on d; 0 if the limit refuses them. The limit charges the allocations and what
- * alnair_memory_overhead() adds (pools' cached memory, the contexts with the option on); one refusal
- * first reads the pools exactly and trims their cache (pools.c), then looks again. */
-static int admit(struct alnair_device *d, uint64_t size)
+ * alnair_memory_overhead() adds (pools' cached memory, the contexts with the option on). A pooled
+ * allocation is served first from the pools' cache (*cached: what it took, given back if it fails), so
+ * one that fits in what they hold is never refused; one refusal first reads the pools exactly and trims
+ * their cache (pools.c), then looks again. */
+static int admit(struct alnair_device *d, uint64_t size, int pool_slot, uint64_t *cached)
 {
     uint64_t used = atomic_load(&d->bytes_in_use), limit = d->memory_limit_bytes;
     int looked_again = 0;
+    *cached = 0;
     for (;;) {
         if (limit) {
+            if (!*cached) *cached = alnair_pool_take_cached(d, pool_slot, size);
             uint64_t charged = used + alnair_memory_overhead(d);
             if (size > limit || charged > limit - size) {
+                alnair_pool_return_cached(d, pool_slot, *cached);
+                *cached = 0;
                 if (size <= limit && !looked_again++ && alnair_pools_make_room(d, charged - (limit - size))) {
                     used = atomic_load(&d->bytes_in_use);
                     continue;
@@ -79,17 +85,23 @@ static void release(struct alnair_device *d, uint64_t size)
     }
 }
 
-/* In an allocation's table entry beside its device: it came from a pool, so its free returns it to the
- * pool's cache (charged at once, until the pools' next reading says what the pool kept). */
+/* In an allocation's table entry beside its device: it came from a pool (its slot in pools.c's table above
+ * POOL_SHIFT, plus one; 0 if not known), so its free returns it to the pool's cache (charged at once, until
+ * the pools' next reading says what the pool kept). */
 #define POOLED 0x10000
+#define POOL_SHIFT 17
+#define FROM_POOL(slot) (POOLED | ((slot) + 1) << POOL_SHIFT)
+#define POOL_SLOT(entry) (((entry) >> POOL_SHIFT) - 1)
+#define NO_POOL (-1)
 
 /* After the driver answered an admitted allocation: record it or undo the reservation. Device pointers
  * also go into the address map, so copies to and from them are known as device copies. */
 static CUresult settle_as(CUresult r, struct alnair_device *d, struct alloc_table *t, uint64_t key, uint64_t size,
-                          int pooled)
+                          int pooled, uint64_t cached)
 {
     if (r != CUDA_SUCCESS) {
         release(d, size);
+        if (cached) alnair_pool_return_cached(d, POOL_SLOT(pooled), cached);
         atomic_fetch_add_explicit(&d->failed_allocations, 1, memory_order_relaxed);
         return r;
     }
@@ -102,16 +114,17 @@ static CUresult settle_as(CUresult r, struct alnair_device *d, struct alloc_tabl
 
 static CUresult settle(CUresult r, struct alnair_device *d, struct alloc_table *t, uint64_t key, uint64_t size)
 {
-    return settle_as(r, d, t, key, size, 0);
+    return settle_as(r, d, t, key, size, 0, 0);
 }
 
 /* The body every allocation shares: admit on d, ask the driver, record `key`. */
 #define ALLOCATE_AS(d, table, size, real_call, key, pooled) \
     do { \
         if (!(d)) return real_call; \
-        if (!admit(d, size)) return CUDA_ERROR_OUT_OF_MEMORY; \
+        uint64_t cached_; \
+        if (!admit(d, size, (pooled) ? POOL_SLOT(pooled) : NO_POOL, &cached_)) return CUDA_ERROR_OUT_OF_MEMORY; \
         CUresult r_ = real_call; \
-        return settle_as(r_, d, table, r_ == CUDA_SUCCESS ? (uint64_t)(key) : 0, size, pooled); \
+        return settle_as(r_, d, table, r_ == CUDA_SUCCESS ? (uint64_t)(key) : 0, size, pooled, cached_); \
     } while (0)
 #define ALLOCATE(d, table, size, real_call, key) ALLOCATE_AS(d, table, size, real_call, key, 0)
 
@@ -127,9 +140,9 @@ static CUresult freed(CUresult r, struct alloc_table *t, int known, uint64_t key
         alloc_table_insert(t, key, size, device);
         return r;
     }
-    struct alnair_device *d = alnair_device_at(device & ~POOLED);
+    struct alnair_device *d = alnair_device_at(device & 0xffff);
     release(d, size);
-    if (device & POOLED) atomic_fetch_add_explicit(&d->pool_cached_bytes, size, memory_order_relaxed);
+    if (device & POOLED) alnair_pool_return_cached(d, POOL_SLOT(device), size);
     if (t == &device_pointers) alnair_address_map_remove(key, size);
     return r;
 }
@@ -169,7 +182,8 @@ ALNAIR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, siz
     struct alnair_device *d = thread_device();
     uint64_t estimate = (uint64_t)WidthInBytes * Height;
     if (!d) return CALL_REAL(cuMemAllocPitch_v2, (dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
-    if (!admit(d, estimate)) return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t none;
+    if (!admit(d, estimate, NO_POOL, &none)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = CALL_REAL(cuMemAllocPitch_v2, (dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
     uint64_t actual = r == CUDA_SUCCESS ? (uint64_t)*pPitch * Height : estimate;
     if (actual > estimate) atomic_fetch_add(&d->bytes_in_use, actual - estimate);
@@ -188,7 +202,8 @@ static void allocates_async(struct alnair_device *d)
     { \
         struct alnair_device *d = thread_device(); \
         allocates_async(d); \
-        ALLOCATE_AS(d, &device_pointers, bytesize, CALL_REAL(name, (dptr, bytesize, hStream)), *dptr, POOLED); \
+        int slot_ = d ? alnair_pool_current_slot(alnair_device_ordinal(d)) : NO_POOL; \
+        ALLOCATE_AS(d, &device_pointers, bytesize, CALL_REAL(name, (dptr, bytesize, hStream)), *dptr, FROM_POOL(slot_)); \
     }
 ALLOC_ASYNC(cuMemAllocAsync)
 ALLOC_ASYNC(cuMemAllocAsync_ptsz)
@@ -209,7 +224,8 @@ static struct alnair_device *pool_device(CUmemoryPool pool)
     ALNAIR_EXPORT CUresult name(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) \
     { \
         struct alnair_device *d = pool_device(pool); \
-        ALLOCATE_AS(d, &device_pointers, bytesize, CALL_REAL(name, (dptr, bytesize, pool, hStream)), *dptr, POOLED); \
+        ALLOCATE_AS(d, &device_pointers, bytesize, CALL_REAL(name, (dptr, bytesize, pool, hStream)), *dptr, \
+                    FROM_POOL(alnair_pool_slot(pool))); \
     }
 ALLOC_FROM_POOL(cuMemAllocFromPoolAsync)
 ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz)

@@ -8,7 +8,10 @@
  * (reserved - used, read from the driver) is charged on top. The reading is a driver call, so it is
  * never made per allocation: the monitor thread reads every pool each period, and an allocation the
  * limit would refuse reads them exactly first and, if the cache is what stands in the way, trims it
- * (cuMemPoolTrimTo) so the allocation gets the cached memory instead of an out-of-memory error.
+ * (cuMemPoolTrimTo) so the allocation gets the cached memory instead of an out-of-memory error. An allocation
+ * from a pool is first served from that pool's cache (its estimate per pool, read each period, less what
+ * allocations took since, plus what frees gave back): that memory is charged already, so an allocation that
+ * fits in what its pool holds is never refused, and one from another pool cannot borrow this one's cache.
  * docs/intercept.md ("Memory as the GPU sees it") gives the error bound.
  */
 #include <pthread.h>
@@ -20,17 +23,48 @@
 struct pool_slot {
     _Atomic(CUmemoryPool) pool;
     _Atomic int device;
+    _Atomic uint64_t cached; /* reserved - used at the last reading, less what allocations took since, plus frees */
 };
 static struct pool_slot pools[MAX_POOLS];
+static _Atomic int current_slot[ALNAIR_CUDA_MAX_DEVICES]; /* each device's current pool, -1 until noted */
 /* One reader at a time: the monitor and an allocation near the limit may both read and trim. */
 static pthread_mutex_t read_lock = PTHREAD_MUTEX_INITIALIZER;
 
-int alnair_pool_device(CUmemoryPool pool)
+int alnair_pool_slot(CUmemoryPool pool)
 {
     for (int i = 0; pool && i < MAX_POOLS; i++)
-        if (atomic_load_explicit(&pools[i].pool, memory_order_acquire) == pool)
-            return atomic_load_explicit(&pools[i].device, memory_order_acquire);
+        if (atomic_load_explicit(&pools[i].pool, memory_order_acquire) == pool) return i;
     return -1;
+}
+
+int alnair_pool_device(CUmemoryPool pool)
+{
+    int slot = alnair_pool_slot(pool);
+    return slot < 0 ? -1 : atomic_load_explicit(&pools[slot].device, memory_order_acquire);
+}
+
+int alnair_pool_current_slot(int ordinal)
+{
+    return atomic_load_explicit(&current_slot[ordinal], memory_order_relaxed);
+}
+
+uint64_t alnair_pool_take_cached(struct alnair_device *d, int slot, uint64_t size)
+{
+    if (slot < 0) return 0; /* which pool serves it is not known: charged in full */
+    uint64_t cached = atomic_load(&pools[slot].cached), take;
+    do {
+        take = cached < size ? cached : size;
+    } while (take && !atomic_compare_exchange_weak(&pools[slot].cached, &cached, cached - take));
+    uint64_t total = atomic_load(&d->pool_cached_bytes);
+    while (take && !atomic_compare_exchange_weak(&d->pool_cached_bytes, &total, total > take ? total - take : 0)) {
+    }
+    return take;
+}
+
+void alnair_pool_return_cached(struct alnair_device *d, int slot, uint64_t bytes)
+{
+    if (slot >= 0) atomic_fetch_add_explicit(&pools[slot].cached, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&d->pool_cached_bytes, bytes, memory_order_relaxed);
 }
 
 void alnair_pool_note(CUmemoryPool pool, int device)
@@ -63,6 +97,7 @@ void alnair_pool_forget(CUmemoryPool pool)
 __attribute__((constructor)) static void init_pools(void)
 {
     for (int i = 0; i < MAX_POOLS; i++) atomic_store(&pools[i].device, -1);
+    for (int dev = 0; dev < ALNAIR_CUDA_MAX_DEVICES; dev++) atomic_store(&current_slot[dev], -1);
 }
 
 static uint64_t attribute(cuMemPoolGetAttribute_fn get, CUmemoryPool pool, CUmemPool_attribute attr)
@@ -81,8 +116,12 @@ static void read_locked(int ordinal)
         CUmemoryPool pool = atomic_load_explicit(&pools[i].pool, memory_order_acquire);
         int dev = atomic_load_explicit(&pools[i].device, memory_order_relaxed);
         if (!pool || dev < 0 || dev >= ALNAIR_CUDA_MAX_DEVICES || (ordinal >= 0 && dev != ordinal)) continue;
-        reserved[dev] += attribute(get, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
-        used[dev] += attribute(get, pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+        uint64_t pool_reserved = attribute(get, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        uint64_t pool_used = attribute(get, pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+        atomic_store_explicit(&pools[i].cached, pool_reserved > pool_used ? pool_reserved - pool_used : 0,
+                              memory_order_relaxed);
+        reserved[dev] += pool_reserved;
+        used[dev] += pool_used;
         has_pool[dev] = 1;
     }
     for (int dev = 0; dev < ALNAIR_CUDA_MAX_DEVICES; dev++) {
@@ -142,7 +181,9 @@ static void note_current_pool(int ordinal)
 {
     cuDeviceGetMemPool_fn current_pool = REAL(cuDeviceGetMemPool);
     CUmemoryPool pool = NULL;
-    if (current_pool && current_pool(&pool, ordinal) == CUDA_SUCCESS && pool) alnair_pool_note(pool, ordinal);
+    if (!current_pool || current_pool(&pool, ordinal) != CUDA_SUCCESS || !pool) return;
+    alnair_pool_note(pool, ordinal);
+    atomic_store_explicit(&current_slot[ordinal], alnair_pool_slot(pool), memory_order_relaxed);
 }
 
 int alnair_pools_make_room(struct alnair_device *d, uint64_t over)
@@ -178,6 +219,7 @@ static void fork_parent(void) { pthread_mutex_unlock(&read_lock); }
 static void fork_child(void)
 {
     for (int i = 0; i < MAX_POOLS; i++) atomic_store(&pools[i].pool, NULL), atomic_store(&pools[i].device, -1);
+    for (int dev = 0; dev < ALNAIR_CUDA_MAX_DEVICES; dev++) atomic_store(&current_slot[dev], -1);
     pthread_mutex_init(&read_lock, NULL);
 }
 ALNAIR_ON_FORK(pools_fork, fork_prepare, fork_parent, fork_child);

@@ -81,6 +81,18 @@ def test_the_limit_charges_pool_caches_and_trims_them_rather_than_refusing(run_c
     assert m.charged_bytes == r["reserved"]  # the custom pool's one live block and its granule
 
 
+def test_at_the_limit_an_allocation_the_pools_cache_holds_is_never_refused(run_client, shm_dir):
+    """The hardening of GPU sharing, item 3: CuPy's pool under a limit refused 8,000 bytes with 256 MiB free in it."""
+    # 8 MiB granules: the two freed MiB share theirs with live blocks, so no trim can release them
+    client = run_client("gpa", "pool-refill", env={"ALNAIR_MEMORY_LIMIT": "64Mi", "FAKE_CUDA_POOL_GRANULE": str(8 * MIB)})
+    r = report(client)
+    assert r["refused_result"] == CUDA_ERROR_OUT_OF_MEMORY and r["granted"] >= 60
+    assert (r["again_result"], r["small_result"]) == (0, 0)  # both fit in the two freed MiB the pool holds
+    assert r["reserved_after"] == r["reserved_before"]  # served from the cache: nothing trimmed, nothing grown
+    d, m = device_memory(shm_dir, client.proc.pid, lambda d, m: d.allocations == r["granted"] + 2)
+    assert d.limit_denied_allocations == 1 and m.charged_bytes <= 64 * MIB
+
+
 def test_without_a_limit_pools_are_never_trimmed(run_client, shm_dir):
     client = run_client("gpa", "pools")
     next_step(client)

@@ -706,6 +706,32 @@ static void scenario_pools(void)
     printf("reserved %llu\nused %llu\n", (unsigned long long)RESERVED(), (unsigned long long)USED());
 }
 
+/* At the limit with the default pool keeping what is freed: 1 MiB allocations until one is refused, then two
+ * of them freed (their memory stays in the pool) and asked for again as 1 MiB and as 8,000 bytes: both fit in
+ * what the pool holds, so the limit must not refuse either. */
+static void scenario_pool_refill(void)
+{
+    use_device(0);
+    CUmemoryPool dflt;
+    check(((pool_get_fn)dlsym(libcuda(), "cuDeviceGetDefaultMemPool"))(&dflt, 0), "default pool");
+    cuuint64_t keep_all = UINT64_MAX;
+    check(((pool_attr_fn)dlsym(libcuda(), "cuMemPoolSetAttribute"))(dflt, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                                                                      &keep_all), "threshold");
+    static CUdeviceptr blocks[4096];
+    int n = 0;
+    CUresult r;
+    while (n < 4094 && (r = cu.cuMemAllocAsync(&blocks[n], MIB, NULL)) == CUDA_SUCCESS) n++;
+    printf("granted %d\nrefused_result %d\n", n, r);
+    check(cu.cuMemFreeAsync(blocks[--n], NULL), "free async");
+    check(cu.cuMemFreeAsync(blocks[--n], NULL), "free async");
+    uint64_t reserved = pool_attr(dflt, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+    printf("again_result %d\n", cu.cuMemAllocAsync(&blocks[n++], MIB, NULL));
+    printf("small_result %d\n", cu.cuMemAllocAsync(&blocks[n++], 8000, NULL));
+    printf("reserved_before %llu\nreserved_after %llu\n", (unsigned long long)reserved,
+           (unsigned long long)pool_attr(dflt, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
+    wait_for_line();
+}
+
 /* Contexts holding FAKE_CUDA_CONTEXT_BYTES each: the primary one of device 0, two created on device 1;
  * on a line from stdin, one of those is destroyed. */
 static void scenario_contexts(void)
@@ -764,6 +790,7 @@ int main(int argc, char **argv)
     else if (!strcmp(scenario, "activity")) scenario_activity();
     else if (!strcmp(scenario, "fork")) scenario_fork();
     else if (!strcmp(scenario, "pools")) scenario_pools();
+    else if (!strcmp(scenario, "pool-refill")) scenario_pool_refill();
     else if (!strcmp(scenario, "contexts")) scenario_contexts();
     else fprintf(stderr, "unknown scenario %s\n", scenario), exit(2);
     wait_for_stdin_close();
