@@ -8,6 +8,7 @@ their parent counts the steps, and their CPU and memory show in the node's colum
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -152,7 +153,8 @@ def rows(jobs: dict[tuple[str, str], Job], nodes: dict[str, dict[str, list[Serie
             pods[r["namespace"], r["pod"]] += 1
     for r in out:
         r["pod_processes"] = pods.get((r["namespace"], r["pod"]))
-    return sorted(out, key=lambda r: (r["start_time"], r["job"]))
+    # a job whose series hold no sample in the range (only its info series has one) has no start: it goes last
+    return sorted(out, key=lambda r: (math.inf if r["start_time"] is None else r["start_time"], r["job"]))
 
 
 def _is_worker(job: Job) -> bool:

@@ -38,4 +38,8 @@ def _parquet(rows: list[dict], path: str) -> None:
         raise ProfileError("Parquet needs pyarrow: pip install 'alnair[dataset]'") from None
     kinds = {str: pa.string(), int: pa.int64(), float: pa.float64()}
     schema = pa.schema([pa.field(name, kinds[kind]) for name, kind, _ in columns()])
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    try:
+        table = pa.Table.from_pylist(rows, schema=schema)
+    except (OverflowError, pa.ArrowException) as e:  # a server's absurd value: a CPU count of 1e300
+        raise ProfileError(f"a value does not fit its Parquet column: {e}") from None
+    pq.write_table(table, path)

@@ -12,11 +12,11 @@ import gc
 import sys
 import time
 
-from alnair.commandline import flag_type
+from alnair.commandline import duration, flag_type, format_duration, int_at_least
 
 from . import jobs as job_series
 from .output import write
-from .prometheus import Prometheus, ProfileError
+from .prometheus import MAX_ANSWER_BYTES, TIMEOUT_SECONDS, MiB, Prometheus, ProfileError
 from .selection import Selection, parse_last, parse_time, time_range
 
 PROG = "alnair profile"
@@ -28,8 +28,17 @@ def add_parser(commands) -> argparse.ArgumentParser:
         "profile", help="one row per job (process) from Prometheus's Alnair series, as CSV or Parquet",
         description="Per job (pid@instance): duration, node CPU and memory, GPU utilization, memory, temperature, "
                     "power and energy, the CUDA intercept's counters and the training loop's steps, throughput, step "
-                    "time and data stall, with the node, pod and GPU it ran on (docs/dataset.md lists every column).")
+                    "time and data stall, with the node, pod and GPU it ran on (docs/dataset.md lists every column).",
+        epilog="Exit status: 0 with the rows written; 1 when Prometheus fails (unreachable, slower than --timeout, "
+               "HTTP 5xx, an error of its own); 2 for bad flags, a URL that is no Prometheus, an answer that is not "
+               "Prometheus's or is over --max-answer-mib, a query Prometheus cannot parse, or no job in the range. "
+               "Errors are one line on stderr; the server's control characters in it and in label values are "
+               "printed as escapes (\\x1b).")
     profile.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus's base URL (http://host:9090).")
+    profile.add_argument("--timeout", type=duration, default=TIMEOUT_SECONDS, metavar="DURATION",
+                         help=f"Longest wait for one query's whole answer (default: {format_duration(TIMEOUT_SECONDS)}).")
+    profile.add_argument("--max-answer-mib", type=int_at_least(1), default=MAX_ANSWER_BYTES // MiB, metavar="MIB",
+                         help="Largest answer read, in MiB; a larger one is refused (default: %(default)s).")
     times = profile.add_argument_group("time range (default: the last hour)")
     times.add_argument("--start", type=flag_type(parse_time), help="Unix seconds or RFC 3339.")
     times.add_argument("--end", type=flag_type(parse_time), help="Unix seconds or RFC 3339 (default: now).")
@@ -55,19 +64,19 @@ def main(options: argparse.Namespace) -> None:
         if not options.quiet:
             print(f"{PROG}: {count} jobs to {options.output} in {time.monotonic() - began:.1f} s", file=sys.stderr)
     except ProfileError as e:
-        options_error(str(e))
+        options_error(str(e), e.exit_status)
 
 
-def options_error(message: str):
+def options_error(message: str, status: int = 2):
     print(f"{PROG}: error: {message}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(status)
 
 
 def profile(options: argparse.Namespace) -> int:
     selection = Selection(*time_range(options.start, options.end, options.last), namespace=options.namespace,
                           pod=options.pod, pids=tuple(options.pid), instance=options.instance, raw=options.selector)
     form = options.format or ("parquet" if options.output.endswith(".parquet") else "csv")
-    prometheus = Prometheus(options.prometheus)
+    prometheus = Prometheus(options.prometheus, options.timeout, options.max_answer_mib * MiB)
     prometheus.check()
     # Millions of samples become millions of small objects, none of them in a cycle: the cyclic collector would
     # walk them all again and again (a third of the run at 1,000 jobs).

@@ -130,7 +130,6 @@ def test_selectors_choose_the_job(recorded):
 
 
 @pytest.mark.parametrize("case, message", [
-    ("unreachable", "cannot reach Prometheus at http://127.0.0.1:"),
     ("no scheme", "--prometheus: not an http:// or https:// URL: 'localhost:9090'"),
     ("not prometheus", "is not a Prometheus: HTTP 404 for /api/v1/status/buildinfo"),
     ("reversed range", "empty range: the start ("),
@@ -139,8 +138,7 @@ def test_selectors_choose_the_job(recorded):
 ])
 def test_bad_input_is_one_line_and_exit_2(recorded, case, message):
     url, exporter_url, _, _, (start, end) = recorded
-    args = {"unreachable": ["--prometheus", f"http://127.0.0.1:{free_port()}"],
-            "no scheme": ["--prometheus", "localhost:9090"],
+    args = {"no scheme": ["--prometheus", "localhost:9090"],
             "not prometheus": ["--prometheus", exporter_url],
             "reversed range": ["--prometheus", url, "--start", f"{end}", "--end", f"{start}"],
             "range without data": ["--prometheus", url, "--start", "1000000000", "--end", "1000000600"],
