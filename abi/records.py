@@ -53,6 +53,8 @@ def parse_cuda_record(record: bytes) -> CudaProcess:
         raise MalformedRecord(f"device_count {count} does not fit the record")
     devices = [layout.CudaDevice.from_buffer_copy(record, layout.CUDA_DEVICES_OFFSET + i * layout.CUDA_DEVICE_SIZE)
                for i in range(count)]
+    if len({d.device_index for d in devices}) < count:  # each device is a series of its own: one record each
+        raise MalformedRecord("a device_index given twice")
     activity = _appended(record, layout.CUDA_ACTIVITY_OFFSET, C.sizeof(layout.CudaActivity), layout.CudaActivity)
     extensions = [_appended(record, layout.CUDA_DEVICES_EXT_OFFSET + i * layout.CUDA_DEVICE_EXT_SIZE,
                             layout.CUDA_DEVICE_EXT_SIZE, layout.CudaDeviceExt) for i in range(count)]
@@ -67,6 +69,9 @@ def parse_python_record(record: bytes) -> layout.PythonRecord:
     parsed = layout.PythonRecord.from_buffer_copy(record)
     if parsed.counter_count > layout.PYTHON_MAX_COUNTERS or parsed.phase_count > layout.PYTHON_MAX_PHASES:
         raise MalformedRecord(f"{parsed.counter_count} counters, {parsed.phase_count} phases: over the tables' size")
+    for kind, table, count in (("counter", parsed.counters, parsed.counter_count), ("phase", parsed.phases, parsed.phase_count)):
+        if len({text(entry.name) for entry in table[:count]}) < count:  # as labels show them: one series each
+            raise MalformedRecord(f"a {kind} name given twice")
     return parsed
 
 

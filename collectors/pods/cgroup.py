@@ -24,15 +24,31 @@ class CgroupIdentity:
     container_id: str = ""  # "<scheme>://<64 hex>" when the runtime is named, else the bare id
 
 
+# How deep the kubelet's kubepods cgroup may lie: /kubepods (cgroupfs), /kubepods.slice (systemd), or under one
+# --cgroup-root (kind's /kubelet.slice/kubelet-kubepods.slice). A delegated subtree (systemd user sessions,
+# rootless containers: /user.slice/user-N.slice/user@N.service/...) starts three deep, so a user naming cgroups
+# in it after another pod ("kubepods/pod<its uid>/<its container>") names nothing.
+KUBEPODS_DEPTH = 2
+
+
 def parse_cgroup_path(path: str) -> CgroupIdentity:
-    pod_uid = container_id = ""
-    for component in path.split("/"):
-        if "kubepods" in path and (match := POD_UID.search(component)):
-            pod_uid = match.group(1).replace("_", "-")
-        elif match := CONTAINER.match(component):
+    """The pod: the first pod<uid> component at or under a kubepods component at most KUBEPODS_DEPTH deep; the
+    container: the first container component after it (deeper ones are the container's own sub-cgroups, which
+    it may name as it likes). Leading ".." (a path seen from another cgroup namespace) are dropped."""
+    components = [c for c in path.split("/") if c]
+    while components and components[0] == "..":
+        components.pop(0)
+    kubepods = next((i for i, c in enumerate(components[:KUBEPODS_DEPTH]) if "kubepods" in c), None)
+    pod_uid, after = "", 0
+    for i in range(kubepods if kubepods is not None else len(components), len(components)):
+        if match := POD_UID.search(components[i]):
+            pod_uid, after = match.group(1).replace("_", "-"), i + 1
+            break
+    for component in components[after:]:
+        if match := CONTAINER.match(component):
             runtime, hex_id = match.groups()
-            container_id = f"{RUNTIME_SCHEME[runtime]}://{hex_id}" if runtime else hex_id
-    return CgroupIdentity(pod_uid, container_id)
+            return CgroupIdentity(pod_uid, f"{RUNTIME_SCHEME[runtime]}://{hex_id}" if runtime else hex_id)
+    return CgroupIdentity(pod_uid, "")
 
 
 def parse_cgroup_file(text: str) -> CgroupIdentity:

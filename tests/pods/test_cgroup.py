@@ -78,6 +78,30 @@ def test_a_pod_uid_outside_a_kubepods_path_is_not_believed():
     assert parse_cgroup_file(f"0::/user.slice/pod{UID}/x\n") == CgroupIdentity()
 
 
+OTHER = "f" * 64  # the container id a process would pass off as its own
+
+
+@pytest.mark.parametrize("path", [
+    f"/user.slice/user-1000.slice/user@1000.service/kubepods/burstable/pod{UID}/{ID}",  # a systemd user's subtree
+    f"/user.slice/user-1000.slice/user@1000.service/app.slice/kubepods-pod{SYSTEMD_UID}.slice/libpod-{ID}.scope",
+    f"/../../../user.slice/user-1000.slice/user@1000.service/kubepods/pod{UID}/{ID}",  # seen from a cgroup namespace
+    f"/system.slice/docker-{OTHER}.scope/kubepods/pod{UID}/{ID}",  # inside a container outside Kubernetes
+], ids=["user subtree", "rootless podman", "user subtree from a cgroup namespace", "container outside Kubernetes"])
+def test_a_delegated_subtree_cannot_name_its_cgroups_after_another_pod(path):
+    assert parse_cgroup_file(f"0::{path}\n").pod_uid == ""
+
+
+def test_a_containers_own_sub_cgroups_cannot_rename_its_pod_or_container():
+    mine = f"/kubepods/burstable/pod{UID}/{ID}"
+    other_uid = "0b7c5e2a-1111-4222-8333-944455556666"
+    assert parse_cgroup_file(f"0::{mine}/kubepods/pod{other_uid}/{OTHER}\n") == CgroupIdentity(UID, ID)
+
+
+def test_a_pod_seen_from_the_exporters_cgroup_namespace_keeps_its_identity():
+    path = f"/../../../kubepods-burstable.slice/kubepods-burstable-pod{SYSTEMD_UID}.slice/cri-containerd-{ID}.scope"
+    assert parse_cgroup_file(f"0::{path}\n") == CgroupIdentity(UID, f"containerd://{ID}")
+
+
 def test_malformed_lines_give_no_identity_instead_of_raising():
     assert parse_cgroup_file("garbage\n\n::\n0:\n") == CgroupIdentity()
 
