@@ -302,13 +302,13 @@ static void lay_out(struct controller *c, struct alnair_device *d, uint64_t now)
     if (!d->compute_limit_percent) atomic_store(&d->takes_turns, length < PERIOD);
 }
 
-void alnair_compute_limit_tick(uint64_t now)
+void alnair_compute_limit_tick(uint64_t now, const uint8_t *const uuids[ALNAIR_CUDA_MAX_DEVICES])
 {
     for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) {
         struct alnair_device *d = &alnair.devices[i];
         struct controller *c = &controllers[i];
         if (!atomic_load_explicit(&d->seen, memory_order_relaxed)) continue;
-        const uint8_t *uuid = alnair_device_uuid(i);
+        const uint8_t *uuid = uuids[i];
         if (!c->started) start(c, d, uuid, now);
         else if (d->compute_limit_percent && now - c->feedback_start_ns >= FEEDBACK_NS) feedback(c, d, i, uuid, now);
         else if (!d->compute_limit_percent && c->share.fd < 0 && now - c->looked_ns >= LOOK_FOR_TABLE_NS)

@@ -27,10 +27,10 @@ static uint64_t read_ns;
 static int64_t pending[ALNAIR_CUDA_MAX_DEVICES]; /* the last reading's change, not yet confirmed */
 
 /* What NVML shows beyond what is counted, or -1 when it shows nothing for us. */
-static int64_t beyond_counted(int ordinal, struct alnair_device *d)
+static int64_t beyond_counted(int ordinal, const uint8_t *uuid, struct alnair_device *d)
 {
     uint64_t held;
-    if (alnair_nvml_memory_of(alnair_nvml_device(ordinal, alnair_device_uuid(ordinal)), (unsigned)getpid(), &held) != 0)
+    if (alnair_nvml_memory_of(alnair_nvml_device(ordinal, uuid), (unsigned)getpid(), &held) != 0)
         return -1;
     uint64_t counted = atomic_load_explicit(&d->bytes_in_use, memory_order_relaxed) +
                        atomic_load_explicit(&d->pool_cached_bytes, memory_order_relaxed) +
@@ -38,9 +38,9 @@ static int64_t beyond_counted(int ordinal, struct alnair_device *d)
     return held > counted ? (int64_t)(held - counted) : 0;
 }
 
-static void follow(int ordinal, struct alnair_device *d)
+static void follow(int ordinal, const uint8_t *uuid, struct alnair_device *d)
 {
-    int64_t beyond = beyond_counted(ordinal, d);
+    int64_t beyond = beyond_counted(ordinal, uuid, d);
     if (beyond < 0) return;
     int64_t change = beyond - (int64_t)atomic_load_explicit(&d->context_growth_bytes, memory_order_relaxed);
     if ((change > 0 && pending[ordinal] > 0) || (change < 0 && pending[ordinal] < 0)) {
@@ -51,13 +51,13 @@ static void follow(int ordinal, struct alnair_device *d)
     pending[ordinal] = change;
 }
 
-void alnair_held_memory_tick(uint64_t now)
+void alnair_held_memory_tick(uint64_t now, const uint8_t *const uuids[ALNAIR_CUDA_MAX_DEVICES])
 {
     if (now - read_ns < READ_EVERY_NS) return;
     read_ns = now;
     for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) {
         struct alnair_device *d = &alnair.devices[i];
-        if (d->memory_limit_bytes && atomic_load_explicit(&d->seen, memory_order_relaxed)) follow(i, d);
+        if (d->memory_limit_bytes && atomic_load_explicit(&d->seen, memory_order_relaxed)) follow(i, uuids[i], d);
     }
 }
 

@@ -1,6 +1,7 @@
 /*
  * hook_registry.c - how programs reach our wrappers: the table of hooked entry
- * points, the dlsym override, and the cuGetProcAddress wrappers.
+ * points, the dlsym override, and the cuGetProcAddress wrappers. The top layer:
+ * it hands out the hooks; where the real functions live is driver.c's.
  *
  * Programs reach the driver three ways: by linking libcuda (our exported symbols
  * interpose), by dlsym on a libcuda handle (our dlsym answers with wrappers), and
@@ -16,8 +17,6 @@
 #include <string.h>
 
 #include "intercept.h"
-
-struct alnair_real_fns alnair_real;
 
 /* Our exported wrappers, declared from the table. */
 #define DECLARE_WRAPPER(name, params, args) CUresult name params;
@@ -35,52 +34,12 @@ static const struct hook hooks[] = {ALNAIR_HOOKS(HOOK_ROW)};
 #undef HOOK_ROW
 #define N_HOOKS (sizeof hooks / sizeof hooks[0])
 
-typedef void *(*dlsym_fn)(void *, const char *);
-static dlsym_fn real_dlsym;
-
-/* glibc >= 2.34 versions dlsym GLIBC_2.34; older ones GLIBC_2.2.5 (x86-64) or 2.17 (arm64). */
-static void find_real_dlsym(void)
-{
-    static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
-    for (size_t i = 0; i < sizeof versions / sizeof versions[0] && !real_dlsym; i++)
-        real_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
-}
-
-static dlsym_fn get_real_dlsym(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, find_real_dlsym);
-    return real_dlsym;
-}
-
 static const struct hook *hook_by_name(const char *name)
 {
     if (name[0] != 'c' || name[1] != 'u') return NULL;
     for (size_t i = 0; i < N_HOOKS; i++)
         if (strcmp(hooks[i].name, name) == 0) return &hooks[i];
     return NULL;
-}
-
-/* The driver's own definition of `name`: from the loaded libcuda.so.1, else the
- * next object after us in the lookup order, never our own wrapper. */
-static void *driver_symbol(const char *name)
-{
-    void *libcuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-    void *sym = NULL;
-    if (libcuda) {
-        sym = get_real_dlsym()(libcuda, name);
-        dlclose(libcuda);
-    }
-    if (!sym) sym = get_real_dlsym()(RTLD_NEXT, name);
-    const struct hook *h = hook_by_name(name);
-    return h && sym == h->wrapper ? NULL : sym;
-}
-
-void *alnair_resolve_real(const char *name, void **slot)
-{
-    void *sym = driver_symbol(name);
-    if (sym) __atomic_store_n(slot, sym, __ATOMIC_RELEASE);
-    return sym;
 }
 
 /* Records where the real `h` lives, unless the answer is our own wrapper. */
@@ -111,7 +70,7 @@ static void *next_symbol_after(const void *caller, const char *name)
     for (struct link_map *l = map->l_next; l; l = l->l_next) {
         void *h = dlopen(l->l_name[0] ? l->l_name : NULL, RTLD_LAZY | RTLD_NOLOAD);
         if (!h) continue;
-        void *sym = get_real_dlsym()(h, name);
+        void *sym = alnair_real_dlsym()(h, name);
         dlclose(h);
         if (sym) return sym;
     }
@@ -121,7 +80,7 @@ static void *next_symbol_after(const void *caller, const char *name)
 ALNAIR_EXPORT void *dlsym(void *handle, const char *name)
 {
     if (handle == RTLD_NEXT) return next_symbol_after(__builtin_return_address(0), name);
-    void *sym = get_real_dlsym()(handle, name);
+    void *sym = alnair_real_dlsym()(handle, name);
     if (!sym || !alnair_active()) return sym;
     const struct hook *h = hook_by_name(name);
     if (!h) return sym;

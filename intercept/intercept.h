@@ -30,10 +30,13 @@ struct alnair_real_fns {
 };
 #undef ALNAIR_FN_SLOT
 
-extern struct alnair_real_fns alnair_real;
+extern struct alnair_real_fns alnair_real; /* driver.c */
 
 /* Resolves one real function from the driver; NULL if it has none. */
 void *alnair_resolve_real(const char *name, void **slot);
+/* The C library's dlsym (ours, exported, hands out wrappers). */
+typedef void *(*alnair_dlsym_fn)(void *, const char *);
+alnair_dlsym_fn alnair_real_dlsym(void);
 
 /* The real function, resolved on first use (one load and a branch after that). */
 #define REAL(name) \
@@ -116,8 +119,8 @@ static inline int alnair_active(void)
     return mode == ALNAIR_UNCONFIGURED ? alnair_configure() : 0;
 }
 
-/* Starts the monitor thread (and the segment) once per process, fork children too. */
-void alnair_start_monitor(void);
+/* Registers what runs when the process first uses a device (the monitor's start, monitor.c). */
+void alnair_on_first_device(void (*start)(void));
 
 struct alnair_device *alnair_device_at(int ordinal);
 struct alnair_device *alnair_current_device_slow(void);
@@ -158,7 +161,6 @@ static inline uint64_t alnair_array_format_bytes(int format)
     }
 }
 /* The device's UUID bytes, asked of the driver once; NULL if it will not say (monitor thread). */
-const uint8_t *alnair_device_uuid(int ordinal);
 
 /* Context bookkeeping, called by the context hooks. */
 void alnair_context_bind(CUcontext ctx, CUdevice dev);
@@ -184,7 +186,7 @@ static inline uint64_t alnair_memory_overhead(struct alnair_device *d)
 }
 /* Monitor tick: with a memory limit, what NVML shows the GPU holding for the process beyond what is
  * counted becomes context_growth_bytes (held_memory.c). */
-void alnair_held_memory_tick(uint64_t now_ns);
+void alnair_held_memory_tick(uint64_t now_ns, const uint8_t *const uuids[ALNAIR_CUDA_MAX_DEVICES]);
 
 /* Stream-ordered memory pools (pools.c). A pool allocated from or created is remembered with its device;
  * a destroyed one forgotten. */
@@ -222,7 +224,7 @@ void alnair_charge_overrun(struct alnair_device *d, uint64_t start_ns, uint64_t 
 void alnair_synced(struct alnair_device *d, uint64_t start_ns, uint64_t now_ns);
 
 /* Monitor-thread side of the compute limit: lay out windows, adapt the quota. */
-void alnair_compute_limit_tick(uint64_t now_ns);
+void alnair_compute_limit_tick(uint64_t now_ns, const uint8_t *const uuids[ALNAIR_CUDA_MAX_DEVICES]);
 
 /* Fork handling, one registration point: a module with per-process state declares its handlers
  * (any may be NULL) with ALNAIR_ON_FORK at file scope; a constructor adds them to state.c's list at

@@ -28,7 +28,8 @@ static int uuid_known[ALNAIR_CUDA_MAX_DEVICES];
 static uint64_t launches_seen;
 static uint64_t last_launch_time_ns;
 
-const uint8_t *alnair_device_uuid(int ordinal)
+/* The device's UUID, asked of the driver once (the ticks below are given them: they never call back here). */
+static const uint8_t *device_uuid(int ordinal)
 {
     if (!uuid_known[ordinal] && !atomic_load_explicit(&exiting, memory_order_relaxed)) {
         cuDeviceGetUuid_v2_fn get_uuid = REAL(cuDeviceGetUuid_v2);
@@ -40,7 +41,7 @@ const uint8_t *alnair_device_uuid(int ordinal)
 static void copy_device(struct alnair_cuda_device *out, int ordinal)
 {
     struct alnair_device *d = &alnair.devices[ordinal];
-    const uint8_t *uuid = alnair_device_uuid(ordinal);
+    const uint8_t *uuid = device_uuid(ordinal);
     out->device_index = (uint32_t)ordinal;
     if (uuid) memcpy(out->uuid, uuid, sizeof out->uuid);
     out->kernel_launches = atomic_load_explicit(&d->kernel_launches, memory_order_relaxed);
@@ -134,9 +135,12 @@ static void *monitor_main(void *arg)
     clock_gettime(CLOCK_MONOTONIC, &next);
     for (;;) {
         uint64_t now = alnair_monotonic_ns();
-        alnair_compute_limit_tick(now);
+        const uint8_t *uuids[ALNAIR_CUDA_MAX_DEVICES];
+        for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++)
+            uuids[i] = atomic_load_explicit(&alnair.devices[i].seen, memory_order_relaxed) ? device_uuid(i) : NULL;
+        alnair_compute_limit_tick(now, uuids);
         if (!atomic_load_explicit(&exiting, memory_order_relaxed)) alnair_pools_tick();
-        alnair_held_memory_tick(now);
+        alnair_held_memory_tick(now, uuids);
         if (have_segment) publish();
         next.tv_nsec += (long)alnair.period_ms * 1000000L;
         while (next.tv_nsec >= 1000000000L) next.tv_nsec -= 1000000000L, next.tv_sec++;
@@ -146,7 +150,7 @@ static void *monitor_main(void *arg)
     return NULL;
 }
 
-void alnair_start_monitor(void)
+static void start_monitor(void)
 {
     if (atomic_load_explicit(&started, memory_order_acquire)) return;
     pthread_mutex_lock(&start_lock);
@@ -184,6 +188,9 @@ static void fork_child(void)
     atomic_store(&started, 0);
 }
 ALNAIR_ON_FORK(monitor_fork, NULL, NULL, fork_child);
+
+/* It starts when the process first uses a device: state.c calls what is registered here. */
+__attribute__((constructor)) static void start_on_first_device(void) { alnair_on_first_device(start_monitor); }
 
 /* A clean exit publishes the final counters (work done since the last tick would be lost otherwise), then
  * leaves the segment to a reader that serves exited writers' records, or removes it; a crash leaves the

@@ -30,10 +30,11 @@ static int load(void)
     nvml.tried = 1;
     void *lib = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL);
     if (!lib) return 0;
-    *(void **)&nvml.init = dlsym(lib, "nvmlInit_v2");
-    *(void **)&nvml.handle_by_uuid = dlsym(lib, "nvmlDeviceGetHandleByUUID");
-    *(void **)&nvml.process_utilization = dlsym(lib, "nvmlDeviceGetProcessUtilization");
-    *(void **)&nvml.running_processes = dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
+    alnair_dlsym_fn lookup = alnair_real_dlsym();
+    *(void **)&nvml.init = lookup(lib, "nvmlInit_v2");
+    *(void **)&nvml.handle_by_uuid = lookup(lib, "nvmlDeviceGetHandleByUUID");
+    *(void **)&nvml.process_utilization = lookup(lib, "nvmlDeviceGetProcessUtilization");
+    *(void **)&nvml.running_processes = lookup(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
     nvml.ok = nvml.init && nvml.handle_by_uuid && nvml.process_utilization && nvml.init() == 0;
     return nvml.ok;
 }

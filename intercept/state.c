@@ -416,10 +416,15 @@ static int refresh_thread_device(void)
     return dev;
 }
 
+static void (*_Atomic on_first_device)(void); /* the monitor's start: it registers, so state never calls it */
+
+void alnair_on_first_device(void (*start)(void)) { atomic_store(&on_first_device, start); }
+
 void alnair_device_first_seen(struct alnair_device *d)
 {
     atomic_store(&d->seen, 1);
-    alnair_start_monitor();
+    void (*start)(void) = atomic_load(&on_first_device);
+    if (start) start();
 }
 
 struct alnair_device *alnair_device_at(int ordinal)
