@@ -46,9 +46,9 @@ ALNAIR_ON_FORK(memory_fork, fork_prepare, fork_parent, fork_child);
 
 /* Reserves size bytes on d; 0 if the limit refuses them. The limit charges the allocations and what
  * alnair_memory_overhead() adds (pools' cached memory, the contexts with the option on). A pooled
- * allocation is served first from the pools' cache (*cached: what it took, given back if it fails), so
- * one that fits in what they hold is never refused; one refusal first reads the pools exactly and trims
- * their cache (pools.c), then looks again. */
+ * allocation is served from its pool's cache when that holds it all (*cached: what it took, given back if
+ * it fails), so one that fits in what its pool holds is never refused; one refusal first reads the pools
+ * exactly and trims their cache (pools.c), then looks again. */
 static int admit(struct alnair_device *d, uint64_t size, int pool_slot, uint64_t *cached)
 {
     uint64_t used = atomic_load(&d->bytes_in_use), limit = d->memory_limit_bytes;

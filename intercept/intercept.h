@@ -195,8 +195,8 @@ void alnair_pool_forget(CUmemoryPool pool);
 int alnair_pool_device(CUmemoryPool pool); /* -1 if not known */
 int alnair_pool_slot(CUmemoryPool pool);   /* the pool's place in pools.c's table, -1 if not known */
 int alnair_pool_current_slot(int ordinal); /* the device's current pool (cuMemAllocAsync's), -1 if not known */
-/* An allocation of d from the pool in `slot` takes up to size bytes of that pool's cache (charged already);
- * returns the bytes taken. A free into it, or an allocation that failed, gives bytes back. */
+/* An allocation of d from the pool in `slot` takes size bytes of that pool's cache (charged already) if the
+ * cache holds them all; returns the bytes taken (size or 0). A free into it, or an allocation that failed, gives bytes back. */
 uint64_t alnair_pool_take_cached(struct alnair_device *d, int slot, uint64_t size);
 void alnair_pool_return_cached(struct alnair_device *d, int slot, uint64_t bytes);
 /* Reads every pool of the device (ordinal, or -1 for all) and stores what they reserve (driver calls:

@@ -51,14 +51,16 @@ int alnair_pool_current_slot(int ordinal)
 uint64_t alnair_pool_take_cached(struct alnair_device *d, int slot, uint64_t size)
 {
     if (slot < 0) return 0; /* which pool serves it is not known: charged in full */
-    uint64_t cached = atomic_load(&pools[slot].cached), take;
+    /* All or nothing: a block is contiguous, so a pool that holds less than it grows by the whole size and
+     * keeps what it held (measured on the H200: a partial take let the charge pass the limit by 129 KiB). */
+    uint64_t cached = atomic_load(&pools[slot].cached);
     do {
-        take = cached < size ? cached : size;
-    } while (take && !atomic_compare_exchange_weak(&pools[slot].cached, &cached, cached - take));
+        if (cached < size) return 0;
+    } while (!atomic_compare_exchange_weak(&pools[slot].cached, &cached, cached - size));
     uint64_t total = atomic_load(&d->pool_cached_bytes);
-    while (take && !atomic_compare_exchange_weak(&d->pool_cached_bytes, &total, total > take ? total - take : 0)) {
+    while (!atomic_compare_exchange_weak(&d->pool_cached_bytes, &total, total > size ? total - size : 0)) {
     }
-    return take;
+    return size;
 }
 
 void alnair_pool_return_cached(struct alnair_device *d, int slot, uint64_t bytes)
