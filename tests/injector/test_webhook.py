@@ -298,9 +298,9 @@ def test_a_body_without_a_length_is_refused(injector):
     assert reply.startswith(b"HTTP/1.1 411 ") and reply.endswith(b"a Content-Length is required\n")
 
 
-def test_plain_http_gets_no_answer_and_the_injector_goes_on(injector):
+def test_plain_http_gets_gos_400_and_the_injector_goes_on(injector):
     with socket.create_connection(("127.0.0.1", injector.port), timeout=10) as raw:
         raw.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert b"ok" not in raw.recv(65536)
+        assert raw.recv(65536) == b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
     assert injector.healthy()
 

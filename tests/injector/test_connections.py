@@ -1,0 +1,58 @@
+"""The webhook under connections anyone who reaches its port can open (hardening finding 3): whatever arrives, it
+holds a bounded number of them and stays well under the chart's memory limit, and the API server's reviews are
+still answered; and a request it cannot parse gets 400 and a log line (finding 9)."""
+from __future__ import annotations
+
+import os
+import resource
+import socket
+
+from alnair.injector.server import MAX_CONNECTIONS
+from injector_support import make_pod
+
+IDLE = 2000  # idle connections: a thread each once took ~67 KB, and ~1,550 passed the chart's 128Mi
+CHART_LIMIT_BYTES = 128 << 20  # helm/alnair/values.yaml: injector.resources.limits.memory
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def open_sockets(pid: int) -> int:
+    def is_socket(fd: str) -> bool:
+        try:
+            return os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except FileNotFoundError:  # closed meanwhile
+            return False
+
+    return sum(map(is_socket, os.listdir(f"/proc/{pid}/fd")))
+
+
+def test_idle_connections_leave_connections_and_memory_bounded_and_reviews_answered(start_injector):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4 * IDLE)), hard))
+    injector = start_injector()
+    idle = [socket.create_connection(("127.0.0.1", injector.port), timeout=10) for _ in range(IDLE)]
+    try:
+        # Accepted after every idle one: answered, it shows they have all been taken in (or closed).
+        assert injector.review(make_pod())["allowed"] is True
+        assert open_sockets(injector.proc.pid) <= MAX_CONNECTIONS + 3  # and the listener, and the loop's self-pipe
+        assert rss_bytes(injector.proc.pid) < CHART_LIMIT_BYTES / 2
+        assert injector.healthy()
+    finally:
+        for conn in idle:
+            conn.close()
+
+
+def test_a_request_it_cannot_parse_gets_400_and_a_log_line(injector):
+    connection = injector.connect()
+    try:
+        connection.putrequest("GET", "/healthz", skip_host=True)  # HTTP/1.1 without Host
+        connection.endheaders()
+        reply = connection.getresponse()
+        assert reply.status == 400 and reply.read()
+    finally:
+        connection.close()
+    assert "WARNING alnair.injector: malformed request from 127.0.0.1: Missing 'Host' header in request." in injector.log()
+    assert injector.healthy()
