@@ -130,8 +130,9 @@ class ExporterServer(BoundedServer):
             gzipped = accepts_gzip(request.headers.get("Accept-Encoding", ""))
             body = await asyncio.get_running_loop().run_in_executor(self._renderers, self.assembler.render, gzipped)
             encoding = {"Content-Encoding": "gzip"} if gzipped else {}
-            response = reply(HTTPStatus.OK, body, web, CONTENT_TYPE, {"Vary": "Accept-Encoding", **encoding})
-            await self.send(request, response)
+            response = aio.StreamResponse(headers=headers(web, CONTENT_TYPE, {"Vary": "Accept-Encoding", **encoding}))
+            response.content_length = len(body)
+            await self.send(request, response, body)
             return response
         finally:
             self.scrapes_in_flight -= counted
@@ -145,8 +146,11 @@ class ExporterServer(BoundedServer):
 
 def reply(status: HTTPStatus, body: bytes, web: WebConfig, content_type: str = TEXT,
           extra: dict[str, str] | None = None) -> aio.Response:
-    headers = {"Server": f"alnair-exporter/{version()}", "Content-Type": content_type, **web.headers, **(extra or {})}
-    return aio.Response(status=status, body=body, headers=headers)
+    return aio.Response(status=status, body=body, headers=headers(web, content_type, extra))
+
+
+def headers(web: WebConfig, content_type: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {"Server": f"alnair-exporter/{version()}", "Content-Type": content_type, **web.headers, **(extra or {})}
 
 
 def index_page(server: ExporterServer) -> str:

@@ -29,7 +29,8 @@ log = logging.getLogger("alnair.injector")
 # Longer than the API server's idle timeout for webhook connections (Go's 90 s): it closes an idle connection
 # first, so a request never races our close. Also the most a request head may take.
 IDLE_TIMEOUT = 120.0
-# The API server holds a few connections per instance; each open one costs ~10 KB here (docs/benchmarks.md).
+# The API server holds a few connections per instance. Each open one costs ~6 KB here, ~270 KB once its TLS
+# handshake is done (asyncio's TLS read buffer): at most ~35 MiB for them all (docs/benchmarks.md).
 MAX_CONNECTIONS = 128
 MAX_BODY_BYTES = 8 << 20  # the API server's requests stay under 3 MiB (etcd's object limit, and more)
 BODY_TIMEOUT = 10.0  # the API server waits at most 30 s for a webhook (timeoutSeconds), the chart's 5 s
@@ -136,11 +137,14 @@ class InjectorServer(BoundedServer):
             return refusal
         async with self._reviews:
             try:
-                async with asyncio.timeout(BODY_TIMEOUT):
-                    body = await request.read()
+                async with asyncio.timeout(BODY_TIMEOUT):  # read as sent: request.read() stops at 1 MiB
+                    body = await request.content.readexactly(request.content_length)
             except TimeoutError:
                 log.warning("the review from %s did not arrive within %g s", request.remote, BODY_TIMEOUT)
                 return closing(reply(HTTPStatus.REQUEST_TIMEOUT, b"the body did not arrive in time\n"))
+            except (asyncio.IncompleteReadError, ConnectionError):
+                log.warning("the connection from %s ended inside its review's body", request.remote)
+                return closing(reply(HTTPStatus.BAD_REQUEST, b"the body ended early\n"))
             status, text, content_type = await asyncio.get_running_loop().run_in_executor(
                 self._reviewer, review, body, self.settings, request.remote)
         return reply(status, text, content_type=content_type)

@@ -3,12 +3,16 @@ holds a bounded number of them and stays well under the chart's memory limit, an
 still answered; and a request it cannot parse gets 400 and a log line (finding 9)."""
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import socket
 
+from alnair.injector import server
+from alnair.injector.patch import Settings
 from alnair.injector.server import MAX_CONNECTIONS
-from injector_support import make_pod
+from injector_support import LIBRARY_HOST_PATH, exchange_over_tls, make_pod
+from support import serving_in_thread
 
 IDLE = 2000  # idle connections: a thread each once took ~67 KB, and ~1,550 passed the chart's 128Mi
 CHART_LIMIT_BYTES = 128 << 20  # helm/alnair/values.yaml: injector.resources.limits.memory
@@ -54,5 +58,18 @@ def test_a_request_it_cannot_parse_gets_400_and_a_log_line(injector):
         assert reply.status == 400 and reply.read()
     finally:
         connection.close()
-    assert "WARNING alnair.injector: malformed request from 127.0.0.1: Missing 'Host' header in request." in injector.log()
+    line = "WARNING alnair.injector: malformed request from 127.0.0.1: Missing 'Host' header in request."
+    assert line in injector.log()
     assert injector.healthy()
+
+
+def test_a_body_that_does_not_arrive_in_time_is_answered_408_and_logged(tls_dir, monkeypatch, caplog):
+    monkeypatch.setattr(server, "BODY_TIMEOUT", 0.5)
+    tls = server.LiveTLS(str(tls_dir / "server.crt"), str(tls_dir / "server.key"))
+    settings = Settings(LIBRARY_HOST_PATH, "/run/alnair/shm", False, "9.9.9")
+    with serving_in_thread(server.InjectorServer(("127.0.0.1", 0), tls, settings)) as port, \
+            caplog.at_level(logging.WARNING, logger="alnair.injector"):
+        head_and_a_byte = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"
+        reply = exchange_over_tls(port, tls_dir / "ca.crt", head_and_a_byte)
+    assert reply.startswith(b"HTTP/1.1 408 ") and reply.endswith(b"the body did not arrive in time\n")
+    assert [r.getMessage() for r in caplog.records] == ["the review from 127.0.0.1 did not arrive within 0.5 s"]
