@@ -132,9 +132,11 @@ class InjectorServer(BoundedServer):
             return reply(HTTPStatus.NOT_FOUND, b"Not Found\n")
         if request.method != "POST":
             return reply(HTTPStatus.METHOD_NOT_ALLOWED, b"POST an AdmissionReview to /mutate\n", {"Allow": "POST"})
-        refusal = body_refusal(request.content_length)
-        if refusal is not None:
-            return refusal
+        problem = body_problem(request.content_length)
+        if problem is not None:
+            status, reason = problem
+            log.warning("review request from %s refused: %s", request.remote, reason)
+            return closing(reply(status, f"{reason}\n".encode()))
         async with self._reviews:
             try:
                 async with asyncio.timeout(BODY_TIMEOUT):  # read as sent: request.read() stops at 1 MiB
@@ -150,12 +152,12 @@ class InjectorServer(BoundedServer):
         return reply(status, text, content_type=content_type)
 
 
-def body_refusal(content_length: int | None) -> web.Response | None:
-    """The answer to a body that is not read (no length, too long), closing the connection; None to read it."""
+def body_problem(content_length: int | None) -> tuple[HTTPStatus, str] | None:
+    """Why a body is not read (no length, too long: answered, and the connection closed), or None to read it."""
     if content_length is None:
-        return closing(reply(HTTPStatus.LENGTH_REQUIRED, b"a Content-Length is required\n"))
+        return HTTPStatus.LENGTH_REQUIRED, "a Content-Length is required"
     if content_length > MAX_BODY_BYTES:
-        return closing(reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_BODY_BYTES} bytes\n".encode()))
+        return HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_BODY_BYTES} bytes"
     return None
 
 

@@ -8,6 +8,8 @@ import os
 import resource
 import socket
 
+import pytest
+
 from alnair.injector import server
 from alnair.injector.patch import Settings
 from alnair.injector.server import MAX_CONNECTIONS
@@ -49,17 +51,18 @@ def test_idle_connections_leave_connections_and_memory_bounded_and_reviews_answe
             conn.close()
 
 
-def test_a_request_it_cannot_parse_gets_400_and_a_log_line(injector):
-    connection = injector.connect()
-    try:
-        connection.putrequest("GET", "/healthz", skip_host=True)  # HTTP/1.1 without Host
-        connection.endheaders()
-        reply = connection.getresponse()
-        assert reply.status == 400 and reply.read()
-    finally:
-        connection.close()
-    line = "WARNING alnair.injector: malformed request from 127.0.0.1: Missing 'Host' header in request."
-    assert line in injector.log()
+MALFORMED = {
+    "no Host": (b"GET /healthz HTTP/1.1\r\n\r\n", "Missing 'Host' header in request."),
+    "not HTTP": (b"GARBAGE\r\n\r\n", "Invalid method encountered: b'GARBAGE' ^"),
+    "no colon": (b"POST /mutate HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", "Invalid header token: b'no colon here' ^"),
+}
+
+
+@pytest.mark.parametrize("raw, problem", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_request_it_cannot_parse_gets_400_and_a_log_line(injector, raw, problem):
+    reply = exchange_over_tls(injector.port, injector.tls_dir / "ca.crt", raw)
+    assert reply.startswith(b"HTTP/1.0 400 Bad Request\r\n")
+    assert f"WARNING alnair.injector: malformed request from 127.0.0.1: {problem}\n" in injector.log()
     assert injector.healthy()
 
 

@@ -290,12 +290,14 @@ def test_http_errors_for_the_wrong_method_path_or_length(injector):
     assert injector.get("/metrics")[0] == 404
     assert injector.post(review_with(), path="/other")[0] == 404
     assert injector.post(b"{}", {"Content-Length": str(9 << 20)}) == (413, f"at most {8 << 20} bytes\n".encode())
+    assert f"review request from 127.0.0.1 refused: at most {8 << 20} bytes" in injector.log()
 
 
 def test_a_body_without_a_length_is_refused(injector):
     chunked = b"POST /mutate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
     reply = exchange_over_tls(injector.port, injector.tls_dir / "ca.crt", chunked)
     assert reply.startswith(b"HTTP/1.1 411 ") and reply.endswith(b"a Content-Length is required\n")
+    assert "review request from 127.0.0.1 refused: a Content-Length is required" in injector.log()
 
 
 def test_plain_http_gets_gos_400_and_the_injector_goes_on(injector):
