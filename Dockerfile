@@ -25,7 +25,7 @@ RUN ca=/etc/ssl/certs/ca-certificates.crt; if [ -f "$ca" ]; then export PIP_CERT
  && /opt/alnair/bin/pip wheel --no-deps --wheel-dir /dist . \
  && wheel=$(echo /dist/alnair-"$VERSION"-py3-none-*.whl) \
  && { [ -f "$wheel" ] || { echo "VERSION=$VERSION is not pyproject.toml's version: built $(ls /dist)" >&2; exit 1; }; } \
- && /opt/alnair/bin/pip install --no-compile "${wheel}[exporter]" \
+ && /opt/alnair/bin/pip install --no-compile "${wheel}[exporter,injector]" \
  && /opt/alnair/bin/pip install --no-compile --no-deps --target /rootfs/alnair/python "$wheel" \
  && /opt/alnair/bin/pip uninstall --yes pip setuptools
 # The installer's tree: busybox for /install, the library, and a directory to put on PYTHONPATH. Its

@@ -64,7 +64,8 @@ def build_parser(collectors: Iterable[CollectorSpec]) -> argparse.ArgumentParser
              help=f"Concurrent scrapes served at most, 0 to {MAX_CONNECTIONS} (the connections served at once); "
                   "0 = no limit.")
     add_flag(parser, "--web.priority-sources", type=comma_separated(parse_network), default=[], action=RepeatedList,
-             help="Addresses or networks (CIDR) whose scrapes --web.max-requests never refuses: your Prometheus.")
+             help="Addresses or networks (CIDR) whose scrapes --web.max-requests never refuses, with connections of "
+                  f"their own (up to {MAX_CONNECTIONS}) that no other peer's can keep out: your Prometheus.")
     add_flag(parser, "--web.telemetry-path", default="/metrics", help="Path of the metrics endpoint.")
     add_flag(parser, "--node.name", default=os.environ.get("NODE_NAME") or socket.gethostname(), help="Node name (Kubernetes downward API: NODE_NAME).")
     add_flag(parser, "--shm.dir", default=naming.DEFAULT_DIR, help="Directory of the writers' shared-memory segments.")

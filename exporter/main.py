@@ -1,12 +1,12 @@
 """alnair-exporter: parse flags, start one sampler per enabled collector, serve HTTP."""
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import signal
 import sys
 import threading
+import time
 
 from alnair.abi import naming
 
@@ -21,6 +21,9 @@ log = logging.getLogger("alnair.exporter")
 # The HTTP loop gives up the GIL at every wait and must take it back from a sampler thread that may be in the
 # middle of a long sample: at Python's default 5 ms, a large reply's several writes each waited that long.
 GIL_SWITCH_SECONDS = 0.0005
+# What collectors get, together, to end their samples at shutdown; their threads are daemons, and the HTTP
+# server's own bound comes first (alnair.webserver.server.SHUTDOWN_GRACE): SIGTERM ends the exporter in seconds.
+COLLECTORS_STOP_SECONDS = 1.0
 
 
 def listen(options, web, assembler, runners, known) -> ExporterServer:
@@ -28,12 +31,7 @@ def listen(options, web, assembler, runners, known) -> ExporterServer:
     args = (web, assembler, runners, known, options.web_telemetry_path, options.web_max_requests, MAX_CONNECTIONS,
             options.web_priority_sources)
     try:
-        try:
-            return ExporterServer((host, port), *args)
-        except OSError as e:
-            if host or e.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
-                raise
-            return ExporterServer(("0.0.0.0", port), *args)  # a host without IPv6
+        return ExporterServer((host, port), *args)  # ":port" falls back to IPv4 on a host without IPv6
     except OSError as e:
         fail(f"cannot listen on {host or '*'}:{port}: {e.strerror or e}")
 
@@ -76,8 +74,9 @@ def main(argv: list[str] | None = None) -> None:
     stop.wait()
     log.info("shutting down")
     server.shutdown()
+    deadline = time.monotonic() + COLLECTORS_STOP_SECONDS
     for runner in runners:
-        runner.stop()
+        runner.stop(timeout=max(0.0, deadline - time.monotonic()))
 
 
 if __name__ == "__main__":

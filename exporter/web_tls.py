@@ -1,16 +1,13 @@
-"""tls_server_config as exporter-toolkit's Go reads it, made into an ssl.SSLContext: versions, Go's cipher suites
-and curves by their Go names, client certificates by Go's client_auth_type (through OpenSSL calls the ssl module
-does not make), client_allowed_sans checked after the handshake, and Go's answer to plain HTTP on a TLS port."""
+"""tls_server_config as exporter-toolkit's Go reads it, made into an ssl.SSLContext through the ssl module's public
+API alone: versions, Go's cipher suites and a curve by their Go names, client certificates by Go's
+client_auth_type, client_allowed_sans checked after the handshake. What that API cannot set (several curves, a
+client certificate taken unverified) is refused in one line."""
 from __future__ import annotations
 
-import _ssl
 import contextlib
-import ctypes
-import functools
 import ipaddress
 import os
 import ssl
-import sys
 from typing import Iterator, NamedTuple
 
 from .web_fields import Invalid, check_boolean, optional_string, read_regular
@@ -27,15 +24,15 @@ _TLS_VERSIONS = {
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
 
-# client_auth_type -> (verify_mode, whether the certificate is verified), as Go's tls.ClientAuthType.
+# client_auth_type -> verify_mode, as Go's tls.ClientAuthType, for the types that verify the certificate.
 _CLIENT_AUTH = {
-    "NoClientCert": (ssl.CERT_NONE, False),
-    "RequestClientCert": (ssl.CERT_OPTIONAL, False),
-    "RequireAnyClientCert": (ssl.CERT_REQUIRED, False),
-    "RequireClientCert": (ssl.CERT_REQUIRED, False),  # the toolkit's old name for RequireAnyClientCert
-    "VerifyClientCertIfGiven": (ssl.CERT_OPTIONAL, True),
-    "RequireAndVerifyClientCert": (ssl.CERT_REQUIRED, True),
+    "NoClientCert": ssl.CERT_NONE,
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
 }
+# Go's types that take a client certificate unverified (RequireClientCert: the toolkit's old name for
+# RequireAnyClientCert). OpenSSL does so only when a verify callback says yes, which the ssl module never sets.
+_UNVERIFIED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")
 
 # Go's TLS 1.0-1.2 suites (tls.CipherSuites() of Go 1.25) -> OpenSSL's names, in Go's server preference order:
 # since Go 1.17, Go ignores the order in the file and prefer_server_cipher_suites, and picks by this one.
@@ -55,33 +52,14 @@ _TLS12_SUITES = {
 # Valid names too, but TLS 1.3 suites are not configurable in Go, nor through OpenSSL's cipher list.
 _TLS13_SUITES = {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"}
 
-# Go's curve names -> OpenSSL's group names.
-_CURVES = {"CurveP256": "P-256", "CurveP384": "P-384", "CurveP521": "P-521", "X25519": "X25519"}
-
-# Go's net/http answers a TLS port's plain HTTP request (the first five bytes tell) with this, then closes.
-_HTTP_STARTS = {b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO"}
-PLAIN_HTTP_REFUSAL = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
-
-# OpenSSL's verify callback: int (*)(int preverify_ok, X509_STORE_CTX *).
-_VERIFY_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
-
-# Go's RequestClientCert and RequireAnyClientCert take a client certificate unverified; OpenSSL does only when a
-# verify callback says yes. Module-level, so the callback outlives every context that holds it.
-_ACCEPT_ANY_CERTIFICATE = _VERIFY_CALLBACK(lambda preverify_ok, store: 1)
-
-_SSL_CTRL_SET_GROUPS_LIST = 92  # SSL_CTX_set1_groups_list is this SSL_CTX_ctrl in OpenSSL 1.1.1 and 3.x
+# Go's curve names -> OpenSSL's short names, as SSLContext.set_ecdh_curve takes them.
+_CURVES = {"CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1", "X25519": "X25519"}
 
 
-def is_plain_http(first_bytes: bytes) -> bool:
-    """True when a client's first five bytes on the HTTPS port are an HTTP request line, not a TLS record:
-    it is answered PLAIN_HTTP_REFUSAL and closed, as Go's server does."""
-    return first_bytes in _HTTP_STARTS
-
-
-def refusal_after_handshake(tls: ssl.SSLObject) -> str:
+def refusal_after_handshake(tls: ssl.SSLObject | None) -> str:
     """The reason to close a connection whose handshake succeeded, or "": with client_allowed_sans set, a verified
     client certificate without any of those names (or no certificate)."""
-    allowed = getattr(tls.context, "client_allowed_sans", None)
+    allowed = getattr(getattr(tls, "context", None), "client_allowed_sans", None)
     if allowed is not None and allowed.isdisjoint(certificate_names(tls.getpeercert())):
         return "its certificate has none of client_allowed_sans"
     return ""
@@ -212,29 +190,32 @@ def _set_cipher_suites(ctx: ssl.SSLContext, names: list[str]) -> None:
 
 
 def _set_curves(ctx: ssl.SSLContext, names: list[str]) -> None:
-    """The ssl module sets one curve only (set_ecdh_curve); Go's list is SSL_CTX_set1_groups_list."""
-    if not names:
-        return
-    lib, pointer = _openssl(ctx, "tls_server_config.curve_preferences")
-    groups = ":".join(dict.fromkeys(_CURVES[name] for name in names))  # in the file's order, once each
-    if lib.SSL_CTX_ctrl(pointer, _SSL_CTRL_SET_GROUPS_LIST, 0, groups.encode()) != 1:
-        raise Invalid(f"OpenSSL refuses tls_server_config.curve_preferences {groups}")
+    """The ssl module sets one curve, and then only that one is offered (set_ecdh_curve); Go's list of several
+    needs SSL_CTX_set1_groups_list, which it does not call."""
+    curves = list(dict.fromkeys(names))
+    if len(curves) > 1:
+        raise Invalid(f"tls_server_config.curve_preferences names {len(curves)} curves; Python's ssl module sets one: "
+                       "give one, or none for OpenSSL's defaults")
+    if curves:
+        ctx.set_ecdh_curve(_CURVES[curves[0]])
 
 
 def _client_auth(ctx: ssl.SSLContext, tls: dict, base_dir: str, reads: list, sans: list[str] | None) -> None:
     auth = optional_string(tls, "tls_server_config", "client_auth_type") or "NoClientCert"
+    if auth in _UNVERIFIED_CLIENT_AUTH:
+        raise Invalid(f"tls_server_config.client_auth_type {auth} takes a client certificate unverified, which "
+                       "Python's ssl module cannot: use VerifyClientCertIfGiven or RequireAndVerifyClientCert")
     if auth not in _CLIENT_AUTH:
-        raise Invalid(f"tls_server_config.client_auth_type {auth!r} is not one of {', '.join(_CLIENT_AUTH)}")
-    verify_mode, verified = _CLIENT_AUTH[auth]
+        raise Invalid(f"tls_server_config.client_auth_type {auth!r} is not one of "
+                       f"{', '.join([*_CLIENT_AUTH, *_UNVERIFIED_CLIENT_AUTH])}")
+    verify_mode = _CLIENT_AUTH[auth]
     if verify_mode == ssl.CERT_NONE and (tls.get("client_ca") or tls.get("client_ca_file")):
         raise Invalid("tls_server_config.client_ca_file (or client_ca) is set but client_auth_type is NoClientCert")
-    if sans is not None and not verified:  # the toolkit ignores them, or checks a certificate anyone can make
+    if sans is not None and verify_mode == ssl.CERT_NONE:  # the toolkit ignores them
         raise Invalid("tls_server_config.client_allowed_sans needs client_auth_type VerifyClientCertIfGiven or "
                        "RequireAndVerifyClientCert: the names of an unverified certificate prove nothing")
-    _load_client_ca(ctx, _pem(tls, "client_ca", base_dir, reads), verified)
+    _load_client_ca(ctx, _pem(tls, "client_ca", base_dir, reads), verify_mode != ssl.CERT_NONE)
     ctx.verify_mode = verify_mode
-    if verify_mode != ssl.CERT_NONE and not verified:
-        _accept_any_certificate(ctx, f"tls_server_config.client_auth_type {auth}")
     ctx.client_allowed_sans = None if sans is None else frozenset(sans)
 
 
@@ -246,40 +227,3 @@ def _load_client_ca(ctx: ssl.SSLContext, ca: _Pem | None, verified: bool) -> Non
             raise Invalid(f"cannot load {ca.label}: {e}") from None
     elif verified:
         ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)  # Go verifies against the system pool when no CA is given
-
-
-def _accept_any_certificate(ctx: ssl.SSLContext, what: str) -> None:
-    """Sets _ACCEPT_ANY_CERTIFICATE on ctx, keeping its verify mode. The ssl module passes on a callback once set
-    whenever verify_mode changes, so it stays."""
-    lib, pointer = _openssl(ctx, what)
-    lib.SSL_CTX_set_verify(pointer, lib.SSL_CTX_get_verify_mode(pointer), _ACCEPT_ANY_CERTIFICATE)
-
-
-@functools.cache
-def _libssl() -> ctypes.CDLL | None:
-    """libssl as the ssl module links it (dlsym on the module's handle searches the libraries it was linked with),
-    or None where that cannot be had: not CPython, or a build that hides OpenSSL's symbols."""
-    if sys.implementation.name != "cpython":
-        return None
-    try:
-        lib = ctypes.CDLL(_ssl.__file__)
-        for name, argtypes, restype in (
-                ("SSL_CTX_get_options", [ctypes.c_void_p], ctypes.c_uint64),
-                ("SSL_CTX_get_verify_mode", [ctypes.c_void_p], ctypes.c_int),
-                ("SSL_CTX_set_verify", [ctypes.c_void_p, ctypes.c_int, _VERIFY_CALLBACK], None),
-                ("SSL_CTX_ctrl", [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_char_p], ctypes.c_long)):
-            getattr(lib, name).argtypes, getattr(lib, name).restype = argtypes, restype
-    except (OSError, AttributeError):
-        return None
-    return lib
-
-
-def _openssl(ctx: ssl.SSLContext, what: str) -> tuple[ctypes.CDLL, int]:
-    """libssl and ctx's SSL_CTX*, which CPython's SSLContext holds right after the object header. The options
-    read back through the pointer must be the context's own: a layout that changed is refused, never used."""
-    lib = _libssl()
-    pointer = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value if lib else None
-    if lib is None or not pointer or lib.SSL_CTX_get_options(pointer) != ctx.options:
-        raise Invalid(f"{what} needs an OpenSSL call this Python's ssl module does not make, and it cannot be "
-                       "reached here")
-    return lib, pointer

@@ -34,7 +34,7 @@ class WebConfigError(Exception):
 
 
 _SECTIONS = {"tls_server_config", "http_server_config", "basic_auth_users", "rate_limit"}
-# http.server speaks HTTP/1.1 only, so http2 has nothing to switch: it is checked for its type alone.
+# aiohttp speaks HTTP/1.1 only, so http2 has nothing to switch: it is checked for its type alone.
 _HTTP_KEYS = {"headers", "http2"}
 _RATE_KEYS = {"interval", "burst"}
 

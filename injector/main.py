@@ -10,7 +10,7 @@ from alnair.commandline import version
 
 from .config import fail, parse_options
 from .patch import Settings
-from .server import LiveTLS, TLSError, listen
+from .server import InjectorServer, LiveTLS, TLSError
 
 log = logging.getLogger("alnair.injector")
 
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings(options.library_host_path, options.shm_host_path, options.python_intercept_default, version())
     host, port = options.web_listen_address
     try:
-        server = listen((host, port), tls, settings)
+        server = InjectorServer((host, port), tls, settings)  # ":port" falls back to IPv4 without IPv6
     except OSError as e:
         fail(f"cannot listen on {host or '*'}:{port}: {e.strerror or e}")
     log.info("listening on %s:%d (https); library %s, segments %s, Python intercept %s by default",
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    threading.Thread(target=server.serve_forever, name="accept", daemon=True).start()
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     stop.wait()
     log.info("shutting down")
     server.shutdown()

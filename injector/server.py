@@ -1,33 +1,40 @@
-"""HTTPS for the webhook: POST /mutate and GET /healthz, HTTP/1.1 with keep-alive, a thread per connection.
+"""HTTPS for the webhook: POST /mutate and GET /healthz, HTTP/1.1 with keep-alive, on alnair.webserver.
 
-The API server is the one real client and keeps its connections open, so a thread each is cheap and plain.
-Every new connection is set up with the certificate as it is on disk then (LiveTLS), so cert-manager's
-rotation takes effect without a restart; connections already open keep the certificate they began with."""
+Connections are bounded whatever arrives (MAX_CONNECTIONS, the one idle the longest closed for a new one), and
+so is what a review may hold: its body, read within BODY_TIMEOUT, and REVIEWS_AT_ONCE bodies read and answered
+at once, on one thread off the loop. Every new connection is set up with the certificate as it is on disk then
+(LiveTLS), so cert-manager's rotation takes effect without a restart; connections already open keep the
+certificate they began with."""
 from __future__ import annotations
 
-import errno
+import asyncio
 import hashlib
-import http.server
 import logging
 import os
-import socket
-import socketserver
 import ssl
-import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from pathlib import Path
 
+from aiohttp import web
+
 from alnair.commandline import version
+from alnair.webserver.server import BoundedServer
 
 from .patch import Settings
 from .review import BadReview, answer
 
 log = logging.getLogger("alnair.injector")
 # Longer than the API server's idle timeout for webhook connections (Go's 90 s): it closes an idle connection
-# first, so a request never races our close. Also the most a handshake or a body may take.
+# first, so a request never races our close. Also the most a request head may take.
 IDLE_TIMEOUT = 120.0
+# The API server holds a few connections per instance. Each open one costs ~6 KB here, ~270 KB once its TLS
+# handshake is done (asyncio's TLS read buffer): at most ~35 MiB for them all (docs/benchmarks.md).
+MAX_CONNECTIONS = 128
 MAX_BODY_BYTES = 8 << 20  # the API server's requests stay under 3 MiB (etcd's object limit, and more)
+BODY_TIMEOUT = 10.0  # the API server waits at most 30 s for a webhook (timeoutSeconds), the chart's 5 s
+REVIEWS_AT_ONCE = 4  # bodies held at once: at most 32 MiB of them, whatever the clients send
 RETRY_SECONDS = 1.0  # certificate files that do not load are tried again no sooner than this
 SETTLE_SECONDS = 1.0  # files changed this recently are looked at again: a second write may keep mtime and size
 TEXT = "text/plain; charset=utf-8"
@@ -62,7 +69,7 @@ class LiveTLS:
     """The context to set up a new connection with: the files are stat'ed for each (two stat calls against a
     handshake's milliseconds) and loaded again when their content changed. Files that do not load (a rotation
     seen half-written) keep the context as it was, logged once per distinct problem and tried again at most
-    once every RETRY_SECONDS. Used from the accepting thread only, so it takes no lock."""
+    once every RETRY_SECONDS. Used from the server's loop only, so it takes no lock."""
 
     def __init__(self, cert_file: str, key_file: str):
         self.files = (cert_file, key_file)
@@ -104,109 +111,75 @@ class LiveTLS:
         return tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns) for s in stats)
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: the API server reuses its connections
-    server_version = f"alnair-injector/{version()}"
-    sys_version = ""
-    timeout = IDLE_TIMEOUT
-    # Buffered: head and body leave in one write when the request is answered (handle_one_request flushes), so
-    # a reply is one TLS record, not a head that waits for the client's delayed ACK before the body goes.
-    wbufsize = 1 << 16
-    server: "InjectorServer"
-
-    def setup(self) -> None:
-        super().setup()  # the timeout applies to the handshake too
-        self.request.do_handshake()
-
-    def do_GET(self) -> None:
-        if self.path == "/healthz":
-            self._reply(HTTPStatus.OK, b"ok\n")
-        elif self.path == "/mutate":
-            self._reply(HTTPStatus.METHOD_NOT_ALLOWED, b"POST an AdmissionReview to /mutate\n", {"Allow": "POST"})
-        else:
-            self._reply(HTTPStatus.NOT_FOUND, b"Not Found\n")
-
-    def do_POST(self) -> None:
-        if self.path.partition("?")[0] != "/mutate":
-            self._reply(HTTPStatus.NOT_FOUND, b"Not Found\n")
-            return
-        body = self._body()
-        if body is not None:
-            status, reply, content_type = self._answer(body)
-            self._reply(status, reply, content_type=content_type)
-
-    def _answer(self, body: bytes) -> tuple[HTTPStatus, bytes, str]:
-        """The review's answer; 400 for a body that is not one, 500 for an error of the injector's own: both
-        logged, since a connection dropped unanswered reaches the API server's log only as an EOF."""
-        try:
-            return HTTPStatus.OK, answer(body, self.server.settings), "application/json"
-        except BadReview as e:
-            log.warning("bad AdmissionReview from %s: %s", self.client_address[0], e)
-            return HTTPStatus.BAD_REQUEST, f"{e}\n".encode(), TEXT
-        except Exception:
-            log.exception("cannot answer the review from %s", self.client_address[0])
-            return HTTPStatus.INTERNAL_SERVER_ERROR, b"the injector failed on this review; its log says why\n", TEXT
-
-    def _body(self) -> bytes | None:
-        """The request body, or None once a refusal is sent (no length, too long: the connection closes)."""
-        length = self.headers.get("Content-Length", "")
-        if not length.isdigit():
-            self.close_connection = True
-            self._reply(HTTPStatus.LENGTH_REQUIRED, b"a Content-Length is required\n")
-            return None
-        if int(length) > MAX_BODY_BYTES:
-            self.close_connection = True
-            self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_BODY_BYTES} bytes\n".encode())
-            return None
-        return self.rfile.read(int(length))
-
-    def _reply(self, status: HTTPStatus, body: bytes, extra: dict[str, str] | None = None,
-               content_type: str = TEXT) -> None:
-        self.send_response(status)
-        for name, value in {"Content-Type": content_type, "Content-Length": str(len(body)), **(extra or {})}.items():
-            self.send_header(name, value)
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args) -> None:  # the access log, at debug rather than on stderr
-        log.debug("%s %s", self.client_address[0], format % args)
-
-
-class InjectorServer(socketserver.ThreadingTCPServer):
-    """Accepts on one thread; each connection's TLS handshake and requests run on a thread of its own, so a slow
-    client never holds up the accept loop."""
-
-    allow_reuse_address = True
-    daemon_threads = True
-    request_queue_size = 128
-
+class InjectorServer(BoundedServer):
     def __init__(self, address: tuple[str, int], tls: LiveTLS, settings: Settings):
-        self.address_family = socket.AF_INET6 if ":" in address[0] or not address[0] else socket.AF_INET
+        super().__init__(address, log, IDLE_TIMEOUT, MAX_CONNECTIONS)
         self.tls, self.settings = tls, settings
-        super().__init__((address[0] or "::", address[1]), Handler)
+        self._reviews = asyncio.Semaphore(REVIEWS_AT_ONCE)
+        self._reviewer = ThreadPoolExecutor(1, thread_name_prefix="review")  # the loop stays free meanwhile
 
-    def server_bind(self) -> None:
-        if self.address_family == socket.AF_INET6:  # ":port" serves IPv4 too
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        super().server_bind()
+    def tls_context(self) -> ssl.SSLContext:
+        return self.tls.context()
 
-    def get_request(self):
-        conn, address = self.socket.accept()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a reply larger than the buffer: no Nagle wait
-        return self.tls.context().wrap_socket(conn, server_side=True, do_handshake_on_connect=False), address
+    def server_close(self) -> None:
+        super().server_close()
+        self._reviewer.shutdown(wait=False, cancel_futures=True)
 
-    def handle_error(self, request, client_address) -> None:
-        """A failed handshake, a client gone or timed out: one debug line, not socketserver's traceback."""
-        log.debug("connection from %s ended: %s", client_address[0], sys.exc_info()[1])
+    async def answer(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.method == "GET" and request.path == "/healthz":
+            return reply(HTTPStatus.OK, b"ok\n")
+        if request.path != "/mutate":
+            return reply(HTTPStatus.NOT_FOUND, b"Not Found\n")
+        if request.method != "POST":
+            return reply(HTTPStatus.METHOD_NOT_ALLOWED, b"POST an AdmissionReview to /mutate\n", {"Allow": "POST"})
+        problem = body_problem(request.content_length)
+        if problem is not None:
+            status, reason = problem
+            log.warning("review request from %s refused: %s", request.remote, reason)
+            return closing(reply(status, f"{reason}\n".encode()))
+        async with self._reviews:
+            try:
+                async with asyncio.timeout(BODY_TIMEOUT):  # read as sent: request.read() stops at 1 MiB
+                    body = await request.content.readexactly(request.content_length)
+            except TimeoutError:
+                log.warning("the review from %s did not arrive within %g s", request.remote, BODY_TIMEOUT)
+                return closing(reply(HTTPStatus.REQUEST_TIMEOUT, b"the body did not arrive in time\n"))
+            except (asyncio.IncompleteReadError, ConnectionError):
+                log.warning("the connection from %s ended inside its review's body", request.remote)
+                return closing(reply(HTTPStatus.BAD_REQUEST, b"the body ended early\n"))
+            status, text, content_type = await asyncio.get_running_loop().run_in_executor(
+                self._reviewer, review, body, self.settings, request.remote)
+        return reply(status, text, content_type=content_type)
 
 
-def listen(address: tuple[str, int], tls: LiveTLS, settings: Settings) -> InjectorServer:
-    """The server, bound; on a host without IPv6, ':port' falls back to every IPv4 interface."""
+def body_problem(content_length: int | None) -> tuple[HTTPStatus, str] | None:
+    """Why a body is not read (no length, too long: answered, and the connection closed), or None to read it."""
+    if content_length is None:
+        return HTTPStatus.LENGTH_REQUIRED, "a Content-Length is required"
+    if content_length > MAX_BODY_BYTES:
+        return HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_BODY_BYTES} bytes"
+    return None
+
+
+def review(body: bytes, settings: Settings, client: str) -> tuple[HTTPStatus, bytes, str]:
+    """The review's answer; 400 for a body that is not one, 500 for an error of the injector's own: both logged,
+    since a connection dropped unanswered reaches the API server's log only as an EOF."""
     try:
-        return InjectorServer(address, tls, settings)
-    except OSError as e:
-        if address[0] or e.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
-            raise
-        return InjectorServer(("0.0.0.0", address[1]), tls, settings)
+        return HTTPStatus.OK, answer(body, settings), "application/json"
+    except BadReview as e:
+        log.warning("bad AdmissionReview from %s: %s", client, e)
+        return HTTPStatus.BAD_REQUEST, f"{e}\n".encode(), TEXT
+    except Exception:
+        log.exception("cannot answer the review from %s", client)
+        return HTTPStatus.INTERNAL_SERVER_ERROR, b"the injector failed on this review; its log says why\n", TEXT
+
+
+def reply(status: HTTPStatus, body: bytes, extra: dict[str, str] | None = None, content_type: str = TEXT) -> web.Response:
+    headers = {"Server": f"alnair-injector/{version()}", "Content-Type": content_type, **(extra or {})}
+    return web.Response(status=status, body=body, headers=headers)
+
+
+def closing(response: web.Response) -> web.Response:
+    response.force_close()
+    return response
+

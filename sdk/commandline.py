@@ -26,6 +26,16 @@ def fail(prog: str, message: str) -> NoReturn:
     sys.exit(2)
 
 
+def main_of_extra(prog: str, side: str, extra: str, modules: set[str], load: Callable[[], Callable]) -> Callable:
+    """The command's main, from load(); in an install without its extra, one line that says how to get it."""
+    try:
+        return load()
+    except ImportError as e:
+        if e.name not in modules:
+            raise
+        fail(prog, f"{side} is not installed (no module {e.name}): pip install 'alnair[{extra}]'")
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but errors are one line (no usage dump) and exit 2; every command has --version."""
 

@@ -6,6 +6,7 @@ import base64
 import gzip
 import http.client
 import ipaddress
+import logging
 import re
 import socket
 import ssl
@@ -241,18 +242,26 @@ def test_the_listen_backlog_holds_a_burst_of_new_scrapers():
         assert backlog == min(256, int(open("/proc/sys/net/core/somaxconn").read()))
 
 
-def test_connections_past_the_bound_are_answered_503_and_closed_and_a_slot_comes_back():
-    server = ExporterServer(("127.0.0.1", 0), WebConfig(), ScrapeAssembler([], "node-a"), [], [], "/metrics", 0,
-                            max_connections=2)
+def test_at_the_bound_the_connection_idle_longest_gives_way_and_only_busy_ones_make_a_new_one_wait():
+    assembler = HeldAssembler()
+    server = ExporterServer(("127.0.0.1", 0), WebConfig(), assembler, [], [], "/metrics", 0, max_connections=2)
     with serving_in_thread(server) as port:
-        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
-        wait_until(lambda: server.open_connections == 2)  # both are being served, idle
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as third:
-            assert third.recv(100).startswith(b"HTTP/1.1 503 ") and third.recv(100) == b""
-        idle[0].close()
+        idle = socket.create_connection(("127.0.0.1", port), timeout=10)
         wait_until(lambda: server.open_connections == 1)
-        assert get(port, "/healthz")[0] == 200
-        idle[1].close()
+        results = []
+        scrapes = [threading.Thread(target=lambda: results.append(get(port, "/metrics"))) for _ in range(2)]
+        [scrape.start() for scrape in scrapes]
+        try:
+            wait_until(lambda: assembler.renders == 2)  # both scrapes are being answered: the idle one gave way
+            assert idle.recv(100) == b""
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as third:
+                assert third.recv(100).startswith(b"HTTP/1.1 503 ") and third.recv(100) == b""
+        finally:
+            assembler.release.set()
+            [scrape.join(10) for scrape in scrapes]
+            idle.close()
+        assert [status for status, _, _ in results] == [200, 200]
+        wait_until(lambda: server.open_connections == 0)  # every place comes back
 
 
 def test_a_priority_source_is_never_refused_by_max_requests():
@@ -286,16 +295,17 @@ def exchange(port: int, raw: bytes, timeout: float = 10) -> bytes:
 
 
 def statuses(received: bytes) -> list[int]:
-    return [int(status) for status in re.findall(rb"HTTP/1\.1 (\d{3}) ", received)]
+    return [int(status) for status in re.findall(rb"HTTP/\d\.\d (\d{3}) ", received)]
 
 
 def test_keep_alive_and_pipelined_requests_are_answered_in_order_on_one_connection():
     with serving(ScrapeAssembler([], "node-a")) as port:
         pipelined = b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\nGET /nowhere HTTP/1.1\r\nHost: a\r\n\r\n"
-        closing = b"HEAD /healthz HTTP/1.1\r\nConnection: close\r\n\r\n"
+        closing = b"HEAD /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
         received = exchange(port, pipelined + closing)
         assert statuses(received) == [200, 404, 200]
-        assert received.endswith(b"Content-Length: 3\r\nConnection: close\r\n\r\n")  # HEAD: no body
+        head = received[received.rindex(b"HTTP/1.1 200 "):]
+        assert b"Content-Length: 3\r\n" in head and head.endswith(b"Connection: close\r\n\r\n")  # HEAD: no body
         assert b"ok\n" in received and b"Not Found\n" in received
 
 
@@ -306,32 +316,45 @@ def test_http_1_0_closes_after_its_answer_unless_it_asks_to_keep_alive():
         assert statuses(exchange(port, kept)) == [200, 200]
 
 
-@pytest.mark.parametrize("raw, status", [
-    (b"GARBAGE\r\n\r\n", 400),
-    (b"GET /healthz HTTP/2.0\r\n\r\n", 505),
-    (b"GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n", 400),
-    (b"GET /healthz HTTP/1.1\r\nX: 1\r\n folded\r\n\r\n", 400),
-    (b"GET /healthz HTTP/1.1\r\n" + b"X-Long: " + b"a" * 70000 + b"\r\n\r\n", 431),
-    (b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(101)) + b"\r\n", 431),
-    (b"GET /healthz HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 501),
-    (b"GET /healthz HTTP/1.1\r\nContent-Length: 999999\r\n\r\n", 413),
-    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400),  # a TLS ClientHello: told at once, not after a timeout
-])
-def test_a_malformed_request_gets_its_status_and_the_connection_closes(raw, status):
-    with serving(ScrapeAssembler([], "node-a")) as port:
+MALFORMED = {
+    "not HTTP": (b"GARBAGE\r\n\r\n", 400),
+    "no colon": (b"GET /healthz HTTP/1.1\r\nHost: a\r\nno colon here\r\n\r\n", 400),
+    "folded": (b"GET /healthz HTTP/1.1\r\nHost: a\r\nX: 1\r\n folded\r\n\r\n", 400),
+    "long field": (b"GET /healthz HTTP/1.1\r\nHost: a\r\nX-Long: " + b"a" * 70000 + b"\r\n\r\n", 400),
+    "101 fields": (b"GET /healthz HTTP/1.1\r\nHost: a\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(101)) + b"\r\n", 400),
+    "no Host": (b"GET /healthz HTTP/1.1\r\n\r\n", 400),
+    "two lengths": (b"GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400),
+    "TLS ClientHello": (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400),  # told at once, not after a timeout
+    "HTTP/2.0": (b"GET /healthz HTTP/2.0\r\nHost: a\r\n\r\n", 505),
+}
+
+
+@pytest.mark.parametrize("raw, status", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_request_gets_its_status_a_log_line_and_the_connection_closes(raw, status, caplog):
+    with serving(ScrapeAssembler([], "node-a")) as port, caplog.at_level(logging.INFO, logger="alnair.exporter"):
         assert statuses(exchange(port, raw)) == [status]
+    line, = [record for record in caplog.records if record.name.startswith("alnair.exporter")]
+    assert line.levelno == logging.WARNING and line.getMessage().startswith("malformed request from 127.0.0.1: ")
+    assert "\n" not in line.getMessage()
+
+
+def test_a_body_is_never_read_and_one_that_never_comes_ends_the_connection_after_its_answer():
+    with serving(ScrapeAssembler([], "node-a")) as port:
+        chunked = b"GET /healthz HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n"
+        assert statuses(exchange(port, chunked)) == [200]
+        assert statuses(exchange(port, b"GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 999999\r\n\r\n")) == [200]
 
 
 def test_a_small_body_is_read_past_and_other_methods_are_refused_with_405():
     with serving(ScrapeAssembler([], "node-a")) as port:
-        raw = (b"GET /healthz HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
-               b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        raw = (b"GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello"
+               b"POST /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         received = exchange(port, raw)
         assert statuses(received) == [200, 405] and b"Allow: GET, HEAD\r\n" in received
 
 
 def test_a_client_slow_to_send_its_head_is_cut_off_without_holding_up_others(monkeypatch):
-    monkeypatch.setattr(server_module, "READ_TIMEOUT", 0.5)
+    monkeypatch.setattr(server_module, "IDLE_TIMEOUT", 0.5)
     with serving(ScrapeAssembler([], "node-a")) as port:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
             slow.sendall(b"GET /healthz HTTP/1.1\r\nX-Slow: ")

@@ -8,6 +8,7 @@ import copy
 import http.client
 import json
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -28,11 +29,11 @@ class Injector:
     """A running alnair-injector; its stderr goes to a file."""
 
     def __init__(self, tls_dir: Path, log_path: Path, *args: str, env: dict[str, str] | None = None,
-                 host: str = "127.0.0.1"):
+                 host: str = "127.0.0.1", python: str = sys.executable):
         self.tls_dir, self.log_path, self.port = tls_dir, log_path, free_port()
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "alnair.injector", f"--web.listen-address={host}:{self.port}",
+                [python, "-m", "alnair.injector", f"--web.listen-address={host}:{self.port}",
                  f"--tls.cert-file={tls_dir / 'server.crt'}", f"--tls.key-file={tls_dir / 'server.key'}",
                  f"--library.host-path={LIBRARY_HOST_PATH}", *args],
                 stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, **(env or {})})
@@ -89,6 +90,18 @@ class Injector:
     def stop(self) -> int:
         self.proc.terminate()
         return self.proc.wait(10)
+
+
+def exchange_over_tls(port: int, cafile: Path, raw: bytes) -> bytes:
+    """Everything the injector on port sends back for raw, sent over TLS, until it closes the connection."""
+    context = ssl.create_default_context(cafile=str(cafile))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn, \
+            context.wrap_socket(conn, server_hostname="127.0.0.1") as tls:
+        tls.sendall(raw)
+        received = b""
+        while chunk := tls.recv(65536):
+            received += chunk
+        return received
 
 
 def admission_review(pod: dict, operation: str = "CREATE", kind: dict = POD_KIND, **extra) -> dict:

@@ -92,7 +92,7 @@ def test_an_error_of_the_injectors_own_is_answered_500_and_logged(tls_dir, monke
     tls = server.LiveTLS(str(tls_dir / "server.crt"), str(tls_dir / "server.key"))
     settings = Settings(LIBRARY_HOST_PATH, "/run/alnair/shm", False, "9.9.9")
     context = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
-    with serving_in_thread(server.listen(("127.0.0.1", 0), tls, settings)) as port, \
+    with serving_in_thread(server.InjectorServer(("127.0.0.1", 0), tls, settings)) as port, \
             caplog.at_level(logging.ERROR, logger="alnair.injector"):
         connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
         connection.request("POST", "/mutate", json.dumps(REVIEW).encode())

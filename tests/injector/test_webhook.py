@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import socket
-import ssl
 
 import pytest
 
 from alnair.commandline import version
-from injector_support import (LIBRARY_HOST_PATH, admission_review, applied, container, env_of, make_pod,
-                              mounts_of)
+from injector_support import (LIBRARY_HOST_PATH, admission_review, applied, container, env_of, exchange_over_tls,
+                              make_pod, mounts_of)
 from limit_cases import FRACTIONAL, TOO_BIG, WANT_BYTES, WANT_PERCENT
 
 LIBRARY = "/opt/alnair/lib/libalnair.so"
@@ -230,6 +229,12 @@ def test_one_connection_serves_review_after_review(injector):
         connection.close()
 
 
+def test_a_review_of_several_mib_is_answered(injector):
+    """As large as the API server sends them (an object of up to 3 MiB): read whole, not cut at aiohttp's 1 MiB."""
+    pod = make_pod(annotations={"notes.example/blob": "x" * (3 << 20)})
+    assert injector.inject(pod)["metadata"]["annotations"]["alnair.io/injected"] == version()
+
+
 def review_with(**changes) -> bytes:
     review = admission_review(make_pod())
     for path, value in changes.items():
@@ -285,22 +290,19 @@ def test_http_errors_for_the_wrong_method_path_or_length(injector):
     assert injector.get("/metrics")[0] == 404
     assert injector.post(review_with(), path="/other")[0] == 404
     assert injector.post(b"{}", {"Content-Length": str(9 << 20)}) == (413, f"at most {8 << 20} bytes\n".encode())
+    assert f"review request from 127.0.0.1 refused: at most {8 << 20} bytes" in injector.log()
 
 
 def test_a_body_without_a_length_is_refused(injector):
-    context = ssl.create_default_context(cafile=str(injector.tls_dir / "ca.crt"))
-    with socket.create_connection(("127.0.0.1", injector.port), timeout=10) as raw, \
-            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-        tls.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
-        reply = b""
-        while chunk := tls.recv(65536):
-            reply += chunk
+    chunked = b"POST /mutate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
+    reply = exchange_over_tls(injector.port, injector.tls_dir / "ca.crt", chunked)
     assert reply.startswith(b"HTTP/1.1 411 ") and reply.endswith(b"a Content-Length is required\n")
+    assert "review request from 127.0.0.1 refused: a Content-Length is required" in injector.log()
 
 
-def test_plain_http_gets_no_answer_and_the_injector_goes_on(injector):
+def test_plain_http_gets_gos_400_and_the_injector_goes_on(injector):
     with socket.create_connection(("127.0.0.1", injector.port), timeout=10) as raw:
         raw.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert b"ok" not in raw.recv(65536)
+        assert raw.recv(65536) == b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
     assert injector.healthy()
 

@@ -20,9 +20,11 @@ import pytest
 
 from support import ROOT, end_all, free_port, tracked_tree, wait_until
 
-EXPORTER_EXTRA = {"prometheus-client", "psutil", "pyyaml", "bcrypt", "nvidia-ml-py", "kubernetes", "redis"}
+EXPORTER_EXTRA = {"prometheus-client", "psutil", "pyyaml", "bcrypt", "nvidia-ml-py", "kubernetes", "redis", "aiohttp"}
+INJECTOR_EXTRA = {"aiohttp"}
 CACHE_EXTRA = {"redis", "xxhash"}
-EXPORTER_SIDE_MODULES = ["prometheus_client", "yaml", "bcrypt", "pynvml", "kubernetes", "redis", "psutil", "xxhash"]
+EXPORTER_SIDE_MODULES = ["prometheus_client", "yaml", "bcrypt", "pynvml", "kubernetes", "redis", "psutil", "xxhash",
+                         "aiohttp"]
 SCRIPTS = {"alnair-exporter": "alnair.exporter:main", "alnair": "alnair.cli.main:main",
            "alnair-run": "alnair.intercept.launcher:main", "alnair-injector": "alnair.injector:main"}
 COLLECTORS = {"host": "alnair.collectors.host:HostCollector", "cuda": "alnair.collectors.cuda:CudaCollector",
@@ -93,14 +95,15 @@ def test_wheel_requires_nothing_without_an_extra(metadata):
     assert unconditional == []
 
 
-def test_wheel_extras_name_the_exporter_and_cache_dependencies(metadata):
+def test_wheel_extras_name_the_exporter_injector_and_cache_dependencies(metadata):
     def names(extra: str) -> set[str]:
         marker = re.compile(rf"""extra\s*==\s*["']{extra}["']""")
         return {requirement_name(r) for r in metadata.get_all("Requires-Dist") if marker.search(r)}
 
     assert EXPORTER_EXTRA <= names("exporter")
+    assert INJECTOR_EXTRA <= names("injector")
     assert CACHE_EXTRA <= names("cache")
-    assert {"exporter", "cache", "torch", "test"} <= set(metadata.get_all("Provides-Extra"))
+    assert {"exporter", "injector", "cache", "torch", "test"} <= set(metadata.get_all("Provides-Extra"))
 
 
 def test_wheel_declares_the_apache_license_and_carries_its_text(metadata, wheel_files):
@@ -166,6 +169,14 @@ def test_exporter_command_without_the_extra_says_in_one_line_how_to_install_it(t
     [line] = result.stderr.splitlines()
     assert line.startswith("alnair-exporter: error: the exporter side is not installed (no module ")
     assert "pip install 'alnair[exporter]'" in line
+
+
+def test_injector_command_without_the_extra_says_in_one_line_how_to_install_it(training_venv, tmp_path):
+    result = run([str(training_venv / "bin" / "alnair-injector")], cwd=tmp_path)
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line == "alnair-injector: error: the injector's server is not installed (no module aiohttp): " \
+                   "pip install 'alnair[injector]'"
 
 
 def test_switch_variable_activates_the_python_intercept_through_the_pth(training_venv, tmp_path):
