@@ -1,8 +1,9 @@
 """The admission.k8s.io/v1 AdmissionReview envelope: a request in, a response with a base64 JSONPatch out.
 
-A body that is not an AdmissionReview of a pod (not JSON, nested too deeply to read, another kind or version, no
-uid, no object, an object not shaped as a Pod) is BadReview, answered 400: with failurePolicy Ignore the API
-server then admits the pod uninjected, as it does when the webhook is down. A bad annotation, or a bad limit a
+A body that is not an AdmissionReview of a pod (not JSON, nested too deeply or holding too many values to read
+in bounded memory, another kind or version, no uid, no object, an object not shaped as a Pod) is BadReview,
+answered 400: with failurePolicy Ignore the API server then admits the pod uninjected, as it does when the
+webhook is down. A bad annotation, or a bad limit a
 container sets in its own env, is the pod author's to fix, so it is a refusal (allowed false), which kubectl
 shows."""
 from __future__ import annotations
@@ -17,6 +18,9 @@ from .patch import Mutation, NotAPod, Refused, Settings, escaped, mutate
 log = logging.getLogger("alnair.injector")
 API_VERSION = "admission.k8s.io/v1"  # v1beta1 left the API server in 1.22; the chart asks for v1 only
 POD = {"group": "", "version": "v1", "kind": "Pod"}
+# JSON values in one review at most (counted by their separators, an over-estimate): a pod's review holds a few
+# thousand; parsed, each costs up to ~100 bytes, so 8 MiB of tiny values would pass the chart's 128 MiB limit.
+MAX_VALUES = 500_000
 
 
 class BadReview(Exception):
@@ -33,6 +37,8 @@ def answer(body: bytes, settings: Settings) -> bytes:
 
 def parse(body: bytes) -> dict[str, Any]:
     """The review's request, checked as far as answering it needs."""
+    if sum(body.count(c) for c in (b",", b"[", b"{")) > MAX_VALUES:  # before parsing: bytes.count is cheap
+        raise BadReview(f"the body holds more than {MAX_VALUES} JSON values")
     try:
         review = json.loads(body.decode("utf-8"))  # what the API server sends; json.loads would guess UTF-16
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

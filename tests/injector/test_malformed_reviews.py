@@ -84,6 +84,15 @@ def test_a_body_nested_too_deeply_is_answered_400(injector, nested):
     assert injector.healthy()
 
 
+def test_a_body_of_too_many_tiny_values_is_refused_before_it_is_parsed(injector):
+    """Parsed, 8 MiB of [] would take ~150 MiB: past the chart's 128 MiB limit for the webhook."""
+    body = json.dumps({**REVIEW, "request": {**REVIEW["request"], "oldObject": "MANY"}}).replace('"MANY"',
+                                                                                               "[" + "[]," * 600_000 + "[]]")
+    assert injector.post(body.encode()) == (400, b"the body holds more than 500000 JSON values\n")
+    assert "the body holds more than 500000 JSON values" in injector.log()
+    assert injector.healthy()
+
+
 def test_an_error_of_the_injectors_own_is_answered_500_and_logged(tls_dir, monkeypatch, caplog):
     def failing(body: bytes, settings: Settings) -> bytes:
         raise KeyError("a bug")
