@@ -69,6 +69,7 @@ struct alnair_shm_header {
 
 #define ALNAIR_CUDA_MAX_DEVICES 64 /* 8 GPUs x 7 MIG instances fit */
 #define ALNAIR_CUDA_DEVICE_MIG 0x1u /* flags: the device is a MIG instance */
+#define ALNAIR_CUDA_DEVICE_GPU_TIME 0x2u /* flags: gpu_time_ns and busy_ns are measured (writers before them leave 0) */
 
 /* Counters for one device the process uses: 128 bytes. */
 struct alnair_cuda_device {
@@ -88,7 +89,8 @@ struct alnair_cuda_device {
     uint64_t compute_quota_ns;        /* launch window granted per period, after feedback */
     uint64_t throttled_ns;            /* time launches waited for their window */
     uint64_t compute_period_ns;       /* the scheduling period (0 = takes no turns) */
-    uint64_t reserved;
+    uint64_t gpu_time_ns;             /* the GPU's time this process got: its busy time, each moment divided among
+                                         the processes busy on the GPU then (ALNAIR_CUDA_DEVICE_GPU_TIME) */
 };
 
 /* Which way a copy went; "device" is memory the process allocated on a GPU (managed memory too). */
@@ -109,7 +111,8 @@ struct alnair_cuda_copy {
 /* A device's fields appended after devices[]: devices_ext[i] belongs to devices[i]. 128 bytes. */
 struct alnair_cuda_device_ext {
     struct alnair_cuda_copy copies[ALNAIR_COPY_DIRECTIONS]; /* by enum alnair_copy_direction */
-    uint64_t reserved[7];
+    uint64_t busy_ns; /* time the process had work on the GPU, shared or not (ALNAIR_CUDA_DEVICE_GPU_TIME) */
+    uint64_t reserved[6];
 };
 
 #define ALNAIR_CUDA_LIMIT_INCLUDES_CONTEXT 0x1u /* memory flags: the memory limit charges the context too */
@@ -206,6 +209,12 @@ struct alnair_python_record {
  * and take no turns while no limited process is there. Every process lays out
  * the same windows: live slots with a quota, in slot order, back to back from
  * the start of the period, scaled down together when they add up to more.
+ *
+ * After the slots (appended: processes that know only the slots read and write the
+ * first 512 bytes), each slot's busy timeline: how much of every recent millisecond
+ * of CLOCK_MONOTONIC its owner had work on the GPU, so each process can divide its
+ * busy time among the processes busy at the same moments (its GPU time). Every
+ * process using the GPU joins the table for it, limited or not.
  */
 #define ALNAIR_SHARE_NAME_PREFIX "alnair.share."
 #define ALNAIR_SHARE_SLOTS 64
@@ -218,8 +227,18 @@ struct alnair_share_slot {
     int32_t pid;        /* the owner's pid in its own namespace, for people reading the file */
 };
 
+#define ALNAIR_SHARE_BUSY_MS 48    /* milliseconds of busy timeline per slot */
+#define ALNAIR_SHARE_BUSY_FULL 250u /* a millisecond's busy[] value when busy all of it */
+
+/* A slot's busy timeline: 56 bytes. */
+struct alnair_share_busy {
+    uint64_t until_ms;                  /* CLOCK_MONOTONIC ms: busy[] holds the ALNAIR_SHARE_BUSY_MS ms before it */
+    uint8_t busy[ALNAIR_SHARE_BUSY_MS]; /* ms m (until_ms - 48 <= m < until_ms): busy[m % 48] / 250 of it busy */
+};
+
 struct alnair_share_table {
     struct alnair_share_slot slots[ALNAIR_SHARE_SLOTS];
+    struct alnair_share_busy busy[ALNAIR_SHARE_SLOTS]; /* appended: offset 512 */
 };
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
@@ -229,7 +248,8 @@ _Static_assert(sizeof(struct alnair_cuda_device_ext) == 128, "cuda device extens
 _Static_assert(sizeof(struct alnair_cuda_device_memory) == 64, "cuda device memory entry is 64 bytes");
 _Static_assert(sizeof(struct alnair_cuda_record) == 20576, "cuda record is 20576 bytes");
 _Static_assert(sizeof(struct alnair_python_record) == 4224, "python record is 4224 bytes");
-_Static_assert(sizeof(struct alnair_share_table) == 512, "share table is 512 bytes");
+_Static_assert(sizeof(struct alnair_share_busy) == 56, "share busy timeline is 56 bytes");
+_Static_assert(sizeof(struct alnair_share_table) == 4096, "share table is 4096 bytes");
 #endif
 
 #ifdef __cplusplus

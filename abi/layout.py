@@ -13,6 +13,7 @@ KIND_NAMES = {KIND_CUDA: "cuda", KIND_PYTHON: "python"}
 
 CUDA_MAX_DEVICES = 64
 CUDA_DEVICE_MIG = 0x1
+CUDA_DEVICE_GPU_TIME = 0x2  # CudaDevice.flags: gpu_time_ns and CudaDeviceExt.busy_ns are measured
 CUDA_LIMIT_INCLUDES_CONTEXT = 0x1  # CudaDeviceMemory.flags
 
 COPY_HOST_TO_DEVICE = 0
@@ -31,6 +32,8 @@ SHARE_SLOTS = 64
 SHARE_PERIOD_NS = 100_000_000
 SHARE_UNLIMITED = 0xFFFFFFFF
 SHARE_REST_FLOOR_PPM = 50_000
+SHARE_BUSY_MS = 48
+SHARE_BUSY_FULL = 250
 
 
 class ShmHeader(C.LittleEndianStructure):
@@ -71,7 +74,7 @@ class CudaDevice(C.LittleEndianStructure):
         ("compute_quota_ns", C.c_uint64),
         ("throttled_ns", C.c_uint64),
         ("compute_period_ns", C.c_uint64),
-        ("reserved", C.c_uint64),
+        ("gpu_time_ns", C.c_uint64),
     ]
 
 
@@ -86,7 +89,8 @@ class CudaCopy(C.LittleEndianStructure):
 class CudaDeviceExt(C.LittleEndianStructure):
     _fields_ = [
         ("copies", CudaCopy * COPY_DIRECTIONS),
-        ("reserved", C.c_uint64 * 7),
+        ("busy_ns", C.c_uint64),
+        ("reserved", C.c_uint64 * 6),
     ]
 
 
@@ -167,8 +171,18 @@ class ShareSlot(C.LittleEndianStructure):
     ]
 
 
+class ShareBusy(C.LittleEndianStructure):
+    _fields_ = [
+        ("until_ms", C.c_uint64),
+        ("busy", C.c_uint8 * SHARE_BUSY_MS),
+    ]
+
+
 class ShareTable(C.LittleEndianStructure):
-    _fields_ = [("slots", ShareSlot * SHARE_SLOTS)]
+    _fields_ = [
+        ("slots", ShareSlot * SHARE_SLOTS),
+        ("busy", ShareBusy * SHARE_SLOTS),  # appended: offset 512
+    ]
 
 
 HEADER_SIZE = C.sizeof(ShmHeader)
@@ -196,6 +210,7 @@ STRUCTS = {
     "alnair_python_phase": PythonPhase,
     "alnair_python_record": PythonRecord,
     "alnair_share_slot": ShareSlot,
+    "alnair_share_busy": ShareBusy,
     "alnair_share_table": ShareTable,
 }
 

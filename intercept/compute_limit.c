@@ -14,6 +14,8 @@
  * Processes without a limit take turns too, once a limited process shares their
  * GPU: they split what the limited ones leave (gpu_share.c), so a limited process
  * is never "alone" while others run; with no limited process there, none waits.
+ * Every process joins its GPU's table, limited or not: each tick it publishes its
+ * busy timeline there and reads the others', which gives its GPU time (gpu_time.c).
  *
  * A window bounds when work is launched, not when it runs, so a launch also waits
  * when the work queued before it would not end inside the window: the queue is
@@ -224,15 +226,16 @@ static double measured_utilization(struct controller *c, int ordinal, const uint
     return mine && !others_busy ? total / mine : -1;
 }
 
-/* A limited process makes the GPU's table and says if it cannot; one without a
- * limit only joins a table a limited process made, and looks for one every
- * LOOK_FOR_TABLE_NS, silently: with no limited process there it takes no turns. */
+/* Every process joins the GPU's table, making it if there is none (the busy timelines
+ * in it give each process its GPU time). A limited process says if it cannot; one
+ * without a limit tries again every LOOK_FOR_TABLE_NS, silently. With no limited
+ * process in the table nobody takes turns. */
 static void join(struct controller *c, struct alnair_device *d, const uint8_t *uuid, uint64_t now)
 {
     char err[512];
     int limited = d->compute_limit_percent != 0;
     c->looked_ns = now;
-    if (uuid && alnair_share_join(&c->share, uuid, limited, err, sizeof err) == 0) return;
+    if (uuid && alnair_share_join(&c->share, uuid, 1, err, sizeof err) == 0) return;
     c->share.fd = -1;
     if (uuid && limited) alnair_log("%s (the compute limit holds, but without taking turns with other processes)", err);
 }
@@ -313,7 +316,13 @@ void alnair_compute_limit_tick(uint64_t now, const uint8_t *const uuids[ALNAIR_C
         else if (d->compute_limit_percent && now - c->feedback_start_ns >= FEEDBACK_NS) feedback(c, d, i, uuid, now);
         else if (!d->compute_limit_percent && c->share.fd < 0 && now - c->looked_ns >= LOOK_FOR_TABLE_NS)
             join(c, d, uuid, now);
+        int shared = c->share.fd >= 0;
+        uint64_t launches = atomic_load_explicit(&d->kernel_launches, memory_order_relaxed) +
+                            atomic_load_explicit(&d->graph_launches, memory_order_relaxed);
+        /* this process's busy timeline goes out with its slot; then the peers' are read with the table */
+        alnair_gpu_time_close(&d->gpu_time, now, launches, shared ? &c->share.busy : NULL);
         lay_out(c, d, now);
+        alnair_gpu_time_account(&d->gpu_time, now, shared ? &c->share.table : NULL, c->share.counted);
     }
 }
 

@@ -4,8 +4,9 @@
  * The table is mode 0666: any local user may truncate it, grow it, fill it with
  * garbage or rename another file over it, at any time. So:
  *   - it is never mapped (a mapping of a truncated file kills with SIGBUS): each
- *     tick reads all 512 bytes with pread into a private copy, and a short read
- *     means the missing slots are empty;
+ *     tick reads all 4096 bytes with pread into a private copy, and a short read
+ *     means the missing slots are empty (a table of a version before the busy
+ *     timelines is 512 bytes: its processes show no busy time);
  *   - this process writes only its own slot, with pwrite, every tick, so a
  *     truncation or an overwrite of it is repaired within a tick; its own window
  *     is laid out from its own quota, never from what the file says of it;
@@ -31,7 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define TABLE_MODE 0666            /* every limited process on the node takes part, whoever runs it */
+#define TABLE_MODE 0666            /* every process using the GPU takes part, whoever runs it */
 #define LIVENESS_CHECK_NS 1000000000ull /* a crashed owner's window is reused, a replaced table left, within a second */
 #define PROBE_NS ALNAIR_SHARE_PERIOD_NS /* a process that just joined is counted within a period */
 #define PPM 1000000u
@@ -89,7 +90,9 @@ static int write_slot(const struct alnair_share *share, uint32_t quota_ppm)
 {
     struct alnair_share_slot mine = {.quota_ppm = quota_ppm, .pid = share->pid};
     off_t at = (off_t)share->slot * (off_t)sizeof mine;
-    return pwrite(share->fd, &mine, sizeof mine, at) == (ssize_t)sizeof mine ? 0 : -1;
+    off_t busy_at = (off_t)offsetof(struct alnair_share_table, busy[0]) + (off_t)share->slot * (off_t)sizeof share->busy;
+    if (pwrite(share->fd, &mine, sizeof mine, at) != (ssize_t)sizeof mine) return -1;
+    return pwrite(share->fd, &share->busy, sizeof share->busy, busy_at) == (ssize_t)sizeof share->busy ? 0 : -1;
 }
 
 int alnair_share_join(struct alnair_share *share, const uint8_t uuid[16], int create, char *err, size_t err_len)
@@ -275,19 +278,19 @@ static int lay_out(const struct alnair_share *share, const struct alnair_share_t
 
 int alnair_share_window(struct alnair_share *share, uint64_t now_ns, uint64_t *offset_ns, uint64_t *length_ns)
 {
-    struct alnair_share_table table;
+    struct alnair_share_table *table = &share->table;
     if (now_ns - share->checked_ns >= LIVENESS_CHECK_NS) {
-        check(share, &table);
+        check(share, table);
         share->checked_ns = share->probed_ns = now_ns;
     } else {
-        read_table(share->fd, &table);
+        read_table(share->fd, table);
         /* A slot that is not counted adds only once its lock is seen held: garbage never counts. */
-        if (now_ns - share->probed_ns >= PROBE_NS && any_candidate(share, &table)) {
-            count_held(share, &table);
+        if (now_ns - share->probed_ns >= PROBE_NS && any_candidate(share, table)) {
+            count_held(share, table);
             share->probed_ns = now_ns;
         }
     }
-    return lay_out(share, &table, offset_ns, length_ns);
+    return lay_out(share, table, offset_ns, length_ns);
 }
 
 void alnair_share_leave(struct alnair_share *share)

@@ -22,6 +22,8 @@ struct alnair_share {
     int32_t pid;             /* written into the slot, for people reading the file */
     uint32_t quota_ppm;      /* this process's quota, rewritten into its slot every tick */
     uint8_t uuid[16];        /* names the table's path, to rejoin it when the file is replaced */
+    struct alnair_share_busy busy;   /* this process's busy timeline, written with its slot (gpu_time.c fills it) */
+    struct alnair_share_table table; /* the table as last read, for the peers' timelines */
     uint64_t counted;        /* other slots that count: a live process held their lock when checked */
     int32_t holder[ALNAIR_SHARE_SLOTS]; /* the pid that held each counted slot (0: not visible from here) */
     uint64_t checked_ns;     /* the last liveness check: every slot, and whether the path is still ours */
@@ -36,12 +38,13 @@ struct alnair_share {
 int alnair_share_join(struct alnair_share *share, const uint8_t uuid[16], int create, char *err, size_t err_len);
 
 /* Publishes this process's quota (parts per million of the period, at most 10^6,
- * or ALNAIR_SHARE_UNLIMITED for a process without a limit): writes its slot,
- * which also repairs whatever someone else wrote there. */
+ * or ALNAIR_SHARE_UNLIMITED for a process without a limit) and its busy timeline:
+ * writes its slot, which also repairs whatever someone else wrote there. */
 void alnair_share_set_quota(struct alnair_share *share, uint32_t quota_ppm);
 
 /* This process's window: offset and length (ns) within the period, laid out
- * from the counted slots as of now (the whole period when no limited process is
+ * from the counted slots (share->counted: a bit per slot, this one's never set)
+ * of the table as read now (share->table) (the whole period when no limited process is
  * counted, this one included). Once a second it also checks which slots
  * are held and moves to a new table renamed over the old one. Returns how many
  * other processes have a window. */

@@ -3,8 +3,8 @@
  * thread's device, and hold it for its window while the process takes turns (compute_limit.c).
  *
  * The hot path with no limit is: a mode load, a thread-local device lookup and,
- * after the driver accepts the launch, one relaxed atomic add and a check that the
- * first launch's time is known. No locks, no syscalls, no getenv, no driver calls.
+ * after the driver accepts the launch, one relaxed atomic add and checks that the
+ * process is busy on the device (gpu_time.c) and that the first launch's time is known. No locks, no syscalls, no getenv, no driver calls.
  * The latest launch's time is not taken here (a clock read per launch): the
  * monitor stamps it when it sees the count move (monitor.c).
  */
@@ -31,6 +31,7 @@ static inline CUresult count(CUresult r, struct alnair_device *d, _Atomic uint64
 {
     if (r == CUDA_SUCCESS && d) {
         atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+        alnair_note_busy(d);
         alnair_note_first(&alnair.first_launch_boottime_ns);
     }
     return r;

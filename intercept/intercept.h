@@ -10,6 +10,7 @@
 
 #include "alnair_shm.h"
 #include "cuda_driver.h"
+#include "gpu_time.h"
 
 #define ALNAIR_EXPORT __attribute__((visibility("default")))
 #define ALNAIR_TLS __thread __attribute__((tls_model("initial-exec")))
@@ -93,6 +94,7 @@ struct alnair_device {
     _Atomic uint64_t context_bytes;       /* the live contexts' own memory, as measured at their creation */
     _Atomic uint64_t context_growth_bytes; /* what they grew by since, as NVML shows it (held_memory.c) */
     _Atomic int allocates_async;          /* cuMemAllocAsync was used: the device's current pool is read */
+    struct alnair_gpu_time gpu_time;      /* busy spans and the GPU time they come to (gpu_time.c) */
 } __attribute__((aligned(64)));
 
 enum alnair_mode { ALNAIR_UNCONFIGURED = 0, ALNAIR_PASS_THROUGH = 1, ALNAIR_ACTIVE = 2 };
@@ -142,6 +144,12 @@ static inline struct alnair_device *alnair_current_device(void)
 int alnair_device_ordinal(const struct alnair_device *d);
 /* The device a context is on, if a context call told us; NULL otherwise (never asks the driver). */
 struct alnair_device *alnair_context_device(CUcontext ctx);
+
+/* A launch the driver accepted: if the process was idle on d, a busy span begins (one load and a branch if not). */
+static inline void alnair_note_busy(struct alnair_device *d)
+{
+    if (ALNAIR_UNLIKELY(!alnair_gpu_time_busy(&d->gpu_time))) alnair_gpu_time_begin(&d->gpu_time, alnair_monotonic_ns());
+}
 
 /* Records now as the first time of an event (a launch, an allocation): one load and a branch after that. */
 void alnair_note_first_slow(_Atomic uint64_t *boottime_ns);

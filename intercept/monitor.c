@@ -56,6 +56,8 @@ static void copy_device(struct alnair_cuda_device *out, int ordinal)
     out->compute_quota_ns = d->compute_quota_ns;
     out->compute_period_ns = atomic_load(&d->takes_turns) ? ALNAIR_SHARE_PERIOD_NS : 0; /* a limit, or turns beside one */
     out->throttled_ns = atomic_load_explicit(&d->throttled_ns, memory_order_relaxed);
+    out->gpu_time_ns = atomic_load_explicit(&d->gpu_time.gpu_time_ns, memory_order_relaxed);
+    out->flags |= ALNAIR_CUDA_DEVICE_GPU_TIME;
 }
 
 static void copy_device_ext(struct alnair_cuda_device_ext *out, int ordinal)
@@ -66,6 +68,7 @@ static void copy_device_ext(struct alnair_cuda_device_ext *out, int ordinal)
         out->copies[k].bytes = atomic_load_explicit(&d->copies[k].bytes, memory_order_relaxed);
         out->copies[k].sync_ns = atomic_load_explicit(&d->copies[k].sync_ns, memory_order_relaxed);
     }
+    out->busy_ns = atomic_load_explicit(&d->gpu_time.busy_ns, memory_order_relaxed);
 }
 
 static void copy_device_memory(struct alnair_cuda_device_memory *out, int ordinal)

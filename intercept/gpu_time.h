@@ -1,0 +1,64 @@
+/*
+ * gpu_time.h - the GPU time a process gets on one device, measured from its busy spans.
+ *
+ * A process is busy on a device from a launch onto an empty queue until a call that waits
+ * for the GPU (a synchronize) returns. Alone, that is its GPU time. On a time-sliced GPU
+ * the processes busy at the same moment split it (measured on the H200: evenly, in ~2 ms
+ * slices), so every millisecond of a process's busy time counts 1 / (processes busy then).
+ * Each process publishes its recent milliseconds in the GPU's share table (alnair_shm.h)
+ * and reads everyone else's; docs/intercept.md gives the errors.
+ *
+ * Every function takes the time as an argument, so a simulation on a virtual clock drives
+ * this module exactly as the library does (tests/intercept/programs/gpu_time_sim.c).
+ */
+#ifndef ALNAIR_GPU_TIME_H
+#define ALNAIR_GPU_TIME_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "alnair_shm.h"
+
+#define ALNAIR_GPU_TIME_PENDING_MS 256 /* busy ms not yet final: a monitor tick later than this loses the oldest */
+#define ALNAIR_GPU_TIME_HISTORY_MS 64  /* final ms waiting for the peers' timelines */
+
+struct alnair_gpu_time {
+    _Atomic uint64_t busy_since_ns; /* the open busy span's start (moved up at each tick); 0: idle */
+    _Atomic int syncing;            /* threads inside a call that waits for the GPU */
+    pthread_mutex_t lock;           /* ends of spans (the syncs) against the monitor's tick */
+    uint32_t pending[ALNAIR_GPU_TIME_PENDING_MS]; /* busy ns of ms m at m % PENDING_MS, m >= final_ms */
+    uint64_t final_ms;              /* the ms before this one will not change */
+    /* The monitor's own (no lock): */
+    uint32_t history[ALNAIR_GPU_TIME_HISTORY_MS]; /* busy ns of final ms m at m % HISTORY_MS, m >= accounted_ms */
+    uint64_t accounted_ms;          /* the ms before this one are in the totals */
+    uint64_t launches_seen, launches_moved_ns; /* a span no call ends closes once launches stop */
+    double gpu_time_rest;           /* the fraction of a ns not yet added */
+    _Atomic uint64_t gpu_time_ns;   /* the totals, published */
+    _Atomic uint64_t busy_ns;
+};
+
+/* Zeroed (a static device, a fork child's reset) is idle and initialized: glibc's mutex initializer is zeros. */
+void alnair_gpu_time_init(struct alnair_gpu_time *g);
+
+/* A launch at now found the process idle: a busy span begins (one load and a branch when it is busy). */
+void alnair_gpu_time_begin(struct alnair_gpu_time *g, uint64_t now_ns);
+static inline int alnair_gpu_time_busy(struct alnair_gpu_time *g)
+{
+    return atomic_load_explicit(&g->busy_since_ns, memory_order_relaxed) != 0;
+}
+
+/* A call that waited for the GPU returned at now: the queue is empty, the span ends. */
+void alnair_gpu_time_end(struct alnair_gpu_time *g, uint64_t now_ns);
+
+/* Monitor tick at now: the open span counts up to now, the ms before now become final, and
+ * `mine` (if not NULL) gets the timeline to publish. `launches` is the device's launch count. */
+void alnair_gpu_time_close(struct alnair_gpu_time *g, uint64_t now_ns, uint64_t launches, struct alnair_share_busy *mine);
+
+/* Monitor tick at now, after the table was read: final ms whose peers' timelines are in (or late
+ * enough to be given up on) go into the totals, each divided among the processes busy in it. With
+ * no table (NULL), or no peer in `peers` (a bit per slot), all of it is the process's. */
+void alnair_gpu_time_account(struct alnair_gpu_time *g, uint64_t now_ns, const struct alnair_share_table *table,
+                             uint64_t peers);
+
+#endif

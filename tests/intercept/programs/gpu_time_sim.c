@@ -1,0 +1,144 @@
+/*
+ * gpu_time_sim.c - TEST DOUBLE of a time-sliced GPU and the processes sharing it, on a virtual
+ * clock, driving intercept/gpu_time.c exactly as the library does: a launch onto an idle queue
+ * begins a busy span, a sync's return ends it, and every process's monitor ticks every 10 ms,
+ * publishing its busy timeline into one share table and accounting from the others'. Nothing
+ * depends on the machine's speed: the same arguments give the same numbers.
+ *
+ *   gpu_time_sim SECONDS PROC [PROC ...]
+ *   PROC = kernels:kernel_us:launch_us:cpu_us[:on_ms:off_ms[:start_ms]]
+ *
+ * A process repeats steps: `kernels` launches `launch_us` of CPU apart, each queueing
+ * `kernel_us` of GPU work, then a sync that waits for its queue to drain, then `cpu_us` of CPU
+ * (the data loader, the optimizer's host side). With on_ms/off_ms it steps for on_ms, then
+ * idles for off_ms, and so on; start_ms delays its first step. The GPU runs one process's work
+ * at a time, in turns of SLICE_NS among those with work queued, as the H200 was measured to
+ * (docs/intercept.md). Prints, per process, its steps, the GPU time it really got, and what
+ * gpu_time.c measured; then the time the GPU was busy.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_time.h"
+
+#define DT_NS 10000ull       /* the simulation's resolution: 10 us */
+#define SLICE_NS 2000000ull  /* a time slice */
+#define TICK_NS 10000000ull  /* the monitor's period */
+#define MAX_PROCS 8
+
+enum phase { THINKING, LAUNCHING, SYNCING };
+
+struct proc {
+    uint64_t kernels, kernel_ns, launch_ns, cpu_ns, on_ns, off_ns, start_ns; /* what it runs */
+    enum phase phase;
+    uint64_t next_ns;    /* when its CPU is done with what it does now */
+    uint64_t launched;   /* launches of this step so far */
+    uint64_t queued_ns;  /* its work on the GPU not yet run */
+    uint64_t served_ns;  /* the GPU time it got */
+    uint64_t steps, launches, tick_ns;
+    struct alnair_gpu_time g;
+};
+
+static struct proc procs[MAX_PROCS];
+static int n_procs;
+static struct alnair_share_table table;
+
+static void parse(struct proc *p, const char *spec, int index)
+{
+    unsigned long long v[7] = {0, 0, 0, 0, 0, 0, 0};
+    int n = sscanf(spec, "%llu:%llu:%llu:%llu:%llu:%llu:%llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]);
+    if (n != 4 && n != 6 && n != 7) {
+        fprintf(stderr, "gpu_time_sim: bad process %s\n", spec);
+        exit(2);
+    }
+    *p = (struct proc){.kernels = v[0], .kernel_ns = v[1] * 1000, .launch_ns = v[2] * 1000, .cpu_ns = v[3] * 1000,
+                       .on_ns = v[4] * 1000000, .off_ns = v[5] * 1000000, .start_ns = v[6] * 1000000};
+    p->next_ns = p->start_ns;
+    p->tick_ns = 1000000000ull + (uint64_t)index * 3300000ull; /* the monitors' ticks fall apart */
+    alnair_gpu_time_init(&p->g);
+}
+
+/* Outside its on_ms, a process starts no step. */
+static int stepping(const struct proc *p, uint64_t t)
+{
+    if (t < p->start_ns) return 0;
+    return !p->on_ns || (t - p->start_ns) % (p->on_ns + p->off_ns) < p->on_ns;
+}
+
+/* The virtual clock starts at 1 s: the ms numbering of the table has no zero ms. */
+static void run_cpu(struct proc *p, uint64_t t)
+{
+    for (;;) {
+        if (p->phase == THINKING) {
+            if (t < p->next_ns || !stepping(p, t)) return;
+            p->phase = LAUNCHING, p->launched = 0, p->next_ns = t;
+        } else if (p->phase == LAUNCHING) {
+            if (t < p->next_ns) return;
+            p->queued_ns += p->kernel_ns;
+            p->launches++;
+            if (!alnair_gpu_time_busy(&p->g)) alnair_gpu_time_begin(&p->g, t);
+            p->next_ns += p->launch_ns;
+            if (++p->launched == p->kernels) p->phase = SYNCING;
+        } else {
+            if (p->queued_ns) return;
+            alnair_gpu_time_end(&p->g, t);
+            p->steps++;
+            p->phase = THINKING, p->next_ns = t + p->cpu_ns;
+        }
+    }
+}
+
+static void tick(int i, uint64_t t)
+{
+    struct proc *p = &procs[i];
+    if (t < p->tick_ns) return;
+    p->tick_ns += TICK_NS;
+    alnair_gpu_time_close(&p->g, t, p->launches, &table.busy[i]);
+    uint64_t peers = ((1ull << n_procs) - 1) & ~(1ull << i);
+    alnair_gpu_time_account(&p->g, t, &table, peers);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3 || argc - 2 > MAX_PROCS) {
+        fprintf(stderr, "usage: gpu_time_sim SECONDS PROC [PROC ...] (at most %d)\n", MAX_PROCS);
+        return 2;
+    }
+    uint64_t start = 1000000000ull, end = start + (uint64_t)(atof(argv[1]) * 1e9), device_busy = 0, slice_used = 0;
+    n_procs = argc - 2;
+    for (int i = 0; i < n_procs; i++) {
+        parse(&procs[i], argv[i + 2], i);
+        procs[i].next_ns += start, procs[i].start_ns += start;
+    }
+    int running = 0;
+    for (uint64_t t = start; t < end; t += DT_NS) {
+        for (int i = 0; i < n_procs; i++) run_cpu(&procs[i], t), tick(i, t);
+        /* the GPU: the running process keeps it for a slice while it has work, then the next in turn */
+        if (!procs[running].queued_ns || slice_used >= SLICE_NS) {
+            for (int k = 1; k <= n_procs; k++) {
+                int next = (running + k) % n_procs;
+                if (procs[next].queued_ns) {
+                    if (next != running) slice_used = 0;
+                    running = next;
+                    break;
+                }
+            }
+            if (slice_used >= SLICE_NS) slice_used = 0; /* alone with work: another slice */
+        }
+        struct proc *p = &procs[running];
+        if (!p->queued_ns) continue;
+        uint64_t ran = p->queued_ns < DT_NS ? p->queued_ns : DT_NS;
+        p->queued_ns -= ran, p->served_ns += ran, slice_used += DT_NS, device_busy += DT_NS;
+    }
+    for (int i = 0; i < n_procs; i++) alnair_gpu_time_close(&procs[i].g, end, procs[i].launches, &table.busy[i]);
+    for (int i = 0; i < n_procs; i++) {
+        struct proc *p = &procs[i];
+        alnair_gpu_time_account(&p->g, end, &table, ((1ull << n_procs) - 1) & ~(1ull << i));
+        printf("process %d steps %llu true_ns %llu gpu_time_ns %llu busy_ns %llu\n", i, (unsigned long long)p->steps,
+               (unsigned long long)p->served_ns, (unsigned long long)atomic_load(&p->g.gpu_time_ns),
+               (unsigned long long)atomic_load(&p->g.busy_ns));
+    }
+    printf("device busy_ns %llu\n", (unsigned long long)device_busy);
+    return 0;
+}

@@ -1,0 +1,128 @@
+"""GPU time per process (docs/intercept.md, GPU time): busy spans from a launch onto an idle queue to the
+return of a sync, each millisecond divided among the processes busy in it through the GPU's share table.
+
+The accounting runs exactly on a virtual clock (programs/gpu_time_sim.c: a time-sliced GPU and the processes
+sharing it, driving intercept/gpu_time.c as the library does); the library's own path (hooks, monitor, table,
+record) runs against the fake driver."""
+from __future__ import annotations
+
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from alnair.abi import layout
+from conftest import HERE, INTERCEPT, gcc, published_record
+from support import wait_until
+from test_fair_share import writer_pids
+
+STEP_17MS = "20:850:5:0"  # 20 launches of 0.85 ms, 5 us of CPU apart, a sync: a 17 ms step, GPU-bound
+
+
+@pytest.fixture(scope="module")
+def simulate(tmp_path_factory):
+    binary = tmp_path_factory.mktemp("sim") / "gpu_time_sim"
+    gcc(f"-I{INTERCEPT.parent / 'abi'}", "-o", str(binary), str(HERE / "programs" / "gpu_time_sim.c"),
+        str(INTERCEPT / "gpu_time.c"), "-lpthread")
+
+    def run(seconds: float, *procs: str) -> tuple[list[dict[str, int]], int]:
+        out = subprocess.run([str(binary), str(seconds), *procs], capture_output=True, text=True, check=True).stdout
+        lines = [line.split() for line in out.splitlines()]
+        found = [{k: int(v) for k, v in zip(line[2::2], line[3::2])} for line in lines if line[0] == "process"]
+        return found, int(lines[-1][2])
+
+    return run
+
+
+def close(measured: int, true: int, within: float) -> bool:
+    return abs(measured - true) <= within * true
+
+
+def test_alone_the_gpu_time_is_the_busy_time(simulate):
+    [p], device = simulate(10, STEP_17MS)
+    assert p["true_ns"] == device == 10_000_000_000
+    assert p["gpu_time_ns"] == p["busy_ns"] == p["true_ns"]
+
+
+@pytest.mark.parametrize("procs", [
+    (STEP_17MS, STEP_17MS),
+    ("20:250:5:0", STEP_17MS),  # 5 ms steps beside 17 ms steps
+    ("10:5000:5:0", "20:250:5:0"),  # 50 ms steps beside 5 ms steps
+    ("20:850:5:2000", STEP_17MS, "20:2500:5:0"),  # three: one leaves the GPU 2 ms a step for its CPU
+], ids=["17+17", "5+17", "50+5", "three"])
+def test_processes_busy_together_split_the_gpu(simulate, procs):
+    found, device = simulate(10, *procs)
+    for p in found:
+        assert close(p["gpu_time_ns"], p["true_ns"], 0.01), found
+        assert p["busy_ns"] >= p["gpu_time_ns"]
+    assert close(sum(p["gpu_time_ns"] for p in found), device, 0.01)
+
+
+def test_a_peer_that_idles_half_the_time_leaves_its_idle_time_to_the_other(simulate):
+    (busy_idle, steady), device = simulate(10, "20:850:5:0:1000:1000", STEP_17MS)
+    assert close(busy_idle["gpu_time_ns"], busy_idle["true_ns"], 0.01)
+    assert close(steady["gpu_time_ns"], steady["true_ns"], 0.01)
+    assert close(steady["true_ns"], 7_500_000_000, 0.01)  # all of the idle seconds, half of the shared ones
+
+
+def test_a_late_arrival_is_counted_from_its_first_launch(simulate):
+    (early, late), device = simulate(10, STEP_17MS, "20:850:5:0:0:0:5000")
+    assert close(early["gpu_time_ns"], 7_500_000_000, 0.01) and close(late["gpu_time_ns"], 2_500_000_000, 0.01)
+
+
+def test_a_launch_bound_loop_counts_its_whole_span(simulate):
+    """The documented error: kernels of 50 us issued 100 us apart leave the GPU idle half of each span, and a
+    span counts whole (docs/intercept.md says so and why)."""
+    [p], device = simulate(10, "50:50:100:0")
+    assert close(p["true_ns"], 5_050_000_000, 0.01) and p["gpu_time_ns"] == p["busy_ns"] == 10_000_000_000
+
+
+# ---- the library, against the fake driver -------------------------------------------------------------
+
+LAUNCH_NS = 1_000_000
+
+
+def device_times(shm_dir: Path, pid: int) -> tuple[int, int, int, int] | None:
+    """(flags, gpu_time_ns, busy_ns, kernel_launches) of device 0 as published, or None."""
+    record = published_record(shm_dir, pid)
+    if not record or not record.devices or record.devices_ext is None:
+        return None
+    d, ext = record.devices[0], record.devices_ext[0]
+    return d.flags, d.gpu_time_ns, ext.busy_ns, d.kernel_launches
+
+
+def stepping_client(run_client, seconds: float):
+    """17 ms steps (17 launches of 1 ms of the fake GPU's time, then a sync), for `seconds`."""
+    env = {"FAKE_CUDA_ASYNC": "1", "FAKE_CUDA_LAUNCH_NS": str(LAUNCH_NS)}
+    return run_client("gpa", "batches", "0", str(seconds), "17", env=env)
+
+
+def test_the_library_publishes_its_busy_time_as_its_gpu_time_alone(run_client, shm_dir):
+    started = time.monotonic()
+    client = stepping_client(run_client, 3)
+    assert wait_until(lambda: (t := device_times(shm_dir, client.proc.pid)) and t[3] >= 1000, timeout=10)
+    flags, gpu_time, busy, launches = device_times(shm_dir, client.proc.pid)
+    wall = time.monotonic() - started
+    assert flags & layout.CUDA_DEVICE_GPU_TIME
+    assert abs(gpu_time - busy) <= 1  # no peer: all of its busy time is its own
+    # every launch's work ran inside a span (but the queue of the step in flight and the last 10 ms)
+    assert launches * LAUNCH_NS - 100_000_000 <= busy <= wall * 1e9
+    client.stop()
+
+
+def test_two_processes_busy_together_each_count_half(run_client, shm_dir):
+    """Each fake process runs its own queue (the fake GPUs do not slice), so both are busy all the time: the
+    table's timelines make each count half of its busy time."""
+    with ThreadPoolExecutor(2) as pool:
+        clients = [pool.submit(stepping_client, run_client, 4) for _ in range(2)]
+        pids = wait_until(lambda: len(found := writer_pids(shm_dir)) == 2 and found, timeout=10)
+        assert wait_until(lambda: all((t := device_times(shm_dir, pid)) and t[3] >= 700 for pid in pids), timeout=10)
+        first = [device_times(shm_dir, pid) for pid in pids]
+        time.sleep(1.5)
+        second = [device_times(shm_dir, pid) for pid in pids]
+        for (_, gpu0, busy0, _), (_, gpu1, busy1, _) in zip(first, second):
+            assert busy1 - busy0 > 1_000_000_000
+            assert abs((gpu1 - gpu0) / (busy1 - busy0) - 0.5) < 0.05, (first, second)
+        [c.result().stop() for c in clients]
