@@ -1,0 +1,118 @@
+"""GPU time per process on a real GPU (the GPU sharing issue, item 1, what it must show (c)): the intercept's
+published GPU time against the profiler's GPU time alone, and in a pair against the device's busy time.
+
+    python3 tests/gpu/check_gpu_time.py [--loops resnet18:32,...] [--seconds 8] [--profile-steps 30]
+
+For each loop (tests/gpu/training_loops.py: ResNet-18 and a transformer, a sync every step):
+  alone: GPU time per step from the record over the measured seconds, beside the profiler's GPU time per step
+    (kernels and copies, torch.profiler, the same process right after) and the busy time per step;
+  pair: two copies of the loop together: each one's GPU time share and throughput share of its solo rate, and
+    their sum beside NVML's device utilization (nvmlDeviceGetUtilizationRates, sampled every 50 ms meanwhile).
+Results in a table and $OUT/gpu_time.json; the targets: alone within 5% of the profiler, the pair's sum within 5
+points of NVML's busy time.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from training_loops import build_intercept, finish, make_importable, new_shm_dir, published, start, tell, wait_ready
+
+
+class DeviceBusy:
+    """NVML's utilization.gpu of device 0 (the % of time a kernel ran, over its sample period), sampled meanwhile."""
+
+    class Rates(ctypes.Structure):
+        _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+    def __init__(self):
+        self.nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        assert self.nvml.nvmlInit_v2() == 0
+        self.handle = ctypes.c_void_p()
+        assert self.nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.handle)) == 0
+        self.samples: list[int] = []
+        self.running = False
+
+    def _sample(self):
+        rates = self.Rates()
+        while self.running:
+            if self.nvml.nvmlDeviceGetUtilizationRates(self.handle, ctypes.byref(rates)) == 0:
+                self.samples.append(rates.gpu)
+            time.sleep(0.05)
+
+    def __enter__(self):
+        self.samples, self.running = [], True
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.running = False
+        self.thread.join()
+
+    def mean(self) -> float:
+        return sum(self.samples) / len(self.samples) / 100 if self.samples else float("nan")
+
+
+def measure(model: str, batch: int, seconds: float, copies: int, profile_steps: int, busy: DeviceBusy) -> dict:
+    shm = new_shm_dir()
+    children = [start(model, batch, seconds, shm, profile_steps=profile_steps) for _ in range(copies)]
+    wait_ready(children)
+    before = [published(shm, c.pid) for c in children]
+    with busy:
+        tell(children)
+        rates = [child.stdout.readline().split() for child in children]
+    after = [published(shm, c.pid) for c in children]
+    runs = []
+    for rate, b, a in zip(rates, before, after):
+        steps, per_s = int(rate[3]), float(rate[1])
+        wall = steps / per_s
+        runs.append({"steps_per_s": per_s, "step_ms": float(rate[2]), "steps": steps,
+                     "gpu_ms_per_step": (a["gpu_time_s"] - b["gpu_time_s"]) * 1000 / steps,
+                     "busy_ms_per_step": (a["busy_s"] - b["busy_s"]) * 1000 / steps,
+                     "gpu_share": (a["gpu_time_s"] - b["gpu_time_s"]) / wall, "measured": a["gpu_time_measured"]})
+    if profile_steps:
+        tell(children)
+        for child, run in zip(children, runs):
+            run["profiler_ms_per_step"] = float(child.stdout.readline().split()[1])
+    finish(children)
+    return {"runs": runs, "nvml_busy": busy.mean()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--loops", default="resnet18:32,resnet18:128,resnet18:384,transformer:8,transformer:32,transformer:96")
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--profile-steps", type=int, default=30)
+    args = parser.parse_args()
+    build_intercept()
+    make_importable()
+    busy = DeviceBusy()
+    report = []
+    for loop in args.loops.split(","):
+        model, batch = loop.split(":")
+        alone = measure(model, int(batch), args.seconds, 1, args.profile_steps, busy)
+        pair = measure(model, int(batch), args.seconds, 2, 0, busy)
+        report.append({"loop": loop, "alone": alone, "pair": pair})
+        a = alone["runs"][0]
+        for r in pair["runs"]:
+            r["share_of_solo"] = r["steps_per_s"] / a["steps_per_s"]
+        print(f"{loop:16s} alone {a['step_ms']:6.2f} ms/step: GPU time {a['gpu_ms_per_step']:6.2f} ms/step, profiler "
+              f"{a['profiler_ms_per_step']:6.2f} ({100 * (a['gpu_ms_per_step'] / a['profiler_ms_per_step'] - 1):+5.1f}%), "
+              f"NVML busy {100 * alone['nvml_busy']:5.1f}% GPU time share {100 * a['gpu_share']:5.1f}% | pair: "
+              + " ".join(f"{100 * r['gpu_share']:5.1f}% (solo rate {100 * r['share_of_solo']:5.1f}%)" for r in pair["runs"])
+              + f" sum {100 * sum(r['gpu_share'] for r in pair['runs']):5.1f}% NVML {100 * pair['nvml_busy']:5.1f}%",
+              flush=True)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "gpu_time.json").write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
