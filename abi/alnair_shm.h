@@ -85,7 +85,7 @@ struct alnair_cuda_device {
     uint64_t limit_denied_allocations; /* allocations refused by the memory limit */
     uint64_t memory_limit_bytes;      /* 0 = no limit */
     uint32_t compute_limit_percent;   /* 0 = no limit, else 1..100 */
-    uint32_t reserved0;
+    uint32_t compute_share_percent;   /* 0 = no share, else 1..100 (ALNAIR_COMPUTE_SHARE) */
     uint64_t compute_quota_ns;        /* launch window granted per period, after feedback */
     uint64_t throttled_ns;            /* time launches waited for their window */
     uint64_t compute_period_ns;       /* the scheduling period (0 = takes no turns) */
@@ -230,9 +230,12 @@ struct alnair_share_slot {
 #define ALNAIR_SHARE_BUSY_MS 48    /* milliseconds of busy timeline per slot */
 #define ALNAIR_SHARE_BUSY_FULL 250u /* a millisecond's busy[] value when busy all of it */
 
-/* A slot's busy timeline: 56 bytes. */
+/* A slot's busy timeline: 72 bytes. */
 struct alnair_share_busy {
     uint64_t until_ms;                  /* CLOCK_MONOTONIC ms: busy[] holds the ALNAIR_SHARE_BUSY_MS ms before it */
+    uint32_t share_ppm;                 /* the owner's compute share (ALNAIR_COMPUTE_SHARE), ppm; 0: none */
+    uint32_t reserved;
+    uint64_t wanting;                   /* bit m % 48: in ms m the owner had work on the GPU or waited to launch */
     uint8_t busy[ALNAIR_SHARE_BUSY_MS]; /* ms m (until_ms - 48 <= m < until_ms): busy[m % 48] / 250 of it busy */
 };
 
@@ -248,8 +251,8 @@ _Static_assert(sizeof(struct alnair_cuda_device_ext) == 128, "cuda device extens
 _Static_assert(sizeof(struct alnair_cuda_device_memory) == 64, "cuda device memory entry is 64 bytes");
 _Static_assert(sizeof(struct alnair_cuda_record) == 20576, "cuda record is 20576 bytes");
 _Static_assert(sizeof(struct alnair_python_record) == 4224, "python record is 4224 bytes");
-_Static_assert(sizeof(struct alnair_share_busy) == 56, "share busy timeline is 56 bytes");
-_Static_assert(sizeof(struct alnair_share_table) == 4096, "share table is 4096 bytes");
+_Static_assert(sizeof(struct alnair_share_busy) == 72, "share busy timeline is 72 bytes");
+_Static_assert(sizeof(struct alnair_share_table) == 5120, "share table is 5120 bytes");
 #endif
 
 #ifdef __cplusplus

@@ -70,7 +70,7 @@ class CudaDevice(C.LittleEndianStructure):
         ("limit_denied_allocations", C.c_uint64),
         ("memory_limit_bytes", C.c_uint64),
         ("compute_limit_percent", C.c_uint32),
-        ("reserved0", C.c_uint32),
+        ("compute_share_percent", C.c_uint32),
         ("compute_quota_ns", C.c_uint64),
         ("throttled_ns", C.c_uint64),
         ("compute_period_ns", C.c_uint64),
@@ -174,6 +174,9 @@ class ShareSlot(C.LittleEndianStructure):
 class ShareBusy(C.LittleEndianStructure):
     _fields_ = [
         ("until_ms", C.c_uint64),
+        ("share_ppm", C.c_uint32),
+        ("reserved", C.c_uint32),
+        ("wanting", C.c_uint64),
         ("busy", C.c_uint8 * SHARE_BUSY_MS),
     ]
 

@@ -61,6 +61,7 @@ typedef struct CUmemAllocationProp_st {
 
 /* Stream-ordered memory pools: the attributes read, and the properties' device. */
 typedef int CUmemPool_attribute;
+typedef int CUstreamCaptureStatus; /* 0: not capturing */
 #define CU_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
 #define CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT 5
 #define CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH 6
@@ -415,6 +416,8 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
     X(cuArray3DGetDescriptor_v2, (CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray), (pArrayDescriptor, hArray)) \
     X(cuDeviceGetMemPool, (CUmemoryPool *pool, CUdevice dev), (pool, dev)) \
     X(cuMemPoolGetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void *value), (pool, attr, value)) \
-    X(cuMemPoolTrimTo, (CUmemoryPool pool, size_t minBytesToKeep), (pool, minBytesToKeep))
+    X(cuMemPoolTrimTo, (CUmemoryPool pool, size_t minBytesToKeep), (pool, minBytesToKeep)) \
+    X(cuStreamIsCapturing, (CUstream hStream, CUstreamCaptureStatus *captureStatus), (hStream, captureStatus)) \
+    X(cuStreamIsCapturing_ptsz, (CUstream hStream, CUstreamCaptureStatus *captureStatus), (hStream, captureStatus))
 
 #endif

@@ -4,19 +4,19 @@
  * The table is mode 0666: any local user may truncate it, grow it, fill it with
  * garbage or rename another file over it, at any time. So:
  *   - it is never mapped (a mapping of a truncated file kills with SIGBUS): each
- *     tick reads all 4096 bytes with pread into a private copy, and a short read
+ *     tick reads all 5120 bytes with pread into a private copy, and a short read
  *     means the missing slots are empty (a table of a version before the busy
  *     timelines is 512 bytes: its processes show no busy time);
  *   - this process writes only its own slot, with pwrite, every tick, so a
- *     truncation or an overwrite of it is repaired within a tick; its own window
- *     is laid out from its own quota, never from what the file says of it;
+ *     truncation or an overwrite of it is repaired within a tick; what it says of
+ *     itself comes from its own state, never from what the file says of it;
  *   - another slot counts only if its quota is 1..10^6 ppm and a live process held
  *     its lock at the last check (F_GETLK), one slot per pid we can see: garbage in
- *     a free slot never counts, and a process holding many slots gets one window;
+ *     a free slot never counts, and a process holding many slots counts once;
  *   - once a second the path is compared with the open file: a table renamed over
  *     it (or its removal) makes this process join the table now at the path, so
  *     the processes re-converge on one table instead of splitting in two.
- * All of it runs on the monitor thread: a launch only reads the packed window.
+ * All of it runs on the monitor thread: a launch never touches the table.
  */
 #define _GNU_SOURCE
 #include "gpu_share.h"
@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #define TABLE_MODE 0666            /* every process using the GPU takes part, whoever runs it */
-#define LIVENESS_CHECK_NS 1000000000ull /* a crashed owner's window is reused, a replaced table left, within a second */
+#define LIVENESS_CHECK_NS 1000000000ull /* a crashed owner's slot is reused, a replaced table left, within a second */
 #define PROBE_NS ALNAIR_SHARE_PERIOD_NS /* a process that just joined is counted within a period */
 #define PPM 1000000u
 #define PATH_LEN 4096
@@ -227,70 +227,20 @@ static int any_candidate(const struct alnair_share *share, const struct alnair_s
     return 0;
 }
 
-/* What the counted slots ask for, this process included: the limited quotas'
- * sum and how many take the rest. */
-struct demand {
-    uint64_t limited; /* at most 64 x 10^6: no overflow below */
-    uint64_t unlimited;
-};
-
-static int counts(const struct alnair_share *share, const struct alnair_share_table *t, int slot)
-{
-    return slot != share->slot && (share->counted >> slot & 1) && plausible(t->slots[slot].quota_ppm);
-}
-
-static void add_demand(struct demand *demand, uint32_t quota)
-{
-    if (quota == ALNAIR_SHARE_UNLIMITED) demand->unlimited++;
-    else demand->limited += quota;
-}
-
-/* A slot's window in ppm before scaling: an unlimited process's is its part of the rest. */
-static uint64_t asked(uint32_t quota, uint64_t rest_each)
-{
-    return quota == ALNAIR_SHARE_UNLIMITED ? rest_each : quota;
-}
-
-static int lay_out(const struct alnair_share *share, const struct alnair_share_table *t, uint64_t *offset_ns,
-                   uint64_t *length_ns)
-{
-    struct demand demand = {0, 0};
-    int others = 0;
-    add_demand(&demand, share->quota_ppm);
-    for (int slot = 0; slot < ALNAIR_SHARE_SLOTS; slot++)
-        if (counts(share, t, slot)) add_demand(&demand, t->slots[slot].quota_ppm), others++;
-    if (!demand.limited) { /* nobody is limited: nobody takes turns */
-        *offset_ns = 0;
-        *length_ns = ALNAIR_SHARE_PERIOD_NS;
-        return others;
-    }
-    uint64_t rest = demand.limited < PPM ? PPM - demand.limited : 0, rest_each = 0;
-    if (demand.unlimited) rest_each = rest / demand.unlimited;
-    if (rest_each < ALNAIR_SHARE_REST_FLOOR_PPM) rest_each = ALNAIR_SHARE_REST_FLOOR_PPM;
-    uint64_t total = demand.limited + demand.unlimited * rest_each, before = 0;
-    for (int slot = 0; slot < share->slot; slot++)
-        if (counts(share, t, slot)) before += asked(t->slots[slot].quota_ppm, rest_each);
-    uint64_t scale = total > PPM ? total : PPM; /* oversubscribed: everyone shrinks alike */
-    *offset_ns = ALNAIR_SHARE_PERIOD_NS * before / scale;
-    *length_ns = ALNAIR_SHARE_PERIOD_NS * asked(share->quota_ppm, rest_each) / scale;
-    return others;
-}
-
-int alnair_share_window(struct alnair_share *share, uint64_t now_ns, uint64_t *offset_ns, uint64_t *length_ns)
+void alnair_share_read(struct alnair_share *share, uint64_t now_ns)
 {
     struct alnair_share_table *table = &share->table;
     if (now_ns - share->checked_ns >= LIVENESS_CHECK_NS) {
         check(share, table);
         share->checked_ns = share->probed_ns = now_ns;
-    } else {
-        read_table(share->fd, table);
-        /* A slot that is not counted adds only once its lock is seen held: garbage never counts. */
-        if (now_ns - share->probed_ns >= PROBE_NS && any_candidate(share, table)) {
-            count_held(share, table);
-            share->probed_ns = now_ns;
-        }
+        return;
     }
-    return lay_out(share, table, offset_ns, length_ns);
+    read_table(share->fd, table);
+    /* A slot that is not counted adds only once its lock is seen held: garbage never counts. */
+    if (now_ns - share->probed_ns >= PROBE_NS && any_candidate(share, table)) {
+        count_held(share, table);
+        share->probed_ns = now_ns;
+    }
 }
 
 void alnair_share_leave(struct alnair_share *share)
@@ -298,7 +248,7 @@ void alnair_share_leave(struct alnair_share *share)
     /* Called at exit, beside the monitor thread: mid-rejoin it leaves the slot to the
      * exit, whose dropped lock frees it within a second, rather than wait. */
     if (pthread_mutex_trylock(&share->switching) != 0) return;
-    if (share->fd >= 0) write_slot(share, 0);
+    if (share->fd >= 0) write_slot(share, 0); /* the timeline stays: the others account its last ms */
     pthread_mutex_unlock(&share->switching);
 }
 

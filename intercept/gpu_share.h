@@ -1,6 +1,6 @@
 /*
  * gpu_share.h - this process's place in a GPU's share table (see alnair_shm.h):
- * the window of every period in which it may launch work on that GPU.
+ * where it publishes its busy timeline and reads the other processes'.
  * Used by the monitor thread only, except alnair_share_leave (the exit).
  *
  * Every limited process on the node may write the table, so nothing in it is
@@ -42,15 +42,13 @@ int alnair_share_join(struct alnair_share *share, const uint8_t uuid[16], int cr
  * writes its slot, which also repairs whatever someone else wrote there. */
 void alnair_share_set_quota(struct alnair_share *share, uint32_t quota_ppm);
 
-/* This process's window: offset and length (ns) within the period, laid out
- * from the counted slots (share->counted: a bit per slot, this one's never set)
- * of the table as read now (share->table) (the whole period when no limited process is
- * counted, this one included). Once a second it also checks which slots
- * are held and moves to a new table renamed over the old one. Returns how many
- * other processes have a window. */
-int alnair_share_window(struct alnair_share *share, uint64_t now_ns, uint64_t *offset_ns, uint64_t *length_ns);
+/* Reads the table into share->table. Once a second it also checks which slots are
+ * held (share->counted: a bit per slot, this process's never set) and moves to a new
+ * table renamed over the old one; between checks, a slot that begins to look used is
+ * counted within ALNAIR_SHARE_PERIOD_NS once its lock is seen held. */
+void alnair_share_read(struct alnair_share *share, uint64_t now_ns);
 
-/* Gives the window up (a clean exit): the others' layouts close the gap. */
+/* Gives the slot up (a clean exit). */
 void alnair_share_leave(struct alnair_share *share);
 
 /* For a fork child: the slot is the parent's; drop it without touching it. */

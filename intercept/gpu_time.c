@@ -11,12 +11,17 @@
  */
 #include "gpu_time.h"
 
+#include <math.h>
 #include <string.h>
 
 #define MS 1000000ull
 #define WAIT_MS 30                /* a peer's timeline later than this (a tick is 10 ms) counts as idle */
 #define GARBAGE_MS 1000           /* a timeline further ahead than this is no process's: ignored */
 #define STALE_NS 1000000000ull    /* a span no call ends closes after a second without launches */
+#define CAP_CREDIT_NS 100000000.0   /* a capped process may run ahead by its cap's part of 100 ms */
+#define SHARE_CREDIT_NS 50000000.0  /* a process that wanted less than its share banks at most 50 ms */
+#define MAX_WAIT_NS 1000000000.0    /* a wait is decided again every tick anyway */
+#define MIN_RATE 0.05               /* a share's debt is paid back at least this fast (the rest's floor) */
 
 void alnair_gpu_time_init(struct alnair_gpu_time *g)
 {
@@ -82,71 +87,182 @@ static uint8_t published_busy(uint32_t ns)
     return (uint8_t)(((uint64_t)ns * ALNAIR_SHARE_BUSY_FULL + MS - 1) / MS); /* any busy shows */
 }
 
+static int wanted(const struct alnair_gpu_time *g, uint64_t m) { return g->wanting >> (m % ALNAIR_GPU_TIME_HISTORY_MS) & 1; }
+
+static void publish(const struct alnair_gpu_time *g, struct alnair_share_busy *mine)
+{
+    memset(mine, 0, sizeof *mine);
+    mine->until_ms = g->final_ms;
+    mine->share_ppm = g->share_ppm;
+    for (uint64_t m = g->final_ms > ALNAIR_SHARE_BUSY_MS ? g->final_ms - ALNAIR_SHARE_BUSY_MS : 0; m < g->final_ms; m++) {
+        mine->busy[m % ALNAIR_SHARE_BUSY_MS] = published_busy(g->history[m % ALNAIR_GPU_TIME_HISTORY_MS]);
+        if (wanted(g, m)) mine->wanting |= 1ull << (m % ALNAIR_SHARE_BUSY_MS);
+    }
+}
+
 void alnair_gpu_time_close(struct alnair_gpu_time *g, uint64_t now, uint64_t launches, struct alnair_share_busy *mine)
 {
     pthread_mutex_lock(&g->lock);
     count_open_span(g, now, launches);
+    /* a launch that waited for the limit wanted the GPU all the while (the tick's ms all count) */
+    int waited = atomic_exchange(&g->gate_waited, 0) || atomic_load(&g->gate_waiting) > 0;
     uint64_t now_ms = now / MS;
     for (; g->final_ms && g->final_ms < now_ms; g->final_ms++) {
-        uint64_t m = g->final_ms;
+        uint64_t m = g->final_ms, bit = 1ull << (m % ALNAIR_GPU_TIME_HISTORY_MS);
         if (m - g->accounted_ms >= ALNAIR_GPU_TIME_HISTORY_MS) { /* ticks too far apart to wait for peers */
             add_total(g, g->history[g->accounted_ms % ALNAIR_GPU_TIME_HISTORY_MS], 1.0);
             g->accounted_ms++;
         }
-        g->history[m % ALNAIR_GPU_TIME_HISTORY_MS] = g->pending[m % ALNAIR_GPU_TIME_PENDING_MS];
+        uint32_t busy = g->history[m % ALNAIR_GPU_TIME_HISTORY_MS] = g->pending[m % ALNAIR_GPU_TIME_PENDING_MS];
         g->pending[m % ALNAIR_GPU_TIME_PENDING_MS] = 0;
+        g->wanting = busy || waited ? g->wanting | bit : g->wanting & ~bit;
     }
-    if (mine) {
-        memset(mine, 0, sizeof *mine);
-        mine->until_ms = g->final_ms;
-        for (uint64_t m = g->final_ms > ALNAIR_SHARE_BUSY_MS ? g->final_ms - ALNAIR_SHARE_BUSY_MS : 0; m < g->final_ms; m++)
-            mine->busy[m % ALNAIR_SHARE_BUSY_MS] = published_busy(g->history[m % ALNAIR_GPU_TIME_HISTORY_MS]);
-    }
+    if (mine) publish(g, mine);
     pthread_mutex_unlock(&g->lock);
 }
 
-/* A peer's busy part of ms m: 0..1, or -1 when it has not published m yet and may still. */
-static double peer_busy(const struct alnair_share_busy *b, uint64_t m, uint64_t now_ms)
+/* What a peer's timeline says of ms m. */
+struct peer_ms {
+    double busy;        /* 0..1; -1: not published yet, and it may still be */
+    int wants;
+    uint32_t share_ppm;
+};
+
+static struct peer_ms peer_at(const struct alnair_share_busy *b, uint64_t m, uint64_t now_ms)
 {
+    struct peer_ms p = {0, 0, 0};
     uint64_t until = b->until_ms;
-    if (until > now_ms + GARBAGE_MS) return 0;
-    if (m >= until) return m + WAIT_MS > now_ms ? -1 : 0;
-    if (m + ALNAIR_SHARE_BUSY_MS < until) return 0; /* gone from its timeline: missed */
+    if (until > now_ms + GARBAGE_MS) return p;
+    if (m >= until) {
+        if (m + WAIT_MS > now_ms) p.busy = -1;
+        return p;
+    }
+    if (m + ALNAIR_SHARE_BUSY_MS < until) return p; /* gone from its timeline: missed */
     uint8_t v = b->busy[m % ALNAIR_SHARE_BUSY_MS];
-    return v >= ALNAIR_SHARE_BUSY_FULL ? 1.0 : v / (double)ALNAIR_SHARE_BUSY_FULL;
+    p.busy = v >= ALNAIR_SHARE_BUSY_FULL ? 1.0 : v / (double)ALNAIR_SHARE_BUSY_FULL;
+    p.wants = b->wanting >> (m % ALNAIR_SHARE_BUSY_MS) & 1;
+    p.share_ppm = b->share_ppm <= 1000000u ? b->share_ppm : 1000000u;
+    return p;
 }
 
-/* E[1 / (1 + K)], K the number of peers busy, each independently with its part of the ms. Returns -1 when
- * a peer's timeline is still to come. */
-static double share_of_ms(const struct alnair_share_table *t, uint64_t peers, uint64_t m, uint64_t now_ms)
+/* The peers' view of ms m, in peers[0 .. n); returns n, or -1 when a timeline is still to come. */
+static int peers_at(const struct alnair_share_table *t, uint64_t mask, uint64_t m, uint64_t now_ms,
+                    struct peer_ms peers[ALNAIR_SHARE_SLOTS])
 {
-    double dist[ALNAIR_SHARE_SLOTS + 1] = {1.0};
     int n = 0;
     for (int slot = 0; slot < ALNAIR_SHARE_SLOTS; slot++) {
-        if (!(peers >> slot & 1)) continue;
-        double p = peer_busy(&t->busy[slot], m, now_ms);
-        if (p < 0) return -1;
-        if (p == 0) continue;
+        if (!(mask >> slot & 1)) continue;
+        peers[n] = peer_at(&t->busy[slot], m, now_ms);
+        if (peers[n].busy < 0) return -1;
         n++;
-        for (int k = n; k > 0; k--) dist[k] = dist[k] * (1 - p) + dist[k - 1] * p;
+    }
+    return n;
+}
+
+/* E[1 / (1 + K)], K the number of peers busy, each independently with its part of the ms. */
+static double share_of_ms(const struct peer_ms *peers, int n)
+{
+    double dist[ALNAIR_SHARE_SLOTS + 1] = {1.0};
+    int busy = 0;
+    for (int i = 0; i < n; i++) {
+        double p = peers[i].busy;
+        if (p == 0) continue;
+        busy++;
+        for (int k = busy; k > 0; k--) dist[k] = dist[k] * (1 - p) + dist[k - 1] * p;
         dist[0] *= 1 - p;
     }
     double share = 0;
-    for (int k = 0; k <= n; k++) share += dist[k] / (k + 1);
+    for (int k = 0; k <= busy; k++) share += dist[k] / (k + 1);
     return share;
 }
 
-void alnair_gpu_time_account(struct alnair_gpu_time *g, uint64_t now, const struct alnair_share_table *table,
-                             uint64_t peers)
+/* This process's weight among those wanting the GPU (it included): its share, or an equal part of what the
+ * shares leave; *any_share says if one of them has a share. Returns its part of the whole, 0..1. */
+static double entitlement(uint32_t own_share, const struct peer_ms *peers, int n, int *any_share)
 {
+    uint64_t shares = own_share, without = !own_share;
+    for (int i = 0; i < n; i++)
+        if (peers[i].wants) shares += peers[i].share_ppm, without += !peers[i].share_ppm;
+    *any_share = shares > 0;
+    uint64_t left = shares < 1000000u ? 1000000u - shares : 0, rest = without ? left / without : 0;
+    if (without && rest < ALNAIR_SHARE_REST_FLOOR_PPM) rest = ALNAIR_SHARE_REST_FLOOR_PPM;
+    double total = (double)(shares + without * rest);
+    return (own_share ? own_share : rest) / total;
+}
+
+static int any_wants(const struct peer_ms *peers, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (peers[i].wants) return 1;
+    return 0;
+}
+
+/* One final ms into the totals and the tick; -1 if a peer's timeline of it is still to come. */
+static int account_ms(struct alnair_gpu_time *g, uint64_t m, uint64_t now_ms, const struct alnair_share_table *t,
+                      uint64_t mask, struct alnair_gpu_time_tick *tick)
+{
+    uint32_t busy = g->history[m % ALNAIR_GPU_TIME_HISTORY_MS];
+    if (!busy && !wanted(g, m)) return 0;
+    struct peer_ms peers[ALNAIR_SHARE_SLOTS];
+    int n = t && mask ? peers_at(t, mask, m, now_ms, peers) : 0;
+    if (n < 0) return -1;
+    double share = share_of_ms(peers, n), used = busy * share;
+    if (busy) add_total(g, busy, share), g->last_share = share;
+    tick->used_ns += used;
+    if (any_wants(peers, n)) { /* contested: entitled to its weight's part of what the GPU delivered */
+        double idle = 1 - busy / (double)MS;
+        for (int i = 0; i < n; i++) idle *= 1 - peers[i].busy;
+        int any_share;
+        tick->excess_ns += used - (1 - idle) * MS * entitlement(g->share_ppm, peers, n, &any_share);
+    }
+    return 0;
+}
+
+/* The peers' latest published ms: whether one runs work on the GPU now, as far as this process can know (one
+ * that only waits to launch would not use what this process leaves), and this process's part were it to want it. */
+static void latest(struct alnair_gpu_time *g, uint64_t now_ms, const struct alnair_share_table *t, uint64_t mask,
+                   struct alnair_gpu_time_tick *tick)
+{
+    struct peer_ms peers[ALNAIR_SHARE_SLOTS];
+    int n = 0;
+    for (int slot = 0; t && slot < ALNAIR_SHARE_SLOTS; slot++) {
+        uint64_t until = t->busy[slot].until_ms;
+        if (!(mask >> slot & 1) || !until || until + WAIT_MS < now_ms) continue;
+        peers[n] = peer_at(&t->busy[slot], until - 1, now_ms);
+        n += peers[n].busy >= 0;
+    }
+    for (int i = 0; i < n; i++) tick->contested |= peers[i].busy > 0;
+    tick->entitled = entitlement(g->share_ppm, peers, n, &tick->shares);
+}
+
+struct alnair_gpu_time_tick alnair_gpu_time_account(struct alnair_gpu_time *g, uint64_t now,
+                                                    const struct alnair_share_table *table, uint64_t peers)
+{
+    struct alnair_gpu_time_tick tick = {0};
     pthread_mutex_lock(&g->lock);
     uint64_t now_ms = now / MS;
-    for (; g->accounted_ms < g->final_ms; g->accounted_ms++) {
-        uint32_t busy = g->history[g->accounted_ms % ALNAIR_GPU_TIME_HISTORY_MS];
-        if (!busy) continue;
-        double share = table && peers ? share_of_ms(table, peers, g->accounted_ms, now_ms) : 1.0;
-        if (share < 0) break; /* a peer's timeline of this ms is still to come */
-        add_total(g, busy, share);
-    }
+    if (!g->last_share) g->last_share = 1.0;
+    for (; g->accounted_ms < g->final_ms; g->accounted_ms++, tick.ms++)
+        if (account_ms(g, g->accounted_ms, now_ms, table, peers, &tick) < 0) break; /* a peer's ms is to come */
+    double unaccounted = g->final_ms ? g->pending[g->final_ms % ALNAIR_GPU_TIME_PENDING_MS] : 0;
+    for (uint64_t m = g->accounted_ms; m < g->final_ms; m++) unaccounted += g->history[m % ALNAIR_GPU_TIME_HISTORY_MS];
+    tick.unaccounted_ns = unaccounted * g->last_share;
+    latest(g, now_ms, table, peers, &tick);
     pthread_mutex_unlock(&g->lock);
+    return tick;
+}
+
+double alnair_gpu_time_owed(struct alnair_gpu_debts *debts, uint32_t cap_percent, const struct alnair_gpu_time_tick *t)
+{
+    double wait = 0;
+    if (cap_percent && cap_percent < 100) {
+        double cap = cap_percent / 100.0;
+        debts->cap_ns = fmax(debts->cap_ns + t->used_ns - cap * (double)t->ms * MS, -cap * CAP_CREDIT_NS);
+        double owed = debts->cap_ns + t->unaccounted_ns;
+        if (owed > 0) wait = owed / cap; /* what using nothing pays back at the cap's rate */
+    }
+    debts->share_ns = fmax(debts->share_ns + t->excess_ns, -SHARE_CREDIT_NS);
+    /* only while another process wants the GPU now: a share never holds it idle */
+    if (t->contested && t->shares && debts->share_ns > 0) wait = fmax(wait, debts->share_ns / fmax(t->entitled, MIN_RATE));
+    return fmin(wait, MAX_WAIT_NS);
 }

@@ -26,11 +26,16 @@
 struct alnair_gpu_time {
     _Atomic uint64_t busy_since_ns; /* the open busy span's start (moved up at each tick); 0: idle */
     _Atomic int syncing;            /* threads inside a call that waits for the GPU */
+    _Atomic int gate_waiting;       /* threads whose launch waits for the limit (compute_limit.c) */
+    _Atomic int gate_waited;        /* a launch waited since the last tick */
+    uint32_t share_ppm;             /* this process's compute share, published with its timeline; 0: none */
     pthread_mutex_t lock;           /* ends of spans (the syncs) against the monitor's tick */
     uint32_t pending[ALNAIR_GPU_TIME_PENDING_MS]; /* busy ns of ms m at m % PENDING_MS, m >= final_ms */
     uint64_t final_ms;              /* the ms before this one will not change */
     /* The monitor's own (no lock): */
     uint32_t history[ALNAIR_GPU_TIME_HISTORY_MS]; /* busy ns of final ms m at m % HISTORY_MS, m >= accounted_ms */
+    uint64_t wanting;               /* bit m % HISTORY_MS: in final ms m it had work or waited to launch */
+    double last_share;              /* the part of its busy time that was its GPU time, in the latest busy ms */
     uint64_t accounted_ms;          /* the ms before this one are in the totals */
     uint64_t launches_seen, launches_moved_ns; /* a span no call ends closes once launches stop */
     double gpu_time_rest;           /* the fraction of a ns not yet added */
@@ -55,10 +60,34 @@ void alnair_gpu_time_end(struct alnair_gpu_time *g, uint64_t now_ns);
  * `mine` (if not NULL) gets the timeline to publish. `launches` is the device's launch count. */
 void alnair_gpu_time_close(struct alnair_gpu_time *g, uint64_t now_ns, uint64_t launches, struct alnair_share_busy *mine);
 
+/* What a tick's accounting tells the limits (compute_limit.c). A process wants the GPU in a ms when it had
+ * work there or waited to launch; the processes wanting a ms are entitled to the GPU time it delivered in
+ * proportion to their weights: a compute share's, and for each process without one an equal part of what
+ * the shares leave (at least ALNAIR_SHARE_REST_FLOOR_PPM). */
+struct alnair_gpu_time_tick {
+    uint64_t ms;             /* ms accounted */
+    double used_ns;          /* the GPU time in them */
+    double excess_ns;        /* in those another process wanted too: GPU time used beyond the entitlement */
+    int contested;           /* in the latest ms the peers published, one of them had work on the GPU */
+    int shares;              /* ...and one of them, or this process, has a compute share */
+    double entitled;         /* this process's part of the GPU then, were it to want it (0..1) */
+    double unaccounted_ns;   /* busy time not accounted yet, at the latest part of it that was GPU time */
+};
+
 /* Monitor tick at now, after the table was read: final ms whose peers' timelines are in (or late
  * enough to be given up on) go into the totals, each divided among the processes busy in it. With
  * no table (NULL), or no peer in `peers` (a bit per slot), all of it is the process's. */
-void alnair_gpu_time_account(struct alnair_gpu_time *g, uint64_t now_ns, const struct alnair_share_table *table,
-                             uint64_t peers);
+struct alnair_gpu_time_tick alnair_gpu_time_account(struct alnair_gpu_time *g, uint64_t now_ns,
+                                                    const struct alnair_share_table *table, uint64_t peers);
+
+/* The limits' debts on that GPU time (compute_limit.c explains them). */
+struct alnair_gpu_debts {
+    double cap_ns;   /* GPU time used beyond the cap's part of the time passed (negative: a credit) */
+    double share_ns; /* GPU time used beyond the entitlement while others wanted the GPU */
+};
+
+/* After a tick's accounting: how long launches wait from now (ns; 0: nothing is owed), for a cap of
+ * cap_percent (0: none) and the share the tick's entitlement is based on. */
+double alnair_gpu_time_owed(struct alnair_gpu_debts *debts, uint32_t cap_percent, const struct alnair_gpu_time_tick *t);
 
 #endif

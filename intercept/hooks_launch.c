@@ -1,6 +1,6 @@
 /*
  * hooks_launch.c - every kernel and graph launch path: count it on the calling
- * thread's device, and hold it for its window while the process takes turns (compute_limit.c).
+ * thread's device, and hold it while the process owes GPU time to a limit (compute_limit.c).
  *
  * The hot path with no limit is: a mode load, a thread-local device lookup and,
  * after the driver accepts the launch, one relaxed atomic add and checks that the
@@ -10,21 +10,13 @@
  */
 #include "intercept.h"
 
-/* The calling thread's device; while it takes turns, *turn is the time the
- * launch's turn came (after waiting for it), else 0. */
-static inline struct alnair_device *before_launch(uint64_t *turn)
+/* The calling thread's device, once what it owes is paid. */
+static inline struct alnair_device *before_launch(CUstream stream, int per_thread)
 {
-    *turn = 0;
     if (!alnair_active()) return NULL;
     struct alnair_device *d = alnair_current_device();
-    if (d && alnair_takes_turns(d)) *turn = alnair_wait_for_window(d);
+    if (d) alnair_pay_debt(d, stream, per_thread);
     return d;
-}
-
-/* A launch the driver held back (a full queue) waited for the GPU's work: outside the window, overrun. */
-static inline void after_launch(struct alnair_device *d, uint64_t turn)
-{
-    if (ALNAIR_UNLIKELY(turn)) alnair_charge_overrun(d, turn, alnair_monotonic_ns());
 }
 
 static inline CUresult count(CUresult r, struct alnair_device *d, _Atomic uint64_t *counter)
@@ -37,37 +29,35 @@ static inline CUresult count(CUresult r, struct alnair_device *d, _Atomic uint64
     return r;
 }
 
-#define KERNEL_LAUNCH(name, params, args) \
+/* stream: the launch's stream, as an expression of its parameters; per_thread: a _ptsz entry point */
+#define KERNEL_LAUNCH(name, params, args, stream, per_thread) \
     ALNAIR_EXPORT CUresult name params \
     { \
-        uint64_t turn; \
-        struct alnair_device *d = before_launch(&turn); \
+        struct alnair_device *d = before_launch(stream, per_thread); \
         CUresult r = CALL_REAL(name, args); \
-        after_launch(d, turn); \
         return d ? count(r, d, &d->kernel_launches) : r; \
     }
 
-KERNEL_LAUNCH(cuLaunchKernel, ALNAIR_LAUNCH_PARAMS, ALNAIR_LAUNCH_ARGS)
-KERNEL_LAUNCH(cuLaunchKernel_ptsz, ALNAIR_LAUNCH_PARAMS, ALNAIR_LAUNCH_ARGS)
+#define EX_STREAM (config ? config->hStream : NULL)
+KERNEL_LAUNCH(cuLaunchKernel, ALNAIR_LAUNCH_PARAMS, ALNAIR_LAUNCH_ARGS, hStream, 0)
+KERNEL_LAUNCH(cuLaunchKernel_ptsz, ALNAIR_LAUNCH_PARAMS, ALNAIR_LAUNCH_ARGS, hStream, 1)
 KERNEL_LAUNCH(cuLaunchKernelEx, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
-              (config, f, kernelParams, extra))
+              (config, f, kernelParams, extra), EX_STREAM, 0)
 KERNEL_LAUNCH(cuLaunchKernelEx_ptsz, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
-              (config, f, kernelParams, extra))
-KERNEL_LAUNCH(cuLaunchCooperativeKernel, ALNAIR_COOP_PARAMS, ALNAIR_COOP_ARGS)
-KERNEL_LAUNCH(cuLaunchCooperativeKernel_ptsz, ALNAIR_COOP_PARAMS, ALNAIR_COOP_ARGS)
+              (config, f, kernelParams, extra), EX_STREAM, 1)
+KERNEL_LAUNCH(cuLaunchCooperativeKernel, ALNAIR_COOP_PARAMS, ALNAIR_COOP_ARGS, hStream, 0)
+KERNEL_LAUNCH(cuLaunchCooperativeKernel_ptsz, ALNAIR_COOP_PARAMS, ALNAIR_COOP_ARGS, hStream, 1)
 
-#define GRAPH_LAUNCH(name) \
+#define GRAPH_LAUNCH(name, per_thread) \
     ALNAIR_EXPORT CUresult name(CUgraphExec hGraphExec, CUstream hStream) \
     { \
-        uint64_t turn; \
-        struct alnair_device *d = before_launch(&turn); \
+        struct alnair_device *d = before_launch(hStream, per_thread); \
         CUresult r = CALL_REAL(name, (hGraphExec, hStream)); \
-        after_launch(d, turn); \
         return d ? count(r, d, &d->graph_launches) : r; \
     }
 
-GRAPH_LAUNCH(cuGraphLaunch)
-GRAPH_LAUNCH(cuGraphLaunch_ptsz)
+GRAPH_LAUNCH(cuGraphLaunch, 0)
+GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)
 
 /* The device a stream belongs to: asks the driver, so only for this rare,
  * deprecated multi-device form. */
@@ -96,7 +86,7 @@ ALNAIR_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *
     unsigned int n = numDevices < ALNAIR_CUDA_MAX_DEVICES ? numDevices : ALNAIR_CUDA_MAX_DEVICES;
     for (unsigned int i = 0; i < n; i++) {
         devices[i] = stream_device(launchParamsList[i].hStream);
-        if (devices[i] && alnair_takes_turns(devices[i])) alnair_wait_for_window(devices[i]);
+        if (devices[i]) alnair_pay_debt(devices[i], launchParamsList[i].hStream, 0);
     }
     CUresult r = CALL_REAL(cuLaunchCooperativeKernelMultiDevice, (launchParamsList, numDevices, flags));
     for (unsigned int i = 0; i < n; i++)

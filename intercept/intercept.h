@@ -72,20 +72,11 @@ struct alnair_device {
     _Atomic uint64_t failed_allocations;
     _Atomic uint64_t limit_denied_allocations;
     _Atomic uint64_t throttled_ns;
-    _Atomic uint64_t window;     /* compute-limit launch window, packed by compute_limit.c; 0 = not laid out */
-    _Atomic uint64_t overrun_ns; /* GPU time used outside the window and not yet given back */
-    _Atomic uint64_t charged_until_ns; /* overrun is counted up to here */
-    _Atomic uint64_t barred_until_ns;  /* launches wait until then, giving back overrun */
-    _Atomic int takes_turns;     /* launches wait for the window: a limit, or a limited process beside */
-    /* The work queued on the GPU, estimated, so a window's last launches end in it (compute_limit.c). */
-    _Atomic uint64_t queued_until_ns;  /* when the work launched so far will have run */
-    _Atomic uint64_t launch_cost_ns;   /* GPU time per launch, from the waits of the syncs */
-    _Atomic uint64_t batch_launches;   /* launches since the last sync */
-    _Atomic uint64_t batch_start_ns;   /* the first of them */
-    uint64_t compute_quota_ns;   /* the window's length, for publishing (monitor thread) */
+    _Atomic uint64_t barred_until_ns;  /* a debt of GPU time is owed: launches wait until then (compute_limit.c) */
     _Atomic int seen;            /* the process has used this device */
     uint64_t memory_limit_bytes; /* 0 = none; fixed after init */
-    uint32_t compute_limit_percent; /* 0 = none; fixed after init */
+    uint32_t compute_limit_percent; /* the cap; 0 = none; fixed after init */
+    uint32_t compute_share_percent; /* the share; 0 = none; fixed after init */
     struct alnair_copy_counters copies[ALNAIR_COPY_DIRECTIONS];
     /* Memory the GPU holds for the process beyond its allocations (pools.c, hooks_context.c). */
     _Atomic uint64_t pool_reserved_bytes; /* the pools' reservations at their last reading */
@@ -216,22 +207,17 @@ int alnair_pools_make_room(struct alnair_device *d, uint64_t over);
 /* Monitor tick: the current pools of devices that allocate asynchronously, then every pool's figures. */
 void alnair_pools_tick(void);
 
-/* Compute limit: while the process takes turns on d (with a limit set, or beside a
- * limited process on the GPU) a launch waits for its window; returns when it goes. */
-uint64_t alnair_wait_for_window(struct alnair_device *d);
-static inline int alnair_takes_turns(struct alnair_device *d)
+/* Compute limits: while a debt of GPU time is owed on d (a cap or a share), a launch onto `stream`
+ * (per_thread: a _ptsz entry point's, whose stream 0 is the thread's own) waits for the monitor to clear
+ * it, its stream drained first. One load and a branch when nothing is owed. */
+void alnair_wait_while_owed(struct alnair_device *d, CUstream stream, int per_thread);
+static inline void alnair_pay_debt(struct alnair_device *d, CUstream stream, int per_thread)
 {
-    return ALNAIR_UNLIKELY(atomic_load_explicit(&d->takes_turns, memory_order_relaxed));
+    if (ALNAIR_UNLIKELY(atomic_load_explicit(&d->barred_until_ns, memory_order_relaxed)))
+        alnair_wait_while_owed(d, stream, per_thread);
 }
-/* A call that waited for the GPU (a sync, or a launch the driver held back on a
- * full queue) from start_ns to now: the process's work ran until now, and what of
- * that lies outside its window is given back from its next windows. */
-void alnair_charge_overrun(struct alnair_device *d, uint64_t start_ns, uint64_t now_ns);
-/* A sync that waited from start_ns to now: the same, and the queue is empty now,
- * its wait telling how long the launches since the last sync took to run. */
-void alnair_synced(struct alnair_device *d, uint64_t start_ns, uint64_t now_ns);
 
-/* Monitor-thread side of the compute limit: lay out windows, adapt the quota. */
+/* Monitor-thread side of the compute limits: measure GPU time, keep the debts, decide the waits. */
 void alnair_compute_limit_tick(uint64_t now_ns, const uint8_t *const uuids[ALNAIR_CUDA_MAX_DEVICES]);
 
 /* Fork handling, one registration point: a module with per-process state declares its handlers

@@ -1,6 +1,6 @@
 /*
- * monitor.c - the monitoring thread: every period it lays out compute-limit
- * windows and publishes the process's cuda record into its segment.
+ * monitor.c - the monitoring thread: every period it measures GPU time and decides
+ * the compute limits' waits, and publishes the process's cuda record into its segment.
  *
  * It starts when the process first uses a device, so programs that load the
  * library but never touch CUDA get no thread and no segment.
@@ -53,8 +53,8 @@ static void copy_device(struct alnair_cuda_device *out, int ordinal)
     out->limit_denied_allocations = atomic_load_explicit(&d->limit_denied_allocations, memory_order_relaxed);
     out->memory_limit_bytes = d->memory_limit_bytes;
     out->compute_limit_percent = d->compute_limit_percent;
-    out->compute_quota_ns = d->compute_quota_ns;
-    out->compute_period_ns = atomic_load(&d->takes_turns) ? ALNAIR_SHARE_PERIOD_NS : 0; /* a limit, or turns beside one */
+    out->compute_share_percent = d->compute_share_percent;
+    out->compute_quota_ns = out->compute_period_ns = 0; /* the turns' windows: gone (docs/shm-abi.md) */
     out->throttled_ns = atomic_load_explicit(&d->throttled_ns, memory_order_relaxed);
     out->gpu_time_ns = atomic_load_explicit(&d->gpu_time.gpu_time_ns, memory_order_relaxed);
     out->flags |= ALNAIR_CUDA_DEVICE_GPU_TIME;

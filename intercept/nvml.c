@@ -18,7 +18,6 @@ static struct {
     int tried, ok;
     int (*init)(void);
     int (*handle_by_uuid)(const char *, void **);
-    int (*process_utilization)(void *, alnair_nvml_sample *, unsigned int *, unsigned long long);
     int (*running_processes)(void *, unsigned int *, process_info *); /* NULL on drivers before it */
     void *devices[ALNAIR_CUDA_MAX_DEVICES];
     int looked_up[ALNAIR_CUDA_MAX_DEVICES];
@@ -33,9 +32,8 @@ static int load(void)
     alnair_dlsym_fn lookup = alnair_real_dlsym();
     *(void **)&nvml.init = lookup(lib, "nvmlInit_v2");
     *(void **)&nvml.handle_by_uuid = lookup(lib, "nvmlDeviceGetHandleByUUID");
-    *(void **)&nvml.process_utilization = lookup(lib, "nvmlDeviceGetProcessUtilization");
     *(void **)&nvml.running_processes = lookup(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
-    nvml.ok = nvml.init && nvml.handle_by_uuid && nvml.process_utilization && nvml.init() == 0;
+    nvml.ok = nvml.init && nvml.handle_by_uuid && nvml.init() == 0;
     return nvml.ok;
 }
 
@@ -51,12 +49,6 @@ void *alnair_nvml_device(int ordinal, const uint8_t uuid[16])
         if (nvml.handle_by_uuid(text, &nvml.devices[ordinal]) != 0) nvml.devices[ordinal] = NULL;
     }
     return nvml.devices[ordinal];
-}
-
-int alnair_nvml_utilization(void *device, alnair_nvml_sample *samples, unsigned int *count,
-                            unsigned long long last_seen)
-{
-    return device && nvml.process_utilization(device, samples, count, last_seen) == 0 ? 0 : -1;
 }
 
 int alnair_nvml_memory_of(void *device, unsigned int pid, uint64_t *bytes)

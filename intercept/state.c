@@ -5,7 +5,8 @@
  * Environment (read once, on first use):
  *   ALNAIR_INTERCEPT=off          pure pass-through (also 0, false, no)
  *   ALNAIR_MEMORY_LIMIT=8Gi       per-device memory limit; or "0=8Gi,1=4Gi"
- *   ALNAIR_COMPUTE_LIMIT=30       percent of each GPU; or "0=30,1=70"
+ *   ALNAIR_COMPUTE_LIMIT=30       a cap: at most this percent of each GPU's time; or "0=30,1=70"
+ *   ALNAIR_COMPUTE_SHARE=30       a share: at least this percent while others want the GPU; or "0=30,1=70"
  *   ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT=off  on: the memory limit charges the contexts' own memory too
  *   ALNAIR_PUBLISH_INTERVAL_MS=10 how often the monitor publishes
  * A malformed value costs one stderr line and counts as unset (the grammar and
@@ -210,15 +211,19 @@ static const char *setting(const char *name)
 static void configure_limits(void)
 {
     uint64_t memory[ALNAIR_CUDA_MAX_DEVICES] = {0}, compute[ALNAIR_CUDA_MAX_DEVICES] = {0};
+    uint64_t share[ALNAIR_CUDA_MAX_DEVICES] = {0};
     const char *m = setting("ALNAIR_MEMORY_LIMIT"), *c = setting("ALNAIR_COMPUTE_LIMIT"), *why;
+    const char *s = setting("ALNAIR_COMPUTE_SHARE");
     if (m && (why = parse_per_device(m, parse_bytes, memory)))
         report_ignored("ALNAIR_MEMORY_LIMIT", m, why, "running with no memory limit");
     if (c && (why = parse_per_device(c, parse_percent, compute)))
         report_ignored("ALNAIR_COMPUTE_LIMIT", c, why, "running with no compute limit");
+    if (s && (why = parse_per_device(s, parse_percent, share)))
+        report_ignored("ALNAIR_COMPUTE_SHARE", s, why, "running with no compute share");
     for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) {
         alnair.devices[i].memory_limit_bytes = memory[i];
         alnair.devices[i].compute_limit_percent = (uint32_t)compute[i];
-        atomic_store(&alnair.devices[i].takes_turns, compute[i] != 0);
+        alnair.devices[i].compute_share_percent = (uint32_t)share[i];
     }
 }
 
@@ -285,11 +290,11 @@ static void reset_in_child(void)
     for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) {
         struct alnair_device *d = &alnair.devices[i];
         uint64_t memory_limit = d->memory_limit_bytes;
-        uint32_t compute_limit = d->compute_limit_percent;
+        uint32_t compute_limit = d->compute_limit_percent, compute_share = d->compute_share_percent;
         memset(d, 0, sizeof *d);
         d->memory_limit_bytes = memory_limit;
         d->compute_limit_percent = compute_limit;
-        atomic_store(&d->takes_turns, compute_limit != 0);
+        d->compute_share_percent = compute_share;
     }
     atomic_store(&alnair.first_launch_boottime_ns, 0);
     atomic_store(&alnair.first_allocation_boottime_ns, 0);

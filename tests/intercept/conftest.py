@@ -107,3 +107,8 @@ def published(shm_dir: Path, pid: int) -> dict[int, object]:
     """The devices a live writer has published: device index -> its CudaDevice."""
     record = published_record(shm_dir, pid)
     return {d.device_index: d for d in record.devices} if record else {}
+
+
+def writer_pids(shm_dir: Path) -> set[int]:
+    """The pids of the cuda segments in the directory (alnair.cuda.<namespace>.<pid>.<start>)."""
+    return {int(name.split(".")[3]) for name in os.listdir(shm_dir) if name.startswith("alnair.cuda.")}

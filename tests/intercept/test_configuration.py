@@ -106,26 +106,33 @@ def test_an_empty_memory_limit_is_unset_and_silent(run_client, shm_dir):
     assert client.stop() == ""
 
 
-# ---- ALNAIR_COMPUTE_LIMIT --------------------------------------------------------------------
+# ---- ALNAIR_COMPUTE_LIMIT and ALNAIR_COMPUTE_SHARE: one grammar -------------------------------
 
 
 
+COMPUTE_VARIABLES = [("ALNAIR_COMPUTE_LIMIT", "compute_limit_percent", "running with no compute limit"),
+                     ("ALNAIR_COMPUTE_SHARE", "compute_share_percent", "running with no compute share")]
+
+
+@pytest.mark.parametrize("variable, field, instead", COMPUTE_VARIABLES, ids=["limit", "share"])
 @pytest.mark.parametrize("value, why", BAD_COMPUTE)
-def test_a_refused_compute_limit_costs_one_line_and_the_program_runs_unlimited(run_client, shm_dir, value, why):
-    client = run_client("gpa", "launches", "1", "10", "1", env={"ALNAIR_COMPUTE_LIMIT": value})
+def test_a_refused_compute_limit_costs_one_line_and_the_program_runs_unlimited(run_client, shm_dir, value, why,
+                                                                               variable, field, instead):
+    client = run_client("gpa", "launches", "1", "10", "1", env={variable: value})
     device = device_zero(shm_dir, client.proc.pid, lambda d: d.kernel_launches == 10)
-    assert device.compute_limit_percent == 0 and device.compute_period_ns == 0 and device.throttled_ns == 0
-    assert client.stop() == ignored("ALNAIR_COMPUTE_LIMIT", value, why, "running with no compute limit")
+    assert getattr(device, field) == 0 and device.throttled_ns == 0
+    assert client.stop() == ignored(variable, value, why, instead)
 
 
 @pytest.mark.parametrize("value, limits", [
     ("30", {i: 30 for i in range(64)}), ("1", {i: 1 for i in range(64)}), ("100", {i: 100 for i in range(64)}),
     ("007", {i: 7 for i in range(64)}), ("0=30,1=70", {0: 30, 1: 70}), ("63=1,5=100", {63: 1, 5: 100}),
 ])
-def test_every_accepted_compute_syntax_limits_exactly_its_devices(run_client, shm_dir, value, limits):
-    devices, stderr = published_on_64_devices(run_client, shm_dir, {"ALNAIR_COMPUTE_LIMIT": value})
-    assert {i: d.compute_limit_percent for i, d in devices.items()} == {i: limits.get(i, 0) for i in range(64)}
-    assert all(bool(d.compute_period_ns) == (i in limits) for i, d in devices.items())  # the limiter is on
+@pytest.mark.parametrize("variable, field, instead", COMPUTE_VARIABLES, ids=["limit", "share"])
+def test_every_accepted_compute_syntax_limits_exactly_its_devices(run_client, shm_dir, value, limits, variable, field,
+                                                                   instead):
+    devices, stderr = published_on_64_devices(run_client, shm_dir, {variable: value})
+    assert {i: getattr(d, field) for i, d in devices.items()} == {i: limits.get(i, 0) for i in range(64)}
     assert stderr == ""
 
 

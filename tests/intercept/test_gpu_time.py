@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from alnair.abi import layout
-from conftest import HERE, INTERCEPT, gcc, published_record
+from conftest import HERE, INTERCEPT, gcc, published_record, writer_pids
 from support import wait_until
-from test_fair_share import writer_pids
 
 STEP_17MS = "20:850:5:0"  # 20 launches of 0.85 ms, 5 us of CPU apart, a sync: a 17 ms step, GPU-bound
 
@@ -25,13 +24,17 @@ STEP_17MS = "20:850:5:0"  # 20 launches of 0.85 ms, 5 us of CPU apart, a sync: a
 def simulate(tmp_path_factory):
     binary = tmp_path_factory.mktemp("sim") / "gpu_time_sim"
     gcc(f"-I{INTERCEPT.parent / 'abi'}", "-o", str(binary), str(HERE / "programs" / "gpu_time_sim.c"),
-        str(INTERCEPT / "gpu_time.c"), "-lpthread")
+        str(INTERCEPT / "gpu_time.c"), "-lpthread", "-lm")
 
-    def run(seconds: float, *procs: str) -> tuple[list[dict[str, int]], int]:
+    def run(seconds: float, *procs: str, device: dict | None = None) -> tuple[list[dict[str, int]], int]:
+        """Each process's figures, and the GPU's busy time (all the device's figures into `device`)."""
         out = subprocess.run([str(binary), str(seconds), *procs], capture_output=True, text=True, check=True).stdout
         lines = [line.split() for line in out.splitlines()]
         found = [{k: int(v) for k, v in zip(line[2::2], line[3::2])} for line in lines if line[0] == "process"]
-        return found, int(lines[-1][2])
+        figures = {k: int(v) for k, v in zip(lines[-1][1::2], lines[-1][2::2])}
+        if device is not None:
+            device.update(figures)
+        return found, figures["busy_ns"]
 
     return run
 
@@ -126,3 +129,54 @@ def test_two_processes_busy_together_each_count_half(run_client, shm_dir):
             assert busy1 - busy0 > 1_000_000_000
             assert abs((gpu1 - gpu0) / (busy1 - busy0) - 0.5) < 0.05, (first, second)
         [c.result().stop() for c in clients]
+
+
+# ---- the cap and the share on a time-sliced GPU (what compute_limit.c decides, on the virtual clock) ----------
+
+def share_of(p: dict, seconds: float = 10) -> float:
+    return p["true_ns"] / (seconds * 1e9)
+
+
+STEPS = {"5ms": "20:250:5:0", "17ms": STEP_17MS, "50ms": "10:5000:5:0"}
+
+
+@pytest.mark.parametrize("step", STEPS, ids=list(STEPS))
+def test_a_cap_holds_alone_and_beside_another_cap(simulate, step):
+    [alone], _ = simulate(10, f"cap=30,{STEPS[step]}")
+    assert abs(share_of(alone) - 0.30) < 0.01, alone
+    small, large = simulate(10, f"cap=30,{STEPS[step]}", f"cap=70,{STEPS[step]}")[0]
+    assert abs(share_of(small) - 0.30) < 0.03 and abs(share_of(large) - 0.70) < 0.03, (small, large)
+    for p in (small, large):  # and the GPU time published says what they got
+        assert abs(p["gpu_time_ns"] - p["true_ns"]) < 0.015e10, p
+
+
+def test_a_cap_beside_an_unlimited_process_and_three_caps(simulate):
+    capped, free = simulate(10, f"cap=30,{STEP_17MS}", "20:250:5:0")[0]
+    assert abs(share_of(capped) - 0.30) < 0.03 and share_of(free) >= 0.65, (capped, free)
+    found, _ = simulate(10, f"cap=20,{STEP_17MS}", "cap=30,20:250:5:0", "cap=50,10:5000:5:0")
+    assert [round(share_of(p), 2) for p in found] == pytest.approx([0.20, 0.30, 0.50], abs=0.03)
+
+
+def test_a_share_lends_its_peers_idle_time_and_holds_while_both_run(simulate):
+    """50/50 shares, one side busy 1 s and idle 1 s: the other gets the idle seconds whole and half of the rest."""
+    device = {}
+    (on_off, steady), _ = simulate(10, f"share=50,{STEP_17MS}:1000:1000", f"share=50,{STEP_17MS}", device=device)
+    both, alone = device["first_on_ns"], 10e9 - device["first_on_ns"]
+    assert (steady["true_ns"] - steady["true_first_on_ns"]) / alone >= 0.90
+    assert abs(steady["true_first_on_ns"] / both - 0.5) < 0.05 and abs(on_off["true_first_on_ns"] / both - 0.5) < 0.05
+
+
+def test_shares_hold_while_both_run_and_alone_a_share_never_waits(simulate):
+    small, large = simulate(10, f"share=30,{STEP_17MS}", "share=70,10:5000:5:0")[0]
+    assert abs(share_of(small) - 0.30) < 0.03 and abs(share_of(large) - 0.70) < 0.03, (small, large)
+    small, free = simulate(10, f"share=30,{STEP_17MS}", "20:250:5:0")[0]  # the unlimited one weighs what is left
+    assert abs(share_of(small) - 0.30) < 0.03 and share_of(free) >= 0.65, (small, free)
+    [alone], _ = simulate(10, f"share=30,{STEP_17MS}")
+    assert alone["waited_ns"] == 0 and share_of(alone) >= 0.95
+
+
+def test_steps_as_short_as_a_time_slice_pass_their_cap_by_the_documented_error(simulate):
+    """2 ms steps on both sides of a 30/70 cap: a step's span holds the wait for the peer's slice, which the
+    division by processes busy gives it half of, so the 30% side really gets ~35% (docs/intercept.md)."""
+    small, large = simulate(10, "cap=30,4:500:5:0", "cap=70,4:500:5:0")[0]
+    assert 0.33 < share_of(small) < 0.37 and abs(small["gpu_time_ns"] / 1e10 - 0.30) < 0.01, small

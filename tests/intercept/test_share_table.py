@@ -1,6 +1,6 @@
 """The GPU share table is a mode-0666 file: any local user may truncate it, grow it, fill it with
-garbage or rename another file over it while limited processes take turns through it. None of
-that may kill them, stall them or take their windows away (docs/intercept.md, the rules)."""
+garbage or rename another file over it while the processes on the GPU publish their busy timelines
+there. None of that may kill them, stall them or take their GPU time away (docs/intercept.md, the rules)."""
 from __future__ import annotations
 
 import fcntl
@@ -10,23 +10,20 @@ import struct
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from support import read_line, wait_until
-from test_limits import launches_and_overlaps, overlap_fraction, quota_ms
+from test_compute_limits import together
 
-TABLE_BYTES = 512
+TABLE_BYTES = 5120
 SLOTS = 64
 SLOT = struct.Struct("<Ii")  # quota_ppm, pid
 FLOCK = struct.Struct("hh4xqqi4x")  # struct flock on x86-64 and arm64 Linux
 PPM = 1_000_000
 FAKE_GPU_UUID = bytes(range(0xF0, 0xFF)) + b"\x00"  # device 0 of the fake driver
-LIMITS = {"30": 30.0, "70": 70.0}  # the pair the existing share test holds to 0.3 +- 0.08
-WARMUP, SECONDS = 2.5, 2.0  # the rates are measured from 2.5 s on: after the disturbance has settled
-WATCH = 1.2  # windows are watched this long after the disturbance: past every process's liveness check
+LIMITS = {"30": 30.0, "70": 70.0}
 
 
 def table_path(shm_dir: Path) -> Path:
@@ -54,16 +51,6 @@ def holders(path: Path) -> dict[int, int]:
     finally:
         os.close(fd)
     return held
-
-
-def limited_pids(path: Path) -> dict[int, float]:
-    """pid -> limit (%) of the two limited processes, once both hold a slot with their quota."""
-    held = holders(path)
-    if not held:
-        return {}
-    slots = read_slots(path)
-    found = {pid: round(slots[slot][0] / PPM * 100, 3) for slot, pid in held.items()}
-    return found if sorted(found.values()) == sorted(LIMITS.values()) else {}
 
 
 def write_at(path: Path, offset: int, data: bytes) -> None:
@@ -112,105 +99,64 @@ def remove(path: Path) -> None:
     path.unlink()
 
 
-# ---- the pair of limited processes, disturbed ------------------------------------------------
-
-_unlimited_overlap: list[float] = []
-
-
-def unlimited_overlap(run_client, tmp_path: Path) -> float:
-    """How often two unlimited processes overlap on the shared fake GPU (measured once)."""
-    if not _unlimited_overlap:
-        _unlimited_overlap.append(overlap_fraction(run_client, [None, None], tmp_path / "control")[0])
-    return _unlimited_overlap[0]
-
-
-def run_pair(run_client, gpu_file: Path, during) -> list:
-    """Two processes limited to 30% and 70% of one fake GPU, as in test_limits's share test but
-    with a longer warmup, and `during` run on a thread while they warm up."""
-    env = {"FAKE_CUDA_LAUNCH_NS": "200000", "FAKE_CUDA_SHARED_GPU": str(gpu_file)}
-
-    def run(limit):
-        return run_client("gpa", "rate", str(WARMUP), str(SECONDS), env={**env, "ALNAIR_COMPUTE_LIMIT": limit})
-
-    with ThreadPoolExecutor(3) as pool:
-        side = pool.submit(during)
-        clients = list(pool.map(run, LIMITS))
-        side.result()
-    return clients
-
-
-def watch_windows(shm_dir: Path, limits: dict[int, float], seconds: float) -> list[dict[int, float]]:
-    """Each process's published window (ms) every 20 ms for `seconds`."""
-    samples, end = [], time.monotonic() + seconds
-    while time.monotonic() < end:
-        samples.append({pid: quota_ms(shm_dir, pid) for pid in limits})
-        time.sleep(0.02)
-    return samples
-
+# ---- the pair of capped processes, disturbed --------------------------------------------------
 
 @pytest.mark.parametrize("disturb", [truncate_to_zero, grow_to_1mib, random_bytes, max_quotas_in_free_slots,
                                      rename_over, remove], ids=lambda f: f.__name__)
-def test_a_disturbed_table_neither_kills_nor_starves_the_processes_sharing_it(run_client, shm_dir, tmp_path, disturb):
-    baseline = unlimited_overlap(run_client, tmp_path)
-    table, gpu_file = table_path(shm_dir), tmp_path / "gpu"
-    seen: dict[str, object] = {}
+def test_a_disturbed_table_neither_kills_nor_starves_the_processes_sharing_it(run_client, shm_dir, disturb):
+    table, said = table_path(shm_dir), []
 
-    def during():
-        started = time.monotonic()
-        limits = wait_until(lambda: limited_pids(table), timeout=10)
+    def disturb_then_settle(pids):
         disturb(table)
-        time.sleep(0.05)  # a tick or two: a process repairs its own slot within one
-        seen["windows"] = watch_windows(shm_dir, limits, WATCH)
         # the processes are in the table now at the path, whatever happened to the old one
-        seen["in_table"] = wait_until(lambda: set(holders(table).values()) >= set(limits), timeout=2)
-        seen["counters"] = launches_and_overlaps(gpu_file)
-        seen["limits"], seen["settled_after"] = limits, time.monotonic() - started
+        assert wait_until(lambda: set(holders(table).values()) >= set(pids), timeout=2)
+        time.sleep(1.2)  # past every process's liveness check: the figures below are measured after it
 
-    clients = run_pair(run_client, gpu_file, during)
-    limits = seen["limits"]
-    assert seen["settled_after"] < WARMUP, seen["settled_after"]  # the rates below are measured after it
-    assert [c.stop() for c in clients] == ["", ""]  # not a line of complaint
-    assert [c.proc.returncode for c in clients] == [0, 0]
-    # every window kept its length at every look: nothing in the file took time from them
-    wrong = [s for s in seen["windows"] if s != limits]
-    assert not wrong, (limits, wrong[:5], len(wrong), len(seen["windows"]))
-    first, second = (float(c.values("rate")[0][0]) for c in clients)
-    assert abs(first / (first + second) - 0.3) < 0.08, (first, second)
-    launches, overlaps = (now - then for now, then in zip(launches_and_overlaps(gpu_file), seen["counters"]))
-    assert overlaps / launches < 0.2 * baseline, (overlaps, launches, baseline)  # taking turns, in one table
+    small, large = together(run_client, shm_dir, [{"ALNAIR_COMPUTE_LIMIT": limit} for limit in LIMITS],
+                            after_settling=disturb_then_settle, said=said)
+    assert said == ["", ""]  # not a line of complaint, and both lived to the end
+    assert abs(small.gpu_share - 0.30) < 0.06 and abs(large.gpu_share - 0.70) < 0.06, (small, large)
     if disturb is grow_to_1mib:
-        assert table.stat().st_size == 1 << 20  # each process writes its own 8 bytes, nothing else
+        assert table.stat().st_size == 1 << 20  # each process writes its own slot and timeline, nothing else
 
 
 SLOT_HOG = """
-import fcntl, os, struct, sys
+import fcntl, os, struct, sys, time
 fd = os.open(sys.argv[1], os.O_RDWR)
+slots = []
 for slot in range(64):
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 8, slot * 8)
     except OSError:
-        continue  # a limited process's slot
+        continue  # a process's slot
     os.pwrite(fd, struct.pack("<Ii", 1000000, os.getpid()), slot * 8)
+    slots.append(slot)
 print("locked", flush=True)
-sys.stdin.read()
+while True:  # every slot's timeline says: busy all of every ms, wanting the GPU
+    until = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000000
+    for slot in slots:
+        os.pwrite(fd, struct.pack("<QIIQ", until, 0, 0, (1 << 48) - 1) + bytes([250]) * 48, 512 + slot * 72)
+    time.sleep(0.005)
 """
 
 
-def test_a_process_holding_every_free_slot_gets_one_window(run_client, shm_dir):
-    """A live process may take part, but only once: 62 slots held at 10^6 ppm by one pid count as one
-    window of the period, so 30% + 70% + 100% shrink alike to 15 and 35 ms; when it goes, 30 and 70."""
-    clients = [run_client("gpa", "launches", "1", "10", "1", env={"ALNAIR_COMPUTE_LIMIT": limit}) for limit in LIMITS]
-    pids = [c.proc.pid for c in clients]
-    assert wait_until(lambda: [quota_ms(shm_dir, pid) for pid in pids] == [30, 70])
-    hog = subprocess.Popen([sys.executable, "-c", SLOT_HOG, str(table_path(shm_dir))], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True)
-    try:
-        assert read_line(hog.stdout, 10).strip() == "locked"
+def test_a_process_holding_every_free_slot_counts_once(run_client, shm_dir):
+    """A live process may take part, but only once: 63 slots held by one pid whose timelines say it is busy all
+    the time halve a busy process's GPU time (one peer), not leave it 1/64."""
+    hog: list[subprocess.Popen] = []
+
+    def start_hog(pids):
+        assert wait_until(lambda: table_path(shm_dir).exists())
+        hog.append(subprocess.Popen([sys.executable, "-c", SLOT_HOG, str(table_path(shm_dir))], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True))
+        assert read_line(hog[0].stdout, 10).strip() == "locked"
         assert len(holders(table_path(shm_dir))) == SLOTS
-        assert wait_until(lambda: [quota_ms(shm_dir, pid) for pid in pids] == [15, 35], timeout=3)
+        time.sleep(0.3)  # counted within a period
+
+    try:
+        [busy] = together(run_client, shm_dir, [{}], after_settling=start_hog)
     finally:
-        hog.stdin.close()
-        hog.wait(10)
-    # its slots still hold 10^6, but nobody holds their locks: they stop counting at the next check
-    assert wait_until(lambda: [quota_ms(shm_dir, pid) for pid in pids] == [30, 70], timeout=3)
-    assert [c.stop() for c in clients] == ["", ""]
+        for process in hog:
+            process.kill()
+            process.wait(10)
+    assert abs(busy.of_busy - 0.5) < 0.05, busy

@@ -421,6 +421,18 @@ EXPORT CUresult cuStreamGetCtx(CUstream stream, CUcontext *pctx)
     return *pctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
+/* FAKE_CUDA_CAPTURING: every stream says it is capturing a graph. */
+#define IS_CAPTURING(name) \
+    EXPORT CUresult name(CUstream stream, CUstreamCaptureStatus *status) \
+    { \
+        (void)stream; \
+        record(#name); \
+        *status = getenv("FAKE_CUDA_CAPTURING") != NULL; \
+        return CUDA_SUCCESS; \
+    }
+IS_CAPTURING(cuStreamIsCapturing)
+IS_CAPTURING(cuStreamIsCapturing_ptsz)
+
 static CUresult launch(const char *name)
 {
     if (bare_launches) return CUDA_SUCCESS;
@@ -819,7 +831,7 @@ static const struct {
     ENTRY(cuInit) ENTRY(cuDriverGetVersion) ENTRY(cuDeviceGetCount) ENTRY(cuDeviceGet) ENTRY(cuDeviceGetUuid_v2)
     ENTRY(cuDevicePrimaryCtxRetain) ENTRY(cuCtxSetCurrent) ENTRY(cuCtxGetCurrent) ENTRY(cuCtxGetDevice)
     ENTRY(cuCtxPushCurrent_v2) ENTRY(cuCtxPopCurrent_v2) ENTRY(cuCtxCreate_v2) ENTRY(cuCtxCreate_v4)
-    ENTRY(cuCtxDestroy_v2) ENTRY(cuStreamGetCtx) ENTRY(cuLaunchKernel) ENTRY(cuLaunchKernel_ptsz)
+    ENTRY(cuCtxDestroy_v2) ENTRY(cuStreamGetCtx) ENTRY(cuStreamIsCapturing) ENTRY(cuStreamIsCapturing_ptsz) ENTRY(cuLaunchKernel) ENTRY(cuLaunchKernel_ptsz)
     ENTRY(cuLaunchKernelEx) ENTRY(cuLaunchKernelEx_ptsz) ENTRY(cuLaunchCooperativeKernel)
     ENTRY(cuLaunchCooperativeKernel_ptsz) ENTRY(cuLaunchCooperativeKernelMultiDevice) ENTRY(cuGraphLaunch)
     ENTRY(cuGraphLaunch_ptsz) ENTRY(cuMemAlloc_v2) ENTRY(cuMemAllocManaged) ENTRY(cuMemAllocAsync)

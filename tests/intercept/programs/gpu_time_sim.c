@@ -1,20 +1,22 @@
 /*
  * gpu_time_sim.c - TEST DOUBLE of a time-sliced GPU and the processes sharing it, on a virtual
  * clock, driving intercept/gpu_time.c exactly as the library does: a launch onto an idle queue
- * begins a busy span, a sync's return ends it, and every process's monitor ticks every 10 ms,
- * publishing its busy timeline into one share table and accounting from the others'. Nothing
- * depends on the machine's speed: the same arguments give the same numbers.
+ * begins a busy span, a sync's return ends it, a launch waits while its process owes GPU time to
+ * a limit, and every process's monitor ticks every 10 ms, publishing its busy timeline into one
+ * share table, accounting from the others' and deciding its limits' waits (as compute_limit.c).
+ * Nothing depends on the machine's speed: the same arguments give the same numbers.
  *
  *   gpu_time_sim SECONDS PROC [PROC ...]
- *   PROC = kernels:kernel_us:launch_us:cpu_us[:on_ms:off_ms[:start_ms]]
+ *   PROC = [cap=N,][share=N,]kernels:kernel_us:launch_us:cpu_us[:on_ms:off_ms[:start_ms]]
  *
  * A process repeats steps: `kernels` launches `launch_us` of CPU apart, each queueing
  * `kernel_us` of GPU work, then a sync that waits for its queue to drain, then `cpu_us` of CPU
  * (the data loader, the optimizer's host side). With on_ms/off_ms it steps for on_ms, then
  * idles for off_ms, and so on; start_ms delays its first step. The GPU runs one process's work
  * at a time, in turns of SLICE_NS among those with work queued, as the H200 was measured to
- * (docs/intercept.md). Prints, per process, its steps, the GPU time it really got, and what
- * gpu_time.c measured; then the time the GPU was busy.
+ * (docs/intercept.md). Prints, per process, its steps, the GPU time it really got (also while the
+ * first process steps and while it idles), what gpu_time.c measured and how long its launches
+ * waited; then the time the GPU was busy and how long the first process stepped.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +39,10 @@ struct proc {
     uint64_t queued_ns;  /* its work on the GPU not yet run */
     uint64_t served_ns;  /* the GPU time it got */
     uint64_t steps, launches, tick_ns;
+    uint32_t cap_percent;
+    uint64_t barred_until_ns, waited_ns;
+    uint64_t served_first_on_ns; /* of served_ns, while the first process was in its on_ms */
+    struct alnair_gpu_debts debts;
     struct alnair_gpu_time g;
 };
 
@@ -47,6 +53,11 @@ static struct alnair_share_table table;
 static void parse(struct proc *p, const char *spec, int index)
 {
     unsigned long long v[7] = {0, 0, 0, 0, 0, 0, 0};
+    unsigned cap = 0, share = 0;
+    for (;;) {
+        if (sscanf(spec, "cap=%u,", &cap) == 1 || sscanf(spec, "share=%u,", &share) == 1) spec = strchr(spec, ',') + 1;
+        else break;
+    }
     int n = sscanf(spec, "%llu:%llu:%llu:%llu:%llu:%llu:%llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]);
     if (n != 4 && n != 6 && n != 7) {
         fprintf(stderr, "gpu_time_sim: bad process %s\n", spec);
@@ -54,9 +65,11 @@ static void parse(struct proc *p, const char *spec, int index)
     }
     *p = (struct proc){.kernels = v[0], .kernel_ns = v[1] * 1000, .launch_ns = v[2] * 1000, .cpu_ns = v[3] * 1000,
                        .on_ns = v[4] * 1000000, .off_ns = v[5] * 1000000, .start_ns = v[6] * 1000000};
-    p->next_ns = p->start_ns;
-    p->tick_ns = 1000000000ull + (uint64_t)index * 3300000ull; /* the monitors' ticks fall apart */
     alnair_gpu_time_init(&p->g);
+    p->next_ns = p->start_ns;
+    p->cap_percent = cap;
+    p->g.share_ppm = share * 10000;
+    p->tick_ns = 1000000000ull + (uint64_t)index * 3300000ull; /* the monitors' ticks fall apart */
 }
 
 /* Outside its on_ms, a process starts no step. */
@@ -75,6 +88,13 @@ static void run_cpu(struct proc *p, uint64_t t)
             p->phase = LAUNCHING, p->launched = 0, p->next_ns = t;
         } else if (p->phase == LAUNCHING) {
             if (t < p->next_ns) return;
+            atomic_store(&p->g.gate_waiting, t < p->barred_until_ns);
+            if (t < p->barred_until_ns) { /* the launch waits while a debt is owed, its queue drained first */
+                atomic_store(&p->g.gate_waited, 1);
+                if (!p->queued_ns && alnair_gpu_time_busy(&p->g)) alnair_gpu_time_end(&p->g, t);
+                p->waited_ns += DT_NS;
+                return;
+            }
             p->queued_ns += p->kernel_ns;
             p->launches++;
             if (!alnair_gpu_time_busy(&p->g)) alnair_gpu_time_begin(&p->g, t);
@@ -96,7 +116,9 @@ static void tick(int i, uint64_t t)
     p->tick_ns += TICK_NS;
     alnair_gpu_time_close(&p->g, t, p->launches, &table.busy[i]);
     uint64_t peers = ((1ull << n_procs) - 1) & ~(1ull << i);
-    alnair_gpu_time_account(&p->g, t, &table, peers);
+    struct alnair_gpu_time_tick result = alnair_gpu_time_account(&p->g, t, &table, peers);
+    double wait = alnair_gpu_time_owed(&p->debts, p->cap_percent, &result);
+    p->barred_until_ns = wait > 0 ? t + (uint64_t)wait : 0;
 }
 
 int main(int argc, char **argv)
@@ -106,6 +128,7 @@ int main(int argc, char **argv)
         return 2;
     }
     uint64_t start = 1000000000ull, end = start + (uint64_t)(atof(argv[1]) * 1e9), device_busy = 0, slice_used = 0;
+    uint64_t first_on_ns = 0;
     n_procs = argc - 2;
     for (int i = 0; i < n_procs; i++) {
         parse(&procs[i], argv[i + 2], i);
@@ -114,6 +137,8 @@ int main(int argc, char **argv)
     int running = 0;
     for (uint64_t t = start; t < end; t += DT_NS) {
         for (int i = 0; i < n_procs; i++) run_cpu(&procs[i], t), tick(i, t);
+        int first_on = stepping(&procs[0], t);
+        first_on_ns += first_on ? DT_NS : 0;
         /* the GPU: the running process keeps it for a slice while it has work, then the next in turn */
         if (!procs[running].queued_ns || slice_used >= SLICE_NS) {
             for (int k = 1; k <= n_procs; k++) {
@@ -130,15 +155,17 @@ int main(int argc, char **argv)
         if (!p->queued_ns) continue;
         uint64_t ran = p->queued_ns < DT_NS ? p->queued_ns : DT_NS;
         p->queued_ns -= ran, p->served_ns += ran, slice_used += DT_NS, device_busy += DT_NS;
+        if (first_on) p->served_first_on_ns += ran;
     }
     for (int i = 0; i < n_procs; i++) alnair_gpu_time_close(&procs[i].g, end, procs[i].launches, &table.busy[i]);
     for (int i = 0; i < n_procs; i++) {
         struct proc *p = &procs[i];
         alnair_gpu_time_account(&p->g, end, &table, ((1ull << n_procs) - 1) & ~(1ull << i));
-        printf("process %d steps %llu true_ns %llu gpu_time_ns %llu busy_ns %llu\n", i, (unsigned long long)p->steps,
-               (unsigned long long)p->served_ns, (unsigned long long)atomic_load(&p->g.gpu_time_ns),
-               (unsigned long long)atomic_load(&p->g.busy_ns));
+        printf("process %d steps %llu true_ns %llu true_first_on_ns %llu gpu_time_ns %llu busy_ns %llu waited_ns %llu\n",
+               i, (unsigned long long)p->steps, (unsigned long long)p->served_ns,
+               (unsigned long long)p->served_first_on_ns, (unsigned long long)atomic_load(&p->g.gpu_time_ns),
+               (unsigned long long)atomic_load(&p->g.busy_ns), (unsigned long long)p->waited_ns);
     }
-    printf("device busy_ns %llu\n", (unsigned long long)device_busy);
+    printf("device busy_ns %llu first_on_ns %llu\n", (unsigned long long)device_busy, (unsigned long long)first_on_ns);
     return 0;
 }
