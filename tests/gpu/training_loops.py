@@ -94,7 +94,7 @@ def published(shm: str, pid: int) -> dict:
     for parsed in SegmentDirectory(shm, layout.KIND_CUDA, reclaim=False).read():
         if parsed.segment.holder_pid == pid:
             d, ext = parsed.record.devices[0], parsed.record.devices_ext[0]
-            return {"throttled_s": d.throttled_ns / 1e9, "quota_ms": d.compute_quota_ns / 1e6,
+            return {"throttled_s": d.throttled_ns / 1e9,
                     "gpu_time_s": d.gpu_time_ns / 1e9, "busy_s": ext.busy_ns / 1e9,
                     "gpu_time_measured": bool(d.flags & layout.CUDA_DEVICE_GPU_TIME)}
     return {}
