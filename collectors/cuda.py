@@ -44,6 +44,11 @@ ACTIVITY_FIELDS = [
      "last_launch_time_ns"),
 ]
 
+# Per device, from writers that measure them (the GPU's share table tells each process who else is busy on the GPU).
+GPU_TIME_HELP = ("GPU time the process got on the GPU: its busy time, each moment divided among the processes busy on "
+                 "the GPU then.")
+GPU_BUSY_HELP = "Time the process had work queued or running on the GPU, shared or not."
+
 # (metric, help, field): per device, from the record's per-device memory fields (absent for older writers).
 MEMORY_FIELDS = [
     ("alnair_cuda_pool_reserved_bytes",
@@ -57,17 +62,11 @@ MEMORY_FIELDS = [
 
 
 class CudaCollector(SegmentCollector):
-    help = "Per-process CUDA counters (launches, memory, copies, limits) from the intercept's shared memory."
+    help = "Per-process CUDA counters (launches, memory, copies, limits, GPU time) from the intercept's shared memory."
     kind = layout.KIND_CUDA
 
     def record_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]]) -> None:
-        rows = []
-        for p in processes:
-            pid = p.segment.pid_label
-            for d in p.record.devices:
-                uuid = device_uuid(d)
-                key = (p.segment.name, pid, d.device_index, uuid)
-                rows.append((self.labels.get(key, {"pid": pid, "gpu": str(d.device_index), "uuid": uuid}), d))
+        rows = [(self._device_labels(p, d), d) for p in processes for d in p.record.devices]
         for metric, kind, text, field, scale in DEVICE_FIELDS:
             out.family(metric, kind, text, ((labels, getattr(d, field) * scale) for labels, d in rows))
         out.family("alnair_cuda_memory_limit_bytes", "gauge", "Memory limit set for the process (absent: none).",
@@ -78,20 +77,32 @@ class CudaCollector(SegmentCollector):
                    "Share of each scheduling period the process may launch in now: its limit after feedback, "
                    "scaled down when the GPU's limits add up to more than 1.",
                    ((labels, d.compute_quota_ns / d.compute_period_ns) for labels, d in rows if d.compute_period_ns))
+        self._gpu_time_families(out, processes)
         self._copy_families(out, processes)
         self._memory_families(out, processes)
         self._activity_families(out, processes)
 
+    def _device_labels(self, p: ParsedSegment[CudaProcess], d: layout.CudaDevice) -> str:
+        """The label set of the process's series for device `d`, the same in every per-device family."""
+        pid, uuid = p.segment.pid_label, device_uuid(d)
+        key = (p.segment.name, pid, d.device_index, uuid)
+        return self.labels.get(key, {"pid": pid, "gpu": str(d.device_index), "uuid": uuid})
+
+    def _gpu_time_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]]) -> None:
+        """GPU time and busy time of the devices whose writer measures them (flag CUDA_DEVICE_GPU_TIME, set only by
+        writers that publish the extensions too); none for the others, whose zeros would be claims never made."""
+        rows = [(self._device_labels(p, d), d, ext) for p in processes
+                for d, ext in zip(p.record.devices, p.record.devices_ext or ()) if d.flags & layout.CUDA_DEVICE_GPU_TIME]
+        out.family("alnair_cuda_gpu_time_seconds", "counter", GPU_TIME_HELP,
+                   ((labels, _seconds(d.gpu_time_ns)) for labels, d, _ in rows))
+        out.family("alnair_cuda_gpu_busy_seconds", "counter", GPU_BUSY_HELP,
+                   ((labels, _seconds(ext.busy_ns)) for labels, _, ext in rows))
+
     def _memory_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]]) -> None:
         """Pools, what the limit charges, and the contexts' own memory (absent until measured); none for a
         writer older than these fields."""
-        rows = []
-        for p in processes:
-            pid = p.segment.pid_label
-            for d, m in zip(p.record.devices, p.record.devices_memory or ()):
-                uuid = device_uuid(d)
-                key = (p.segment.name, pid, d.device_index, uuid)
-                rows.append((self.labels.get(key, {"pid": pid, "gpu": str(d.device_index), "uuid": uuid}), d, m))
+        rows = [(self._device_labels(p, d), d, m) for p in processes
+                for d, m in zip(p.record.devices, p.record.devices_memory or ())]
         out.family("alnair_cuda_context_memory_bytes", "gauge",
                    "Device memory the process's contexts hold themselves (no allocation shows it), as measured when "
                    "each was created (absent: not measured).",

@@ -239,6 +239,25 @@ class PythonProgram:
         return self.proc.stderr.read()
 
 
+def cuda_record_program(setup: str) -> str:
+    """The code of a PythonProgram that publishes one cuda record, laid out as the intercept lays it, and keeps it
+    until stdin closes: for fields the C test writer cannot set (device flags, GPU time). `setup` fills `record`, a
+    layout.CudaRecord with no devices yet, `layout` imported."""
+    return "\n".join(textwrap.dedent(part) for part in ("""
+        import ctypes, sys
+        from alnair.abi import layout
+        from alnair.intercept.segment_writer import WriterSegment
+
+        record = layout.CudaRecord(max_devices=layout.CUDA_MAX_DEVICES)
+        """, setup, """
+        segment = WriterSegment(layout.KIND_CUDA, ctypes.sizeof(layout.CudaRecord))
+        segment.publish(bytes(record))
+        print("ready", flush=True)
+        sys.stdin.read()
+        segment.close()
+        """))
+
+
 def python_records(shm_dir: Path) -> dict[int, object]:
     """The python records in shm_dir by writer pid, read as the exporter does (without reclaiming)."""
     from alnair.abi import layout

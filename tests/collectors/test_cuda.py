@@ -5,14 +5,16 @@ import argparse
 import time
 
 import psutil
+import pytest
 
 from alnair.collectors.cuda import CudaCollector
 from alnair.exporter.plugin import render
-from support import parse_samples
+from support import PythonProgram, cuda_record_program, parse_samples
 
 
-# The test writer's device UUIDs: bytes 0x00-0x0f for device 0, 0x10-0x1f for device 1.
-UUIDS = {0: "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f", 1: "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f"}
+# The test writer's device UUIDs: bytes 0x00-0x0f for device 0, 0x10-0x1f for device 1 (and so on).
+UUIDS = {0: "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f", 1: "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f",
+         2: "GPU-20212223-2425-2627-2829-2a2b2c2d2e2f"}
 
 
 def device(writer, gpu: int) -> str:
@@ -20,8 +22,8 @@ def device(writer, gpu: int) -> str:
     return f'gpu="{gpu}",pid="{writer.pid}",uuid="{UUIDS[gpu]}"'
 
 
-def sample(shm_dir) -> dict[str, float]:
-    collector = CudaCollector(argparse.Namespace(shm_dir=str(shm_dir), procfs="/proc"))
+def sample(shm_dir, collector: CudaCollector | None = None) -> dict[str, float]:
+    collector = collector or CudaCollector(argparse.Namespace(shm_dir=str(shm_dir), procfs="/proc"))
     return parse_samples(render(collector.collect()).decode())
 
 
@@ -164,3 +166,49 @@ def test_a_writer_older_than_the_memory_fields_has_none_of_their_series(start_wr
     s = sample(shm_dir)
     assert any(f'pid="{old.pid}"' in k for k in s if k.startswith("alnair_cuda_copies_total{"))  # it has copies
     assert not any(f'pid="{old.pid}"' in k for k in s if "pool_" in k or "context_memory" in k or "charged" in k)
+
+
+# A writer that measures GPU time, as the intercept lays the record out (the C test writer sets no flags), on the
+# C writer's UUIDs: device 0 measured, 0.75 s of GPU time in 1.5 s busy; device 1 measured, nothing yet; device 2
+# with values but not the flag (a writer older than the fields leaves 0; the flag, not the value, decides).
+GPU_TIME_WRITER = cuda_record_program("""
+    record.device_count = 3
+    for i in range(3):
+        record.devices[i].device_index = i
+        record.devices[i].uuid[:] = [i * 16 + k for k in range(16)]
+    record.devices[0].flags = record.devices[1].flags = layout.CUDA_DEVICE_GPU_TIME
+    record.devices[0].gpu_time_ns, record.devices_ext[0].busy_ns = 750_000_000, 1_500_000_000
+    record.devices[2].gpu_time_ns, record.devices_ext[2].busy_ns = 250_000_000, 500_000_000
+""")
+
+
+@pytest.fixture
+def gpu_time_writer(shm_dir):
+    writer = PythonProgram(GPU_TIME_WRITER, shm_dir)
+    yield writer
+    if writer.proc.poll() is None:
+        writer.finish()
+
+
+def test_gpu_time_is_exported_only_for_devices_whose_writer_measures_it(gpu_time_writer, start_writer, shm_dir):
+    older = start_writer("--devices", "2", "--set", "kernel_launches=5")
+    s = sample(shm_dir)
+    gpu = {i: device(gpu_time_writer, i) for i in range(3)}
+    assert s[f"alnair_cuda_gpu_time_seconds_total{{{gpu[0]}}}"] == 0.75
+    assert s[f"alnair_cuda_gpu_busy_seconds_total{{{gpu[0]}}}"] == 1.5
+    assert s[f"alnair_cuda_gpu_time_seconds_total{{{gpu[1]}}}"] == 0  # measured: nothing yet
+    assert s[f"alnair_cuda_gpu_busy_seconds_total{{{gpu[1]}}}"] == 0
+    gpu_time = {k for k in s if k.startswith(("alnair_cuda_gpu_time_seconds_total{", "alnair_cuda_gpu_busy_seconds_total{"))}
+    assert len(gpu_time) == 4  # no series for device 2 (no flag), nor for the C writer's devices
+    assert not any(f'pid="{older.pid}"' in k for k in gpu_time) and s[f"alnair_cuda_kernel_launches_total{{{device(older, 1)}}}"] == 6
+
+
+def test_an_exited_writers_gpu_time_lingers_with_its_last_record(gpu_time_writer, shm_dir):
+    collector = CudaCollector(argparse.Namespace(shm_dir=str(shm_dir), procfs="/proc", shm_linger=60.0))
+    gpu0 = device(gpu_time_writer, 0)
+    assert sample(shm_dir, collector)[f"alnair_cuda_gpu_time_seconds_total{{{gpu0}}}"] == 0.75  # seen alive
+    gpu_time_writer.proc.kill()
+    gpu_time_writer.proc.wait(10)
+    s = sample(shm_dir, collector)
+    assert f'alnair_cuda_process_exited_timestamp_seconds{{pid="{gpu_time_writer.pid}"}}' in s
+    assert (s[f"alnair_cuda_gpu_time_seconds_total{{{gpu0}}}"], s[f"alnair_cuda_gpu_busy_seconds_total{{{gpu0}}}"]) == (0.75, 1.5)

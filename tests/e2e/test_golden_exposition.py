@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from support import (Exporter, PythonProgram, end_all, fill_cache, parse_samples, require_binary, scrape_text,
-                     start_redis, wait_until)  # noqa: F401  (start_redis is a fixture)
+from support import (Exporter, PythonProgram, cuda_record_program, end_all, fill_cache, parse_samples, require_binary,
+                     scrape_text, start_redis, wait_until)  # noqa: F401  (start_redis is a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -72,6 +72,14 @@ PYTHON_WRITER = textwrap.dedent("""
 """)
 
 
+# A cuda writer that measures GPU time (the C test writer sets no device flags): its GPU time series have labels.
+GPU_TIME_WRITER = cuda_record_program("""
+    record.device_count = 1
+    record.devices[0].flags = layout.CUDA_DEVICE_GPU_TIME
+    record.devices[0].gpu_time_ns, record.devices_ext[0].busy_ns = 250_000_000, 500_000_000
+""")
+
+
 def digest(exposition: str) -> list[str]:
     """One line per family, sorted: `name type label,names` (the union over its samples; `-` for none)."""
     types, labels = {}, {}
@@ -98,6 +106,7 @@ def golden_scrape(tmp_path, shm_dir, start_writer, start_redis) -> str:
                  "--set", "context_bytes=524288000", "--set", "pool_reserved_bytes=33554432",
                  "--set", "pool_used_bytes=16777216", "--set", "charged_bytes=33554432")
     trainer = PythonProgram(PYTHON_WRITER, shm_dir)
+    gpu_time = PythonProgram(GPU_TIME_WRITER, shm_dir)
     launcher = tmp_path / "exporter_with_fake_nvml.py"
     launcher.write_text(EXPORTER_WITH_FAKE_NVML)
     exporter = Exporter(["--collector.cache", f"--collector.cache.redis-url={redis.url}", f"--shm.dir={shm_dir}",
@@ -117,11 +126,13 @@ def golden_scrape(tmp_path, shm_dir, start_writer, start_redis) -> str:
             and "alnair_python_phase_seconds_total{" in text and "alnair_cache_dataset_hits_total{" in text
             and "alnair_python_process_exited_timestamp_seconds{" in text
             and "alnair_cuda_process_exited_timestamp_seconds{" in text
+            and "alnair_cuda_gpu_time_seconds_total{" in text
             and 'alnair_nvml_xid_errors_by_code_total{gpu="0"' in text and text,
             timeout=60)
     finally:
         end_all([exporter.proc])
         trainer.finish()
+        gpu_time.finish()
 
 
 def test_every_family_keeps_its_name_type_and_labels(golden_scrape):
