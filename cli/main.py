@@ -21,7 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
                                           "idle: none for --idle-after; turns:NN%: taking turns on a shared GPU, "
                                           "NN its window's share; else active), kernel launches/s, GPU memory "
                                           "and limit, the contexts' own memory, what the limit charges, "
-                                          "host-to-device and device-to-host copy bytes/s, throttled %, "
+                                          "host-to-device and device-to-host copy bytes/s, GPU time % (its share of "
+                                          "its GPUs over the interval, each moment of a shared GPU divided among the "
+                                          "processes busy then), throttled %, "
                                           "data-stall %, steps/s. On a terminal it refreshes every interval "
                                           "(</> sort column, r reverse, q quit); piped, it prints one table.")
     add_flag(top, "--shm.dir", default=naming.DEFAULT_DIR, help="Directory of the writers' segments.")

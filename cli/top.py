@@ -23,6 +23,7 @@ class ProcessCounters:
     memory_used: int = 0
     memory_limit: int = 0
     throttled_ns: int = 0
+    gpu_time_ns: dict[int, int] = field(default_factory=dict)  # by device index, only devices whose GPU time is measured
     memory_known: bool = False  # the writer publishes pool, context and charged memory (older ones do not)
     context_memory: int = 0
     memory_charged: int = 0
@@ -53,6 +54,7 @@ class Row:
     state: str | None
     host_to_device_per_s: float | None
     device_to_host_per_s: float | None
+    gpu_time_pct: float | None
     throttled_pct: float | None
     stall_pct: float | None
     steps_per_s: float | None
@@ -82,6 +84,7 @@ class NodeReader:
             p.memory_used = sum(d.bytes_in_use for d in devices)
             p.memory_limit = sum(d.memory_limit_bytes for d in devices)
             p.throttled_ns = sum(d.throttled_ns for d in devices)
+            p.gpu_time_ns = {d.device_index: d.gpu_time_ns for d in devices if d.flags & layout.CUDA_DEVICE_GPU_TIME}
             memory = parsed.record.devices_memory
             p.memory_known = memory is not None
             p.context_memory = sum(m.context_bytes for m in memory or ())
@@ -114,6 +117,17 @@ def _ratio_pct(part: int, whole: int) -> float | None:
     return 100.0 * part / whole if whole > 0 else None
 
 
+def _gpu_time_pct(now: dict[int, int], before: dict[int, int], seconds: float) -> float | None:
+    """The share of its GPUs' time the process got between two reads, in percent: the GPU time it gained on the
+    devices measured in both reads over the time between the two publishes, times the number of those devices (the
+    mean of its GPUs' shares). None without a device measured in both: a writer older than GPU time."""
+    measured = now.keys() & before.keys()
+    if not measured:
+        return None
+    got = _rate(sum(now[i] for i in measured), sum(before[i] for i in measured), seconds * len(measured))
+    return None if got is None else min(100.0, got / 1e7)  # ns per s -> percent
+
+
 IDLE_AFTER = 60.0  # seconds without a launch before a process that has launched is idle (--idle-after)
 
 
@@ -136,7 +150,7 @@ def state(p: ProcessCounters, idle_after: float = IDLE_AFTER) -> str | None:
 def row(now: ProcessCounters, before: ProcessCounters | None, idle_after: float = IDLE_AFTER) -> Row:
     """Rates over the time between the two publishes read; None where there is no earlier read."""
     has_cuda, has_python = bool(now.cuda_time_ns), bool(now.python_time_ns)
-    launches = throttled = stall = steps = to_device = to_host = None
+    launches = gpu_time = throttled = stall = steps = to_device = to_host = None
     if before is not None and has_cuda and before.cuda_time_ns:
         seconds = (now.cuda_time_ns - before.cuda_time_ns) / 1e9
         launches = _rate(now.kernel_launches, before.kernel_launches, seconds)
@@ -145,6 +159,7 @@ def row(now: ProcessCounters, before: ProcessCounters | None, idle_after: float 
             to_host = _rate(now.device_to_host_bytes, before.device_to_host_bytes, seconds)
         busy = _rate(now.throttled_ns, before.throttled_ns, seconds * max(1, len(now.gpus)))
         throttled = None if busy is None else min(100.0, busy / 1e7)  # ns per s -> percent
+        gpu_time = _gpu_time_pct(now.gpu_time_ns, before.gpu_time_ns, seconds)
     if before is not None and has_python and before.python_time_ns:
         seconds = (now.python_time_ns - before.python_time_ns) / 1e9
         steps = _rate(now.steps, before.steps, seconds)
@@ -159,7 +174,7 @@ def row(now: ProcessCounters, before: ProcessCounters | None, idle_after: float 
         memory_charged=now.memory_charged if has_cuda and now.memory_known else None,
         state=state(now, idle_after),
         host_to_device_per_s=to_device, device_to_host_per_s=to_host,
-        throttled_pct=throttled, stall_pct=stall, steps_per_s=steps,
+        gpu_time_pct=gpu_time, throttled_pct=throttled, stall_pct=stall, steps_per_s=steps,
     )
 
 
@@ -203,6 +218,7 @@ COLUMNS = [
     Column("CHARGED", "memory_charged", 9, _bytes),  # what the limit is checked against
     Column("H2D/s", "host_to_device_per_s", 9, _bytes),  # copy throughput: bytes a second, each way
     Column("D2H/s", "device_to_host_per_s", 9, _bytes),
+    Column("GPU%", "gpu_time_pct", 6, _number(".1f")),  # the GPU's time the process got: its share of a shared GPU
     Column("THR%", "throttled_pct", 6, _number(".1f")),
     Column("STALL%", "stall_pct", 7, _number(".1f")),
     Column("STEP/s", "steps_per_s", 8, _number(".1f")),

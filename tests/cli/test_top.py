@@ -17,8 +17,8 @@ from support import PythonProgram, python_records, wait_until
 # One process with both records: a training loop taking a batch every 10 ms and waiting 6 ms of each for
 # it, and a cuda segment on GPU 3 launching 5000 kernels/s, throttled 25%, 3 of 8 GiB in use, copying
 # 3,000,000 bytes/s to the GPU and 1,000,000 back, its context holding 512 MiB, 3.5 GiB charged, taking
-# turns with a window of 30% of each period. Every value follows the clock, not how often the threads
-# get to run, so the rates do not depend on the machine.
+# turns with a window of 30% of each period, getting 40% of the GPU's time (busy 80%, shared). Every value
+# follows the clock, not how often the threads get to run, so the rates do not depend on the machine.
 TRAINER = textwrap.dedent("""
     import ctypes, sys, threading, time
     from alnair.abi import layout
@@ -45,6 +45,7 @@ TRAINER = textwrap.dedent("""
         record = layout.CudaRecord(device_count=1, max_devices=layout.CUDA_MAX_DEVICES)
         device = record.devices[0]
         device.device_index, device.bytes_in_use, device.memory_limit_bytes = 3, 3 << 30, 8 << 30
+        device.flags = layout.CUDA_DEVICE_GPU_TIME
         device.compute_period_ns, device.compute_quota_ns = 100_000_000, 30_000_000
         record.devices_memory[0].context_bytes, record.devices_memory[0].charged_bytes = 512 << 20, 7 << 29
         record.activity.first_launch_ns = 1_500_000_000
@@ -53,6 +54,7 @@ TRAINER = textwrap.dedent("""
             elapsed = time.time_ns() - start
             record.activity.last_launch_time_ns = time.time_ns()
             device.kernel_launches, device.throttled_ns = elapsed * 5 // 1_000_000, elapsed // 4
+            device.gpu_time_ns, record.devices_ext[0].busy_ns = elapsed * 2 // 5, elapsed * 4 // 5
             copies = record.devices_ext[0].copies
             copies[layout.COPY_HOST_TO_DEVICE].bytes, copies[layout.COPY_DEVICE_TO_HOST].bytes = elapsed * 3 // 1000, elapsed // 1000
             segment.publish(bytes(record))
@@ -70,8 +72,8 @@ TRAINER = textwrap.dedent("""
 """)
 
 
-HEADER = ["PID", "COMM", "POD", "GPU", "STATE", "LAUNCH/s", "MEM", "LIMIT", "CTX", "CHARGED", "H2D/s", "D2H/s", "THR%",
-          "STALL%", "STEP/s"]
+HEADER = ["PID", "COMM", "POD", "GPU", "STATE", "LAUNCH/s", "MEM", "LIMIT", "CTX", "CHARGED", "H2D/s", "D2H/s", "GPU%",
+          "THR%", "STALL%", "STEP/s"]
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
@@ -115,6 +117,7 @@ def test_piped_top_prints_one_table_with_rates_joined_by_pid(shm_dir, writers):
     # publish stamp (microseconds, a scheduling delay at worst) separates them from the nominal ones.
     assert 4800 <= float(t["LAUNCH/s"]) <= 5200
     assert 24 <= float(t["THR%"]) <= 26
+    assert 39 <= float(t["GPU%"]) <= 41
     assert t["STALL%"] == "60.0"
     assert 95 <= float(t["STEP/s"]) <= 105
     assert 2.8e6 <= byte_count(t["H2D/s"]) <= 3.2e6 and 0.9e6 <= byte_count(t["D2H/s"]) <= 1.1e6  # one decimal of MiB, KiB
@@ -122,6 +125,7 @@ def test_piped_top_prints_one_table_with_rates_joined_by_pid(shm_dir, writers):
     assert (c["COMM"], c["GPU"], c["MEM"], c["LIMIT"], c["STALL%"], c["STEP/s"]) == ("alnair-shm-test", "0,1", "2.0MiB", "-", "-", "-")
     assert (c["STATE"], c["CTX"], c["CHARGED"]) == ("starting", "-", "0B")  # no launch yet; no context measured
     assert (c["H2D/s"], c["D2H/s"]) == ("0B", "0B")
+    assert c["GPU%"] == "-"  # the C writer does not measure GPU time: no share, not 0
     assert 195 <= float(c["LAUNCH/s"]) <= 205  # 2 devices x 100/s
 
 
@@ -130,8 +134,25 @@ def test_top_shows_no_copy_rates_for_a_writer_older_than_the_copy_counters(shm_d
     header, *rows = piped_table(shm_dir, "--interval=0.5")
     row = dict(zip(header, rows[0]))
     assert int(row["PID"]) == old.pid and 90 <= float(row["LAUNCH/s"]) <= 110
-    assert (row["H2D/s"], row["D2H/s"]) == ("-", "-")
+    assert (row["H2D/s"], row["D2H/s"], row["GPU%"]) == ("-", "-", "-")
     assert (row["STATE"], row["CTX"], row["CHARGED"]) == ("-", "-", "-")  # nor a state or memory it does not publish
+
+
+def test_top_shows_no_gpu_share_before_its_second_read(shm_dir, writers):
+    """The screen's first frame has one read: no share yet, not 0; a second read of a writer that measures GPU time
+    gives one."""
+    from alnair.cli.top import NodeReader, rows
+
+    trainer, _ = writers
+    pid = str(trainer.pid)
+    reader = NodeReader(str(shm_dir))
+    first = wait_until(lambda: (read := reader.read()).get(pid) and read[pid].gpu_time_ns and read)
+    [alone] = [r for r in rows(first, {}) if r.pid == pid]
+    assert alone.gpu_time_pct is None and alone.launches_per_s is None
+    # a second read at least 0.3 s of the writer's publishes later
+    later = wait_until(lambda: (read := reader.read())[pid].cuda_time_ns - first[pid].cuda_time_ns > 3e8 and read)
+    [paired] = [r for r in rows(later, first) if r.pid == pid]
+    assert paired.gpu_time_pct is not None and 39 <= paired.gpu_time_pct <= 41
 
 
 def test_top_tells_starting_idle_active_and_turns_apart_by_the_writers_clock(shm_dir, start_writer):
