@@ -1,13 +1,13 @@
-"""GPU sharing: which pods share each GPU, and per pod and process what NVML and the CUDA intercept see: SM
-utilization, memory against its limit (allocations, pool caches and contexts, as the GPU holds them), the compute
-limit against its quota and throttling, denied allocations, launch rates, copies, and which processes are starting
-up or idle."""
+"""GPU sharing: which pods share each GPU and each one's share of its time, and per pod and process what NVML and the
+CUDA intercept see: SM utilization, memory against its limit (allocations, pool caches and contexts, as the GPU holds
+them), the compute limit against its quota and throttling, denied allocations, launch rates, copies, and which
+processes are starting up or idle."""
 from __future__ import annotations
 
 from . import variables as v
 from .model import Dashboard, Query, row, state_timeline, table, timeseries
 from .promql import DASHBOARD as S
-from .promql import GPU, NODE, by, memory_of_limit, rate, selector, with_node, with_pod
+from .promql import GPU, NODE, by, gpu_time_share, memory_of_limit, rate, selector, with_node, with_pod
 
 PROCESS = "{{namespace}}/{{pod}} pid {{pid}} GPU {{gpu}}"
 # Every process holding memory on a GPU has this series (0 when it ran nothing), intercepted or not.
@@ -30,6 +30,12 @@ SHARING = row(
           hidden_columns=("Time",)),
     timeseries("Pods per GPU", "Distinct pods with processes on each GPU: above 1, the GPU is shared.", "none",
                Query(by(["node", "gpu", "uuid"], "count", POD_ON_GPU), "{{node}} GPU {{gpu}}"), min=0),
+    timeseries("GPU time share by pod", "Per GPU, each pod's share of the GPU's time: the GPU time of its processes "
+               "under the intercept, each moment of the GPU divided among the processes busy on it then. On a "
+               "time-sliced GPU the pods' shares add up to the share of the time it was busy (at most 100%), which "
+               "NVML's per-process utilization cannot divide. Absent for processes outside the intercept and writers "
+               "older than GPU time.", "percentunit", Query(gpu_time_share(S), "{{namespace}}/{{pod}} GPU {{uuid}}"),
+               min=0, max=1, width=24),
 )
 
 COMPUTE = row(
@@ -143,8 +149,8 @@ COPIES = row(
 
 DASHBOARD = Dashboard(
     "alnair-gpu-sharing", "Alnair / GPU sharing",
-    "Which pods share each GPU, and per process: utilization, memory as the GPU holds it against its limit, compute "
-    "quota and throttling, copies, and which processes are starting up or idle.",
+    "Which pods share each GPU and the share of its time each got, and per process: utilization, memory as the GPU "
+    "holds it against its limit, compute quota and throttling, copies, and which processes are starting up or idle.",
     (v.DATASOURCE, v.NODE, v.INSTANCE, v.namespace("cuda", "nvml"), v.pod("cuda", "nvml"), v.GPU),
     (SHARING, COMPUTE, MEMORY, COPIES),
 )

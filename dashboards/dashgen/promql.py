@@ -100,6 +100,14 @@ def memory_of_limit(scope: Scope) -> str:
     return with_pod(scope, ratio(used, selector(scope, "alnair_cuda_memory_limit_bytes", GPU)), "cuda")
 
 
+def gpu_time_share(scope: Scope) -> str:
+    """Per pod and GPU: the share of the GPU's time the pod's processes got, from the intercept's GPU time (each moment
+    divided among the processes busy on the GPU then), so a time-sliced GPU's pods add up to its busy share, at most 1.
+    By `uuid` alone: the cuda collector's `gpu` is the CUDA ordinal each process sees, which processes may not share."""
+    return by(["instance", "uuid", "namespace", "pod"], "sum",
+              with_pod(scope, rate(scope, "alnair_cuda_gpu_time_seconds_total", GPU), "cuda"))
+
+
 def data_stall(scope: Scope, labels: Sequence[str] | None = None) -> str:
     """The share of step time spent waiting for the next batch: per process, or summed by `labels`."""
     wait, step = (rate(scope, f"alnair_python_{name}_seconds_total", NODE) for name in ("data_wait", "step"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .promql import RULES, cache_hit_ratio, data_stall, dedupe_ratio, gpu_memory_used_share, gpus_answering
+from .promql import RULES, cache_hit_ratio, data_stall, dedupe_ratio, gpu_memory_used_share, gpu_time_share, gpus_answering
 from .promql import cache_node_memory_of_max, memory_of_limit, rate, with_node, with_pod
 
 
@@ -28,7 +28,8 @@ GAUGES = {
 }
 COUNTERS = {
     "cuda": ("alnair_cuda_kernel_launches_total", "alnair_cuda_graph_launches_total", "alnair_cuda_allocations_denied_total",
-             "alnair_cuda_allocation_failures_total", "alnair_cuda_throttled_seconds_total", "alnair_cuda_copy_bytes_total"),
+             "alnair_cuda_allocation_failures_total", "alnair_cuda_throttled_seconds_total", "alnair_cuda_copy_bytes_total",
+             "alnair_cuda_gpu_time_seconds_total", "alnair_cuda_gpu_busy_seconds_total"),
     "python": ("alnair_python_steps_total", "alnair_python_samples_total", "alnair_python_optimizer_steps_total"),
 }
 
@@ -52,6 +53,7 @@ PROCESS = [
 
 GPU_MEMORY_USED = "gpu:alnair_nvml_memory_used_per_total:ratio"
 MEMORY_OF_LIMIT = "pod_pid:alnair_cuda_memory_used_per_limit:ratio"
+POD_GPU_TIME = f"namespace_pod_gpu:alnair_cuda_gpu_time_seconds:{RATE}"
 PROCESS_DATA_STALL = f"pod_pid:alnair_python_data_wait_per_step_seconds:ratio_{RATE}"
 POD_DATA_STALL = f"namespace_pod:alnair_python_data_wait_per_step_seconds:ratio_{RATE}"
 DATASET_HIT_RATIO = f"redis_dataset:alnair_cache_dataset_hits_per_fetches:ratio_{RATE}"
@@ -65,6 +67,9 @@ RATIOS = [
              "per GPU: device memory used over installed, with its node"),
     Recorded(MEMORY_OF_LIMIT, with_node(RULES, memory_of_limit(RULES)),
              f"per process and GPU: memory in use over its ALNAIR_MEMORY_LIMIT (only processes with a limit), {JOINED}"),
+    Recorded(POD_GPU_TIME, with_node(RULES, gpu_time_share(RULES)),
+             f"per pod and GPU (`uuid`): the share of the GPU's time the pod's processes got (GPU time per second, each "
+             f"moment divided among the processes busy on the GPU then) over {RULES.window}, with its node"),
     Recorded(PROCESS_DATA_STALL, with_node(RULES, data_stall(RULES)),
              f"per process: the share of step time spent waiting for data (the data stall) over {RULES.window}, {JOINED}"),
     Recorded(POD_DATA_STALL, data_stall(RULES, ("namespace", "pod")),

@@ -118,6 +118,33 @@ CONTEXT_CHARGED = textwrap.dedent("""
 """)
 
 
+# A process getting a quarter of GPU 0's time (busy half of it, the GPU shared), on the C writer's GPU 0 (its UUID
+# bytes 0..15), publishing GPU time as the intercept does every 100 ms. The times follow the clock, so its pod's
+# share of the GPU is 0.25 however fast the machine is.
+GPU_TIME = textwrap.dedent("""
+    import ctypes, sys, threading, time
+    from alnair.abi import layout
+    from alnair.intercept.segment_writer import WriterSegment
+
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    record = layout.CudaRecord(device_count=1, max_devices=layout.CUDA_MAX_DEVICES)
+    device = record.devices[0]
+    device.uuid[:] = list(range(16))
+    device.flags = layout.CUDA_DEVICE_GPU_TIME
+    segment = WriterSegment(layout.KIND_CUDA, ctypes.sizeof(layout.CudaRecord))
+    start = time.monotonic_ns()
+    print("ready", flush=True)
+    while True:
+        elapsed = time.monotonic_ns() - start
+        device.gpu_time_ns, record.devices_ext[0].busy_ns = elapsed // 4, elapsed // 2
+        segment.publish(bytes(record))
+        if stop.wait(0.1):
+            break
+    segment.close()
+""")
+
+
 @dataclass
 class Stack:
     prometheus: str
@@ -175,7 +202,7 @@ def stack(tmp_path_factory, test_writer_binary, redis_cluster):
         active = Writer(test_writer_binary, shm, ["--devices", "1", "--period-ms", "10", "--set", "first_launch_ns=600000000",
                                                   "--set", f"last_launch_time_ns={active_launch_ns}"])
         context_charged = PythonProgram(CONTEXT_CHARGED, shm)
-        writers += [starting, active, context_charged]
+        writers += [starting, active, context_charged, PythonProgram(GPU_TIME, shm)]
         writers.append(PythonProgram(CACHE_TRAFFIC, shm, env={"DEMO_REDIS": redis.url, "DEMO_ORIGIN": str(tmp / "images")}))
         launcher = tmp / "exporter_with_fake_nvml.py"
         launcher.write_text(EXPORTER_WITH_FAKE_NVML)
@@ -366,3 +393,23 @@ def test_the_activity_panel_shows_starting_up_idle_and_active_by_the_time_of_the
     seen = [(t - launch, int(v)) for t, v in series[stack.pids["active"]] if abs(t - launch - 60) > 1]
     assert seen == [(age, states["idle"] if age > 60 else states["active"]) for age, _ in seen]
     assert {state for _, state in seen} == {states["active"], states["idle"]}
+
+
+def test_the_gpu_time_panel_shows_the_pods_share_of_each_gpu(stack):
+    """Only the GPU time writer measures GPU time (the C writers do not): its pod (none: `<none>`) got a quarter of
+    GPU 0, and GPU 1 has no series at all rather than a 0."""
+    board = load(ROOT / "dashboards/json/gpu-sharing.json")
+    [promql] = panel_queries(board, "GPU time share by pod", as_grafana_all(stack.prometheus, board))
+
+    def shares() -> dict[tuple[str, str], float]:
+        return {(r["metric"]["pod"], r["metric"]["uuid"]): float(r["value"][1]) for r in query(stack.prometheus, promql)}
+
+    def quarter_of_gpu_0() -> bool:  # once the rate's window holds enough scrapes to smooth the publishes' jitter
+        shown = shares()
+        return list(shown) == [("<none>", UUIDS[0])] and abs(shown[("<none>", UUIDS[0])] - 0.25) < 0.02
+
+    try:
+        wait_until(quarter_of_gpu_0, timeout=SETTLE)
+    except AssertionError:
+        pass
+    assert quarter_of_gpu_0(), shares()
