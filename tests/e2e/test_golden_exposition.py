@@ -177,7 +177,7 @@ def documents() -> dict[str, str]:
 
 # What the C header and the package name, which look like metric names but are not.
 NOT_METRICS = re.compile(r"alnair_(shm|cuda_record|cuda_device|python_record|python_counter|python_phase|share_|"
-                         r"intercept|example|segment|fork|on_fork|configure|[a-z]+_t\b)")
+                         r"gpu_time_|intercept|example|segment|fork|on_fork|configure|[a-z]+_t\b)")
 
 
 def test_docs_name_only_metrics_the_exporter_serves():
