@@ -121,8 +121,8 @@ def part_oom() -> None:
 
 def sample_utilization(stop: threading.Event, out: dict[int, list[int]], quotas: dict[int, list[float]],
                        clocks: list[tuple[int, float]] | None = None) -> None:
-    """Each second: every pid's NVML SM utilization samples, the window (% of the period) its
-    intercept grants it now and, given a list, the GPU's SM clock (MHz) and power (W)."""
+    """Each second: every pid's NVML SM utilization samples, the GPU time its intercept has counted so far
+    (seconds) and, given a list, the GPU's SM clock (MHz) and power (W)."""
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     seen: set[tuple[int, int]] = set()
     while not stop.wait(1.0):
@@ -131,8 +131,8 @@ def sample_utilization(stop: threading.Event, out: dict[int, list[int]], quotas:
                            pynvml.nvmlDeviceGetPowerUsage(handle) / 1000))
         for pid in quotas:
             device = published(pid).get(0)
-            if device and device.compute_period_ns:
-                quotas[pid].append(round(100 * device.compute_quota_ns / device.compute_period_ns, 1))
+            if device:
+                quotas[pid].append(round(device.gpu_time_ns / 1e9, 3))
         try:  # every buffered sample: one process's samples may be stamped before another's
             samples = pynvml.nvmlDeviceGetProcessUtilization(handle, 0)
         except pynvml.NVMLError:
@@ -148,7 +148,7 @@ def run_matmul_group(limits: list[int | None], seconds: float, batch: int = 10, 
     """Co-located matmul loops, one per limit (None: no limit) and size (4096), all measured over the same
     span once every one has started (after a quarter of `seconds` of ramp-up): each one's mean
     NVML SM utilization, its iterations per second, the utilization trace and the trace of
-    its granted window (and the GPU's clock and power into `clocks`, given one)."""
+    its GPU time as counted (and the GPU's clock and power into `clocks`, given one)."""
     procs = [spawn([sys.executable, str(HERE / "torch_workloads.py"), "matmul", str(seconds), str(batch), "common", str(size)],
                    env=env(**({"ALNAIR_COMPUTE_LIMIT": str(limit)} if limit else {})))
              for limit, size in zip(limits, sizes or [4096] * len(limits))]
@@ -174,7 +174,7 @@ def run_matmul_group(limits: list[int | None], seconds: float, batch: int = 10, 
 
 
 def gpu_times(limits: list[int | None], seconds: float, solo: float, batch: int = 10) -> tuple[list[float], list[list[float]]]:
-    """Each co-located loop's GPU time in % (its throughput against the same loop alone) and its window trace."""
+    """Each co-located loop's GPU time in % (its throughput against the same loop alone) and its counted GPU time."""
     results = run_matmul_group(limits, seconds, batch)
     return [round(100 * rate / solo, 1) for _, rate, _, _ in results], [w for *_, w in results]
 
@@ -205,7 +205,7 @@ def part_launchbound() -> None:
     beside the 4096 loop at 50%, five times: it may launch only in its half of each period, so it
     should keep about half its solo rate, never a fraction of that. Its launch-cost estimate once
     learnt only from syncs that waited, and one sync held up by the other process could hold it
-    at a dozen launches a window (docs/intercept.md, Limits). Each run measures the loop's solo rate
+    at a dozen launches a window under the turns the GPU-time debts replaced (docs/intercept.md, Limits). Each run measures the loop's solo rate
     and its rate at 50% alone just before it: one solo measurement per part varied by 46% between
     two parts of one call (52,338 and 76,436 a second), more than the effect measured."""
     clocks_solo, clocks_shared = [], []
@@ -258,7 +258,7 @@ def part_share_probe() -> None:
     end = time.time() + 18
     while time.time() < end:
         time.sleep(0.25)
-        windows.append([time.time()] + [getattr(published(p.pid).get(0), "compute_quota_ns", -1) for p in procs])
+        windows.append([time.time()] + [getattr(published(p.pid).get(0), "gpu_time_ns", -1) for p in procs])
         try:
             for s in pynvml.nvmlDeviceGetProcessUtilization(handle, 0):
                 raw[(s.pid, s.timeStamp)] = s.smUtil
