@@ -22,7 +22,8 @@ import threading
 import time
 from pathlib import Path
 
-from training_loops import build_intercept, finish, make_importable, new_shm_dir, published, start, tell, wait_ready
+from training_loops import (build_intercept, finish, make_importable, new_shm_dir, published, read_rate, start, tell,
+                            wait_ready)
 
 
 class DeviceBusy:
@@ -67,7 +68,7 @@ def measure(model: str, batch: int, seconds: float, copies: int, profile_steps: 
     before = [published(shm, c.pid) for c in children]
     with busy:
         tell(children)
-        rates = [child.stdout.readline().split() for child in children]
+        rates = [read_rate(child)[0] for child in children]
     after = [published(shm, c.pid) for c in children]
     runs = []
     for rate, b, a in zip(rates, before, after):

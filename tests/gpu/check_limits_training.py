@@ -18,7 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from training_loops import build_intercept, finish, make_importable, new_shm_dir, published, start, tell, wait_ready
+from training_loops import (build_intercept, finish, make_importable, new_shm_dir, published, read_rate, start, tell,
+                            wait_ready)
 
 
 VARIABLES = {"c": "ALNAIR_COMPUTE_LIMIT", "s": "ALNAIR_COMPUTE_SHARE"}
@@ -32,7 +33,7 @@ def run_together(model: str, batch: int, seconds: float, limits: list[str]) -> l
     wait_ready(children)
     before = [published(shm, c.pid) for c in children]
     tell(children)
-    rates = [child.stdout.readline().split() for child in children]
+    rates = [read_rate(child)[0] for child in children]
     after = [published(shm, c.pid) for c in children]
     results = []
     for limit, rate, b, a in zip(limits, rates, before, after):

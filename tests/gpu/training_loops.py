@@ -2,13 +2,15 @@
 ResNet-18 and a transformer encoder, bf16 autocast, `loss.item()` every step (a sync each step, as loops that
 log their loss do), at a batch size that sets the step time.
 
-A child builds its model and warms up, prints `ready`, waits for a line on stdin, steps for the given seconds,
-prints its `rate` and waits for another line; asked for a profile, it then runs that many steps under
+A child builds its model and warms up, prints `ready`, waits for a line on stdin, steps for the given seconds
+(or, given on:off seconds, steps `on` and idles `off` in turn), prints its `rate` and the `times` its steps ended
+(time.monotonic: CLOCK_MONOTONIC, the same in every process) and waits for another line; asked for a profile, it then runs that many steps under
 torch.profiler, prints the GPU time of their kernels and copies per step (`kernels`, ms) and waits for a line
 again before it exits. The parent reads what the intercept published between those lines.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,8 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = r'''
-import sys, time, torch
+import json, sys, time, torch
 model_name, batch, seconds, profile_steps = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+on, off = map(float, sys.argv[5].split(":"))  # steps for `on` seconds, then idles for `off` (0:0: always on)
 torch.manual_seed(0)
 if model_name == "resnet18":
     import torchvision
@@ -44,12 +47,17 @@ for _ in range(20):
     step()
 print("ready", flush=True)
 sys.stdin.readline()
-n, start = 0, time.perf_counter()
-while time.perf_counter() - start < seconds:
+n, start, ends = 0, time.monotonic(), []
+while time.monotonic() - start < seconds:
+    if on and (time.monotonic() - start) % (on + off) >= on:
+        time.sleep(0.001)
+        continue
     step()
+    ends.append(time.monotonic())
     n += 1
-elapsed = time.perf_counter() - start
+elapsed = time.monotonic() - start
 print("rate", n / elapsed, elapsed / n * 1000, n, flush=True)
+print("times", json.dumps({"start": start, "ends": ends}), flush=True)
 sys.stdin.readline()
 if profile_steps:
     from torch.profiler import ProfilerActivity, profile
@@ -75,10 +83,10 @@ def build_intercept() -> None:
 
 
 def start(model: str, batch: int, seconds: float, shm: str, env: dict[str, str] | None = None,
-          profile_steps: int = 0) -> subprocess.Popen:
+          profile_steps: int = 0, on_off: str = "0:0") -> subprocess.Popen:
     environment = {**os.environ, "LD_PRELOAD": str(ROOT / "intercept" / "build" / "libalnair.so"),
                    "ALNAIR_SHM_DIR": shm, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.Popen([sys.executable, "-c", CHILD, model, str(batch), str(seconds), str(profile_steps)],
+    return subprocess.Popen([sys.executable, "-c", CHILD, model, str(batch), str(seconds), str(profile_steps), on_off],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=environment)
 
 
@@ -117,3 +125,11 @@ def finish(children: list[subprocess.Popen]) -> None:
     for child in children:
         child.stdin.close()
         child.wait(120)
+
+
+def read_rate(child: subprocess.Popen) -> tuple[list[str], dict]:
+    """A child's `rate` line (split) and its `times`."""
+    rate = child.stdout.readline().split()
+    times = child.stdout.readline().split(maxsplit=1)
+    assert rate[0] == "rate" and times[0] == "times", (rate, times)
+    return rate, json.loads(times[1])
