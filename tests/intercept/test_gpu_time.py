@@ -180,3 +180,14 @@ def test_steps_as_short_as_a_time_slice_pass_their_cap_by_the_documented_error(s
     division by processes busy gives it half of, so the 30% side really gets ~35% (docs/intercept.md)."""
     small, large = simulate(10, "cap=30,4:500:5:0", "cap=70,4:500:5:0")[0]
     assert 0.33 < share_of(small) < 0.37 and abs(small["gpu_time_ns"] / 1e10 - 0.30) < 0.01, small
+
+
+@pytest.mark.parametrize("procs, shares", [
+    (("cap=30,200:850:5:0", "cap=70,200:850:5:0"), (0.30, 0.70)),  # deep queues: 170 ms of work per sync
+    (("cap=30,1:17000:5:0", "cap=70,1:17000:5:0"), (0.30, 0.70)),  # a CUDA graph a step: one launch of 17 ms
+    (("share=30,1:17000:5:0", STEP_17MS), (0.30, 0.70)),
+    ((f"cap=30,{STEP_17MS}", f"{STEP_17MS}:0:0:3000"), (0.30, 0.49)),  # the unlimited one arrives at 3 s
+], ids=["deep-queues", "graphs", "graph-share", "arrival"])
+def test_limits_hold_for_deep_queues_graphs_and_a_late_arrival(simulate, procs, shares):
+    found, _ = simulate(10, *procs)
+    assert [round(share_of(p), 2) for p in found] == pytest.approx(list(shares), abs=0.03), found
