@@ -1,6 +1,6 @@
-"""ALNAIR_MEMORY_LIMIT and ALNAIR_COMPUTE_LIMIT exactly as libalnair.so parses them (intercept/state.c,
-docs/intercept.md): the same grammar, bounds and reasons, so an annotation the webhook accepts is a value the
-intercept applies, and one it refuses is one the intercept would have ignored with the same words.
+"""ALNAIR_MEMORY_LIMIT, ALNAIR_COMPUTE_LIMIT and ALNAIR_COMPUTE_SHARE exactly as libalnair.so parses them
+(intercept/state.c, docs/intercept.md): the same grammar, bounds and reasons, so an annotation the webhook accepts
+is a value the intercept applies, and one it refuses is one the intercept would have ignored with the same words.
 
 A parser returns the reason a value is refused, or None. The C side has no Python twin to import (the
 intercept's Python half never reads these variables), so this is the one Python definition; the tests mirror
@@ -105,3 +105,4 @@ def _item(item: str, parse: Callable[[str], str | None], given: set[int]) -> str
 
 memory_limit = per_device(parse_bytes)
 compute_limit = per_device(parse_percent)
+compute_share = compute_limit  # the cap's grammar exactly: state.c parses both with parse_percent

@@ -18,6 +18,7 @@ INJECT_LABEL = "alnair.io/inject"
 INJECTED = "alnair.io/injected"
 MEMORY_LIMIT = "alnair.io/memory-limit"
 COMPUTE_LIMIT = "alnair.io/compute-limit"
+COMPUTE_SHARE = "alnair.io/compute-share"
 PYTHON_INTERCEPT = "alnair.io/python-intercept"
 
 LIB_VOLUME, SHM_VOLUME = "alnair-lib", "alnair-shm"
@@ -30,7 +31,8 @@ PYTHON_PATH = f"{LIB_MOUNT}/python"
 
 # Annotation -> (variable, its syntax's check): the intercept's own grammar (injector/limits.py).
 LIMITS = {MEMORY_LIMIT: ("ALNAIR_MEMORY_LIMIT", limits.memory_limit),
-          COMPUTE_LIMIT: ("ALNAIR_COMPUTE_LIMIT", limits.compute_limit)}
+          COMPUTE_LIMIT: ("ALNAIR_COMPUTE_LIMIT", limits.compute_limit),
+          COMPUTE_SHARE: ("ALNAIR_COMPUTE_SHARE", limits.compute_share)}
 OWN_LIMITS = dict(LIMITS.values())  # variable -> check, for the values containers set themselves
 _NOUNS = {"containers": "container", "initContainers": "init container"}  # as messages name a container
 SHOWN_AT_MOST = 150  # characters of a refused value in the message, as the intercept cuts its own line

@@ -1,6 +1,7 @@
-"""The limit values ALNAIR_MEMORY_LIMIT and ALNAIR_COMPUTE_LIMIT refuse, with the reason the intercept gives
-(intercept/state.c): one table for the intercept's tests and the webhook's (alnair.injector.limits), which
-refuses the same annotation values for the same reasons."""
+"""The limit values ALNAIR_MEMORY_LIMIT refuses, and those ALNAIR_COMPUTE_LIMIT and ALNAIR_COMPUTE_SHARE refuse
+(one grammar), with the reason the intercept gives (intercept/state.c): one table for the intercept's tests and the
+webhook's (alnair.injector.limits), which refuses the same annotation values for the same reasons. GOOD_COMPUTE:
+compute values both accept."""
 
 WANT_BYTES = "want bytes like 8Gi, 512M or 1073741824, or per device 0=8Gi,1=4Gi"
 FRACTIONAL = "not a whole number of bytes"
@@ -56,3 +57,6 @@ BAD_COMPUTE = [
     ("0=30,0=70", TWICE), ("0=30,", EMPTY_ITEM), (",0=30", EMPTY_ITEM), ("0=30,70", NOT_AN_ITEM),
     ("64=30", BAD_DEVICE), ("-1=30", BAD_DEVICE),
 ]
+
+# The values of tests/intercept/test_configuration.py's accepted compute syntax (there with the devices each sets).
+GOOD_COMPUTE = ["30", "1", "100", "007", "0=30,1=70", "63=1,5=100"]

@@ -1,5 +1,6 @@
-"""The webhook's ALNAIR_MEMORY_LIMIT / ALNAIR_COMPUTE_LIMIT grammar is the intercept's: the cases of
-tests/intercept/test_configuration.py (there run through libalnair.so), each with the same verdict and reason."""
+"""The webhook's ALNAIR_MEMORY_LIMIT / ALNAIR_COMPUTE_LIMIT / ALNAIR_COMPUTE_SHARE grammar is the intercept's: the
+cases of tests/intercept/test_configuration.py (there run through libalnair.so), each with the same verdict and
+reason."""
 from __future__ import annotations
 
 import re
@@ -11,6 +12,7 @@ import pytest
 from alnair.injector import limits
 from alnair.injector.limits import (BAD_DEVICE, EMPTY_ITEM, FRACTIONAL, NOT_AN_ITEM, TOO_BIG, TWICE, WANT_BYTES,
                                     WANT_PERCENT, ZERO)
+from alnair.injector.patch import OWN_LIMITS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,8 +31,10 @@ GOOD_MEMORY = ["1048576", "3Mi", "3MiB", "3mi", "3Mib", "5M", "5MB", "5m", "2048
                "0=1Pi,1=1125899906842624,2=0.5Pi", "1." + "0" * 5000 + "Mi", "0" * 5000 + "1Ki",
                "0.00000000000000088817841970012523233890533447265625Pi"]  # 2^-50 Pi: exactly one byte
 
-BAD_COMPUTE = limit_cases.BAD_COMPUTE
-GOOD_COMPUTE = ["30", "1", "100", "007", "0=30,1=70", "63=1,5=100"]
+BAD_COMPUTE, GOOD_COMPUTE = limit_cases.BAD_COMPUTE, limit_cases.GOOD_COMPUTE
+# The cap and the share have one grammar, as the intercept's tests run both through one table: each is checked
+# here as the webhook checks it, by the variable's own entry.
+COMPUTE_VARIABLES = ["ALNAIR_COMPUTE_LIMIT", "ALNAIR_COMPUTE_SHARE"]
 
 
 @pytest.mark.parametrize("value, why", BAD_MEMORY, ids=[repr(v[:30]) for v, _ in BAD_MEMORY])
@@ -43,14 +47,16 @@ def test_a_memory_limit_the_intercept_applies_is_accepted(value):
     assert limits.memory_limit(value) is None
 
 
+@pytest.mark.parametrize("variable", COMPUTE_VARIABLES)
 @pytest.mark.parametrize("value, why", BAD_COMPUTE)
-def test_a_compute_limit_the_intercept_ignores_is_refused_for_its_reason(value, why):
-    assert limits.compute_limit(value) == why
+def test_a_compute_limit_or_share_the_intercept_ignores_is_refused_for_its_reason(variable, value, why):
+    assert OWN_LIMITS[variable](value) == why
 
 
+@pytest.mark.parametrize("variable", COMPUTE_VARIABLES)
 @pytest.mark.parametrize("value", GOOD_COMPUTE)
-def test_a_compute_limit_the_intercept_applies_is_accepted(value):
-    assert limits.compute_limit(value) is None
+def test_a_compute_limit_or_share_the_intercept_applies_is_accepted(variable, value):
+    assert OWN_LIMITS[variable](value) is None
 
 
 def test_the_reasons_are_the_intercepts_own_words():

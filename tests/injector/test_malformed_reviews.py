@@ -22,8 +22,10 @@ WRONG = [None, 7, "line\nbreak", [], ["x"], {}, {"x": ["y"]}]
 REVIEW = admission_review(make_pod(
     container("trainer", env=[{"name": "LD_PRELOAD", "value": "/lib/a.so"}, {"name": "ALNAIR_MEMORY_LIMIT", "value": "8Gi"}],
               volumeMounts=[{"name": "data", "mountPath": "/data"}]),
-    initContainers=[container("fetch", env=[{"name": "ALNAIR_COMPUTE_LIMIT", "value": "30"}])],
-    volumes=[{"name": "data", "emptyDir": {}}], annotations={"alnair.io/compute-limit": "30"}))
+    initContainers=[container("fetch", env=[{"name": "ALNAIR_COMPUTE_LIMIT", "value": "30"},
+                                            {"name": "ALNAIR_COMPUTE_SHARE", "value": "40"}])],
+    volumes=[{"name": "data", "emptyDir": {}}],
+    annotations={"alnair.io/compute-limit": "30", "alnair.io/compute-share": "40"}))
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR) alnair\.injector: .*")
 
 

@@ -10,7 +10,7 @@ import pytest
 from alnair.commandline import version
 from injector_support import (LIBRARY_HOST_PATH, admission_review, applied, container, env_of, exchange_over_tls,
                               make_pod, mounts_of)
-from limit_cases import FRACTIONAL, TOO_BIG, WANT_BYTES, WANT_PERCENT
+from limit_cases import EMPTY_ITEM, FRACTIONAL, GOOD_COMPUTE, TOO_BIG, WANT_BYTES, WANT_PERCENT
 
 LIBRARY = "/opt/alnair/lib/libalnair.so"
 PYTHON_PATH = "/opt/alnair/python"
@@ -21,6 +21,13 @@ BASE_ENV = {"LD_PRELOAD": LIBRARY, "ALNAIR_SHM_DIR": "/run/alnair/shm"}
 PYTHON_ENV = {"PYTHONPATH": PYTHON_PATH, "ALNAIR_PYTHON_INTERCEPT": "1"}
 MEMORY_SYNTAX = f"{WANT_BYTES} (the syntax of ALNAIR_MEMORY_LIMIT)"
 COMPUTE_SYNTAX = f"{WANT_PERCENT} (the syntax of ALNAIR_COMPUTE_LIMIT)"
+# The cap and the share, annotation -> variable: one grammar, so the webhook treats them alike.
+COMPUTE = {"alnair.io/compute-limit": "ALNAIR_COMPUTE_LIMIT", "alnair.io/compute-share": "ALNAIR_COMPUTE_SHARE"}
+
+
+def for_each_compute(case) -> list:
+    """case(annotation, variable) for the cap and for the share."""
+    return [case(annotation, variable) for annotation, variable in COMPUTE.items()]
 
 
 def test_a_labelled_pod_gets_the_volumes_the_mounts_and_the_variables_in_every_container(injector):
@@ -66,16 +73,26 @@ def test_anything_but_a_pod_itself_is_allowed_unchanged(injector, kind, sub_reso
 
 def test_the_annotations_become_the_intercepts_variables(injector):
     annotations = {"alnair.io/memory-limit": "0=8Gi,1=4Gi", "alnair.io/compute-limit": "30",
-                   "alnair.io/python-intercept": "true", "team": "vision"}
-    injected = injector.inject(make_pod("trainer", "evaluator", annotations=annotations))
+                   "alnair.io/compute-share": "0=20,1=70", "alnair.io/python-intercept": "true", "team": "vision"}
+    pod = make_pod("trainer", "evaluator", annotations=annotations, initContainers=[container("fetch-data")])
+    injected = injector.inject(pod)
     for result in injected["spec"]["containers"]:
         assert env_of(result) == {**BASE_ENV, **PYTHON_ENV, "ALNAIR_MEMORY_LIMIT": "0=8Gi,1=4Gi",
-                                  "ALNAIR_COMPUTE_LIMIT": "30"}
+                                  "ALNAIR_COMPUTE_LIMIT": "30", "ALNAIR_COMPUTE_SHARE": "0=20,1=70"}
+    assert injected["spec"]["initContainers"] == pod["spec"]["initContainers"]  # not injected, limits or not
     assert injected["metadata"]["annotations"] == {**annotations, "alnair.io/injected": version()}
 
 
+@pytest.mark.parametrize("annotation, variable", list(COMPUTE.items()))
+@pytest.mark.parametrize("value", GOOD_COMPUTE)
+def test_a_compute_annotation_is_injected_as_given(injector, annotation, variable, value):
+    injected = injector.inject(make_pod("trainer", annotations={annotation: value}))
+    assert env_of(injected["spec"]["containers"][0]) == {**BASE_ENV, variable: value}
+
+
 @pytest.mark.parametrize("annotations", [{"alnair.io/python-intercept": "false"},
-                                         {"alnair.io/memory-limit": "", "alnair.io/compute-limit": ""}])
+                                         {"alnair.io/memory-limit": "", "alnair.io/compute-limit": "",
+                                          "alnair.io/compute-share": ""}])
 def test_false_and_empty_annotations_add_nothing(injector, annotations):
     injected = injector.inject(make_pod(annotations=annotations))
     assert env_of(injected["spec"]["containers"][0]) == BASE_ENV
@@ -100,16 +117,17 @@ def test_the_python_intercept_can_be_on_by_default_and_off_by_annotation(start_i
     ({"alnair.io/memory-limit": "8Gé"}, f'annotation alnair.io/memory-limit="8G\\xc3\\xa9": {MEMORY_SYNTAX}'),
     ({"alnair.io/memory-limit": "1" * 200}, f'annotation alnair.io/memory-limit="{"1" * 150}...": more than 1Pi '
                                             '(2^50 bytes) (the syntax of ALNAIR_MEMORY_LIMIT)'),
-    ({"alnair.io/compute-limit": "30%"}, f'annotation alnair.io/compute-limit="30%": {COMPUTE_SYNTAX}'),
-    ({"alnair.io/compute-limit": "0=30,0=70"},
-     'annotation alnair.io/compute-limit="0=30,0=70": a device is given twice (the syntax of ALNAIR_COMPUTE_LIMIT)'),
-    ({"alnair.io/compute-limit": "64=30"},
-     'annotation alnair.io/compute-limit="64=30": a device index is not 0-63 (the syntax of ALNAIR_COMPUTE_LIMIT)'),
+    *(case for value, why in [("30%", WANT_PERCENT), ("0=30,0=70", "a device is given twice"),
+                              ("64=30", "a device index is not 0-63")]
+      for case in for_each_compute(lambda a, v: ({a: value}, f'annotation {a}="{value}": {why} (the syntax of {v})'))),
     ({"alnair.io/python-intercept": "yes"}, 'annotation alnair.io/python-intercept="yes": want "true" or "false"'),
     ({"alnair.io/python-intercept": "True"}, 'annotation alnair.io/python-intercept="True": want "true" or "false"'),
     ({"alnair.io/memory-limit": "lots", "alnair.io/compute-limit": "250"},
      f'annotation alnair.io/memory-limit="lots": {MEMORY_SYNTAX}; '
      f'annotation alnair.io/compute-limit="250": {COMPUTE_SYNTAX}'),
+    ({"alnair.io/compute-share": "0", "alnair.io/compute-limit": "101"},  # in the webhook's order, not the pod's
+     f'annotation alnair.io/compute-limit="101": {COMPUTE_SYNTAX}; '
+     f'annotation alnair.io/compute-share="0": {WANT_PERCENT} (the syntax of ALNAIR_COMPUTE_SHARE)'),
 ])
 def test_a_bad_annotation_refuses_the_pod_saying_which_and_why(injector, annotations, message):
     response = injector.review(make_pod(annotations=annotations))
@@ -118,10 +136,12 @@ def test_a_bad_annotation_refuses_the_pod_saying_which_and_why(injector, annotat
 
 
 @pytest.mark.parametrize("pod, message", [
-    (make_pod(container("trainer", env=[{"name": "ALNAIR_COMPUTE_LIMIT", "value": "150"}])),
-     f'container \'trainer\' sets ALNAIR_COMPUTE_LIMIT="150": {WANT_PERCENT}'),
-    (make_pod("trainer", container("evaluator", env=[{"name": "ALNAIR_COMPUTE_LIMIT", "value": "abc"}])),
-     f'container \'evaluator\' sets ALNAIR_COMPUTE_LIMIT="abc": {WANT_PERCENT}'),
+    *for_each_compute(lambda a, v: (make_pod(container("trainer", env=[{"name": v, "value": "150"}])),
+                                    f'container \'trainer\' sets {v}="150": {WANT_PERCENT}')),
+    *for_each_compute(lambda a, v: (make_pod("trainer", container("evaluator", env=[{"name": v, "value": "abc"}])),
+                                    f'container \'evaluator\' sets {v}="abc": {WANT_PERCENT}')),
+    *for_each_compute(lambda a, v: (make_pod(initContainers=[container("fetch", env=[{"name": v, "value": "0=30,"}])]),
+                                    f'init container \'fetch\' sets {v}="0=30,": {EMPTY_ITEM}')),
     (make_pod(initContainers=[container("fetch-data", env=[{"name": "ALNAIR_MEMORY_LIMIT", "value": "8 Gi"}])]),
      f'init container \'fetch-data\' sets ALNAIR_MEMORY_LIMIT="8 Gi": {WANT_BYTES}'),
     (make_pod(container("trainer", env=[{"name": "ALNAIR_MEMORY_LIMIT", "value": "0.5"},
@@ -139,23 +159,36 @@ def test_a_bad_limit_a_container_sets_itself_refuses_the_pod_as_an_annotation_do
     assert message in injector.log()
 
 
-def test_a_limit_from_value_from_is_admitted_with_a_warning(injector):
+@pytest.mark.parametrize("annotation, variable", list(COMPUTE.items()))
+def test_a_limit_from_value_from_is_admitted_with_a_warning(injector, annotation, variable):
     """Its value is read when the container starts, from an object the webhook is not sent."""
     source = {"configMapKeyRef": {"name": "limits", "key": "compute"}}
-    trainer = container("trainer", env=[{"name": "ALNAIR_COMPUTE_LIMIT", "valueFrom": source}])
+    trainer = container("trainer", env=[{"name": variable, "valueFrom": source}])
     unset = container("evaluator", env=[{"name": "ALNAIR_MEMORY_LIMIT", "value": ""}])  # empty is unset: no problem
-    pod = make_pod(trainer, unset, annotations={"alnair.io/compute-limit": "30"})
+    pod = make_pod(trainer, unset, annotations={annotation: "30"})
     response = injector.review(pod)
-    assert response["warnings"] == ["container 'trainer' sets ALNAIR_COMPUTE_LIMIT from valueFrom, which the webhook "
+    assert response["warnings"] == [f"container 'trainer' sets {variable} from valueFrom, which the webhook "
                                     "cannot check: if the library refuses its value, that container runs without the "
                                     "limit (the library says so on its stderr)"]
     first, second = applied(pod, response)["spec"]["containers"]
-    assert first["env"][0] == {"name": "ALNAIR_COMPUTE_LIMIT", "valueFrom": source}
-    assert env_of(second) == {"ALNAIR_MEMORY_LIMIT": "", **BASE_ENV, "ALNAIR_COMPUTE_LIMIT": "30"}
+    assert first["env"][0] == {"name": variable, "valueFrom": source}
+    assert env_of(second) == {"ALNAIR_MEMORY_LIMIT": "", **BASE_ENV, variable: "30"}
+
+
+@pytest.mark.parametrize("variable", COMPUTE.values())
+def test_a_containers_own_compute_limit_or_share_wins_over_the_annotation(injector, variable):
+    """The annotations give the other variable as they are; the container's own value is kept, checked."""
+    pod = make_pod(container("trainer", env=[{"name": variable, "value": "0=70"}]), "evaluator",
+                   annotations={"alnair.io/compute-limit": "30", "alnair.io/compute-share": "40"})
+    first, second = injector.inject(pod)["spec"]["containers"]
+    annotated = {"ALNAIR_COMPUTE_LIMIT": "30", "ALNAIR_COMPUTE_SHARE": "40"}
+    assert env_of(first) == {**BASE_ENV, **annotated, variable: "0=70"}
+    assert env_of(second) == {**BASE_ENV, **annotated}
 
 
 def test_an_injected_pod_reviewed_again_gets_no_patch(injector):
-    pod = make_pod("trainer", annotations={"alnair.io/python-intercept": "true", "alnair.io/compute-limit": "50"})
+    pod = make_pod("trainer", annotations={"alnair.io/python-intercept": "true", "alnair.io/compute-limit": "50",
+                                           "alnair.io/compute-share": "0=30"})
     injected = injector.inject(pod)
     again = injector.review(injected)
     assert again == {"uid": again["uid"], "allowed": True}
