@@ -17,7 +17,9 @@ DEVICE_FIELDS = [
     ("alnair_cuda_allocations", "counter", "Successful device memory allocations.", "allocations", 1),
     ("alnair_cuda_allocation_failures", "counter", "Allocations the driver refused.", "failed_allocations", 1),
     ("alnair_cuda_allocations_denied", "counter", "Allocations refused by the memory limit.", "limit_denied_allocations", 1),
-    ("alnair_cuda_throttled_seconds", "counter", "Time launches waited for their compute-limit window.", "throttled_ns", 1e-9),
+    ("alnair_cuda_throttled_seconds", "counter",
+     "Time launches waited for a compute limit (a cap's or share's debt of GPU time; older writers: their window).",
+     "throttled_ns", 1e-9),
 ]
 
 
@@ -71,11 +73,16 @@ class CudaCollector(SegmentCollector):
             out.family(metric, kind, text, ((labels, getattr(d, field) * scale) for labels, d in rows))
         out.family("alnair_cuda_memory_limit_bytes", "gauge", "Memory limit set for the process (absent: none).",
                    ((labels, d.memory_limit_bytes) for labels, d in rows if d.memory_limit_bytes))
-        out.family("alnair_cuda_compute_limit_ratio", "gauge", "Share of the GPU the process may use (absent: none).",
+        out.family("alnair_cuda_compute_limit_ratio", "gauge",
+                   "The process's compute cap: the most of the GPU's time it may use (absent: none).",
                    ((labels, d.compute_limit_percent / 100) for labels, d in rows if d.compute_limit_percent))
+        out.family("alnair_cuda_compute_share_ratio", "gauge",
+                   "The process's compute share: the least of the GPU's time it gets while others want the GPU, idle "
+                   "time lent (absent: none).",
+                   ((labels, d.compute_share_percent / 100) for labels, d in rows if d.compute_share_percent))
         out.family("alnair_cuda_compute_quota_ratio", "gauge",
-                   "Share of each scheduling period the process may launch in now: its limit after feedback, "
-                   "scaled down when the GPU's limits add up to more than 1.",
+                   "Only from writers before the GPU-time limits: the share of each scheduling period the process may "
+                   "launch in now (its turns' window).",
                    ((labels, d.compute_quota_ns / d.compute_period_ns) for labels, d in rows if d.compute_period_ns))
         self._gpu_time_families(out, processes)
         self._copy_families(out, processes)

@@ -241,8 +241,8 @@ class PythonProgram:
 
 def cuda_record_program(setup: str) -> str:
     """The code of a PythonProgram that publishes one cuda record, laid out as the intercept lays it, and keeps it
-    until stdin closes: for fields the C test writer cannot set (device flags, GPU time). `setup` fills `record`, a
-    layout.CudaRecord with no devices yet, `layout` imported."""
+    until stdin closes: for fields the C test writer cannot set (device flags, GPU time, the compute share).
+    `setup` fills `record`, a layout.CudaRecord with no devices yet, `layout` imported."""
     return "\n".join(textwrap.dedent(part) for part in ("""
         import ctypes, sys
         from alnair.abi import layout

@@ -58,6 +58,40 @@ def test_limits_are_exported_only_when_set(start_writer, shm_dir):
     assert s["alnair_cuda_segments"] == 2
 
 
+# A writer with the GPU-time limits, as the intercept lays the record out (the C test writer cannot set a share), on
+# the C writer's UUIDs: device 0 a 30% cap and a 50% share, device 1 a 25% share alone, device 2 neither; its
+# compute_quota_ns and compute_period_ns are 0, as the GPU-time limits always leave them.
+COMPUTE_LIMITS_WRITER = cuda_record_program("""
+    record.device_count = 3
+    for i in range(3):
+        record.devices[i].device_index = i
+        record.devices[i].uuid[:] = [i * 16 + k for k in range(16)]
+    record.devices[0].compute_limit_percent, record.devices[0].compute_share_percent = 30, 50
+    record.devices[1].compute_share_percent = 25
+    record.devices[0].throttled_ns = 2_500_000_000
+""")
+
+
+def test_the_cap_and_the_share_are_exported_only_where_set(start_writer, shm_dir):
+    writer = PythonProgram(COMPUTE_LIMITS_WRITER, shm_dir)
+    try:
+        older = start_writer("--compute-limit", "30", "--set", "compute_quota_ns=25000000",
+                             "--set", "compute_period_ns=100000000")  # a writer from before: a window, no share
+        s = sample(shm_dir)
+    finally:
+        writer.finish()
+    gpu = {i: device(writer, i) for i in range(3)}
+    compute = {k: v for k, v in s.items() if k.startswith("alnair_cuda_compute_")}
+    assert compute == {
+        f"alnair_cuda_compute_limit_ratio{{{gpu[0]}}}": 0.3,
+        f"alnair_cuda_compute_share_ratio{{{gpu[0]}}}": 0.5,
+        f"alnair_cuda_compute_share_ratio{{{gpu[1]}}}": 0.25,
+        f"alnair_cuda_compute_limit_ratio{{{device(older, 0)}}}": 0.3,
+        f"alnair_cuda_compute_quota_ratio{{{device(older, 0)}}}": 0.25,
+    }
+    assert s[f"alnair_cuda_throttled_seconds_total{{{gpu[0]}}}"] == 2.5
+
+
 def test_process_identity_and_start_time_are_exported(start_writer, shm_dir):
     w = start_writer(env={"ALNAIR_POD_UID": "pod-1", "ALNAIR_CONTAINER_ID": "cri-o://c1"})  # on the host: not believed
     s = sample(shm_dir)
