@@ -18,8 +18,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     top = commands.add_parser("top", help="live view of the node's GPU and training processes, from shared memory",
                               description="Per process: GPU, state (starting: no kernel launched yet; "
-                                          "idle: none for --idle-after; turns:NN%: taking turns on a shared GPU, "
-                                          "NN its window's share; else active), kernel launches/s, GPU memory "
+                                          "idle: none for --idle-after; cap:NN%, share:NN%: active under a compute "
+                                          "cap or share, ALNAIR_COMPUTE_LIMIT or ALNAIR_COMPUTE_SHARE; turns:NN%: "
+                                          "an older writer taking turns, NN its window's share; else active), "
+                                          "kernel launches/s, GPU memory "
                                           "and limit, the contexts' own memory, what the limit charges, "
                                           "host-to-device and device-to-host copy bytes/s, GPU time % (its share of "
                                           "its GPUs over the interval, each moment of a shared GPU divided among the "

@@ -1,6 +1,6 @@
 """alnair top's table: the node's live writer processes read straight from shared memory, cuda and
-python segments joined by pid, with rates between two reads and each process's state (starting up, idle,
-taking turns). Read only: nothing is ever removed."""
+python segments joined by pid, with rates between two reads and each process's state (starting up, idle, its
+compute cap and share). Read only: nothing is ever removed."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -30,7 +30,9 @@ class ProcessCounters:
     activity_known: bool = False  # the writer publishes its first and last launch (older ones do not)
     first_launch_ns: int = 0
     last_launch_time_ns: int = 0
-    turn_shares: list[float] = field(default_factory=list)  # quota / period of each device taking turns
+    caps: list[int] = field(default_factory=list)  # compute_limit_percent of each device with a cap
+    shares: list[int] = field(default_factory=list)  # compute_share_percent of each device with a share
+    turn_shares: list[float] = field(default_factory=list)  # quota / period of each device taking turns (older writers)
     copies_known: bool = False  # the writer counts copies (older ones do not)
     host_to_device_bytes: int = 0
     device_to_host_bytes: int = 0
@@ -93,6 +95,8 @@ class NodeReader:
             p.activity_known = activity is not None
             if activity is not None:
                 p.first_launch_ns, p.last_launch_time_ns = activity.first_launch_ns, activity.last_launch_time_ns
+            p.caps = [d.compute_limit_percent for d in devices if d.compute_limit_percent]
+            p.shares = [d.compute_share_percent for d in devices if d.compute_share_percent]
             p.turn_shares = [d.compute_quota_ns / d.compute_period_ns for d in devices if d.compute_period_ns]
             extensions = parsed.record.devices_ext
             p.copies_known = extensions is not None
@@ -133,9 +137,11 @@ IDLE_AFTER = 60.0  # seconds without a launch before a process that has launched
 
 def state(p: ProcessCounters, idle_after: float = IDLE_AFTER) -> str | None:
     """What the process's GPU side is doing, judged at its last publish: "starting" before its first launch,
-    "idle" when it has not launched for `idle_after` seconds, "turns:NN%" while it takes turns on a shared GPU
-    under a compute limit (NN: its window's share of each period now, the lowest of its devices'), else
-    "active". None without a cuda record, or from a writer older than the activity fields."""
+    "idle" when it has not launched for `idle_after` seconds; else, active, its compute limits: "cap:NN%" under a
+    cap (ALNAIR_COMPUTE_LIMIT), "share:NN%" under a share (ALNAIR_COMPUTE_SHARE), both joined by a comma, each the
+    lowest of its devices'; "turns:NN%" from a writer before the GPU-time limits while it takes turns (NN: its
+    window's share of each period now, the lowest of its devices'); else "active". None without a cuda record, or
+    from a writer older than the activity fields."""
     if not p.cuda_time_ns or not p.activity_known:
         return None
     if not p.first_launch_ns:
@@ -144,7 +150,8 @@ def state(p: ProcessCounters, idle_after: float = IDLE_AFTER) -> str | None:
         return "idle"
     if p.turn_shares:
         return f"turns:{100 * min(p.turn_shares):.0f}%"
-    return "active"
+    limits = [f"{kind}:{min(percents)}%" for kind, percents in (("cap", p.caps), ("share", p.shares)) if percents]
+    return ",".join(limits) or "active"
 
 
 def row(now: ProcessCounters, before: ProcessCounters | None, idle_after: float = IDLE_AFTER) -> Row:
@@ -210,8 +217,8 @@ COLUMNS = [
     Column("COMM", "comm", 15, str, numeric=False),
     Column("POD", "pod", 8, str, numeric=False),
     Column("GPU", "gpus", 5, str, numeric=False),
-    Column("STATE", "state", 9, lambda v: v or "-", numeric=False),
-    Column("LAUNCH/s", "launches_per_s", 10, _number(".0f")),
+    Column("STATE", "state", 17, lambda v: v or "-", numeric=False),  # cap:NN%,share:NN%
+    Column("LAUNCH/s", "launches_per_s", 9, _number(".0f")),
     Column("MEM", "memory_used", 9, _bytes),
     Column("LIMIT", "memory_limit", 9, _bytes),
     Column("CTX", "context_memory", 9, _bytes),  # the contexts' own memory, which no allocation shows

@@ -12,12 +12,12 @@ import pexpect
 import pyte
 import pytest
 
-from support import PythonProgram, python_records, wait_until
+from support import PythonProgram, cuda_record_program, python_records, wait_until
 
 # One process with both records: a training loop taking a batch every 10 ms and waiting 6 ms of each for
 # it, and a cuda segment on GPU 3 launching 5000 kernels/s, throttled 25%, 3 of 8 GiB in use, copying
-# 3,000,000 bytes/s to the GPU and 1,000,000 back, its context holding 512 MiB, 3.5 GiB charged, taking
-# turns with a window of 30% of each period, getting 40% of the GPU's time (busy 80%, shared). Every value
+# 3,000,000 bytes/s to the GPU and 1,000,000 back, its context holding 512 MiB, 3.5 GiB charged, under a 70%
+# compute cap and a 30% share, getting 40% of the GPU's time (busy 80%, shared). Every value
 # follows the clock, not how often the threads get to run, so the rates do not depend on the machine.
 TRAINER = textwrap.dedent("""
     import ctypes, sys, threading, time
@@ -46,7 +46,7 @@ TRAINER = textwrap.dedent("""
         device = record.devices[0]
         device.device_index, device.bytes_in_use, device.memory_limit_bytes = 3, 3 << 30, 8 << 30
         device.flags = layout.CUDA_DEVICE_GPU_TIME
-        device.compute_period_ns, device.compute_quota_ns = 100_000_000, 30_000_000
+        device.compute_limit_percent, device.compute_share_percent = 70, 30
         record.devices_memory[0].context_bytes, record.devices_memory[0].charged_bytes = 512 << 20, 7 << 29
         record.activity.first_launch_ns = 1_500_000_000
         start = time.time_ns()
@@ -112,7 +112,7 @@ def test_piped_top_prints_one_table_with_rates_joined_by_pid(shm_dir, writers):
     assert list(by_pid) == sorted([trainer.pid, c_writer.pid])
     t = by_pid[trainer.pid]
     assert (t["GPU"], t["MEM"], t["LIMIT"], t["CTX"], t["CHARGED"]) == ("3", "3.0GiB", "8.0GiB", "512.0MiB", "3.5GiB")
-    assert t["STATE"] == "turns:30%"
+    assert t["STATE"] == "cap:70%,share:30%"
     # Rates are taken between the writers' publish times, so only the gap between a value and its
     # publish stamp (microseconds, a scheduling delay at worst) separates them from the nominal ones.
     assert 4800 <= float(t["LAUNCH/s"]) <= 5200
@@ -155,26 +155,44 @@ def test_top_shows_no_gpu_share_before_its_second_read(shm_dir, writers):
     assert paired.gpu_time_pct is not None and 39 <= paired.gpu_time_pct <= 41
 
 
-def test_top_tells_starting_idle_active_and_turns_apart_by_the_writers_clock(shm_dir, start_writer):
+# Active under a share on two GPUs, 60% on GPU 0 and 40% on GPU 1 (the C test writer cannot set a share).
+SHARED = cuda_record_program("""
+    import time
+    record.device_count = 2
+    for i, share in enumerate((60, 40)):
+        record.devices[i].device_index, record.devices[i].compute_share_percent = i, share
+    record.activity.first_launch_ns, record.activity.last_launch_time_ns = 2_000_000_000, time.time_ns()
+""")
+
+
+def test_top_tells_starting_idle_active_and_the_compute_limits_apart_by_the_writers_clock(shm_dir, start_writer):
     now = time.time_ns()
     launched = ("--set", "first_launch_ns=2000000000", "--set", "first_allocation_ns=1000000000")
     writers = {
         "starting": start_writer("--period-ms", "10"),  # not launched yet
         "idle": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now - 120 * 10**9}"),
         "active": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now}"),
-        "turns:25%": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now}",
-                                  "--set", "compute_period_ns=100000000", "--set", "compute_quota_ns=25000000"),
-        # taking turns, but idle for longer than --idle-after: idle wins
+        "cap": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now}", "--compute-limit", "30"),
+        # a writer before the GPU-time limits, taking turns under its 30% limit: its window, 25% of each period now
+        "turns": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now}", "--compute-limit",
+                              "30", "--set", "compute_period_ns=100000000", "--set", "compute_quota_ns=25000000"),
+        # under a cap, but idle for longer than --idle-after: idle wins
         "idle too": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now - 120 * 10**9}",
-                                 "--set", "compute_period_ns=100000000", "--set", "compute_quota_ns=25000000"),
+                                 "--compute-limit", "30"),
     }
-    header, *rows = piped_table(shm_dir, "--interval=0.1")
-    shown = {int(r[0]): dict(zip(header, r))["STATE"] for r in rows}
-    assert {name: shown[w.pid] for name, w in writers.items()} == {
-        "starting": "starting", "idle": "idle", "active": "active", "turns:25%": "turns:25%", "idle too": "idle"}
-    header, *rows = piped_table(shm_dir, "--interval=0.1", "--idle-after=10m")  # 120 s is not idle for 10 minutes
-    shown = {int(r[0]): dict(zip(header, r))["STATE"] for r in rows}
-    assert (shown[writers["idle"].pid], shown[writers["idle too"].pid]) == ("active", "turns:25%")
+    shared = PythonProgram(SHARED, shm_dir)
+    try:
+        header, *rows = piped_table(shm_dir, "--interval=0.1")
+        shown = {int(r[0]): dict(zip(header, r))["STATE"] for r in rows}
+        assert {name: shown[w.pid] for name, w in writers.items()} == {
+            "starting": "starting", "idle": "idle", "active": "active", "cap": "cap:30%", "turns": "turns:25%",
+            "idle too": "idle"}
+        assert shown[shared.pid] == "share:40%"  # the lowest of its GPUs'
+        header, *rows = piped_table(shm_dir, "--interval=0.1", "--idle-after=10m")  # 120 s is not idle for 10 minutes
+        shown = {int(r[0]): dict(zip(header, r))["STATE"] for r in rows}
+        assert (shown[writers["idle"].pid], shown[writers["idle too"].pid]) == ("active", "cap:30%")
+    finally:
+        shared.finish()
 
 
 def test_top_sums_the_memory_columns_over_the_process_devices(shm_dir, start_writer):
