@@ -168,10 +168,10 @@ def compute_throttled(t) -> Alert:
     return Alert(
         f"{r.process_rate('alnair_cuda_throttled_seconds_total')} > {t['threshold']}",
         f"Pod {label('namespace')}/{label('pod')} is held back by its compute limit {PERCENT} of the time",
-        f"For {t['for']} {PROCESS} has waited for its ALNAIR_COMPUTE_LIMIT quota on GPU {label('gpu')} more than "
+        f"For {t['for']} {PROCESS} has waited for its compute limit (cap or share) on GPU {label('gpu')} more than "
         f"{t['threshold']} of the time: it wants more of the GPU than it may use.",
-        "If the job runs too slowly, raise its ALNAIR_COMPUTE_LIMIT or give it a GPU of its own; if the share is "
-        "intended, silence this alert for its namespace.")
+        "If the job runs too slowly, raise its ALNAIR_COMPUTE_LIMIT (cap) or ALNAIR_COMPUTE_SHARE (share), or give it "
+        "a GPU of its own; if the limit is intended, silence this alert for its namespace.")
 
 
 def data_stall_high(t) -> Alert:

@@ -1,7 +1,7 @@
 """GPU sharing: which pods share each GPU and each one's share of its time, and per pod and process what NVML and the
 CUDA intercept see: SM utilization, memory against its limit (allocations, pool caches and contexts, as the GPU holds
-them), the compute limit against its quota and throttling, denied allocations, launch rates, copies, and which
-processes are starting up or idle."""
+them), the compute cap and share and the time launches waited for them, denied allocations, launch rates, copies,
+and which processes are starting up or idle."""
 from __future__ import annotations
 
 from . import variables as v
@@ -41,15 +41,18 @@ SHARING = row(
 COMPUTE = row(
     "Compute",
     timeseries("SM utilization per process", "NVML's per-process SM utilization (mean of its samples since the last "
-               "one). NVML samples one process at a time and does not divide a time-sliced GPU fairly: for shares under "
-               "a compute limit read the quota and throttled share beside it.", "percentunit",
+               "one). NVML samples one process at a time and does not divide a time-sliced GPU fairly: for each pod's "
+               "share of a GPU read GPU time share by pod, and the compute cap, share and throttled share beside it.",
+               "percentunit",
                Query(with_pod(S, selector(S, "alnair_nvml_process_sm_utilization_ratio", GPU), "nvml"), PROCESS),
                min=0, max=1),
-    timeseries("Compute limit, quota and throttled share", "ALNAIR_COMPUTE_LIMIT as a share of the GPU; the share of "
-               "each period the process may launch in now (its quota); and the share of time its launches were held "
-               "back to keep it within the limit.", "percentunit",
-               cuda("alnair_cuda_compute_limit_ratio", f"{PROCESS} limit"),
-               cuda("alnair_cuda_compute_quota_ratio", f"{PROCESS} quota"),
+    timeseries("Compute cap, share and throttled share", "The process's compute cap (ALNAIR_COMPUTE_LIMIT: never more "
+               "than this share of the GPU's time) and share (ALNAIR_COMPUTE_SHARE: at least this while others want "
+               "the GPU, idle time lent), each absent where not set; and the share of the time its launches waited "
+               "while it owed GPU time past either (both are debts on its GPU time, docs/intercept.md, Limits).",
+               "percentunit",
+               cuda("alnair_cuda_compute_limit_ratio", f"{PROCESS} cap"),
+               cuda("alnair_cuda_compute_share_ratio", f"{PROCESS} share"),
                cuda_rate("alnair_cuda_throttled_seconds_total", f"{PROCESS} throttled"), min=0),
     timeseries("Kernel and graph launches", "Kernel and CUDA graph launches per second through the intercept. A pod "
                "whose launches fall while its data stall rises is starved by its input (Training dashboard).", "ops",
@@ -150,7 +153,8 @@ COPIES = row(
 DASHBOARD = Dashboard(
     "alnair-gpu-sharing", "Alnair / GPU sharing",
     "Which pods share each GPU and the share of its time each got, and per process: utilization, memory as the GPU "
-    "holds it against its limit, compute quota and throttling, copies, and which processes are starting up or idle.",
+    "holds it against its limit, compute cap, share and throttling, copies, and which processes are starting up or "
+    "idle.",
     (v.DATASOURCE, v.NODE, v.INSTANCE, v.namespace("cuda", "nvml"), v.pod("cuda", "nvml"), v.GPU),
     (SHARING, COMPUTE, MEMORY, COPIES),
 )

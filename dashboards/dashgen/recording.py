@@ -24,7 +24,8 @@ GAUGES = {
     "nvml": ("alnair_nvml_process_sm_utilization_ratio", "alnair_nvml_process_memory_utilization_ratio",
              "alnair_nvml_process_memory_used_bytes"),
     "cuda": ("alnair_cuda_memory_used_bytes", "alnair_cuda_memory_limit_bytes", "alnair_cuda_compute_limit_ratio",
-             "alnair_cuda_compute_quota_ratio", "alnair_cuda_memory_charged_bytes", "alnair_cuda_context_memory_bytes"),
+             "alnair_cuda_compute_share_ratio", "alnair_cuda_compute_quota_ratio", "alnair_cuda_memory_charged_bytes",
+             "alnair_cuda_context_memory_bytes"),
 }
 COUNTERS = {
     "cuda": ("alnair_cuda_kernel_launches_total", "alnair_cuda_graph_launches_total", "alnair_cuda_allocations_denied_total",

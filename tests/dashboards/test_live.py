@@ -118,9 +118,9 @@ CONTEXT_CHARGED = textwrap.dedent("""
 """)
 
 
-# A process getting a quarter of GPU 0's time (busy half of it, the GPU shared), on the C writer's GPU 0 (its UUID
-# bytes 0..15), publishing GPU time as the intercept does every 100 ms. The times follow the clock, so its pod's
-# share of the GPU is 0.25 however fast the machine is.
+# A process under a 50% compute share getting a quarter of GPU 0's time (busy half of it, the GPU shared), on the C
+# writer's GPU 0 (its UUID bytes 0..15), publishing GPU time as the intercept does every 100 ms. The times follow the
+# clock, so its pod's share of the GPU is 0.25 however fast the machine is.
 GPU_TIME = textwrap.dedent("""
     import ctypes, sys, threading, time
     from alnair.abi import layout
@@ -131,7 +131,7 @@ GPU_TIME = textwrap.dedent("""
     record = layout.CudaRecord(device_count=1, max_devices=layout.CUDA_MAX_DEVICES)
     device = record.devices[0]
     device.uuid[:] = list(range(16))
-    device.flags = layout.CUDA_DEVICE_GPU_TIME
+    device.flags, device.compute_share_percent = layout.CUDA_DEVICE_GPU_TIME, 50
     segment = WriterSegment(layout.KIND_CUDA, ctypes.sizeof(layout.CudaRecord))
     start = time.monotonic_ns()
     print("ready", flush=True)
@@ -150,7 +150,7 @@ class Stack:
     prometheus: str
     instance: str
     started: float  # Unix time before any writer started
-    pids: dict[str, int]  # the cuda writers: "limited" (idle), "starting", "active", "context charged"
+    pids: dict[str, int]  # the cuda writers: "limited" (idle), "starting", "active", "context charged", "gpu time"
     active_launch_ns: int  # the "active" writer's latest launch, as it publishes it
 
 
@@ -201,8 +201,8 @@ def stack(tmp_path_factory, test_writer_binary, redis_cluster):
         starting = Writer(test_writer_binary, shm, ["--devices", "1", "--period-ms", "10", "--set", "first_allocation_ns=300000000"])
         active = Writer(test_writer_binary, shm, ["--devices", "1", "--period-ms", "10", "--set", "first_launch_ns=600000000",
                                                   "--set", f"last_launch_time_ns={active_launch_ns}"])
-        context_charged = PythonProgram(CONTEXT_CHARGED, shm)
-        writers += [starting, active, context_charged, PythonProgram(GPU_TIME, shm)]
+        context_charged, gpu_time = PythonProgram(CONTEXT_CHARGED, shm), PythonProgram(GPU_TIME, shm)
+        writers += [starting, active, context_charged, gpu_time]
         writers.append(PythonProgram(CACHE_TRAFFIC, shm, env={"DEMO_REDIS": redis.url, "DEMO_ORIGIN": str(tmp / "images")}))
         launcher = tmp / "exporter_with_fake_nvml.py"
         launcher.write_text(EXPORTER_WITH_FAKE_NVML)
@@ -224,7 +224,7 @@ def stack(tmp_path_factory, test_writer_binary, redis_cluster):
         wait_until(lambda: query(prom, 'up{job="alnair"} == 1'), timeout=60)
         yield Stack(prom, f"127.0.0.1:{exporter.port}", started,
                     {"limited": writers[0].pid, "starting": starting.pid, "active": active.pid,
-                     "context charged": context_charged.pid}, active_launch_ns)
+                     "context charged": context_charged.pid, "gpu time": gpu_time.pid}, active_launch_ns)
     finally:
         for child in children:
             child.terminate()
@@ -393,6 +393,23 @@ def test_the_activity_panel_shows_starting_up_idle_and_active_by_the_time_of_the
     seen = [(t - launch, int(v)) for t, v in series[stack.pids["active"]] if abs(t - launch - 60) > 1]
     assert seen == [(age, states["idle"] if age > 60 else states["active"]) for age, _ in seen]
     assert {state for _, state in seen} == {states["active"], states["idle"]}
+
+
+def test_the_compute_panel_shows_each_process_cap_and_share(stack):
+    """The limited C writer has a 30% cap on both GPUs (and, as writers before the GPU-time limits did, a window the
+    panel leaves out); the GPU time writer a 50% share on GPU 0. Neither has a series for the limit it lacks."""
+    board = load(ROOT / "dashboards/json/gpu-sharing.json")
+    cap, share, _ = panel_queries(board, "Compute cap, share and throttled share", as_grafana_all(stack.prometheus, board))
+    wanted = [{"0": (0.3, {}), "1": (0.3, {})}, {}, {}, {"0": (0.5, {})}]
+
+    def shown() -> list:
+        return [by_gpu(stack.prometheus, q, stack.pids[name]) for name in ("limited", "gpu time") for q in (cap, share)]
+
+    try:
+        wait_until(lambda: shown() == wanted, timeout=SETTLE)
+    except AssertionError:
+        pass
+    assert shown() == wanted
 
 
 def test_the_gpu_time_panel_shows_the_pods_share_of_each_gpu(stack):

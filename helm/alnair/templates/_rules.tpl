@@ -23,6 +23,8 @@ out .Values.prometheusRule.disabledAlerts. */}}
     expr: "(alnair_cuda_memory_limit_bytes * on (instance, pid) group_left (namespace, pod, container) alnair_cuda_process_info) * on (instance) group_left (node) alnair_node_info"
   - record: "pod_pid:alnair_cuda_compute_limit_ratio"
     expr: "(alnair_cuda_compute_limit_ratio * on (instance, pid) group_left (namespace, pod, container) alnair_cuda_process_info) * on (instance) group_left (node) alnair_node_info"
+  - record: "pod_pid:alnair_cuda_compute_share_ratio"
+    expr: "(alnair_cuda_compute_share_ratio * on (instance, pid) group_left (namespace, pod, container) alnair_cuda_process_info) * on (instance) group_left (node) alnair_node_info"
   - record: "pod_pid:alnair_cuda_compute_quota_ratio"
     expr: "(alnair_cuda_compute_quota_ratio * on (instance, pid) group_left (namespace, pod, container) alnair_cuda_process_info) * on (instance) group_left (node) alnair_node_info"
   - record: "pod_pid:alnair_cuda_memory_charged_bytes"
@@ -245,8 +247,8 @@ out .Values.prometheusRule.disabledAlerts. */}}
       severity: {{ printf "%s" (include "alnair.rules.scalar" (index $t "severity")) | quote }}
     annotations:
       summary: {{ "Pod {{ $labels.namespace }}/{{ $labels.pod }} is held back by its compute limit {{ $value | humanizePercentage }} of the time" | quote }}
-      description: {{ printf "For %s process {{ $labels.pid }} of pod {{ $labels.namespace }}/{{ $labels.pod }} (container {{ $labels.container }}) on {{ $labels.node }} has waited for its ALNAIR_COMPUTE_LIMIT quota on GPU {{ $labels.gpu }} more than %s of the time: it wants more of the GPU than it may use." (include "alnair.rules.scalar" (index $t "for")) (include "alnair.rules.scalar" (index $t "threshold")) | quote }}
-      action: "If the job runs too slowly, raise its ALNAIR_COMPUTE_LIMIT or give it a GPU of its own; if the share is intended, silence this alert for its namespace."
+      description: {{ printf "For %s process {{ $labels.pid }} of pod {{ $labels.namespace }}/{{ $labels.pod }} (container {{ $labels.container }}) on {{ $labels.node }} has waited for its compute limit (cap or share) on GPU {{ $labels.gpu }} more than %s of the time: it wants more of the GPU than it may use." (include "alnair.rules.scalar" (index $t "for")) (include "alnair.rules.scalar" (index $t "threshold")) | quote }}
+      action: "If the job runs too slowly, raise its ALNAIR_COMPUTE_LIMIT (cap) or ALNAIR_COMPUTE_SHARE (share), or give it a GPU of its own; if the limit is intended, silence this alert for its namespace."
   {{- end }}
   {{- if not (has "AlnairTrainingDataStallHigh" $disabled) }}
   {{- $t := index $settings "AlnairTrainingDataStallHigh" }}
