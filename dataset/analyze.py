@@ -168,6 +168,35 @@ def repeatability_section(report: Report, runs: pd.DataFrame, label: str) -> Non
                    "on the pair's own GPU for this reason:", "", _table(machines, 3, index=False), "")
 
 
+TARGET_MODE = "share-50-50"  # the sharing issue's target: its packing saving at or above time-slicing's median
+
+
+def modes_section(report: Report, measured: pd.DataFrame) -> None:
+    """The packing saving and slowdowns of each mode, and each mode against time-slicing on the same pairs."""
+    summary = interference.by_mode(measured)
+    report.save(summary, "pairs-by-mode.csv")
+    report.add("By mode (`modes.py`: `limit-*` caps each side, `share-*` promises each side its share and lends idle "
+               "time; slowdowns of both sides pooled, `apart`: a pair's two slowdowns apart):", "",
+               _table(summary, 3, index=False), "")
+    against = interference.against_timeslice(measured)
+    if len(against):
+        report.save(against, "pairs-against-timeslice.csv")
+        report.add("Each mode against time-slicing on the same pairs (`difference`: the mode's saving less the "
+                   "time-sliced one, pair by pair; `lower`: pairs that saved less; `same_gpu`: pairs whose two modes "
+                   "ran on one GPU, the others each against baselines of its own GPU):", "",
+                   _table(against, 3, index=False), "")
+    target = against[against["mode"] == TARGET_MODE]
+    if target.empty:
+        report.add(f"No `{TARGET_MODE}` pair measured with its time-sliced mode yet: the sharing issue's target (its "
+                   "packing saving at or above time-slicing's median on the same pairs) is not measured.", "")
+    else:
+        t = target.iloc[0]
+        report.add(f"The sharing issue's target: `{TARGET_MODE}` saved a median {t.saving_median:+.3f} against "
+                   f"time-slicing's {t.timeslice_saving_median:+.3f} on the same {t.pairs} pairs ({t.same_gpu} with "
+                   f"both modes on one GPU): {'at or above' if t.at_or_above_timeslice else 'below'} time-slicing's "
+                   f"median; pair by pair {t.difference_median:+.3f} (median), {t.lower} of {t.pairs} lower.", "")
+
+
 def interference_section(report: Report, campaign: sources.Campaign) -> None:
     result = interference.analyse(campaign.runs, campaign.pairs)
     if len(result.measured):
@@ -175,6 +204,7 @@ def interference_section(report: Report, campaign: sources.Campaign) -> None:
         view = result.measured[["mode", "a", "b", "slowdown_a", "slowdown_b", "packing_saving"]].copy()
         report.add(f"{len(result.measured)} measured pairs and modes ({result.pairs} distinct pairs):", "",
                    _table(view, 3, index=False), "")
+        modes_section(report, result.measured)
     superseded = int((campaign.pairs.get("status") == superseding.STATUS).sum()) if len(campaign.pairs) else 0
     if superseded:
         report.add(f"Not counted: {superseded} pairs marked `{superseding.STATUS}` in pairs.csv (made before the "

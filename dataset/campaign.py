@@ -1,11 +1,11 @@
 """The measurement campaign: every configuration of the grid as its own process under the CUDA and Python
 intercepts (alnair-run), recorded by the real exporter and a real Prometheus, profiled with `alnair profile`'s
 functions into one row each; and pairs of jobs run solo and together on one GPU, under time-slicing and under
-Alnair's compute limits.
+Alnair's compute caps and shares (modes.py).
 
     python -m alnair.dataset.campaign --out DIR [--device cuda|cpu] [--families F ...] [--repeats N]
-        [--pairs auto:N | A+B ...] [--pair-modes timeslice,limit-50-50,limit-30-70] [--budget-seconds S]
-        [--prometheus-binary PATH]
+        [--pairs auto:N | A+B ...] [--pair-modes timeslice,share-50-50,...] [--other-modes-pairs K]
+        [--budget-seconds S] [--prometheus-binary PATH]
 
 The order is the plan (dataset/plan.py: families in turn, the core configurations' repeats and the pairs early;
 `--plan` prints it with what each block is expected to cover). Resumable: DIR/runs.csv holds one row per attempt
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from alnair.commandline import OneLineParser, comma_separated, fail, int_at_least
 
-from . import plan
+from . import modes, plan
 from .plan import Config
 from .process_sampler import ProcessSampler
 from .prometheus import ProfileError
@@ -42,7 +42,6 @@ from .workloads import grid
 from .workloads.common import Run
 
 PROG = "python -m alnair.dataset.campaign"
-MODES = {"timeslice": (None, None), "limit-50-50": (50, 50), "limit-30-70": (30, 70)}  # ALNAIR_COMPUTE_LIMIT a, b
 PROFILE_RESERVE = 6.0  # seconds after a job: its exit record reaching Prometheus, the profile's queries, the row
 SHUTDOWN_RESERVE = 5.0  # seconds to stop Prometheus and the exporter and write Parquet
 STACK_STARTUP = 15.0  # seconds to start the exporter and Prometheus and probe the versions
@@ -104,7 +103,19 @@ def pair_specs(options, configs: list[Config]) -> list[tuple[Config, Config]]:
 
 def build_plan(options, configs: list[Config], pairs: list[tuple[Config, Config]]) -> list[plan.Item]:
     return plan.build(configs, options.repeats, pairs, options.pair_modes, core_size=options.core,
-                      pairs_only=options.pairs_only)
+                      pairs_only=options.pairs_only, other_modes_pairs=options.other_modes_pairs)
+
+
+def job_environment(base: dict[str, str], shm: str, fields: dict) -> dict[str, str]:
+    """A job's environment: `base` (the campaign's) with the segments' directory, and of the compute variables
+    (ALNAIR_COMPUTE_LIMIT, ALNAIR_COMPUTE_SHARE) only those its row's settings give (compute_limit_percent,
+    compute_share_percent): one inherited from the campaign's own environment would change every job."""
+    env = {**base, "ALNAIR_SHM_DIR": shm, "PYTHONUNBUFFERED": "1"}
+    for variable, stem in modes.VARIABLES.items():
+        env.pop(variable, None)
+        if fields.get(f"{stem}_percent") is not None:
+            env[variable] = str(fields[f"{stem}_percent"])
+    return env
 
 
 def _find(spec: str, options) -> Config:
@@ -188,10 +199,7 @@ class Campaign:
             self.runs.put(row)
             rows.append(row)
         for (key, config, extra), row in zip(jobs, rows):
-            env = {**os.environ, "ALNAIR_SHM_DIR": str(self.stack.shm), "PYTHONUNBUFFERED": "1"}
-            env.pop("ALNAIR_COMPUTE_LIMIT", None)
-            if extra.get("compute_limit_percent") is not None:
-                env["ALNAIR_COMPUTE_LIMIT"] = str(extra["compute_limit_percent"])
+            env = job_environment(dict(os.environ), str(self.stack.shm), extra)
             log = open(self.stack.logs / (re.sub(r"[^A-Za-z0-9_.-]+", "_", key) + ".log"), "w")
             row["started_at"] = time.time()
             procs.append((subprocess.Popen(self.command(config.run), env=env, stdout=log, stderr=subprocess.STDOUT), log))
@@ -340,20 +348,19 @@ class Campaign:
         if solo_a["status"] != "ok" or solo_b["status"] != "ok":
             say(f"{label} {pair_key}: skipped (a solo run failed)")
             return
-        limits = MODES[mode]
         estimate = (solo_a["wall_seconds"] + solo_b["wall_seconds"]) * ESTIMATE_MARGIN
         if not self.fits(estimate):
             self.stop_for(pair_key, estimate)
             return
         self.ensure_stack()
         jobs = [(f"{pair_key}|{side}", config, {"role": "shared", "pair_key": pair_key, "mode": mode,
-                                                 "compute_limit_percent": limit})
-                for side, config, limit in (("a", a, limits[0]), ("b", b, limits[1]))]
+                                                 **modes.MODES[mode].side(index)})
+                for index, (side, config) in enumerate((("a", a), ("b", b)))]
         shared_a, shared_b = self.execute(jobs)
         if self.cut or "ok" != shared_a["status"] or "ok" != shared_b["status"]:
             say(f"{label} {pair_key}: shared run {shared_a['status']}/{shared_b['status']}")
             return
-        self.pairs.put(pair_row(pair_key, mode, limits, solo_a, solo_b, shared_a, shared_b))
+        self.pairs.put(pair_row(pair_key, mode, solo_a, solo_b, shared_a, shared_b))
         self.counts["pairs"] += 1
         row = self.pairs.rows[-1]
         say(f"{label} {pair_key}: slowdowns {row['slowdown_a']:+.3f} / {row['slowdown_b']:+.3f}, "
@@ -378,8 +385,8 @@ class Campaign:
 
     def run(self, items: list[plan.Item]) -> None:
         """The plan in order (plan.build), each step skipped when the rows hold it; a step that does not fit in what
-        is left of the budget waits for the next block while the later ones that fit go on. A pair's first target
-        mode brings its other pending ones right after it, all or none in this block (plan.partners_after)."""
+        is left of the budget waits for the next block while the later ones that fit go on. A pair's first pending
+        target mode brings its other pending ones right after it, all or none in this block (plan.partners_after)."""
         ran_early: set[str] = set()  # a pair's other target modes, run right after its first
         try:
             for index, item in enumerate(items, 1):
@@ -394,6 +401,8 @@ class Campaign:
                     break
                 if item.config is not None:
                     self.solo(item.config, f"[{index}/{len(items)}]")
+                elif self.holds(item):  # measured already: the pair's pending modes after it form their own group
+                    self.counts["skipped"] += 1
                 else:
                     partners = plan.partners_after(items, index - 1, self.options.pair_modes,
                                                    lambda later: not self.holds(later))
@@ -415,12 +424,12 @@ class Campaign:
                         say(f"no Parquet: {problem}")
 
 
-def pair_row(pair_key: str, mode: str, limits, solo_a: dict, solo_b: dict, shared_a: dict, shared_b: dict) -> dict:
+def pair_row(pair_key: str, mode: str, solo_a: dict, solo_b: dict, shared_a: dict, shared_b: dict) -> dict:
     """The original project's definitions: slowdown = shared time / solo time - 1; packing saving =
-    1 - max(shared times) / (sum of solo times)."""
+    1 - max(shared times) / (sum of solo times); with the mode's settings of each side (modes.Mode.pair_columns)."""
     sa, sb = solo_a["duration_seconds"], solo_b["duration_seconds"]
     ta, tb = shared_a["duration_seconds"], shared_b["duration_seconds"]
-    return {"pair_key": pair_key, "status": "ok", "mode": mode, "compute_limit_a": limits[0], "compute_limit_b": limits[1],
+    return {"pair_key": pair_key, "status": "ok", "mode": mode, **modes.MODES[mode].pair_columns(),
             "solo_a_key": solo_a["key"], "solo_b_key": solo_b["key"], "shared_a_key": shared_a["key"],
             "shared_b_key": shared_b["key"], "solo_a_seconds": sa, "solo_b_seconds": sb, "shared_a_seconds": ta,
             "shared_b_seconds": tb, "slowdown_a": ta / sa - 1, "slowdown_b": tb / sb - 1,
@@ -453,8 +462,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="auto:N, or A+B with each side family:model:batch[:precision[:workers]].")
     parser.add_argument("--pairs-only", action="store_true",
                         help="Run only the pairs and their solo baselines, not every chosen configuration.")
-    parser.add_argument("--pair-modes", type=comma_separated(_mode), default=list(MODES),
-                        help="Comma-separated, of " + ", ".join(MODES) + " (default: all).")
+    parser.add_argument("--pair-modes", type=comma_separated(_mode), default=list(modes.DEFAULT),
+                        help=f"Comma-separated, of {modes.names()} (default: {','.join(modes.DEFAULT)}): limit-A-B sets "
+                        "ALNAIR_COMPUTE_LIMIT (a cap) of side a to A and of b to B, share-A-B ALNAIR_COMPUTE_SHARE (a "
+                        "share). A pair's first mode of each kind (time-sliced, capped, shared) runs in one block.")
+    parser.add_argument("--other-modes-pairs", type=int_at_least(0), metavar="K",
+                        help="Only the first K pairs (in the plan's order) run the modes after each kind's first "
+                        "(share-30-70 after share-50-50), each right after its pair's first ones, on the same "
+                        "baselines; default: every pair, after the targets.")
     parser.add_argument("--budget-seconds", type=float, help="Stop before a job that would not end in this many seconds.")
     parser.add_argument("--estimate-seconds", type=float,
                         help="A job's expected wall time before one like it was measured (default: the grid's H200 estimate).")
@@ -499,11 +514,12 @@ def print_plan(campaign: Campaign, items: list[plan.Item]) -> None:
     for s in steps:
         p = s.progress
         print(f"{s.index}\t{s.block or 'done'}\t{s.seconds:.0f}\t{p.solo}\t{p.families}\t{p.repeated}\t{p.pairs}\t{s.item.key}")
-    for line in plan_summary(steps, campaign.options.repeats, campaign.options.block_seconds):
+    for line in plan_summary(steps, campaign.options.repeats, campaign.options.block_seconds,
+                             campaign.options.pair_modes):
         print(line)
 
 
-def plan_summary(steps: list[plan.Step], repeats: int, block_seconds: float) -> list[str]:
+def plan_summary(steps: list[plan.Step], repeats: int, block_seconds: float, pair_modes: list[str]) -> list[str]:
     todo = [s for s in steps if s.block]
     lines = [f"plan: {len(steps)} steps, {len(steps) - len(todo)} in the rows, {len(todo)} to do "
              f"(~{sum(s.seconds for s in todo) / 3600:.1f} h in {max([s.block for s in todo], default=0)} blocks of "
@@ -511,7 +527,7 @@ def plan_summary(steps: list[plan.Step], repeats: int, block_seconds: float) -> 
     targets = [("solo runs", lambda p: p.solo >= plan.SOLO_TARGET, plan.SOLO_TARGET),
                ("families", lambda p: p.families >= len(grid.MODELS), len(grid.MODELS)),
                ("configurations with every repeat", lambda p: p.repeated >= plan.REPEATED_TARGET, plan.REPEATED_TARGET),
-               ("pairs in both kinds of sharing", lambda p: p.pairs >= plan.PAIR_TARGET, plan.PAIR_TARGET)]
+               (f"pairs in {sharing_kinds(pair_modes)}", lambda p: p.pairs >= plan.PAIR_TARGET, plan.PAIR_TARGET)]
     if repeats < 3:
         targets.pop(2)
     for name, met, target in targets:
@@ -522,9 +538,14 @@ def plan_summary(steps: list[plan.Step], repeats: int, block_seconds: float) -> 
     return lines
 
 
+def sharing_kinds(pair_modes: list[str]) -> str:
+    """The kinds of sharing the pair target asks for: "timeslice and limit", "timeslice and share", ..."""
+    return " and ".join(k for k in modes.KINDS if any(modes.kind_of(m) == k for m in pair_modes))
+
+
 def _mode(text: str) -> str:
-    if text not in MODES:
-        raise ValueError(f"not a pair mode ({', '.join(MODES)}): {text!r}")
+    if text not in modes.MODES:
+        raise ValueError(f"not a pair mode ({modes.names()}): {text!r}")
     return text
 
 

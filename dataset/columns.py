@@ -51,9 +51,17 @@ MEASURES = [
     ("cuda_graph_launches", float, "CUDA graph launches, process total"),
     ("cuda_allocations", float, "device memory allocations, process total"),
     ("cuda_allocations_denied", float, "allocations refused by ALNAIR_MEMORY_LIMIT, process total"),
-    ("cuda_throttled_seconds", float, "time held back by ALNAIR_COMPUTE_LIMIT, process total"),
+    ("cuda_throttled_seconds", float, "time launches waited for a compute limit, process total (a cap's or a "
+     "share's debt of GPU time; writers before the GPU-time limits: the cap's turns)"),
+    ("cuda_gpu_time_seconds", float, "GPU time the process got (alnair_cuda_gpu_time_seconds_total: its busy time, "
+     "each moment divided among the processes busy on the GPU then), process total, summed over its GPUs (empty: not "
+     "measured, as for writers before GPU time)"),
+    ("cuda_gpu_time_ratio", float, "cuda_gpu_time_seconds / (duration_seconds x the GPUs it was measured on): the "
+     "mean share of its GPUs' time it got over its run (empty: not measured)"),
     ("cuda_memory_limit_bytes", float, "ALNAIR_MEMORY_LIMIT (empty: none)"),
-    ("cuda_compute_limit_ratio", float, "ALNAIR_COMPUTE_LIMIT / 100 (empty: none)"),
+    ("cuda_compute_limit_ratio", float, "ALNAIR_COMPUTE_LIMIT / 100: the cap (empty: none)"),
+    ("cuda_compute_share_ratio", float, "ALNAIR_COMPUTE_SHARE / 100: the share (alnair_cuda_compute_share_ratio; "
+     "empty: none)"),
     ("steps", float, "training steps (DataLoader batches), process total"),
     ("samples", float, "samples in those batches"),
     ("epochs", float, "DataLoader passes run to the end"),

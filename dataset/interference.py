@@ -10,11 +10,16 @@ from itertools import combinations_with_replacement
 import numpy as np
 import pandas as pd
 
+from . import modes
+
 # a job's solo profile: what the model knows of each side
 PROFILE = ("gpu_util_ratio_mean", "gpu_util_ratio_max", "gpu_memory_busy_ratio_mean", "gpu_memory_used_ratio_max",
            "cpu_util_ratio_mean", "gpu_power_watts_mean", "data_stall_ratio")
 MIN_PAIRS = 8  # distinct pairs (both modes of one pair count once) below which no model is fitted
 SEED = 0
+# features a model gets only where they vary over the examples: without share-* pairs every side's promised share is 0,
+# and the models are the ones fitted before shares existed
+OPTIONAL = ("self_share_min", "other_share_min")
 
 
 def slowdown(shared_seconds, solo_seconds):
@@ -26,9 +31,13 @@ def packing_saving(solo_a, solo_b, shared_a, shared_b):
         np.asarray(solo_a, float) + np.asarray(solo_b, float))
 
 
-def compute_share(limit) -> float:
-    """The share of the GPU a side was given: ALNAIR_COMPUTE_LIMIT / 100, 1 without a limit (time-slicing)."""
-    return 1.0 if pd.isna(limit) else float(limit) / 100.0
+def compute_share(limit, share=None) -> tuple[float, float]:
+    """The share of the GPU a side was given, as (the most it may get, the least it is promised while the other side
+    wants the GPU): ALNAIR_COMPUTE_LIMIT=N, a cap, is (N/100, 0); ALNAIR_COMPUTE_SHARE=N, a share, is (1, N/100),
+    since idle time is lent (work-conserving); neither (time-slicing) is (1, 0)."""
+    most = 1.0 if limit is None or pd.isna(limit) else float(limit) / 100.0
+    least = 0.0 if share is None or pd.isna(share) else float(share) / 100.0
+    return most, least
 
 
 def measured_pairs(runs: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
@@ -48,7 +57,67 @@ def measured_pairs(runs: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     parts = ok["pair_key"].str.split("|")
     ok["a"], ok["b"] = parts.str[1], parts.str[2]
     ok["group"] = ["+".join(sorted(p)) for p in zip(ok.a, ok.b)]  # a pair, whatever its mode and baselines
+    # the GPU its shared rows ran on (a pair's modes measured on two GPUs are compared across machines)
+    gpus = runs.set_index("key")["gpu_uuids"] if "gpu_uuids" in runs else pd.Series(dtype=object)
+    ok["gpu"] = gpus.reindex(ok["shared_a_key"]).to_numpy()
     return ok
+
+
+def mode_order(names) -> list[str]:
+    """The modes in modes.MODES' order (time-slicing, the caps, the shares), any other after them by name."""
+    known = [m for m in modes.MODES if m in set(names)]
+    return known + sorted(set(names) - set(known))
+
+
+BY_MODE_COLUMNS = ["mode", "pairs", "saving_median", "saving_min", "saving_max", "slowdown_median", "slowdown_min",
+                   "slowdown_max", "apart_median"]
+
+
+def by_mode(measured: pd.DataFrame) -> pd.DataFrame:
+    """One row per mode: its measured pairs; their packing saving (median, min, max); each side's slowdown, the two
+    sides pooled (median, min, max); and how far apart a pair's two slowdowns are (median of |a - b|)."""
+    rows = []
+    for mode in mode_order(measured["mode"]) if len(measured) else []:
+        m = measured[measured["mode"] == mode]
+        sides = pd.concat([m.slowdown_a, m.slowdown_b])
+        rows.append({"mode": mode, "pairs": len(m), "saving_median": m.packing_saving.median(),
+                     "saving_min": m.packing_saving.min(), "saving_max": m.packing_saving.max(),
+                     "slowdown_median": sides.median(), "slowdown_min": sides.min(), "slowdown_max": sides.max(),
+                     "apart_median": (m.slowdown_a - m.slowdown_b).abs().median()})
+    return pd.DataFrame(rows, columns=BY_MODE_COLUMNS)
+
+
+AGAINST_COLUMNS = ["mode", "pairs", "same_gpu", "saving_median", "timeslice_saving_median", "difference_median",
+                   "difference_min", "difference_max", "lower", "at_or_above_timeslice"]
+
+
+def against_timeslice(measured: pd.DataFrame) -> pd.DataFrame:
+    """Each mode beside time-slicing on the same pairs (the same configurations a and b measured in both): how many,
+    how many of them had both modes on one GPU (`same_gpu`: the others compare savings each taken against its own
+    GPU's baselines, across machines), the mode's median packing saving and time-slicing's over those pairs, the
+    paired difference (mode less time-slicing: median, min, max), how many pairs saved less than time-sliced, and
+    whether the mode's median is at or above time-slicing's (the sharing issue's target for share-50-50)."""
+    rows = []
+    if not len(measured):
+        return pd.DataFrame(rows, columns=AGAINST_COLUMNS)
+    timesliced = measured[measured["mode"] == "timeslice"].set_index(["a", "b"])
+    for mode in mode_order(measured["mode"]):
+        if mode == "timeslice":
+            continue
+        mine = measured[measured["mode"] == mode].set_index(["a", "b"])
+        common = mine.index.intersection(timesliced.index)
+        if not len(common):
+            continue
+        mine, theirs = mine.loc[common], timesliced.loc[common]
+        difference = mine.packing_saving - theirs.packing_saving
+        same_gpu = mine.gpu.notna() & (mine.gpu == theirs.gpu)
+        rows.append({"mode": mode, "pairs": len(common), "same_gpu": int(same_gpu.sum()),
+                     "saving_median": mine.packing_saving.median(),
+                     "timeslice_saving_median": theirs.packing_saving.median(),
+                     "difference_median": difference.median(), "difference_min": difference.min(),
+                     "difference_max": difference.max(), "lower": int((difference < 0).sum()),
+                     "at_or_above_timeslice": bool(mine.packing_saving.median() >= theirs.packing_saving.median())})
+    return pd.DataFrame(rows, columns=AGAINST_COLUMNS)
 
 
 def examples(runs: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
@@ -59,22 +128,28 @@ def examples(runs: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     for _, pair in measured_pairs(runs, pairs).iterrows():
         for me, other in (("a", "b"), ("b", "a")):
             rows.append(_features(profiles.loc[pair[f"solo_{me}_key"]], profiles.loc[pair[f"solo_{other}_key"]],
-                                  pair[f"compute_limit_{me}"], pair[f"compute_limit_{other}"])
+                                  *(compute_share(pair.get(f"compute_limit_{side}"), pair.get(f"compute_share_{side}"))
+                                    for side in (me, other)))
                         | {"slowdown": pair[f"slowdown_{me}"], "group": pair["group"], "pair_key": pair["pair_key"],
                            "side": me, "mode": pair["mode"]})
     return pd.DataFrame(rows)
 
 
-def _features(me: pd.Series, other: pd.Series, my_limit, other_limit) -> dict:
+def _features(me: pd.Series, other: pd.Series, my_share=(1.0, 0.0), other_share=(1.0, 0.0)) -> dict:
+    """A side's features; the shares are compute_share's (most, least), time-slicing's by default."""
     found = {f"self_{c}": float(me[c]) for c in PROFILE} | {f"other_{c}": float(other[c]) for c in PROFILE}
-    return found | {"self_share": compute_share(my_limit), "other_share": compute_share(other_limit),
+    return found | {"self_share": my_share[0], "other_share": other_share[0],
                     "self_log_solo_seconds": float(np.log(me["duration_seconds"])),
-                    "other_log_solo_seconds": float(np.log(other["duration_seconds"]))}
+                    "other_log_solo_seconds": float(np.log(other["duration_seconds"])),
+                    "self_share_min": my_share[1], "other_share_min": other_share[1]}
 
 
-def feature_names() -> list[str]:
-    return ([f"self_{c}" for c in PROFILE] + [f"other_{c}" for c in PROFILE]
-            + ["self_share", "other_share", "self_log_solo_seconds", "other_log_solo_seconds"])
+def feature_names(data: pd.DataFrame | None = None) -> list[str]:
+    """The model's features: both profiles, the most of the GPU each side may get (`*_share`) and its solo seconds,
+    then the least each is promised (`*_share_min`, OPTIONAL: only where it varies over `data`'s examples)."""
+    names = ([f"self_{c}" for c in PROFILE] + [f"other_{c}" for c in PROFILE]
+             + ["self_share", "other_share", "self_log_solo_seconds", "other_log_solo_seconds"])
+    return names + [n for n in OPTIONAL if data is not None and n in data and data[n].nunique() > 1]
 
 
 def _models() -> dict:
@@ -115,7 +190,7 @@ def analyse(runs: pd.DataFrame, pairs: pd.DataFrame, min_pairs: int = MIN_PAIRS,
     if groups < min_pairs:
         result.reason = f"{groups} distinct measured pairs ({len(measured)} with their modes): a model needs {min_pairs}"
         return result
-    names = feature_names()
+    names = feature_names(data)
     features = data[names].astype(float)
     fill = features.median().fillna(0.0)  # a profile value a run lacks is the median of the others
     X, y = features.fillna(fill).to_numpy(float), data["slowdown"].to_numpy(float)
@@ -165,7 +240,7 @@ def _candidates(runs: pd.DataFrame, measured: pd.DataFrame, model, names: list[s
     pairs = [(a, b) for a, b in combinations_with_replacement(sorted(solo.index), 2) if "+".join(sorted((a, b))) not in seen]
     if not pairs:
         return pd.DataFrame()
-    sides = [_features(solo.loc[me], solo.loc[other], None, None) for a, b in pairs for me, other in ((a, b), (b, a))]
+    sides = [_features(solo.loc[me], solo.loc[other]) for a, b in pairs for me, other in ((a, b), (b, a))]
     predicted = model.predict(pd.DataFrame(sides)[names].astype(float).fillna(fill).to_numpy(float))  # one call for all
     sa, sb = predicted[0::2], predicted[1::2]
     ta = solo.loc[[a for a, _ in pairs], "duration_seconds"].to_numpy(float)
@@ -183,13 +258,13 @@ def plot(result: Interference, path, title: str = "") -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5))
     m = result.measured
     if len(m) > 12:  # too many to label: each mode's distribution of slowdowns (both sides) and savings
-        modes = sorted(m["mode"].unique())
-        slowdowns = [100 * np.concatenate([m[m["mode"] == mode].slowdown_a, m[m["mode"] == mode].slowdown_b]) for mode in modes]
-        savings = [100 * m[m["mode"] == mode].packing_saving.to_numpy() for mode in modes]
-        x = np.arange(len(modes))
+        names = mode_order(m["mode"])
+        slowdowns = [100 * np.concatenate([m[m["mode"] == mode].slowdown_a, m[m["mode"] == mode].slowdown_b]) for mode in names]
+        savings = [100 * m[m["mode"] == mode].packing_saving.to_numpy() for mode in names]
+        x = np.arange(len(names))
         left.boxplot(slowdowns, positions=x - 0.2, widths=0.35, patch_artist=True, boxprops={"facecolor": "C0"})
         left.boxplot(savings, positions=x + 0.2, widths=0.35, patch_artist=True, boxprops={"facecolor": "C2"})
-        left.set_xticks(x, [f"{mode}\n({len(v)} pairs)" for mode, v in zip(modes, savings)])
+        left.set_xticks(x, [f"{mode}\n({len(v)} pairs)" for mode, v in zip(names, savings)])
         left.set_ylabel("%: slowdown of each side (blue), packing saving (green)")
     elif len(m):
         # one job per line: two jobs on one line run into the next bar's label from 4 bars on

@@ -27,7 +27,8 @@ PROCESS_FAMILIES = (
     "alnair_python_optimizer_steps_total", "alnair_python_time_to_first_step_seconds",
     "alnair_cuda_kernel_launches_total", "alnair_cuda_graph_launches_total", "alnair_cuda_memory_peak_bytes",
     "alnair_cuda_allocations_total", "alnair_cuda_allocations_denied_total", "alnair_cuda_throttled_seconds_total",
-    "alnair_cuda_memory_limit_bytes", "alnair_cuda_compute_limit_ratio",
+    "alnair_cuda_gpu_time_seconds_total", "alnair_cuda_memory_limit_bytes", "alnair_cuda_compute_limit_ratio",
+    "alnair_cuda_compute_share_ratio",
     "alnair_nvml_process_sm_utilization_ratio", "alnair_nvml_process_memory_used_bytes",
 )
 NODE_FAMILIES = (
@@ -185,7 +186,7 @@ def row(job: Job, node: Node) -> dict:
     window = (start if start is not None else 0.0, end if end is not None else 0.0)
     steps = job.one("alnair_python_steps_total")
     out.update(_statistics(job, node, window, ts.steady(timeline(steps), WARMUP_STEPS) if steps else None))
-    out.update(_cuda(job))
+    out.update(_cuda(job, out["duration_seconds"]))
     out.update(_python(job))
     return out
 
@@ -237,16 +238,21 @@ def _statistics(job: Job, node: Node, window: tuple[float, float], training: tup
     return out
 
 
-def _cuda(job: Job) -> dict:
+def _cuda(job: Job, duration: float | None) -> dict:
     peaks = [max(s.values) for s in job.families.get("alnair_cuda_memory_peak_bytes", []) if s.values]
+    gpu_time = job.total("alnair_cuda_gpu_time_seconds_total")
+    measured = sum(1 for s in job.families.get("alnair_cuda_gpu_time_seconds_total", []) if s.values)  # its GPUs
     return {"cuda_memory_peak_bytes": sum(peaks) if peaks else None,
             "cuda_kernel_launches": job.total("alnair_cuda_kernel_launches_total"),
             "cuda_graph_launches": job.total("alnair_cuda_graph_launches_total"),
             "cuda_allocations": job.total("alnair_cuda_allocations_total"),
             "cuda_allocations_denied": job.total("alnair_cuda_allocations_denied_total"),
             "cuda_throttled_seconds": job.total("alnair_cuda_throttled_seconds_total"),
+            "cuda_gpu_time_seconds": gpu_time,
+            "cuda_gpu_time_ratio": gpu_time / (duration * measured) if gpu_time is not None and duration else None,
             "cuda_memory_limit_bytes": job.total("alnair_cuda_memory_limit_bytes"),
-            "cuda_compute_limit_ratio": _last(job, "alnair_cuda_compute_limit_ratio")}
+            "cuda_compute_limit_ratio": _last(job, "alnair_cuda_compute_limit_ratio"),
+            "cuda_compute_share_ratio": _last(job, "alnair_cuda_compute_share_ratio")}
 
 
 def _last(job: Job, family: str) -> float | None:

@@ -1,6 +1,6 @@
 """The campaign's order: which job runs when, so that every block of GPU time (some 440 s) makes balanced progress
-toward the issue's targets (100 solo runs over the five families, 3 repeats of 20 configurations, 30 pairs in both
-sharing modes with their solo baselines), and what any prefix of the plan covers (`--plan`).
+toward the issue's targets (100 solo runs over the five families, 3 repeats of 20 configurations, 30 pairs in every
+kind of sharing asked for, with their solo baselines), and what any prefix of the plan covers (`--plan`).
 
 The plan is a fixed function of the options, never of the rows: the runner walks it in order and skips what
 runs.csv and pairs.csv hold, so a block resumes where the last one stopped and the order never shifts."""
@@ -10,12 +10,14 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from . import modes as sharing
 from .workloads import grid
 from .workloads.common import Run
 
 SOLO_TARGET = 100       # solo runs, all five families
 REPEATED_TARGET = 20    # configurations with every repeat (the core: their repeats come early, the pairs use them)
-PAIR_TARGET = 30        # pairs measured in a time-sliced and a limited mode, with their solo baselines
+PAIR_TARGET = 30        # pairs measured in each kind of sharing --pair-modes has (time-sliced, capped, shared), with
+                        # their solo baselines
 BLOCK_SECONDS = 440.0   # a block's campaign budget (BLOCK_SECONDS=470 less the set-up and the script's margin)
 # a shared run's expected wall time, as a multiple of its longer side's solo time (the calibration pairs: 1.1-1.7)
 SHARED_FACTOR = 1.5
@@ -51,10 +53,12 @@ class Config:
 
 @dataclass(frozen=True)
 class Item:
-    """One step of the plan: a solo run (`config`), or a pair in one mode (`pair`, `mode`)."""
+    """One step of the plan: a solo run (`config`), or a pair in one mode (`pair`, `mode`); `with_targets`: a mode
+    past the pair's target modes that runs in their block all the same (build's other_modes_pairs)."""
     config: Config | None = None
     pair: tuple[Config, Config] | None = None
     mode: str | None = None
+    with_targets: bool = False
 
     @property
     def key(self) -> str:
@@ -131,26 +135,27 @@ def merged(streams: list[list]) -> list:
 
 
 def target_modes(modes: list[str]) -> tuple[list[str], list[str]]:
-    """(the modes a pair needs for the targets: its first time-sliced and its first limited one, in --pair-modes'
-    order; the others)."""
+    """(the modes a pair needs for the targets: its first mode of each kind of sharing, time-sliced, capped
+    (limit-*) and shared (share-*), in --pair-modes' order; the others)."""
     first = []
-    for kind in ("timeslice", "limit"):
-        found = [m for m in modes if m.startswith(kind)]
+    for kind in sharing.KINDS:
+        found = [m for m in modes if sharing.kind_of(m) == kind]
         if found:
             first.append(found[0])
     return [m for m in modes if m in first], [m for m in modes if m not in first]
 
 
 def partners_after(plan: list[Item], index: int, modes: list[str], pending) -> list[int]:
-    """The positions of the pair's other target modes (time-sliced, limited) after plan[index] that are `pending`
-    (a predicate). They run right after it, in the same block: a block may get another GPU, and a pair's modes on
-    two GPUs would compare the sharing modes across machines (one configuration's time differed by up to 31%
-    between two)."""
+    """The positions of the pair's other target modes (one of each kind, and the modes planned `with_targets`) after
+    plan[index] that are `pending` (a predicate). They run right after it, in the same block: a block may get another
+    GPU, and a pair's modes on two GPUs would compare the sharing modes across machines (one configuration's time
+    differed by up to 31% between two)."""
     item, early = plan[index], target_modes(modes)[0]
     if item.pair is None or item.mode not in early:
         return []
     return [position for position in range(index + 1, len(plan))
-            if plan[position].pair == item.pair and plan[position].mode in early and pending(plan[position])]
+            if plan[position].pair == item.pair and (plan[position].mode in early or plan[position].with_targets)
+            and pending(plan[position])]
 
 
 def group_need(needs: list[float], reserve: float) -> float:
@@ -160,17 +165,25 @@ def group_need(needs: list[float], reserve: float) -> float:
 
 
 def build(firsts: list[Config], repeats: int, pairs: list[tuple[Config, Config]], modes: list[str],
-          core_size: int = REPEATED_TARGET, solo_target: int = SOLO_TARGET, pairs_only: bool = False) -> list[Item]:
+          core_size: int = REPEATED_TARGET, solo_target: int = SOLO_TARGET, pairs_only: bool = False,
+          other_modes_pairs: int | None = None) -> list[Item]:
     """The plan. `firsts`: the chosen configurations at repeat 0, in interleaved order. It begins with one core run
     of each family; then phase 1 (the targets) merges three streams: the core (the first `core_size` configurations) with all their repeats, repeat by repeat; the
-    pairs in their target modes, the two modes of a pair one after the other; and the other configurations' first
+    pairs in their target modes (target_modes), a pair's modes one after the other; and the other configurations' first
     runs up to `solo_target` solo runs in all. Phase 2 merges the remaining first runs with the pairs' other modes;
-    phase 3 is the remaining repeats, repeat by repeat."""
+    phase 3 is the remaining repeats, repeat by repeat. With `other_modes_pairs` K, only the first K pairs run the
+    other modes, right after the pair's target modes and in their block (`with_targets`: on the same GPU and
+    baselines), and the other pairs never: phase 2 has no pairs then."""
     core, rest = firsts[:core_size], firsts[core_size:]
     core_runs = [Item(config=c.at(r) if r else c) for r in range(repeats) for c in core]
     early_modes, late_modes = target_modes(modes)
-    pair_early = [Item(pair=p, mode=m) for p in pairs for m in early_modes]
-    pair_late = [Item(pair=p, mode=m) for p in pairs for m in late_modes]
+    if other_modes_pairs is None:
+        pair_early = [Item(pair=p, mode=m) for p in pairs for m in early_modes]
+        pair_late = [Item(pair=p, mode=m) for p in pairs for m in late_modes]
+    else:
+        pair_early = [Item(pair=p, mode=m, with_targets=m in late_modes) for index, p in enumerate(pairs)
+                      for m in early_modes + (late_modes if index < other_modes_pairs else [])]
+        pair_late = []
     breadth = max(0, solo_target - len(core_runs))
     rest_early = [Item(config=c) for c in rest[:breadth]]
     rest_late = [Item(config=c) for c in rest[breadth:]]
@@ -187,7 +200,7 @@ def build(firsts: list[Config], repeats: int, pairs: list[tuple[Config, Config]]
 @dataclass
 class Progress:
     """What the rows cover after some of the plan: solo runs, their families, configurations with every repeat,
-    pairs measured in each kind of sharing the modes have (time-sliced, limited)."""
+    pairs measured in each kind of sharing the modes have (time-sliced, capped, shared)."""
     solo: int = 0
     families: int = 0
     repeated: int = 0
@@ -219,8 +232,8 @@ class Coverage:
         kinds: dict[str, set] = {}
         for key in self.pair_modes:
             mode, pair = key.split("|", 1)
-            kinds.setdefault(pair, set()).add(mode.split("-")[0])
-        needed = {m.split("-")[0] for m in modes}
+            kinds.setdefault(pair, set()).add(sharing.kind_of(mode))
+        needed = {sharing.kind_of(m) for m in modes}
         return Progress(solo=len(self.solo), families=len({self.family[k] for k in self.solo}),
                         repeated=sum(1 for n in per_settings.values() if n >= repeats),
                         pairs=sum(1 for found in kinds.values() if needed <= found))

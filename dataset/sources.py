@@ -65,12 +65,15 @@ def load_campaign(data: Path = DATA, origin: str | None = None) -> Campaign:
     origin, runs_files, pairs_files = campaign_files(data, origin)
     if not runs_files:
         raise FileNotFoundError(f"no campaign rows under {data}: neither h200/runs.csv nor calibration/*-runs.csv")
-    runs = _concat(runs_files, "key")
-    # rows written before a column existed have it empty
-    missing = [name for name, _, _ in tables.run_columns() if name not in runs.columns] if len(runs) else []
-    runs = runs.reindex(columns=[*runs.columns, *missing])
-    return Campaign(runs=runs, pairs=_concat(pairs_files, "pair_key"), origin=origin,
-                    files=tuple(runs_files + pairs_files))
+    runs = _every_column(_concat(runs_files, "key"), tables.run_columns())
+    pairs = _every_column(_concat(pairs_files, "pair_key"), tables.PAIR_COLUMNS)
+    return Campaign(runs=runs, pairs=pairs, origin=origin, files=tuple(runs_files + pairs_files))
+
+
+def _every_column(table: pd.DataFrame, columns: list[tuple[str, type, str]]) -> pd.DataFrame:
+    """The table with the columns rows written before a column existed lack, empty (a table without rows as is)."""
+    missing = [name for name, _, _ in columns if name not in table.columns] if len(table) else []
+    return table.reindex(columns=[*table.columns, *missing])
 
 
 def solo_runs(runs: pd.DataFrame, roles: tuple[str, ...] = ("solo",)) -> pd.DataFrame:

@@ -4,8 +4,10 @@ rows, appended under the same keys, win wherever the tables are read (sources._c
 
     python -m alnair.dataset.superseding --out dataset/data/h200 --limited-before 781c624 --baselines-elsewhere
 
---limited-before COMMIT: a limit-* pair whose shared rows' git_commit lacks the fix (git merge-base --is-ancestor, in
-this checkout); solo runs and time-sliced pairs take no turns, so no fix of the limiter changes them.
+--limited-before COMMIT: a limit-* or share-* pair (both run under the intercept's compute limiter: caps and shares
+are debts of GPU time kept by the same code) whose shared rows' git_commit lacks the fix (git merge-base
+--is-ancestor, in this checkout); solo runs and time-sliced pairs are never held back, so no fix of the limiter
+changes them. Share-* pairs are newer than the one fix so far (781c624), so it marks none of them.
 --baselines-elsewhere: a pair whose solo rows ran on other GPUs than its shared rows (the H200s lent for different
 blocks differ by up to a third in one configuration's time, which a slowdown would take for interference).
 A superseded pair's two shared rows go with it."""
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from alnair.commandline import OneLineParser, fail
 
+from . import modes
 from .tables import PAIR_COLUMNS, Table, row_gpus, run_columns
 
 PROG = "python -m alnair.dataset.superseding"
@@ -46,7 +49,7 @@ def supersede(out: Path, fix: str | None = None, repo: Path | None = None, basel
         shared, solo = ([latest.get(pair[f"{role}_{side}_key"]) for side in "ab"] for role in ("shared", "solo"))
         if None in shared or None in solo:
             raise ValueError(f"pair {pair['pair_key']}: its solo and shared rows are not all ok rows of {runs.path}")
-        before_fix = fix is not None and pair["mode"].startswith("limit-") and not all(
+        before_fix = fix is not None and modes.limited(pair["mode"]) and not all(
             side["git_commit"] and has_fix(side["git_commit"], fix, repo or Path.cwd()) for side in shared)
         elsewhere = baselines_elsewhere and any(row_gpus(s) != row_gpus(h) for s, h in zip(solo, shared))
         if before_fix or elsewhere:
@@ -65,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                            "superseded; the next campaign block measures them again.")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="The campaign's directory.")
     parser.add_argument("--limited-before", metavar="COMMIT",
-                        help="The commit that fixed the limit: limit-* pairs whose shared rows lack it are superseded.")
+                        help="The commit that fixed the compute limiter: limit-* and share-* pairs whose shared rows "
+                        "lack it are superseded.")
     parser.add_argument("--baselines-elsewhere", action="store_true",
                         help="Pairs whose solo rows ran on other GPUs than their shared rows are superseded.")
     parser.add_argument("--repo", type=Path, default=Path.cwd(), help="The git checkout that knows the commits (default: .).")

@@ -6,7 +6,7 @@ import csv
 import os
 from pathlib import Path
 
-from . import process_sampler
+from . import modes, process_sampler
 from .columns import columns as profile_columns
 
 CAMPAIGN_COLUMNS = [
@@ -16,12 +16,15 @@ CAMPAIGN_COLUMNS = [
     ("role", str, "solo; shared (one side of a pair run together); baseline (a pair side's configuration run alone "
      "on the pair's GPU because its solo run was on another: not one of the dataset's solo runs)"),
     ("pair_key", str, "shared rows: the pair's key in pairs.csv"),
-    ("mode", str, "shared rows: timeslice, limit-50-50 or limit-30-70"),
+    ("mode", str, f"shared rows: the pair's mode ({modes.names()})"),
     ("run_family", str, "workload family"), ("run_model", str, "model"), ("run_batch_size", int, "batch size"),
     ("run_steps", int, "steps the job was told to train"), ("run_precision", str, "fp32, bf16 or fp16"),
     ("run_workers", int, "DataLoader workers"), ("run_device", str, "cuda or cpu"), ("run_seed", int, "seed"),
     ("run_repeat", int, "repeat number"),
-    ("compute_limit_percent", int, "ALNAIR_COMPUTE_LIMIT given to the job (empty: none)"),
+    ("compute_limit_percent", int, "ALNAIR_COMPUTE_LIMIT given to the job: a cap, at most this percent of the GPU's "
+     "time (empty: none)"),
+    ("compute_share_percent", int, "ALNAIR_COMPUTE_SHARE given to the job: a share, at least this percent while the "
+     "other side wants the GPU, idle time lent (empty: none)"),
     ("started_at", float, "Unix seconds: the job's process started (as the campaign saw it)"),
     ("ended_at", float, "Unix seconds: the job's process was reaped"),
     ("wall_seconds", float, "ended_at - started_at"),
@@ -35,8 +38,10 @@ CAMPAIGN_COLUMNS = [
 PAIR_COLUMNS = [
     ("pair_key", str, "mode|solo key a|solo key b"),
     ("status", str, "ok; superseded (made wrong by a later finding, see superseding.py: measured again under the same key)"),
-    ("mode", str, "timeslice, limit-50-50, limit-30-70"),
+    ("mode", str, modes.names()),
     ("compute_limit_a", int, "ALNAIR_COMPUTE_LIMIT of a (empty: none)"), ("compute_limit_b", int, "of b"),
+    ("compute_share_a", int, "ALNAIR_COMPUTE_SHARE of a (empty: none)"),
+    ("compute_share_b", int, "of b"),
     ("solo_a_key", str, "runs.csv key of a's solo (or baseline) row, on the GPU of the shared rows"),
     ("solo_b_key", str, "of b's solo row"),
     ("shared_a_key", str, "runs.csv key of a's shared row"), ("shared_b_key", str, "of b's shared row"),

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from alnair.dataset import campaign, superseding
+from alnair.dataset import campaign, modes, superseding
 from alnair.dataset.tables import Table, run_columns
 from support import require_binary
 
@@ -153,3 +153,35 @@ def test_a_job_outliving_the_budget_is_ended_and_its_row_marked_incomplete(tmp_p
     campaign.main(["--out", str(tmp_path), "--device", "cpu", "--families", "dqn", "--batch-sizes", "10",
                    "--precisions", "fp32", "--steps", "100000", "--list"])
     assert capsys.readouterr().out.split("\t")[1] == "to do"  # an incomplete row is run again
+
+
+@pytest.mark.parametrize("mode, side, variables", [
+    ("timeslice", 0, {}),
+    ("limit-50-50", 1, {"ALNAIR_COMPUTE_LIMIT": "50"}),
+    ("limit-30-70", 0, {"ALNAIR_COMPUTE_LIMIT": "30"}),
+    ("share-50-50", 0, {"ALNAIR_COMPUTE_SHARE": "50"}),
+    ("share-30-70", 0, {"ALNAIR_COMPUTE_SHARE": "30"}),
+    ("share-30-70", 1, {"ALNAIR_COMPUTE_SHARE": "70"}),
+])
+def test_a_pair_side_gets_its_modes_variable_and_never_the_other(mode, side, variables):
+    # the campaign's own environment sets both: a job keeps neither unless its mode gives it
+    inherited = {"PATH": "/usr/bin", "ALNAIR_COMPUTE_LIMIT": "10", "ALNAIR_COMPUTE_SHARE": "20"}
+    env = campaign.job_environment(inherited, "/tmp/shm", modes.MODES[mode].side(side))
+    assert {k: v for k, v in env.items() if k.startswith("ALNAIR_COMPUTE_")} == variables
+    assert (env["PATH"], env["ALNAIR_SHM_DIR"], env["PYTHONUNBUFFERED"]) == ("/usr/bin", "/tmp/shm", "1")
+    assert inherited["ALNAIR_COMPUTE_LIMIT"] == "10"  # the campaign's own is untouched
+
+
+@pytest.mark.parametrize("mode, settings", [
+    ("timeslice", (None, None, None, None)),
+    ("limit-30-70", (30, 70, None, None)),
+    ("share-50-50", (None, None, 50, 50)),
+    ("share-30-70", (None, None, 30, 70)),
+])
+def test_a_pair_row_records_each_sides_setting_of_its_mode(mode, settings):
+    solo_a, solo_b = {"key": "a", "duration_seconds": 20.0}, {"key": "b", "duration_seconds": 30.0}
+    shared_a, shared_b = {"key": "p|a", "duration_seconds": 25.0}, {"key": "p|b", "duration_seconds": 36.0}
+    row = campaign.pair_row("p", mode, solo_a, solo_b, shared_a, shared_b)
+    assert tuple(row[k] for k in ("compute_limit_a", "compute_limit_b", "compute_share_a", "compute_share_b")) == settings
+    assert (row["mode"], row["slowdown_a"], row["slowdown_b"]) == (mode, 0.25, pytest.approx(0.2))
+    assert row["packing_saving"] == pytest.approx(1 - 36 / 50)

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from alnair.dataset import interference, sources
+from alnair.dataset import analyze, interference, modes, sources
 
 
 def test_definitions_are_the_originals():
@@ -16,7 +16,15 @@ def test_definitions_are_the_originals():
     assert interference.slowdown(ta * 1.247, ta) == pytest.approx(0.247)
     saving = interference.packing_saving(ta, tb, ta * 1.247, tb * 1.041)
     assert saving == pytest.approx(1 - 1.247 / 1.7)
-    assert interference.compute_share(float("nan")) == 1.0 and interference.compute_share(30) == 0.3
+
+
+@pytest.mark.parametrize("limit, share, given", [
+    (float("nan"), float("nan"), (1.0, 0.0)),  # time-slicing: all of it, nothing promised
+    (30, None, (0.3, 0.0)),                     # a cap: at most 30%
+    (None, 70, (1.0, 0.7)),                     # a share: at least 70% while the other wants it, idle time lent
+])
+def test_the_share_of_the_gpu_a_side_was_given(limit, share, given):
+    assert interference.compute_share(limit, share) == given
 
 
 def test_calibration_pairs_follow_from_their_runs():
@@ -102,3 +110,92 @@ def test_a_pair_measured_against_baseline_rows_is_one_pair_of_its_configurations
     assert result.pairs == 21 and result.measured.at[first, "group"] == "+".join(sorted(configurations))
     # so it is no candidate: the candidates are still each job beside a copy of itself
     assert len(result.candidates) == 7 and (result.candidates.a == result.candidates.b).all()
+
+
+# A small campaign in every kind of sharing: x, y and z alone take 10, 20 and 40 s; each pair and mode's shared
+# seconds (a, b) and the GPU of its shared rows. Savings: P1 (x+y) timeslice 0.2, limit-50-50 2/15, share-50-50 0.3,
+# share-30-70 0.25; P2 (x+z) timeslice 0.1 (on another GPU), share-50-50 0.12; P3 (y+z) timeslice 0.3.
+SOLO = {"x": 10.0, "y": 20.0, "z": 40.0}
+SHARED = {("timeslice", "x", "y"): (12.0, 24.0, "GPU-1"), ("limit-50-50", "x", "y"): (20.0, 26.0, "GPU-1"),
+          ("share-50-50", "x", "y"): (15.0, 21.0, "GPU-1"), ("share-30-70", "x", "y"): (18.0, 22.5, "GPU-1"),
+          ("timeslice", "x", "z"): (15.0, 45.0, "GPU-2"), ("share-50-50", "x", "z"): (11.0, 44.0, "GPU-1"),
+          ("timeslice", "y", "z"): (30.0, 42.0, "GPU-1")}
+
+
+@pytest.fixture
+def every_kind() -> tuple[pd.DataFrame, pd.DataFrame]:
+    runs = [{"key": k, "role": "solo", "status": "ok", "duration_seconds": v, "gpu_uuids": "GPU-1"} for k, v in SOLO.items()]
+    pairs = []
+    for (mode, a, b), (ta, tb, gpu) in SHARED.items():
+        key = f"{mode}|{a}|{b}"
+        runs += [{"key": f"{key}|{side}", "role": "shared", "status": "ok", "duration_seconds": t, "gpu_uuids": gpu}
+                 for side, t in (("a", ta), ("b", tb))]
+        setting = modes.MODES[mode].pair_columns()
+        pairs.append({"pair_key": key, "status": "ok", "mode": mode, **setting, "solo_a_key": a, "solo_b_key": b,
+                      "shared_a_key": f"{key}|a", "shared_b_key": f"{key}|b",
+                      "slowdown_a": ta / SOLO[a] - 1, "slowdown_b": tb / SOLO[b] - 1,
+                      "packing_saving": 1 - max(ta, tb) / (SOLO[a] + SOLO[b])})
+    runs = pd.DataFrame(runs)
+    for column in interference.PROFILE:
+        runs[column] = 0.5
+    return runs, pd.DataFrame(pairs)
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("timeslice", [3, 0.2, 0.1, 0.3, 0.2, 0.05, 0.5, 0.375]),
+    ("limit-50-50", [1, 2 / 15, 2 / 15, 2 / 15, 0.65, 0.3, 1.0, 0.7]),
+    ("share-50-50", [2, 0.21, 0.12, 0.3, 0.1, 0.05, 0.5, 0.225]),
+    ("share-30-70", [1, 0.25, 0.25, 0.25, 0.4625, 0.125, 0.8, 0.675]),
+])
+def test_the_packing_saving_of_each_mode(every_kind, mode, expected):
+    table = interference.by_mode(interference.measured_pairs(*every_kind))
+    assert list(table["mode"]) == ["timeslice", "limit-50-50", "share-50-50", "share-30-70"]  # the modes' order
+    row = table.set_index("mode").loc[mode]
+    assert list(row) == pytest.approx(expected)  # pairs, saving median/min/max, slowdown median/min/max, apart
+
+
+@pytest.mark.parametrize("mode, expected", [
+    # pairs, same GPU, saving median, time-sliced median, difference median/min/max, lower, at or above
+    ("limit-50-50", [1, 1, 2 / 15, 0.2, -1 / 15, -1 / 15, -1 / 15, 1, False]),
+    ("share-50-50", [2, 1, 0.21, 0.15, 0.06, 0.02, 0.1, 0, True]),
+    ("share-30-70", [1, 1, 0.25, 0.2, 0.05, 0.05, 0.05, 0, True]),
+])
+def test_each_mode_against_time_slicing_on_the_same_pairs(every_kind, mode, expected):
+    table = interference.against_timeslice(interference.measured_pairs(*every_kind))
+    assert list(table["mode"]) == ["limit-50-50", "share-50-50", "share-30-70"]
+    assert list(table.set_index("mode").loc[mode]) == pytest.approx(expected)
+
+
+def test_the_report_says_whether_the_50_50_share_meets_time_slicings_median(every_kind, tmp_path):
+    report = analyze.Report(tmp_path)
+    analyze.modes_section(report, interference.measured_pairs(*every_kind))
+    assert ("The sharing issue's target: `share-50-50` saved a median +0.210 against time-slicing's +0.150 on the same "
+            "2 pairs (1 with both modes on one GPU): at or above time-slicing's median; pair by pair +0.060 (median), "
+            "0 of 2 lower.") in report.lines
+    assert len(pd.read_csv(tmp_path / "pairs-by-mode.csv")) == 4
+    assert len(pd.read_csv(tmp_path / "pairs-against-timeslice.csv")) == 3
+    (tmp_path / "none").mkdir()
+    without = analyze.Report(tmp_path / "none")
+    runs, pairs = every_kind
+    analyze.modes_section(without, interference.measured_pairs(runs, pairs[~pairs["mode"].str.startswith("share")]))
+    assert any(line.startswith("No `share-50-50` pair measured with its time-sliced mode yet") for line in without.lines)
+
+
+@pytest.mark.parametrize("pair_key, side, features", [
+    # self_share, other_share (the most each may get), self_share_min, other_share_min (the least each is promised)
+    ("timeslice|x|y", "a", (1.0, 1.0, 0.0, 0.0)),
+    ("limit-50-50|x|y", "b", (0.5, 0.5, 0.0, 0.0)),
+    ("share-30-70|x|y", "a", (1.0, 1.0, 0.3, 0.7)),
+    ("share-30-70|x|y", "b", (1.0, 1.0, 0.7, 0.3)),
+])
+def test_a_sides_features_hold_the_share_it_and_the_other_were_given(every_kind, pair_key, side, features):
+    found = interference.examples(*every_kind).set_index(["pair_key", "side"]).loc[(pair_key, side)]
+    assert tuple(found[["self_share", "other_share", "self_share_min", "other_share_min"]]) == features
+
+
+def test_the_promised_share_is_a_feature_only_where_some_pair_had_one(every_kind):
+    runs, pairs = every_kind
+    with_shares = interference.examples(runs, pairs)
+    without = interference.examples(runs, pairs[~pairs["mode"].str.startswith("share")])
+    assert interference.feature_names(with_shares)[-2:] == ["self_share_min", "other_share_min"]
+    assert interference.feature_names(without) == interference.feature_names()  # the model before shares existed

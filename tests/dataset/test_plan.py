@@ -120,15 +120,63 @@ def test_plan_prints_the_steps_and_when_the_targets_are_reached(tmp_path, capsys
     summary = [line for line in out if line.startswith("plan: ")]
     assert summary[0].startswith("plan: 618 steps, 13 in the rows")
     assert any(line.startswith("plan: 100 solo runs: in block ") for line in summary)
-    assert any(line.startswith("plan: 30 pairs in both kinds of sharing: in block ") for line in summary)
+    assert any(line.startswith("plan: 30 pairs in timeslice and limit: in block ") for line in summary)
     assert not (tmp_path / "logs").exists()  # nothing ran
 
 
-def test_pairs_only_keeps_the_pairs_and_their_order(tmp_path):
-    _, items, _, _ = planned(tmp_path, "--pairs-only")
-    assert items and all(i.pair is not None for i in items)
-    assert [i.mode for i in items[:2]] == ["timeslice", "limit-50-50"]  # a pair's two kinds of sharing together
-    assert all(i.mode == "limit-30-70" for i in items[60:])
+@pytest.mark.parametrize("kind", ["limit", "share"])
+def test_pairs_only_keeps_the_pairs_and_their_order(tmp_path, kind):
+    _, items, _, _ = planned(tmp_path, "--pairs-only", "--pair-modes", f"timeslice,{kind}-50-50,{kind}-30-70")
+    assert len(items) == 90 and all(i.pair is not None for i in items)
+    # a pair's two kinds of sharing together, every pair's; then the other mode, pair by pair in the same order
+    assert [i.mode for i in items[:60]] == ["timeslice", f"{kind}-50-50"] * 30
+    assert [i.mode for i in items[60:]] == [f"{kind}-30-70"] * 30
+    assert [i.pair for i in items[60:]] == [i.pair for i in items[:60:2]]
+    assert not any(i.with_targets for i in items)
+
+
+@pytest.mark.parametrize("modes, targets, others, kinds", [
+    ("timeslice,limit-50-50,limit-30-70", ["timeslice", "limit-50-50"], ["limit-30-70"], "timeslice and limit"),
+    ("timeslice,share-50-50,share-30-70", ["timeslice", "share-50-50"], ["share-30-70"], "timeslice and share"),
+    ("share-30-70,timeslice,share-50-50", ["share-30-70", "timeslice"], ["share-50-50"], "timeslice and share"),
+    ("timeslice,limit-50-50,limit-30-70,share-50-50,share-30-70", ["timeslice", "limit-50-50", "share-50-50"],
+     ["limit-30-70", "share-30-70"], "timeslice and limit and share"),
+])
+def test_a_pairs_target_modes_are_its_first_of_each_kind_of_sharing(modes, targets, others, kinds):
+    assert plan.target_modes(modes.split(",")) == (targets, others)
+    assert campaign.sharing_kinds(modes.split(",")) == kinds
+
+
+def test_the_share_campaign_runs_the_first_pairs_30_70_share_in_their_50_50_block(tmp_path):
+    """tests/gpu/run_campaign.sh's `share` preset: the 30 pairs at share-50-50 beside their time-sliced mode, and the
+    first 10 also at share-30-70, right after and in the same block (partners); the rows hold every time-sliced one."""
+    shutil.copy(sources.H200 / "runs.csv", tmp_path / "runs.csv")
+    shutil.copy(sources.H200 / "pairs.csv", tmp_path / "pairs.csv")
+    runner, items, _, pairs = planned(tmp_path, "--pairs-only", "--pair-modes", "timeslice,share-50-50,share-30-70",
+                                      "--other-modes-pairs", "10")
+    assert len(items) == 30 * 2 + 10
+    by_pair = [[i for i in items if i.pair == p] for p in pairs]
+    assert [[i.mode for i in found] for found in by_pair] == \
+        [["timeslice", "share-50-50", "share-30-70"]] * 10 + [["timeslice", "share-50-50"]] * 20
+    assert [i.with_targets for i in items[:3]] == [False, False, True]
+    modes = runner.options.pair_modes
+    assert plan.partners_after(items, 0, modes, lambda _: True) == [1, 2]  # the two shares wait with the time-sliced
+    assert plan.partners_after(items, 1, modes, lambda _: True) == [2]
+    assert plan.partners_after(items, 30, modes, lambda _: True) == [31]  # pair 11: no 30/70
+    steps = campaign.coverage_of(runner, items)
+    assert {s.item.mode for s in steps if s.block == 0} == {"timeslice"}  # the 30 are measured time-sliced already
+    block = {s.item.key: s.block for s in steps}
+    assert all(block[i.key] == block[items[3 * n + 1].key] for n in range(10) for i in by_pair[n][1:])
+    assert max(s.progress.pairs for s in steps) == 30  # in timeslice and share
+    assert [line for line in campaign.plan_summary(steps, 1, 520, modes) if "pairs in" in line][0].startswith(
+        "plan: 30 pairs in timeslice and share: in block ")
+
+
+def test_a_pair_counts_for_the_target_once_measured_in_every_kind_of_sharing_asked():
+    coverage = plan.Coverage(set(), {"timeslice|x|y", "share-50-50|x|y", "limit-50-50|x|z"}, {}, {})
+    assert coverage.progress(1, ["timeslice", "share-50-50"]).pairs == 1
+    assert coverage.progress(1, ["timeslice", "share-50-50", "share-30-70"]).pairs == 1  # 30/70 is no other kind
+    assert coverage.progress(1, ["timeslice", "limit-50-50", "share-50-50"]).pairs == 0
 
 
 def test_a_step_that_does_not_fit_waits_while_a_later_one_that_fits_runs():
@@ -163,37 +211,42 @@ def test_the_runner_defers_a_step_that_does_not_fit_and_runs_a_later_one_that_do
     assert len(ran) == 1 and ran[0].startswith("dqn/dqn/b64/") and ran[0].endswith("/r1")
 
 
-def walk_three(block_seconds: float, first_seconds: float) -> list[tuple[str, int]]:
-    """A solo run, a pair's time-sliced mode, another solo run and the pair's limited mode, walked in blocks."""
+SECOND_MODES = ["limit-50-50", "share-50-50"]  # a pair's target mode after its time-sliced one, of either kind
+
+
+def walk_three(block_seconds: float, first_seconds: float, second: str) -> list[tuple[str, int]]:
+    """A solo run, a pair's time-sliced mode, another solo run and the pair's `second` mode, walked in blocks."""
     s1, s2, a, b = (plan.Config(grid.configurations("cuda", 0)[i], 0) for i in range(4))
     seconds = {s1.key: first_seconds, s2.key: 10.0, a.key: 10.0, b.key: 10.0}
-    ts, lim = (plan.Item(pair=(a, b), mode=m) for m in ("timeslice", "limit-50-50"))
+    ts, lim = (plan.Item(pair=(a, b), mode=m) for m in ("timeslice", second))
     items = [plan.Item(config=s1), ts, plan.Item(config=s2), lim]
-    steps = plan.walk(items, plan.Coverage(set(), set(), {}, {}), 1, ["timeslice", "limit-50-50"],
+    steps = plan.walk(items, plan.Coverage(set(), set(), {}, {}), 1, ["timeslice", second],
                       lambda c: seconds[c.key], lambda c: seconds[c.key], lambda need, left, up: need <= left,
                       profile_seconds=0, startup_seconds=0, reserve_seconds=0, block_seconds=block_seconds)
     names = {s1.key: "s1", s2.key: "s2", ts.key: "ts", lim.key: "lim"}
     return [(names[s.item.key], s.block) for s in steps]
 
 
-def test_a_pairs_two_modes_run_in_one_block_the_second_right_after_the_first():
+@pytest.mark.parametrize("second", SECOND_MODES)
+def test_a_pairs_two_modes_run_in_one_block_the_second_right_after_the_first(second):
     # baselines 10 + 10 and each mode 20 s of estimate (15 expected): 60 s reserved for the pair, 10 left for s2;
-    # run in plan order, s2 would take the limited mode's place and send it to another block (another GPU)
-    assert walk_three(70, 10) == [("s1", 1), ("ts", 1), ("lim", 1), ("s2", 1)]
+    # run in plan order, s2 would take the second mode's place and send it to another block (another GPU)
+    assert walk_three(70, 10, second) == [("s1", 1), ("ts", 1), ("lim", 1), ("s2", 1)]
 
 
-def test_a_pair_whose_modes_do_not_both_fit_waits_whole_while_later_steps_run():
+@pytest.mark.parametrize("second", SECOND_MODES)
+def test_a_pair_whose_modes_do_not_both_fit_waits_whole_while_later_steps_run(second):
     # 45 s left after s1: the time-sliced mode and its baselines would fit (40), both modes not (60)
-    assert walk_three(65, 20) == [("s1", 1), ("s2", 1), ("ts", 2), ("lim", 2)]
+    assert walk_three(65, 20, second) == [("s1", 1), ("s2", 1), ("ts", 2), ("lim", 2)]
 
 
-def runner_with_a_pair(tmp_path, monkeypatch, budget: float):
-    """A runner whose jobs take no time: the executed keys in order, and the steps: the pair (dqn b10 + b64) in
-    both modes with another configuration (b1024) planned between them."""
+def fake_runner(tmp_path, monkeypatch, budget: float, pair_modes: str):
+    """A runner whose jobs take no time, the keys it executes in order, and three configurations: a pair (dqn b10 +
+    b64) and another (b1024)."""
     monkeypatch.setattr(campaign, "STACK_STARTUP", 0.0)
     options = campaign.build_parser().parse_args(
         ["--out", str(tmp_path), "--device", "cpu", "--families", "dqn", "--batch-sizes", "10", "64", "1024",
-         "--precisions", "fp32", "--pair-modes", "timeslice,limit-50-50", "--estimate-seconds", "10",
+         "--precisions", "fp32", "--pair-modes", pair_modes, "--estimate-seconds", "10",
          "--budget-seconds", str(budget)])
     a, b, other = sorted(campaign.configurations(options), key=lambda c: c.run.batch_size)
     runner = campaign.Campaign(options)
@@ -213,21 +266,57 @@ def runner_with_a_pair(tmp_path, monkeypatch, budget: float):
 
     monkeypatch.setattr(runner, "ensure_stack", lambda: None)
     monkeypatch.setattr(runner, "execute", execute)
-    items = [plan.Item(pair=(a, b), mode="timeslice"), plan.Item(config=other), plan.Item(pair=(a, b), mode="limit-50-50")]
-    runner.run(items)
     return runner, ran, (a, b, other)
 
 
-def test_the_runner_runs_a_pairs_second_mode_right_after_its_first(tmp_path, monkeypatch):
-    runner, ran, (a, b, other) = runner_with_a_pair(tmp_path, monkeypatch, 1000)
-    modes = [f"{m}|{a.key}|{b.key}" for m in ("timeslice", "limit-50-50")]
+def runner_with_a_pair(tmp_path, monkeypatch, budget: float, second: str):
+    """The fake runner's executed keys and configurations after the steps: the pair time-sliced and in the `second`
+    mode with the other configuration planned between them."""
+    runner, ran, (a, b, other) = fake_runner(tmp_path, monkeypatch, budget, f"timeslice,{second}")
+    runner.run([plan.Item(pair=(a, b), mode="timeslice"), plan.Item(config=other), plan.Item(pair=(a, b), mode=second)])
+    return runner, ran, (a, b, other)
+
+
+# the settings of the second mode's two sides, in runs.csv (each side's row) and pairs.csv (the pair's row)
+SETTINGS = {"limit-50-50": ({"compute_limit_percent": 50, "compute_share_percent": None},
+                            {"compute_limit_a": 50, "compute_limit_b": 50, "compute_share_a": None, "compute_share_b": None}),
+            "share-50-50": ({"compute_limit_percent": None, "compute_share_percent": 50},
+                            {"compute_limit_a": None, "compute_limit_b": None, "compute_share_a": 50, "compute_share_b": 50})}
+
+
+@pytest.mark.parametrize("second", SECOND_MODES)
+def test_the_runner_runs_a_pairs_second_mode_right_after_its_first(tmp_path, monkeypatch, second):
+    runner, ran, (a, b, other) = runner_with_a_pair(tmp_path, monkeypatch, 1000, second)
+    modes = [f"{m}|{a.key}|{b.key}" for m in ("timeslice", second)]
     assert ran == [a.key, b.key, modes[0] + "|a", modes[0] + "|b", modes[1] + "|a", modes[1] + "|b", other.key]
     assert runner.counts["pairs"] == 2 and not runner.stopped_by_budget
+    side_settings, pair_settings = SETTINGS[second]
+    rows = {r["key"]: r for r in runner.runs.rows}
+    for side in "ab":
+        assert {k: rows[f"{modes[0]}|{side}"][k] for k in side_settings} == dict.fromkeys(side_settings)  # time-sliced
+        assert {k: rows[f"{modes[1]}|{side}"][k] for k in side_settings} == side_settings
+    pair = runner.pairs.done(modes[1], ("ok",))
+    assert {k: pair[k] for k in pair_settings} == pair_settings
 
 
-def test_the_runner_holds_back_a_pair_whose_modes_do_not_both_fit(tmp_path, monkeypatch):
+@pytest.mark.parametrize("second", SECOND_MODES)
+def test_the_runner_holds_back_a_pair_whose_modes_do_not_both_fit(tmp_path, monkeypatch, second):
     # the pair: two baselines (10 s each), two modes (20 s each), 3 more profiles (6 s): 78 s, and the reserves
     # of the budget rule (11 s); the first mode alone would fit in 60 s, so would the other configuration
-    runner, ran, (_, _, other) = runner_with_a_pair(tmp_path, monkeypatch, 60)
+    runner, ran, (_, _, other) = runner_with_a_pair(tmp_path, monkeypatch, 60, second)
     assert ran == [other.key]
     assert runner.stopped_by_budget and runner.counts["waiting"] == 2 and runner.counts["pairs"] == 0
+
+
+@pytest.mark.parametrize("budget, both", [(1000, True), (60, False)])
+def test_a_held_time_sliced_mode_leaves_the_two_shares_to_run_together_or_not_at_all(tmp_path, monkeypatch, budget,
+                                                                                      both):
+    # the share campaign: time-sliced in the rows, then the 50/50 share with the 30/70 one planned with it; in 60 s
+    # each fits alone (no time passes here), the two with their baselines not (78 s and the rule's 11)
+    runner, ran, (a, b, other) = fake_runner(tmp_path, monkeypatch, budget, "timeslice,share-50-50,share-30-70")
+    runner.pairs.put({"pair_key": f"timeslice|{a.key}|{b.key}", "status": "ok", "mode": "timeslice"})
+    runner.run([plan.Item(pair=(a, b), mode="timeslice"), plan.Item(pair=(a, b), mode="share-50-50"),
+                plan.Item(config=other), plan.Item(pair=(a, b), mode="share-30-70", with_targets=True)])
+    shares = [f"{m}|{a.key}|{b.key}|{side}" for m in ("share-50-50", "share-30-70") for side in "ab"]
+    assert ran == ([a.key, b.key, *shares, other.key] if both else [other.key])
+    assert (runner.counts["pairs"], runner.counts["skipped"], runner.counts["waiting"]) == ((2, 1, 0) if both else (0, 1, 2))

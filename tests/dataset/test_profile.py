@@ -108,7 +108,7 @@ def test_the_jobs_row_holds_its_duration_steps_and_node(recorded):
     assert 0 <= float(row["data_stall_ratio"]) < 1
     seconds_in_steps = STEPS * BATCH / float(row["samples_per_second"])
     assert seconds_in_steps < float(row["duration_seconds"])
-    assert "[36/36] alnair_nvml_energy_joules_total: 0 series" in result.stderr  # progress, one line per query
+    assert "[38/38] alnair_nvml_energy_joules_total: 0 series" in result.stderr  # progress, one line per query
 
 
 def test_parquet_holds_the_same_row_with_types(recorded, tmp_path):

@@ -85,3 +85,22 @@ def test_the_training_minimum_leaves_out_the_warm_up_and_the_exit():
     # 2 steps first at 104 s (its reading holds the warm-up), all 20 at 107 s (its reading holds the exit): 105-106 s
     assert found["7"]["gpu_util_ratio_min"] == 0.0 and found["7"]["gpu_util_ratio_training_min"] == 0.5
     assert found["8"]["gpu_util_ratio_min"] == 0.0 and found["8"]["gpu_util_ratio_training_min"] is None
+
+
+@pytest.mark.parametrize("gpu_time, share, seconds, ratio", [
+    ({"a": [0, 3, 6, 9]}, [0.5] * 4, 9, 0.3),               # 9 s of its GPU's time over its 30 s run
+    ({"a": [0, 2, 4, 6], "b": [0, 1, 2, 3]}, None, 9, 0.15),  # two GPUs: 9 s of their 60 s
+    ({}, None, None, None),                                  # a writer before GPU time: no series, no value
+])
+def test_gpu_time_and_the_share_come_from_the_records_series(gpu_time, share, seconds, ratio):
+    devices = {"a": GPU, "b": OTHER}
+    record = {"alnair_cuda_process_start_time_seconds": [series({"pid": "7"}, [110] * 4)],
+              "alnair_cuda_process_exited_timestamp_seconds": [series({"pid": "7"}, [140], [145])],
+              "alnair_cuda_gpu_time_seconds_total": [series({"pid": "7", **devices[d]}, v) for d, v in gpu_time.items()]}
+    if share is not None:
+        record["alnair_cuda_compute_share_ratio"] = [series({"pid": "7", **GPU}, share)]
+    [row] = jobs.rows({("n1:9876", "7"): job("7", "train", record)}, {"n1:9876": node_families()})
+    assert row["duration_seconds"] == 30
+    assert (row["cuda_gpu_time_seconds"], row["cuda_gpu_time_ratio"]) == (seconds, pytest.approx(ratio) if ratio else None)
+    assert row["cuda_compute_share_ratio"] == (share[-1] if share else None)
+    assert row["cuda_compute_limit_ratio"] is None

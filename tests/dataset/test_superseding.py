@@ -1,5 +1,5 @@
-"""Pairs made before a fix of the compute limit, or against baselines from another GPU, are marked superseded and
-planned again; the rest stay."""
+"""Pairs made before a fix of the compute limiter (capped and shared pairs alike), or against baselines from another
+GPU, are marked superseded and planned again; the rest stay."""
 from __future__ import annotations
 
 import os
@@ -13,8 +13,12 @@ from alnair.dataset import campaign, superseding
 from alnair.dataset.tables import PAIR_COLUMNS, Table, run_columns
 
 PAIRS = ["dqn:dqn:10+dqn:dqn:10", "dqn:dqn:10+dqn:dqn:64"]
-SELECTION = ["--device", "cpu", "--families", "dqn", "--pairs", *PAIRS, "--pairs-only",
-             "--pair-modes", "timeslice,limit-50-50"]
+LIMITED = ["limit-50-50", "share-50-50"]  # the modes under the limiter: a cap and a share
+
+
+def selection(mode: str) -> list[str]:
+    """The campaign's flags: the two pairs, time-sliced and in `mode`."""
+    return ["--device", "cpu", "--families", "dqn", "--pairs", *PAIRS, "--pairs-only", "--pair-modes", f"timeslice,{mode}"]
 
 
 def git(repo, *args: str) -> str:
@@ -36,27 +40,27 @@ def history(tmp_path):
     return repo, dict(zip(("before", "fix", "after"), commits))
 
 
-def pair_items(out) -> dict:
-    options = campaign.build_parser().parse_args(["--out", str(out), *SELECTION])
+def pair_items(out, mode: str) -> dict:
+    options = campaign.build_parser().parse_args(["--out", str(out), *selection(mode)])
     configs = campaign.configurations(options)
     return {i.key: i for i in campaign.build_plan(options, configs, campaign.pair_specs(options, configs)) if i.pair}
 
 
-def write_campaign(out, commits: dict) -> dict:
-    """Solo rows on GPU-1, and every pair in both modes. (dqn 10 + dqn 10): time-sliced before the fix on GPU-1, at
-    50/50 before the fix on GPU-1. (dqn 10 + dqn 64): time-sliced before the fix on GPU-2, at 50/50 after the fix on
-    GPU-1. Returns each pair key's (commit, GPU)."""
+def write_campaign(out, commits: dict, mode: str = "limit-50-50") -> dict:
+    """Solo rows on GPU-1, and every pair time-sliced and in `mode`. (dqn 10 + dqn 10): time-sliced before the fix
+    on GPU-1, in `mode` before the fix on GPU-1. (dqn 10 + dqn 64): time-sliced before the fix on GPU-2, in `mode`
+    after the fix on GPU-1. Returns each pair key's (commit, GPU)."""
     runs = Table(out / "runs.csv", run_columns(), "key")
     pairs = Table(out / "pairs.csv", PAIR_COLUMNS, "pair_key")
     made = {}
-    for key, item in pair_items(out).items():
+    for key, item in pair_items(out, mode).items():
         a, b = item.pair
         for config in dict.fromkeys((a, b)):
             if runs.done(config.key) is None:
                 runs.put({"key": config.key, "status": "ok", "role": "solo", "wall_seconds": 30.0,
                           "git_commit": commits["before"], "gpu_uuids": "GPU-1"})
         later = b.run.batch_size == 64
-        commit = commits["after" if later and item.mode == "limit-50-50" else "before"]
+        commit = commits["after" if later and item.mode == mode else "before"]
         gpu = "GPU-2" if later and item.mode == "timeslice" else "GPU-1"
         for side in "ab":
             runs.put({"key": f"{key}|{side}", "status": "ok", "role": "shared", "pair_key": key, "mode": item.mode,
@@ -67,17 +71,17 @@ def write_campaign(out, commits: dict) -> dict:
     return made
 
 
-def listed(out) -> dict[str, str]:
+def listed(out, mode: str = "limit-50-50") -> dict[str, str]:
     """`campaign --list`'s state of every pair step (ok, or to do)."""
-    result = subprocess.run([sys.executable, "-m", "alnair.dataset.campaign", "--out", str(out), *SELECTION, "--list"],
+    result = subprocess.run([sys.executable, "-m", "alnair.dataset.campaign", "--out", str(out), *selection(mode), "--list"],
                             capture_output=True, text=True, check=True)
     return dict(line.split("\t")[:2] for line in result.stdout.splitlines() if line.count("|") == 2)
 
 
-def supersede_and_check(out, args: list[str], stale: set[str], made: dict) -> None:
+def supersede_and_check(out, args: list[str], stale: set[str], made: dict, mode: str = "limit-50-50") -> None:
     """Runs the command, then: exactly `stale` is to do again, superseded in both tables and their Parquet copies."""
     assert superseding.main(["--out", str(out), *args]) == 0
-    state = listed(out)
+    state = listed(out, mode)
     assert {k for k, s in state.items() if s == "to do"} == stale
     pairs = {r["pair_key"]: r["status"] for r in Table(out / "pairs.csv", PAIR_COLUMNS, "pair_key").rows}
     assert pairs == {k: "superseded" if k in stale else "ok" for k in made}
@@ -86,13 +90,14 @@ def supersede_and_check(out, args: list[str], stale: set[str], made: dict) -> No
     assert pq.read_table(out / "pairs.parquet").column("status").to_pylist().count("superseded") == len(stale)
 
 
-def test_only_limited_pairs_without_the_fix_are_superseded_and_planned_again(tmp_path, history):
+@pytest.mark.parametrize("mode", LIMITED)
+def test_only_limited_pairs_without_the_fix_are_superseded_and_planned_again(tmp_path, history, mode):
     repo, commits = history
-    made = write_campaign(tmp_path, commits)
-    assert set(listed(tmp_path).values()) == {"ok"} and len(made) == 4
-    stale = {k for k, (commit, _) in made.items() if k.startswith("limit-") and commit == commits["before"]}
+    made = write_campaign(tmp_path, commits, mode)
+    assert set(listed(tmp_path, mode).values()) == {"ok"} and len(made) == 4
+    stale = {k for k, (commit, _) in made.items() if k.startswith(f"{mode}|") and commit == commits["before"]}
     assert len(stale) == 1
-    supersede_and_check(tmp_path, ["--limited-before", commits["fix"], "--repo", str(repo)], stale, made)
+    supersede_and_check(tmp_path, ["--limited-before", commits["fix"], "--repo", str(repo)], stale, made, mode)
     # a second pass finds nothing left to mark
     assert superseding.supersede(tmp_path, commits["fix"], repo) == 0
 

@@ -5,6 +5,23 @@
 #   ALNAIR_GIT_COMMIT=<sha of HEAD> BLOCK_SECONDS=470 bash tests/gpu/run_campaign.sh [campaign flags ...]   (timeout_s 500)
 #   e.g. ... bash tests/gpu/run_campaign.sh --families classify dqn --repeats 3 --pairs auto:30
 #
+# The GPU sharing issue's share campaign is the preset `share` (further campaign flags may follow it):
+#
+#   ALNAIR_GIT_COMMIT=<sha of HEAD> BLOCK_SECONDS=552 bash tests/gpu/run_campaign.sh share   (timeout_s 600)
+#
+# = --pairs-only --pairs auto:30 --pair-modes timeslice,share-50-50,share-30-70 --other-modes-pairs 10: the 30 auto
+# pairs at share-50-50 (each is measured time-sliced already; one that is not gets it in the same block), the first
+# 10 of them (the 4 measured at limit-30-70 among them) at share-30-70 in the same block as their 50/50 run, every
+# pair against solo baselines on its own GPU. The same command every call: it resumes from the rows in
+# dataset/data/h200/ (copy each call's rows there before the next). What fits, from the committed rows'
+# wall times (`python -m alnair.dataset.campaign --plan --out dataset/data/h200 --pairs auto:30 --pairs-only
+# --pair-modes timeslice,share-50-50,share-30-70 --other-modes-pairs 10 --block-seconds 520` prints it, each block
+# as if on a new GPU): one call (some 520 s of campaign) on a GPU the rows have not seen runs 4 pairs at both shares
+# with their 8 baselines (~440 s expected); later calls on the same warm machine reuse the baselines, so a session
+# (30 min of device time: the machine's start and three calls) runs about 25 of the 40 pair runs (the 10 pairs at
+# both shares, 5 more at 50/50). The other 15 need a second session of two or three calls, whose GPU measures its
+# own baselines (~0.8 h in all if every call got another GPU).
+#
 # Nothing is installed: the intercept is built with make and the package is a shim of symlinks to this checkout
 # (tests/gpu/check_python_and_cuda_records.py's, plus alnair.dataset). The campaign resumes from the rows committed
 # under dataset/data/h200/ (copied into $OUT/campaign, which comes back to the calling machine: copy its runs.csv,
@@ -14,6 +31,10 @@
 # every row finished or marked incomplete.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+if [ "${1:-}" = share ]; then  # the preset above
+  shift
+  set -- --pairs-only --pairs auto:30 --pair-modes timeslice,share-50-50,share-30-70 --other-modes-pairs 10 "$@"
+fi
 # The run tool sends the working tree with the .git of an earlier checkout: there `git rev-parse HEAD` names a commit
 # the tree has moved past (block 3's rows say 778f379 for 6bfd23b's tree). Rows must name the tree that made them.
 if head=$(git rev-parse HEAD 2>/dev/null) && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] \
