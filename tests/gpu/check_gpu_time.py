@@ -15,15 +15,11 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
-import os
 import sys
 import threading
 import time
-from pathlib import Path
 
-from training_loops import (build_intercept, finish, make_importable, new_shm_dir, published, read_rate, start, tell,
-                            wait_ready)
+from training_loops import finish, loops, new_shm_dir, prepare, published, read_rate, save, start, tell, wait_ready
 
 
 class DeviceBusy:
@@ -92,14 +88,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--profile-steps", type=int, default=30)
     args = parser.parse_args()
-    build_intercept()
-    make_importable()
+    prepare()
     busy = DeviceBusy()
     report = []
-    for loop in args.loops.split(","):
-        model, batch = loop.split(":")
-        alone = measure(model, int(batch), args.seconds, 1, args.profile_steps, busy)
-        pair = measure(model, int(batch), args.seconds, 2, 0, busy)
+    for loop, model, batch in loops(args.loops):
+        alone = measure(model, batch, args.seconds, 1, args.profile_steps, busy)
+        pair = measure(model, batch, args.seconds, 2, 0, busy)
         report.append({"loop": loop, "alone": alone, "pair": pair})
         a = alone["runs"][0]
         for r in pair["runs"]:
@@ -110,8 +104,7 @@ def main() -> int:
               + " ".join(f"{100 * r['gpu_share']:5.1f}% (solo rate {100 * r['share_of_solo']:5.1f}%)" for r in pair["runs"])
               + f" sum {100 * sum(r['gpu_share'] for r in pair['runs']):5.1f}% NVML {100 * pair['nvml_busy']:5.1f}%",
               flush=True)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "gpu_time.json").write_text(json.dumps(report, indent=1))
+    save(report, "gpu_time.json")
     return 0
 
 

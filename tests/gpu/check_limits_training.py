@@ -13,13 +13,9 @@ cap, the unlimited neighbour >= 65%).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from pathlib import Path
 
-from training_loops import (build_intercept, finish, make_importable, new_shm_dir, published, read_rate, start, tell,
-                            wait_ready)
+from training_loops import finish, loops, new_shm_dir, prepare, published, read_rate, save, start, tell, wait_ready
 
 
 VARIABLES = {"c": "ALNAIR_COMPUTE_LIMIT", "s": "ALNAIR_COMPUTE_SHARE"}
@@ -52,22 +48,19 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
-    build_intercept()
-    make_importable()
+    prepare()
     report = []
-    for loop in args.loops.split(","):
-        model, batch = loop.split(":")
-        [solo] = run_together(model, int(batch), args.seconds, ["-"])
+    for loop, model, batch in loops(args.loops):
+        [solo] = run_together(model, batch, args.seconds, ["-"])
         for limits in [group.split("/") for group in args.sets.split(",")] * args.runs:
-            shared = run_together(model, int(batch), args.seconds, limits)
+            shared = run_together(model, batch, args.seconds, limits)
             for r in shared:
                 r["share_of_solo"] = r["steps_per_s"] / solo["steps_per_s"]
             report.append({"loop": loop, "solo": solo, "limits": limits, "shared": shared})
             print(f"{loop:16s} solo {solo['step_ms']:6.1f} ms/step  " + "  ".join(
                 f"{r['limit']}: {100 * r['share_of_solo']:5.1f}% of solo (GPU time {100 * r['gpu_share']:5.1f}%,"
                 f" throttled {r['throttled_s']:.1f} s)" for r in shared), flush=True)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "limits_training.json").write_text(json.dumps(report, indent=1))
+    save(report, "limits_training.json")
     return 0
 
 

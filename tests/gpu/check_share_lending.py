@@ -12,12 +12,9 @@ a table and $OUT/share_lending.json.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from pathlib import Path
 
-from training_loops import build_intercept, finish, make_importable, new_shm_dir, read_rate, start, tell, wait_ready
+from training_loops import finish, loops, new_shm_dir, prepare, read_rate, save, start, tell, wait_ready
 
 SHARE = {"ALNAIR_COMPUTE_SHARE": "50"}
 
@@ -44,14 +41,12 @@ def main() -> int:
     parser.add_argument("--loops", default="resnet18:128,transformer:32")
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
-    build_intercept()
-    make_importable()
+    prepare()
     report = []
-    for loop in args.loops.split(","):
-        model, batch = loop.split(":")
-        [solo] = run(model, int(batch), args.seconds, [(None, "0:0")])
-        [alone] = run(model, int(batch), args.seconds, [(SHARE, "0:0")])
-        steady, on_off = run(model, int(batch), args.seconds, [(SHARE, "0:0"), (SHARE, "1:1")])
+    for loop, model, batch in loops(args.loops):
+        [solo] = run(model, batch, args.seconds, [(None, "0:0")])
+        [alone] = run(model, batch, args.seconds, [(SHARE, "0:0")])
+        steady, on_off = run(model, batch, args.seconds, [(SHARE, "0:0"), (SHARE, "1:1")])
         t0, end = on_off["start"], on_off["start"] + args.seconds
         # the first second of each phase is measured after 0.1 s: the switch, and the 30 ms the shares lag
         both = [(t0 + k + 0.1, t0 + k + 1) for k in range(0, int(args.seconds), 2) if t0 + k + 1 <= end]
@@ -66,8 +61,7 @@ def main() -> int:
               f"; pair: while the peer idles {100 * row['steady_while_peer_idles']:5.1f}%, while both step "
               f"{100 * row['steady_while_both_step']:5.1f}% and {100 * row['peer_while_both_step']:5.1f}% (of solo)",
               flush=True)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "share_lending.json").write_text(json.dumps(report, indent=1))
+    save(report, "share_lending.json")
     return 0
 
 

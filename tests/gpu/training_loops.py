@@ -78,8 +78,21 @@ def make_importable() -> None:
     sys.path.insert(0, str(shim()))
 
 
-def build_intercept() -> None:
+def prepare() -> None:
+    """The intercept built and `alnair` importable, before any child starts."""
     subprocess.run(["make", "-s", "-C", str(ROOT / "intercept")], check=True)
+    make_importable()
+
+
+def loops(spec: str) -> list[tuple[str, str, int]]:
+    """`model:batch,...` as (the spec's item, model, batch)."""
+    return [(item, item.split(":")[0], int(item.split(":")[1])) for item in spec.split(",")]
+
+
+def save(report: list, name: str) -> None:
+    """The report as $OUT/name, where the device tool brings it back."""
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], name).write_text(json.dumps(report, indent=1))
 
 
 def start(model: str, batch: int, seconds: float, shm: str, env: dict[str, str] | None = None,
