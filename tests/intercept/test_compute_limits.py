@@ -121,3 +121,16 @@ def test_a_killed_process_stops_counting_within_a_second_and_a_half(run_client, 
 
     first, _ = together(run_client, shm_dir, [{}, {}], settle=1.0, span=1.0, after_settling=kill_second)
     assert first.of_busy > 0.95, first
+
+
+def test_a_launch_that_waits_drains_its_stream_but_never_a_capturing_one(run_client, shm_dir):
+    """A 30% cap on a program that never syncs: the launches that wait drain their stream first (the only syncs the
+    driver sees); while the stream captures a graph, they wait without a sync, and the cap still holds them."""
+    env = {"FAKE_CUDA_LAUNCH_NS": "200000", "ALNAIR_COMPUTE_LIMIT": "30"}
+    draining = run_client("gpa", "rate", "0.5", "1.5", env=env)
+    capturing = run_client("gpa", "rate", "0.5", "1.5", env={**env, "FAKE_CUDA_CAPTURING": "1"})
+    free = run_client("gpa", "rate", "0.5", "1.5", env={"FAKE_CUDA_LAUNCH_NS": "200000"})
+    assert int(draining.values("driver_syncs")[0][0]) > 0
+    assert int(capturing.values("driver_syncs")[0][0]) == 0
+    rate = {name: float(c.values("rate")[0][0]) for name, c in [("capturing", capturing), ("free", free)]}
+    assert rate["capturing"] < 0.5 * rate["free"], rate
