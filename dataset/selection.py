@@ -55,7 +55,8 @@ class Selection:
 
     def __post_init__(self):
         if not self.start < self.end:
-            raise ProfileError(f"empty range: the start ({_iso(self.start)}) is not before the end ({_iso(self.end)})")
+            raise ProfileError(f"empty range: the start ({rfc3339(self.start)}) is not before the end "
+                               f"({rfc3339(self.end)})")
         self.raw = self.raw.strip().removeprefix("{").removesuffix("}").strip()
 
     def _matchers(self, names: tuple[str, ...]) -> list[str]:
@@ -84,11 +85,14 @@ class Selection:
         return "{" + given + "}" if given else "the range"
 
     def span(self) -> str:
-        return f"{_iso(self.start)} to {_iso(self.end)}"
+        return f"{rfc3339(self.start)} to {rfc3339(self.end)}"
 
 
-def _iso(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def rfc3339(seconds: float) -> str:
+    """RFC 3339 in UTC, to the microsecond the time has: 2026-12-05T10:11:12Z, 2026-12-05T10:11:12.25Z."""
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    fraction = f".{moment.microsecond:06d}".rstrip("0") if moment.microsecond else ""
+    return f"{moment:%Y-%m-%dT%H:%M:%S}{fraction}Z"
 
 
 def time_range(start: float | None, end: float | None, last: float | None) -> tuple[float, float]:
