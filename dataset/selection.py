@@ -13,18 +13,24 @@ from .prometheus import ProfileError
 
 
 def parse_time(text: str) -> float:
-    """Unix seconds, or an RFC 3339 / ISO 8601 time (UTC when it names no zone)."""
+    """Unix seconds, or an RFC 3339 / ISO 8601 time (UTC when it names no zone); a time RFC 3339 can write (years 1 to
+    9999), so every message can name it: nan, inf and 1e20 are not times."""
+    wrong = ValueError(f"not a time (Unix seconds or RFC 3339 like 2026-12-01T10:00:00Z): {text!r}")
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
-        pass
+        try:
+            moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise wrong from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.timezone.utc)
+        seconds = moment.timestamp()
     try:
-        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"not a time (Unix seconds or RFC 3339 like 2026-12-01T10:00:00Z): {text!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
-    return moment.timestamp()
+        rfc3339(seconds)
+    except (ValueError, OverflowError, OSError):  # NaN, infinities, beyond year 9999 or the platform's time_t
+        raise wrong from None
+    return seconds
 
 
 def parse_last(text: str) -> float:

@@ -84,3 +84,12 @@ def test_the_rows_keep_unix_seconds(serve):
     [row] = list(csv.DictReader(io.StringIO(result.stdout)))
     assert (row["start_time"], row["end_time"]) == ("1000000000.5", "1000000001.25")
 
+
+
+@pytest.mark.parametrize("flag, value", [("--start", "nan"), ("--end", "inf"), ("--end", "-inf"), ("--start", "1e20"),
+                                         ("--start", "253402300800")])  # 10000-01-01: RFC 3339 has four digits
+def test_a_time_rfc3339_cannot_write_is_refused_in_one_line(flag, value):
+    other = {"--start": "--end", "--end": "--start"}[flag]
+    result = run("--prometheus", "http://127.0.0.1:9", f"{flag}={value}", other, "1000000000")
+    assert one_line(result, 2) == (f"alnair profile: error: argument {flag}: not a time (Unix seconds or RFC 3339 like "
+                                   f"2026-12-01T10:00:00Z): {value!r}")
