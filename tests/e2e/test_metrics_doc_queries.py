@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from support import require_binary
+from test_metrics_documented import METRIC_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICS_DOC = ROOT / "docs" / "metrics.md"
@@ -35,7 +36,6 @@ LABEL_VALUES = {  # per label name, its value ({node}: the node's name); any oth
 }
 STEP, POINTS, EVAL_TIME = "30s", 40, "10m"  # 20 minutes of samples, evaluated in the middle
 
-METRIC = r"\b(?:alnair_|process_(?:cpu|open|max|resident|virtual|start))[a-z0-9_]*[a-z0-9]\b"
 # what makes a code span an expression rather than a name: a call, a range, or an operator between spaces
 PROMQL = re.compile(r"\b[a-z_]+\s*\(|\[\d+[smhdwy]\]|\s(?:[-+*/%^]|==|!=|>=|<=|>|<|and|or|unless)\s")
 PID_JOIN = re.compile(r"\b(on|by)\s*\(([^)]*)\)")
@@ -51,14 +51,14 @@ def code_spans(text: str) -> list[str]:
 
 def examples(text: str) -> list[str]:
     """The code spans that are PromQL expressions: a metric of Alnair's with a call, a range or an operator."""
-    return list(dict.fromkeys(s for s in code_spans(text) if re.search(METRIC, s) and PROMQL.search(s)))
+    return list(dict.fromkeys(s for s in code_spans(text) if METRIC_NAME.search(s) and PROMQL.search(s)))
 
 
 def test_the_examples_are_found():
     found = examples(METRICS_DOC.read_text())
     assert len(found) >= 20, found
     assert "rate(alnair_python_samples_total[1m])" in found
-    assert not any(re.fullmatch(METRIC, e) for e in found)  # a bare name is not an example
+    assert not any(METRIC_NAME.fullmatch(e) for e in found)  # a bare name is not an example
 
 
 def test_every_example_parses(tmp_path):
