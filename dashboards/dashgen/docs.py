@@ -17,6 +17,12 @@ Five Grafana dashboards, the alert rules and the recording rules, generated as c
 says how it is built and tested, and lists every recorded series). This page is generated too: each panel below
 shows the PromQL it runs, with Grafana's variables in it.
 
+**Grafana version.** The dashboards are classic JSON with `schemaVersion` 42, grafana-foundation-sdk 0.0.21's
+default (the pinned version): Grafana 12.3 or later, where schema 42 is confirmed (its migration was merged
+around September 2025, so 12.2 probably works too, unconfirmed). An older Grafana runs none of its migrations on
+them and does not know the newer panel options. No Grafana server runs in the tests: the JSON is checked against
+Grafana's schemas instead.
+
 ## Importing and provisioning
 
 - **Grafana's UI**: Dashboards, New, Import: upload a file from `dashboards/json/` and choose a Prometheus data
