@@ -47,7 +47,10 @@ class OneLineParser(argparse.ArgumentParser):
         fail(self.prog, message)
 
     def parse_args(self, args=None, namespace=None):
-        options = super().parse_args(args, namespace)
+        return self.checked(super().parse_args(args, namespace))
+
+    def checked(self, options: argparse.Namespace) -> argparse.Namespace:
+        """options, unless a flag left at its default has an environment variable that does not parse."""
         for value in vars(options).values():
             if isinstance(value, BadEnvironment):
                 self.error(value.message)
@@ -145,6 +148,21 @@ def int_between(minimum: int, maximum: float = math.inf) -> Callable:
 def int_at_least(minimum: int) -> Callable:
     """An integer flag's type: whole numbers from `minimum` up, for counts that bound no daemon's memory or work."""
     return int_between(minimum)
+
+
+def one_of(*choices: str, aliases: dict[str, str] | None = None) -> Callable:
+    """A word flag's type: one of `choices`, in any case; `aliases` maps older spellings to a choice."""
+    allowed = ", ".join(choices[:-1]) + f" or {choices[-1]}"
+
+    @flag_type
+    def choice(text: str) -> str:
+        word = text.strip().lower()
+        word = (aliases or {}).get(word, word)
+        if word not in choices:
+            raise ValueError(f"must be {allowed}: {text!r}")
+        return word
+
+    return choice
 
 
 def comma_separated(parse: Callable) -> Callable:
