@@ -7,7 +7,7 @@ import os
 import socket
 from typing import Iterable, NoReturn
 
-from alnair import commandline
+from alnair import commandline, logs
 from alnair.abi import naming
 from alnair.abi.segments import DEFAULT_MAX_SEGMENTS
 from alnair.commandline import (OneLineParser, RepeatedList, add_flag, comma_separated, duration, env_default, env_name,
@@ -78,7 +78,7 @@ def build_parser(collectors: Iterable[CollectorSpec]) -> argparse.ArgumentParser
     add_flag(parser, "--path.procfs", default="/proc",
              help="procfs mount point (the host's /proc in a DaemonSet); it must have stat with a btime line, and "
                   "self/stat or 1/stat.")
-    add_flag(parser, "--log.level", type=str.lower, default="info", help="debug, info, warning or error.")
+    logs.add_flags(parser)
     add_flag(parser, "--collector.retry-interval", type=duration, default=UNAVAILABLE_RETRY_SECONDS,
              help="How soon a collector whose source is unavailable (no GPU, no Redis, no API server) is tried again.")
     add_flag(parser, "--collector.disable-defaults", type=flag_type(parse_bool), default=False, nargs="?", const=True,
@@ -114,8 +114,6 @@ def enabled_collectors(options: argparse.Namespace, collectors: Iterable[Collect
 
 def parse_options(argv: list[str] | None, collectors: list[CollectorSpec]) -> argparse.Namespace:
     options = build_parser(collectors).parse_args(argv)
-    if options.log_level not in ("debug", "info", "warning", "error"):
-        fail(f"--log.level: unknown level {options.log_level!r}")
     if not options.web_telemetry_path.startswith("/"):
         fail(f"--web.telemetry-path must start with '/': {options.web_telemetry_path!r}")
     if options.web_telemetry_path.split("?")[0] in RESERVED_PATHS:

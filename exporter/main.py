@@ -8,9 +8,10 @@ import sys
 import threading
 import time
 
+from alnair import logs
 from alnair.abi import naming
 
-from .config import fail, enabled_collectors, parse_options
+from .config import PROG, fail, enabled_collectors, parse_options
 from .registry import discover_collectors
 from .sampler import CollectorRunner
 from .scrape import ScrapeAssembler
@@ -48,10 +49,9 @@ def announce_reader(shm_dir: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
+    logs.configure(PROG, argv)  # first: loading the collectors may log
     known = discover_collectors()
     options = parse_options(argv, known)
-    logging.basicConfig(level=options.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         web = load_web_config(options.web_config_file)
     except WebConfigError as e:

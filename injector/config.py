@@ -6,13 +6,12 @@ import argparse
 import posixpath
 from typing import NoReturn
 
-from alnair import commandline
+from alnair import commandline, logs
 from alnair.commandline import OneLineParser, add_flag, flag_type, parse_bool, version
 
 PROG = "alnair-injector"
 DEFAULT_LISTEN = ":8443"
 DEFAULT_SHM_HOST_PATH = "/run/alnair/shm"
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def fail(message: str) -> NoReturn:
@@ -50,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
              help="Node directory of the shared-memory segments (the exporter's --shm.dir), mounted at /run/alnair/shm.")
     add_flag(parser, "--python-intercept-default", type=flag_type(parse_bool), default=False, nargs="?", const=True,
              help="Turn the Python intercept on in pods without an alnair.io/python-intercept annotation.")
-    add_flag(parser, "--log.level", type=str.lower, default="info", help="debug, info, warning or error.")
+    logs.add_flags(parser)
     return parser
 
 
@@ -59,6 +58,4 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
     for flag in ("--tls.cert-file", "--tls.key-file"):
         if not getattr(options, flag[2:].replace(".", "_").replace("-", "_")):
             fail(f"{flag} is required (the API server calls webhooks over HTTPS only)")
-    if options.log_level not in LOG_LEVELS:
-        fail(f"--log.level: unknown level {options.log_level!r}")
     return options

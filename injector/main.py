@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
 
+from alnair import logs
 from alnair.commandline import version
 
-from .config import fail, parse_options
+from .config import PROG, fail, parse_options
 from .patch import Settings
 from .server import InjectorServer, LiveTLS, TLSError
 
@@ -16,9 +16,8 @@ log = logging.getLogger("alnair.injector")
 
 
 def main(argv: list[str] | None = None) -> None:
+    logs.configure(PROG, argv)
     options = parse_options(argv)
-    logging.basicConfig(level=options.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         tls = LiveTLS(options.tls_cert_file, options.tls_key_file)
     except TLSError as e:

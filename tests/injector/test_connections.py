@@ -14,6 +14,7 @@ from alnair.injector import server
 from alnair.injector.patch import Settings
 from alnair.injector.server import MAX_CONNECTIONS
 from injector_support import LIBRARY_HOST_PATH, exchange_over_tls, make_pod
+from log_lines import records
 from support import serving_in_thread
 
 IDLE = 2000  # idle connections: a thread each once took ~67 KB, and ~1,550 passed the chart's 128Mi
@@ -62,7 +63,8 @@ MALFORMED = {
 def test_a_request_it_cannot_parse_gets_400_and_a_log_line(injector, raw, problem):
     reply = exchange_over_tls(injector.port, injector.tls_dir / "ca.crt", raw)
     assert reply.startswith(b"HTTP/1.0 400 Bad Request\r\n")
-    assert f"WARNING alnair.injector: malformed request from 127.0.0.1: {problem}\n" in injector.log()
+    assert ("warn", f"malformed request from 127.0.0.1: {problem}") in [(r["level"], r["msg"]) for r in
+                                                                      records(injector.log(), "logfmt")]
     assert injector.healthy()
 
 

@@ -11,6 +11,7 @@ from alnair.commandline import version
 from injector_support import (LIBRARY_HOST_PATH, admission_review, applied, container, env_of, exchange_over_tls,
                               make_pod, mounts_of)
 from limit_cases import EMPTY_ITEM, FRACTIONAL, GOOD_COMPUTE, TOO_BIG, WANT_BYTES, WANT_PERCENT
+from log_lines import logged
 
 LIBRARY = "/opt/alnair/lib/libalnair.so"
 PYTHON_PATH = "/opt/alnair/python"
@@ -132,7 +133,7 @@ def test_the_python_intercept_can_be_on_by_default_and_off_by_annotation(start_i
 def test_a_bad_annotation_refuses_the_pod_saying_which_and_why(injector, annotations, message):
     response = injector.review(make_pod(annotations=annotations))
     assert response == {"uid": response["uid"], "allowed": False, "status": {"code": 400, "message": message}}
-    assert message in injector.log()  # the refusal is logged too, with the pod's name
+    assert message in logged(injector.log())  # the refusal is logged too, with the pod's name
 
 
 @pytest.mark.parametrize("pod, message", [
@@ -156,7 +157,7 @@ def test_a_bad_limit_a_container_sets_itself_refuses_the_pod_as_an_annotation_do
     """The container's own value wins over the annotation, so the library would ignore it just the same."""
     response = injector.review(pod)
     assert response == {"uid": response["uid"], "allowed": False, "status": {"code": 400, "message": message}}
-    assert message in injector.log()
+    assert message in logged(injector.log())
 
 
 @pytest.mark.parametrize("annotation, variable", list(COMPUTE.items()))
