@@ -78,19 +78,20 @@ def test_default_exporter_arguments_as_the_exporter_reads_them(monkeypatch):
     assert (options.shm_dir, options.path_procfs, options.node_name) == ("/run/alnair/shm", "/host/proc", NODE)
     assert (options.collector_host_interval, options.collector_cuda_interval, options.collector_python_interval,
             options.collector_nvml_interval, options.shm_linger, options.shm_max_segments) == (5, 1, 1, 2, 120, 4096)
-    assert (options.web_max_requests, options.log_level) == (40, "info")
+    assert (options.web_max_requests, options.log_level, options.log_format) == (40, "info", "logfmt")
 
 
 def test_collector_values_become_flags(monkeypatch):
     values = {"exporter": {"collectors": {"host": {"enabled": False, "interval": "10s"}, "nvml": {"interval": "500ms"},
                                           "python": {"interval": "1m30s"}},
-                           "shm": {"linger": "5m", "maxSegments": 100}, "logLevel": "debug"},
+                           "shm": {"linger": "5m", "maxSegments": 100}, "logLevel": "warn", "logFormat": "json"},
               "web": {"port": 9100, "telemetryPath": "/alnair/metrics", "maxRequests": 0,
                       "prioritySources": ["10.0.0.0/8", "192.168.1.7"]}}
     options, collectors = exporter_options(values, monkeypatch)
     assert collectors == ["cuda", "nvml", "python"]
     assert (options.collector_nvml_interval, options.collector_python_interval, options.shm_linger) == (0.5, 90, 300)
-    assert (options.shm_max_segments, options.log_level, options.web_max_requests) == (100, "debug", 0)
+    assert (options.shm_max_segments, options.log_level, options.log_format, options.web_max_requests) == (
+        100, "warn", "json", 0)
     assert (options.web_listen_address, options.web_telemetry_path) == (("", 9100), "/alnair/metrics")
     assert [str(n) for n in options.web_priority_sources] == ["10.0.0.0/8", "192.168.1.7/32"]
 
@@ -365,7 +366,8 @@ def test_the_webhook_deployment_arguments():
     assert (c["image"], c["command"]) == ("ghcr.io/alnair-project/alnair:0.1.0", ["alnair-injector"])
     assert c["args"] == ["--web.listen-address=:8443", "--tls.cert-file=/etc/alnair/injector-tls/tls.crt",
                          "--tls.key-file=/etc/alnair/injector-tls/tls.key", "--library.host-path=/opt/alnair/0.1.0",
-                         "--shm.host-path=/run/alnair/shm", "--python-intercept-default=true", "--log.level=debug"]
+                         "--shm.host-path=/run/alnair/shm", "--python-intercept-default=true", "--log.level=debug",
+                         "--log.format=json"]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
     custom = pod_spec(one(objects({"injector": {"enabled": True, "tls": {"certManager": {"enabled": True}}},
                                    "hostPaths": {"library": "/var/lib/alnair", "segments": "/var/run/alnair"},

@@ -67,6 +67,7 @@ REJECTED = {
     "port out of range": ({"service": {"port": 70000}}, "port"),
     "bad enum: pull policy": ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
     "bad enum: log level": ({"exporter": {"logLevel": "verbose"}}, "logLevel"),
+    "bad enum: log format": ({"injector": {"logFormat": "text"}}, "logFormat"),
     "bad enum: scrape scheme": ({"scrape": {"scheme": "ftp"}}, "scheme"),
     "bad enum: eviction policy": ({"redis": {"maxmemoryPolicy": "lru"}}, "maxmemoryPolicy"),
     "bad enum: probe type": ({"exporter": {"probes": {"type": "exec"}}}, "type"),
