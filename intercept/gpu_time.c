@@ -177,13 +177,13 @@ static double share_of_ms(const struct peer_ms *peers, int n)
 }
 
 /* This process's weight among those wanting the GPU (it included): its share, or an equal part of what the
- * shares leave; *any_share says if one of them has a share. Returns its part of the whole, 0..1. */
+ * shares leave; *any_share (if not NULL) says if one of them has a share. Returns its part of the whole, 0..1. */
 static double entitlement(uint32_t own_share, const struct peer_ms *peers, int n, int *any_share)
 {
     uint64_t shares = own_share, without = !own_share;
     for (int i = 0; i < n; i++)
         if (peers[i].wants) shares += peers[i].share_ppm, without += !peers[i].share_ppm;
-    *any_share = shares > 0;
+    if (any_share) *any_share = shares > 0;
     uint64_t left = shares < 1000000u ? 1000000u - shares : 0, rest = without ? left / without : 0;
     if (without && rest < ALNAIR_SHARE_REST_FLOOR_PPM) rest = ALNAIR_SHARE_REST_FLOOR_PPM;
     double total = (double)(shares + without * rest);
@@ -212,8 +212,7 @@ static int account_ms(struct alnair_gpu_time *g, uint64_t m, uint64_t now_ms, co
     if (any_wants(peers, n)) { /* contested: entitled to its weight's part of what the GPU delivered */
         double idle = 1 - busy / (double)MS;
         for (int i = 0; i < n; i++) idle *= 1 - peers[i].busy;
-        int any_share;
-        tick->excess_ns += used - (1 - idle) * MS * entitlement(g->share_ppm, peers, n, &any_share);
+        tick->excess_ns += used - (1 - idle) * MS * entitlement(g->share_ppm, peers, n, NULL);
     }
     return 0;
 }
