@@ -9,14 +9,14 @@ ARG SOURCE=""
 FROM ${BASE} AS build
 ARG VERSION
 ENV PYTHONDONTWRITEBYTECODE=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# No compiler: the wheel's build fetches Zig's (PyPI's ziglang, pyproject.toml's build-system) and setup.py runs make
+# with it, so libalnair.so needs glibc 2.17 and not this base's.
 # No version pins: they would tie the file to one base's suite, and only this stage's outputs are kept.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev make busybox-static
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends make busybox-static
 WORKDIR /src
 COPY . .
-# setup.py only warns when the library does not build (the exporter runs without it); an image must not.
-RUN make -C intercept build/libalnair.so
 # pip checks TLS against the system's CA bundle when the base has one or the build mounts one
 # (podman build -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro), never a copy.
 # The venv moves to the runtime stage whole, at the same path on the same base; pip itself stays here.
@@ -28,7 +28,9 @@ RUN ca=/etc/ssl/certs/ca-certificates.crt; if [ -f "$ca" ]; then export PIP_CERT
  && /opt/alnair/bin/pip install --no-compile "${wheel}[exporter,injector]" \
  && /opt/alnair/bin/pip install --no-compile --no-deps --target /rootfs/alnair/python "$wheel" \
  && /opt/alnair/bin/pip uninstall --yes pip setuptools
-# The installer's tree: busybox for /install, the library, and a directory to put on PYTHONPATH. Its
+# The installer's tree: busybox for /install, the library (pip builds in the tree: setup.py only warns when the
+# library does not build, since the exporter runs without it, and the cp below then stops the image), and a
+# directory to put on PYTHONPATH. Its
 # sitecustomize turns the Python intercept on (ALNAIR_PYTHON_INTERCEPT) as alnair_intercept.pth does in
 # site-packages, which Python never reads from a PYTHONPATH entry; console scripts name this venv's python.
 RUN mkdir -p /rootfs/bin /rootfs/alnair/lib \

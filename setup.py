@@ -14,6 +14,7 @@ from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
 PTH = "alnair_intercept.pth"
+GLIBC = "2.17"  # the oldest glibc the library loads on: Zig builds it against this one (intercept/Makefile)
 
 
 class BuildWithIntercept(build_py):
@@ -21,10 +22,12 @@ class BuildWithIntercept(build_py):
         super().run()
         self.copy_file(PTH, str(Path(self.build_lib) / PTH))
         try:
-            subprocess.run(["make", "-s", "-C", "intercept", "build/libalnair.so"], check=True)
+            subprocess.run(["make", "-s", "-C", "intercept", f"PYTHON={sys.executable}", f"GLIBC={GLIBC}",
+                            "build/libalnair.so"], check=True)
         except (OSError, subprocess.CalledProcessError) as e:  # the exporter works without it
-            print(f"warning: CUDA intercept library not built ({e}); needs make and gcc", file=sys.stderr)
+            print(f"warning: CUDA intercept library not built ({e}); needs make and ziglang", file=sys.stderr)
             return
+        self.distribution.glibc_floor = GLIBC
         target = Path(self.build_lib, "alnair", "intercept")
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy2("intercept/build/libalnair.so", target / "libalnair.so")
@@ -41,10 +44,16 @@ class NativeLibraryDistribution(Distribution):
 
 
 class PlatformWheel(bdist_wheel):
-    """A wheel for this platform and any Python 3 (the library does not link Python), never py3-none-any."""
+    """A wheel for this processor and any Python 3 (the library does not link Python), never py3-none-any; with the
+    library, manylinux for the glibc it was built against (PEP 600, and PEP 599's alias that older pips know)."""
 
     def get_tag(self) -> tuple[str, str, str]:
-        return "py3", "none", super().get_tag()[2]
+        platform = super().get_tag()[2]
+        floor = getattr(self.distribution, "glibc_floor", None)
+        if floor and platform.startswith("linux_"):
+            arch = platform.removeprefix("linux_")
+            platform = f"manylinux_{floor.replace('.', '_')}_{arch}.manylinux2014_{arch}"
+        return "py3", "none", platform
 
 
 class EditableWithSwitch(editable_wheel):

@@ -261,9 +261,15 @@ def cuda_record_program(setup: str) -> str:
 def python_records(shm_dir: Path) -> dict[int, object]:
     """The python records in shm_dir by writer pid, read as the exporter does (without reclaiming)."""
     from alnair.abi import layout
+
+    return records(shm_dir, layout.KIND_PYTHON)
+
+
+def records(shm_dir: Path, kind: int) -> dict[int, object]:
+    """The records of a kind (alnair.abi.layout.KIND_*) in shm_dir by writer pid, without reclaiming."""
     from alnair.abi.segments import SegmentDirectory
 
-    directory = SegmentDirectory(str(shm_dir), layout.KIND_PYTHON, reclaim=False)
+    directory = SegmentDirectory(str(shm_dir), kind, reclaim=False)
     return {p.segment.header.writer_pid: p.record for p in directory.read()}
 
 
@@ -500,3 +506,11 @@ def cluster(redis_cluster):
     redis_cluster.wait_healthy()
     redis_cluster.flush()
     yield redis_cluster
+
+
+def newest_glibc_needed(library: Path) -> str | None:
+    """The newest GLIBC_x.y symbol version an ELF file requires, from its version-needs section (binutils' readelf)."""
+    dump = subprocess.run(["readelf", "--version-info", "--wide", str(library)], capture_output=True, text=True,
+                          check=True).stdout
+    needed = set(re.findall(r"Name: (GLIBC_[0-9.]+)", dump))
+    return max(needed, key=lambda name: tuple(int(n) for n in name.removeprefix("GLIBC_").split(".")), default=None)

@@ -5,7 +5,6 @@ lays out a version that a plain Python on the host runs the intercepts from; had
 Podman runs rootful with runc (crun refuses this kernel's hybrid cgroups) and explicit ulimits."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -18,71 +17,30 @@ from pathlib import Path
 
 import pytest
 
-from support import ROOT, free_port, parse_samples, python_records, read_line, require_binary, scrape_text, wait_until
+from debian_base import LIMITS, image, podman_command, run
+from support import ROOT, free_port, newest_glibc_needed, parse_samples, python_records, read_line, require_binary, scrape_text, wait_until
 
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 CA = "/etc/ssl/certs/ca-certificates.crt"  # the proxy's CA: mounted for the build's pip, never copied
-LIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
 # What the chart's securityContext allows both containers: a read-only root and no capability at all.
 RESTRICTED = ["--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
 UID = 65532
 SOURCE = "https://example.org/alnair.git"  # any URL: the test checks it reaches the label
-
-SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
 BASE_PACKAGES = ["python3", "python3-venv"]  # python3-venv: the build stage's `python3 -m venv` needs ensurepip
 BASE_IMAGE = "localhost/alnair-base:bookworm"  # the Dockerfile's default BASE
-# The debootstrapped tree is kept between runs on one machine (a developer's rerun skips the ~80 s it takes),
-# under a name that changes with anything that would change the tree.
-BASE_CACHE = Path("/var/tmp/alnair-image-base")
-BASE_KEY = hashlib.sha256(f"{SUITE} {MIRROR} minbase {' '.join(BASE_PACKAGES)}".encode()).hexdigest()[:16]
-DEBIAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # what Debian's own images set
 
 EXPORTER_IMAGE = f"localhost/alnair-exporter:{VERSION}"
 INTERCEPT_IMAGE = f"localhost/alnair-intercept:{VERSION}"
-LONG = 600  # seconds: only reached when something hangs
-
-
-def run(command: list[str], check: bool = True, **kwargs) -> subprocess.CompletedProcess:
-    if "input" not in kwargs:
-        kwargs["stdin"] = subprocess.DEVNULL
-    result = subprocess.run(command, capture_output=True, text=True, timeout=LONG, **kwargs)
-    if check:
-        assert result.returncode == 0, f"{command}: {result.stdout}{result.stderr}"
-    return result
 
 
 @pytest.fixture(scope="module")
 def podman() -> list[str]:
-    return [require_binary("podman"), "--runtime", "runc"]
-
-
-def debootstrap_tarball(tmp_path_factory) -> Path:
-    """A minbase bookworm with python3, as a tarball; made once per machine, without apt's downloads and lists."""
-    tarball = BASE_CACHE / f"{SUITE}-{BASE_KEY}.tar"
-    if tarball.is_file():
-        return tarball
-    debootstrap = require_binary("debootstrap")
-    tree = tmp_path_factory.mktemp("base") / "rootfs"
-    run([debootstrap, "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(tree), MIRROR])
-    for leftover in [*tree.glob("var/cache/apt/archives/*.deb"), *tree.glob("var/lib/apt/lists/*_*")]:
-        leftover.unlink()
-    BASE_CACHE.mkdir(parents=True, exist_ok=True)
-    partial = tarball.with_suffix(f".tmp-{os.getpid()}")
-    run(["tar", "--numeric-owner", "-C", str(tree), "-cf", str(partial), "."])
-    partial.rename(tarball)
-    return tarball
+    return podman_command()
 
 
 @pytest.fixture(scope="module")
 def base_image(podman, tmp_path_factory) -> str:
-    """The Dockerfile's default BASE, imported from the tarball; a tag per key lets a rerun keep the image, and
-    with it podman's cache of the layers built on it."""
-    keyed = f"{BASE_IMAGE}-{BASE_KEY}"
-    if run([*podman, "image", "exists", keyed], check=False).returncode != 0:
-        tarball = debootstrap_tarball(tmp_path_factory)
-        run([*podman, "import", "--change", f"ENV PATH={DEBIAN_PATH}", "--change", 'CMD ["/bin/bash"]', str(tarball), keyed])
-    run([*podman, "tag", keyed, BASE_IMAGE])
-    return BASE_IMAGE
+    return image(podman, BASE_IMAGE, "bookworm", BASE_PACKAGES, tmp_path_factory.mktemp("base"))
 
 
 def build(podman: list[str], target: str, tag: str) -> str:
@@ -192,6 +150,7 @@ def test_installer_image_is_busybox_the_library_and_the_package(podman, intercep
         programs = {str(p.relative_to(mounted)) for p in mounted.rglob("*")
                     if p.is_file() and not p.is_symlink() and p.read_bytes()[:4] == b"\x7fELF"}
         assert programs == {"bin/busybox", "alnair/lib/libalnair.so", "alnair/python/alnair/intercept/libalnair.so"}
+        assert newest_glibc_needed(mounted / "alnair" / "lib" / "libalnair.so") == "GLIBC_2.17"  # not the base's 2.36
         assert os.readlink(mounted / "bin" / "sh") == "busybox"
     finally:
         run([*podman, "image", "unmount", intercept_image])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from support import ROOT, end_all, free_port, tracked_tree, wait_until
+from support import ROOT, end_all, newest_glibc_needed, free_port, tracked_tree, wait_until
 
 EXPORTER_EXTRA = {"prometheus-client", "psutil", "pyyaml", "bcrypt", "nvidia-ml-py", "kubernetes", "redis", "aiohttp"}
 INJECTOR_EXTRA = {"aiohttp"}
@@ -116,11 +116,15 @@ def test_wheel_version_is_the_installed_distributions(metadata, wheel):
     assert wheel.name.startswith(f"alnair-{metadata['Version']}-")
 
 
-def test_wheel_is_tagged_for_this_platform_because_it_carries_a_native_library(wheel, wheel_files):
+def test_wheel_is_manylinux_2_17_because_its_native_library_needs_nothing_newer(wheel, wheel_files, tmp_path):
     python, abi, platform = wheel.name.removesuffix(".whl").split("-")[-3:]
-    assert (python, abi) == ("py3", "none") and platform == sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    arch = sysconfig.get_platform().removeprefix("linux-")
+    assert (python, abi, platform) == ("py3", "none", f"manylinux_2_17_{arch}.manylinux2014_{arch}")
     info = next(name for name in wheel_files if name.endswith(".dist-info/WHEEL"))
     assert "Root-Is-Purelib: false" in wheel_files[info].decode()
+    library = tmp_path / "libalnair.so"
+    library.write_bytes(wheel_files["alnair/intercept/libalnair.so"])
+    assert newest_glibc_needed(library) == "GLIBC_2.17"
 
 
 def test_wheel_carries_the_abi_the_intercept_library_and_the_switch(wheel_files):
