@@ -23,7 +23,7 @@ COPY . .
 RUN ca=/etc/ssl/certs/ca-certificates.crt; if [ -f "$ca" ]; then export PIP_CERT="$ca"; fi; \
     python3 -m venv /opt/alnair \
  && /opt/alnair/bin/pip wheel --no-deps --wheel-dir /dist . \
- && wheel=$(echo /dist/alnair-"$VERSION"-py3-none-*.whl) \
+ && wheel=$(echo /dist/alnair_gpu-"$VERSION"-py3-none-*.whl) \
  && { [ -f "$wheel" ] || { echo "VERSION=$VERSION is not pyproject.toml's version: built $(ls /dist)" >&2; exit 1; }; } \
  && /opt/alnair/bin/pip install --no-compile "${wheel}[exporter,injector]" \
  && /opt/alnair/bin/pip install --no-compile --no-deps --target /rootfs/alnair/python "$wheel" \

@@ -2,11 +2,13 @@
 every job and dataset that holds the same content, read through a verifying, prefetching loader."""
 import importlib
 
+from alnair.commandline import install_command
+
 # The modules of the `cache` extra (pyproject.toml: redis[hiredis], xxhash) that the package imports, checked
 # before any of its modules is imported: an install without the extra gets one line saying how to install it,
 # not a bare ModuleNotFoundError from whichever module happens to come first.
 EXTRA_MODULES = ("redis", "hiredis", "xxhash")
-INSTALL = "pip install 'alnair[cache]'"
+INSTALL = install_command("cache")
 
 
 def _absent(modules: tuple[str, ...]) -> list[str]:

@@ -126,7 +126,7 @@ class Table:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
-            return "pyarrow is missing: pip install 'alnair[dataset]'"
+            return "pyarrow is missing: pip install 'alnair-gpu[dataset]'"
         kinds = {str: pa.string(), int: pa.int64(), float: pa.float64()}
         schema = pa.schema([pa.field(name, kinds[kind]) for name, kind, _ in self.columns])
         pq.write_table(pa.Table.from_pylist(self.rows, schema=schema), self.path.with_suffix(".parquet"))

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from alnair.commandline import DISTRIBUTION
+
 REPO = Path(__file__).resolve().parents[1]  # through the shim's symlinks to the checkout
 
 
@@ -47,7 +49,7 @@ def gpu_uuids(device: str) -> tuple[str, ...]:
 
 def _alnair_version() -> str:
     try:
-        return importlib.metadata.version("alnair")
+        return importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         found = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M) \
             if (REPO / "pyproject.toml").exists() else None

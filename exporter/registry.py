@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Callable
 
+from alnair.commandline import DISTRIBUTION as BUILT_IN_DISTRIBUTION
+
 ENTRY_POINT_GROUP = "alnair.collectors"
-BUILT_IN_DISTRIBUTION = "alnair"
 NAME = re.compile(r"[a-z][a-z0-9_]*")  # it becomes --collector.NAME and a label value
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,18 @@ from importlib import metadata
 from typing import Callable, NoReturn
 
 
+DISTRIBUTION = "alnair-gpu"  # the name pip installs; the import name is alnair (PyPI's `alnair` is another project)
+
+
+def install_command(extra: str) -> str:
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
 @cache
 def version() -> str:
     """The installed distribution's version: its metadata is the one place it is written."""
     try:
-        return metadata.version("alnair")
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:  # run from a tree that was never installed
         return "0+unknown"
 
@@ -33,7 +40,7 @@ def main_of_extra(prog: str, side: str, extra: str, modules: set[str], load: Cal
     except ImportError as e:
         if e.name not in modules:
             raise
-        fail(prog, f"{side} is not installed (no module {e.name}): pip install 'alnair[{extra}]'")
+        fail(prog, f"{side} is not installed (no module {e.name}): {install_command(extra)}")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -19,7 +19,7 @@ def blocks(language: str) -> list[str]:
 
 def test_the_examples_shell_block_installs_the_extra_and_starts_the_redis_its_python_uses():
     shell = blocks("sh")[0]
-    assert "pip install 'alnair[cache]'" in shell
+    assert "pip install 'alnair-gpu[cache]'" in shell
     assert re.search(r"^redis-server --port 6379 --save '' .*&$", shell, flags=re.MULTILINE), shell
     assert blocks("python")[0].count(DOC_URL) == 1
 

@@ -47,7 +47,7 @@ def install_command() -> str:
 
 
 def test_the_install_command_is_the_cache_extra_of_the_alnair_distribution():
-    assert install_command() == "pip install 'alnair[cache]'"
+    assert install_command() == "pip install 'alnair-gpu[cache]'"
 
 
 @pytest.mark.parametrize("blocked", [("xxhash",), ("redis",), ("hiredis",), MODULES], ids="-".join)

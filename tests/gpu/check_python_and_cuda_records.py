@@ -72,7 +72,7 @@ def shim(directory: Path) -> Path:
     for name, folder in PACKAGE_FOLDERS.items():
         (package / name).symlink_to(REPO / folder)
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    info = directory / f"alnair-{project['version']}.dist-info"
+    info = directory / f"alnair_gpu-{project['version']}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: alnair\nVersion: {project['version']}\n")
     entries = project["entry-points"]["alnair.collectors"]

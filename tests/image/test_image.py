@@ -178,7 +178,7 @@ def test_installer_lays_out_the_version_atomically_and_leaves_it_on_a_second_run
     assert (tree / "lib" / "libalnair.so").read_bytes()[:4] == b"\x7fELF"
     for name in ("sitecustomize.py", "alnair/__init__.py", "alnair/intercept/activation.py", "alnair/abi/layout.py"):
         assert (tree / "python" / name).is_file(), name
-    assert list((tree / "python").glob(f"alnair-{VERSION}.dist-info/METADATA"))  # alnair.__version__ reads it
+    assert list((tree / "python").glob(f"alnair_gpu-{VERSION}.dist-info/METADATA"))  # alnair.__version__ reads it
     for path in [tree, *tree.rglob("*")]:
         mode = stat.S_IMODE(path.lstat().st_mode)
         if path.is_dir():

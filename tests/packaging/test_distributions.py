@@ -57,7 +57,7 @@ def wheel(tmp_path_factory) -> Path:
     result = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out),
                   str(tracked_tree(tmp_path_factory))])
     assert result.returncode == 0, result.stdout + result.stderr
-    [built] = out.glob("alnair-*.whl")
+    [built] = out.glob("alnair_gpu-*.whl")
     return built
 
 
@@ -68,7 +68,7 @@ def wheel_files(wheel) -> dict[str, bytes]:
 
 
 def dist_info(wheel_files: dict[str, bytes], name: str) -> bytes:
-    [path] = [p for p in wheel_files if re.fullmatch(rf"alnair-[^/]+\.dist-info/{name}", p)]
+    [path] = [p for p in wheel_files if re.fullmatch(rf"alnair_gpu-[^/]+\.dist-info/{name}", p)]
     return wheel_files[path]
 
 
@@ -112,8 +112,8 @@ def test_wheel_declares_the_apache_license_and_carries_its_text(metadata, wheel_
 
 
 def test_wheel_version_is_the_installed_distributions(metadata, wheel):
-    assert metadata["Version"] == importlib.metadata.version("alnair")
-    assert wheel.name.startswith(f"alnair-{metadata['Version']}-")
+    assert metadata["Version"] == importlib.metadata.version("alnair-gpu")
+    assert wheel.name.startswith(f"alnair_gpu-{metadata['Version']}-")
 
 
 def test_wheel_is_manylinux_2_17_because_its_native_library_needs_nothing_newer(wheel, wheel_files, tmp_path):
@@ -148,7 +148,7 @@ def test_training_side_installs_alone_and_none_of_the_exporter_side_is_importabl
     listed = run([python, "-m", "pip", "list", "--format=json"])
     assert listed.returncode == 0, listed.stderr
     names = {p["name"].lower() for p in json.loads(listed.stdout)}
-    assert names - {"pip", "setuptools"} == {"alnair"}  # pip and setuptools: what ensurepip put there
+    assert names - {"pip", "setuptools"} == {"alnair-gpu"}  # pip and setuptools: what ensurepip put there
     code = f"import importlib.util; print([m for m in {EXPORTER_SIDE_MODULES!r} if importlib.util.find_spec(m)])"
     found = run([python, "-c", code])
     assert (found.returncode, found.stdout) == (0, "[]\n"), found.stderr
@@ -161,7 +161,7 @@ def test_alnair_run_runs_the_venvs_python_with_the_packaged_library(training_ven
     result = run([str(bin_dir / "alnair-run"), "python", "-c", code], env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     version, prefix, preload = result.stdout.splitlines()
-    assert version == importlib.metadata.version("alnair")
+    assert version == importlib.metadata.version("alnair-gpu")
     assert Path(prefix) == training_venv
     [site_packages] = (training_venv / "lib").glob("python*/site-packages")
     assert preload == str(site_packages / "alnair" / "intercept" / "libalnair.so")
@@ -172,7 +172,7 @@ def test_exporter_command_without_the_extra_says_in_one_line_how_to_install_it(t
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
     assert line.startswith("alnair-exporter: error: the exporter side is not installed (no module ")
-    assert "pip install 'alnair[exporter]'" in line
+    assert "pip install 'alnair-gpu[exporter]'" in line
 
 
 def test_injector_command_without_the_extra_says_in_one_line_how_to_install_it(training_venv, tmp_path):
@@ -180,7 +180,7 @@ def test_injector_command_without_the_extra_says_in_one_line_how_to_install_it(t
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
     assert line == "alnair-injector: error: the injector's server is not installed (no module aiohttp): " \
-                   "pip install 'alnair[injector]'"
+                   "pip install 'alnair-gpu[injector]'"
 
 
 def test_switch_variable_activates_the_python_intercept_through_the_pth(training_venv, tmp_path):

@@ -69,7 +69,7 @@ def test_alnair_run_says_when_the_cuda_intercept_is_not_built_and_runs_anyway(mo
 
 
 def test_every_command_says_its_version():
-    expected = importlib.metadata.version("alnair")
+    expected = importlib.metadata.version("alnair-gpu")
     for command in (["alnair-run"], ["alnair"], ["alnair-exporter"], ["alnair", "top"]):
         result = subprocess.run([shutil.which(command[0]), *command[1:], "--version"], capture_output=True, text=True)
         assert (result.returncode, result.stdout) == (0, f"{' '.join(command)} {expected}\n"), result.stderr
@@ -111,7 +111,7 @@ def test_installed_package_ships_the_pth_and_the_switch_works_in_any_python(inst
 
 def test_the_switch_works_in_the_editable_install_make_test_makes(tmp_path):
     sites = [Path(d) for d in site.getsitepackages()]
-    assert any(any(d.glob("__editable__.alnair-*.pth")) for d in sites), "make test installs it: pip install -e '.[test]'"
+    assert any(any(d.glob("__editable__.alnair_gpu-*.pth")) for d in sites), "make test installs it: pip install -e '.[test]'"
     assert any((d / "alnair_intercept.pth").is_file() for d in sites)
     env = {**os.environ, "ALNAIR_PYTHON_INTERCEPT": "1"}
     env.pop("LD_PRELOAD", None)
