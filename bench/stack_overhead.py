@@ -16,7 +16,8 @@ distance from 1 with a 95% confidence interval (Student's t over the pairs), and
 a distribution-free 95% interval (sign test), which one slow run moves by one place at most: now and then a run on
 the H200 is 5-28% slow with the GPU clock and the CPUs as usual, in bare runs more than in the others, and drags the
 mean by itself. --report PATH prints a --json file's figures and runs nothing. With --limits a third variant
-runs the stack with ALNAIR_MEMORY_LIMIT=120Gi and ALNAIR_COMPUTE_LIMIT=100, so the limit paths run without
+runs the stack with ALNAIR_MEMORY_LIMIT=120Gi, ALNAIR_COMPUTE_LIMIT=100 and ALNAIR_COMPUTE_SHARE=50, so the limit
+and share paths run (GPU time kept, the share table read every tick, every launch checks for a debt) without
 limiting anything: A B C C B A. The figures are written to --json after every pair, and --resume PATH goes on
 from the pairs such a file holds (same variants and settings), so the pairs can span several GPU sessions.
 --settle-seconds (90) of runs come first, untimed for the result, every variant in turn: on a freshly started GPU
@@ -150,7 +151,8 @@ def pinned(cpus: str, command: list[str]) -> list[str]:
 def run(variant: str, args, env: dict[str, str]) -> tuple[float, dict]:
     """One run's samples per second and the conditions it ran in (CPU time and context switches of its timed part,
     the GPU's SM clock, temperature and clock event reasons at its end), which tell a slow run's cause."""
-    limits = {"ALNAIR_MEMORY_LIMIT": "120Gi", "ALNAIR_COMPUTE_LIMIT": "100"} if variant == "limits" else {}
+    limits = {"ALNAIR_MEMORY_LIMIT": "120Gi", "ALNAIR_COMPUTE_LIMIT": "100", "ALNAIR_COMPUTE_SHARE": "50"} \
+        if variant == "limits" else {}
     command = [sys.executable, "-c", PRELUDE + MODELS[args.model][0] + TIMED, str(args.steps), str(args.warmup), str(args.batch)]
     if variant != "bare":
         command = [sys.executable, "-m", "alnair.intercept.launcher", *command]
@@ -236,7 +238,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, help="timed steps (resnet50 120, mlp 3000)")
     parser.add_argument("--warmup", type=int, help="untimed steps first (resnet50 15, mlp 200)")
     parser.add_argument("--batch", type=int, help="resnet50 128, mlp 256")
-    parser.add_argument("--limits", action="store_true", help="also the stack with a memory and a 100%% compute limit")
+    parser.add_argument("--limits", action="store_true", help="also the stack with a memory limit, a 100%% compute cap and a 50%% share")
     parser.add_argument("--json", help="also write the figures here, after every pair")
     parser.add_argument("--resume", type=Path, help="go on from the pairs in this --json file")
     parser.add_argument("--run-cpus", default="4-7", help="the CPUs each run is pinned to (taskset -c), or none")
