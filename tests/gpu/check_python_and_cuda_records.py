@@ -29,7 +29,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # Installed, the package maps these folders into the alnair namespace (pyproject.toml's package-dir).
-PACKAGE_FOLDERS = {"abi": "abi", "exporter": "exporter", "collectors": "collectors", "intercept": "intercept", "cli": "cli"}
 LOADER_DELAY = 0.020  # seconds each batch waits in collate: a known data stall, large beside collating itself
 
 TRAINING = f"""
@@ -69,18 +68,26 @@ def shim(directory: Path) -> Path:
     package.mkdir(parents=True)
     for module in (REPO / "sdk").glob("*.py"):
         (package / module.name).symlink_to(module)
-    for name, folder in PACKAGE_FOLDERS.items():
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    for name, folder in top_level_folders(pyproject).items():
         (package / name).symlink_to(REPO / folder)
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     info = directory / f"alnair_gpu-{project['version']}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: alnair\nVersion: {project['version']}\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
     entries = project["entry-points"]["alnair.collectors"]
     (info / "entry_points.txt").write_text("[alnair.collectors]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()))
     for module in ("yaml", "bcrypt"):  # the web config's; absent on some GPU images
         if importlib.util.find_spec(module) is None:
             (directory / f"{module}.py").write_text(STUB.format(name=module))
     return directory
+
+
+def top_level_folders(pyproject: dict) -> dict[str, str]:
+    """alnair's subpackages that are folders of their own, as pyproject.toml maps them (alnair.webserver: webserver),
+    so a part added there is in the shim too."""
+    mapping = pyproject["tool"]["setuptools"]["package-dir"]
+    return {package.split(".")[1]: folder for package, folder in mapping.items() if package.count(".") == 1}
 
 
 def free_port() -> int:
