@@ -14,7 +14,6 @@ import os
 import shlex
 import socket
 import sys
-import tomllib
 import urllib.parse
 import urllib.request
 import uuid
@@ -27,13 +26,10 @@ from compose_files import COMPOSE, COMPOSE_DIR, GPU_OVERRIDE, flag, host_path, l
 from support import ROOT, PythonProgram, require_binary, wait_until
 
 sys.path.insert(0, str(ROOT / "tests" / "image"))  # the debootstrapped base, shared with tests/image
-from debian_base import LIMITS, image, podman_command, run  # noqa: E402
+from debian_base import LIMITS, podman_command, run  # noqa: E402
+from project_images import VERSION, base_image as make_base_image, build_file  # noqa: E402
 
 HERE = Path(__file__).parent
-VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-CA = "/etc/ssl/certs/ca-certificates.crt"  # the proxy's CA, for apt and pip during builds only
-# tests/image's base, so that its cached debootstrap tree and image serve both
-BASE_IMAGE, BASE_PACKAGES = "localhost/alnair-base:bookworm", ["python3", "python3-venv"]
 EXPORTER_IMAGE = f"localhost/alnair-exporter:{VERSION}-compose-test"
 PROMETHEUS_IMAGE = "localhost/alnair-compose-prometheus:test"
 PROMETHEUS = "http://127.0.0.1:9090"
@@ -48,25 +44,18 @@ def podman() -> list[str]:
 
 @pytest.fixture(scope="module")
 def base_image(podman, tmp_path_factory) -> str:
-    return image(podman, BASE_IMAGE, "bookworm", BASE_PACKAGES, tmp_path_factory.mktemp("base"))
-
-
-def build(podman: list[str], tag: str, file: Path, context: Path, *args: str) -> str:
-    """podman build as tests/image builds (host network for apt and pip, the CA mounted, explicit ulimits); podman's
-    layer cache makes a rebuild of unchanged inputs take seconds."""
-    run([*podman, "build", "--network", "host", "-v", f"{CA}:{CA}:ro", *LIMITS, *args, "--tag", tag, "--file", str(file),
-         str(context)])
-    return tag
+    """tests/image's base, so that its cached debootstrap tree and image serve both."""
+    return make_base_image(podman, tmp_path_factory.mktemp("base"))
 
 
 @pytest.fixture(scope="module")
 def exporter_image(podman, base_image) -> str:
-    return build(podman, EXPORTER_IMAGE, ROOT / "Dockerfile", ROOT, "--target", "exporter")
+    return build_file(podman, EXPORTER_IMAGE, ROOT / "Dockerfile", ROOT, "--target", "exporter")
 
 
 @pytest.fixture(scope="module")
 def prometheus_image(podman, base_image, tmp_path_factory) -> str:
-    return build(podman, PROMETHEUS_IMAGE, HERE / "prometheus.Containerfile", tmp_path_factory.mktemp("context"))
+    return build_file(podman, PROMETHEUS_IMAGE, HERE / "prometheus.Containerfile", tmp_path_factory.mktemp("context"))
 
 
 def compose_command(project: str, *files: Path) -> list[str]:

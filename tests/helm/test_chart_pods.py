@@ -33,12 +33,11 @@ sys.path[:0] = [str(Path(__file__).resolve().parent / "pods"), str(ROOT / "tests
 import kube_play  # noqa: E402
 import kubelet_probes  # noqa: E402
 import podman_gaps  # noqa: E402
-from debian_base import image, podman_command, run  # noqa: E402
+from debian_base import podman_command, run  # noqa: E402
 from fake_gpu_workload import (DEVICES, PER_THREAD, THREADS, WORKLOAD_UID, build_fake_driver,  # noqa: E402
                                reported_launches, workload_pod)
 from injector_support import Injector, applied  # noqa: E402
-from test_image import BASE_IMAGE, BASE_PACKAGES, EXPORTER_IMAGE, INTERCEPT_IMAGE, VERSION, build  # noqa: E402
-from test_old_glibc import USERLAND  # noqa: E402
+from project_images import EXPORTER_IMAGE, INTERCEPT_IMAGE, VERSION, base_image, build, bullseye  # noqa: E402
 
 # The chart names both images from one repository: the exporter REPO:VERSION, the installer REPO:VERSION-intercept.
 REPOSITORY = "localhost/alnair"
@@ -86,12 +85,12 @@ def podman() -> list[str]:
 @pytest.fixture(scope="module")
 def images(podman, tmp_path_factory) -> Images:
     """tests/image's builds (same commands, same tags), tagged as the chart names them; the pause image; bullseye."""
-    image(podman, BASE_IMAGE, "bookworm", BASE_PACKAGES, tmp_path_factory.mktemp("base"))
+    base_image(podman, tmp_path_factory.mktemp("base"))
     exporter, installer = f"{REPOSITORY}:{VERSION}", f"{REPOSITORY}:{VERSION}-intercept"
     run([*podman, "tag", build(podman, "exporter", EXPORTER_IMAGE), exporter])
     run([*podman, "tag", build(podman, "intercept", INTERCEPT_IMAGE), installer])
     kube_play.pause_image(podman, installer, tmp_path_factory.mktemp("pause"))
-    workload = image(podman, USERLAND, "bullseye", ["python3"], tmp_path_factory.mktemp("bullseye"))
+    workload = bullseye(podman, tmp_path_factory.mktemp("bullseye"))
     return Images(exporter, installer, workload)
 
 
@@ -104,6 +103,7 @@ def node(tmp_path_factory) -> Node:
 
 @pytest.fixture(scope="module")
 def tls_dir(tmp_path_factory) -> Path:
+    """Certificates of this module's own: tests/injector rewrites its shared ones to test reloading."""
     directory = tmp_path_factory.mktemp("tls")
     write_tls_files(directory)
     return directory

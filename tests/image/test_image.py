@@ -11,26 +11,18 @@ import stat
 import subprocess
 import sys
 import textwrap
-import tomllib
 import uuid
 from pathlib import Path
 
 import pytest
 
-from debian_base import LIMITS, image, podman_command, run
+from debian_base import LIMITS, podman_command, run
+from project_images import EXPORTER_IMAGE, INTERCEPT_IMAGE, SOURCE, VERSION, base_image as make_base_image, build
 from support import ROOT, free_port, newest_glibc_needed, parse_samples, python_records, read_line, require_binary, scrape_text, wait_until
 
-VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-CA = "/etc/ssl/certs/ca-certificates.crt"  # the proxy's CA: mounted for the build's pip, never copied
 # What the chart's securityContext allows both containers: a read-only root and no capability at all.
 RESTRICTED = ["--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
 UID = 65532
-SOURCE = "https://example.org/alnair.git"  # any URL: the test checks it reaches the label
-BASE_PACKAGES = ["python3", "python3-venv"]  # python3-venv: the build stage's `python3 -m venv` needs ensurepip
-BASE_IMAGE = "localhost/alnair-base:bookworm"  # the Dockerfile's default BASE
-
-EXPORTER_IMAGE = f"localhost/alnair-exporter:{VERSION}"
-INTERCEPT_IMAGE = f"localhost/alnair-intercept:{VERSION}"
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +32,7 @@ def podman() -> list[str]:
 
 @pytest.fixture(scope="module")
 def base_image(podman, tmp_path_factory) -> str:
-    return image(podman, BASE_IMAGE, "bookworm", BASE_PACKAGES, tmp_path_factory.mktemp("base"))
-
-
-def build(podman: list[str], target: str, tag: str) -> str:
-    run([*podman, "build", "--network", "host", "-v", f"{CA}:{CA}:ro", *LIMITS, "--build-arg", f"SOURCE={SOURCE}",
-         "--target", target, "--tag", tag, "--file", str(ROOT / "Dockerfile"), str(ROOT)])
-    return tag
+    return make_base_image(podman, tmp_path_factory.mktemp("base"))
 
 
 @pytest.fixture(scope="module")

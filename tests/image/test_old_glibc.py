@@ -6,18 +6,14 @@ enough to tell the two apart."""
 from __future__ import annotations
 
 import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
-from debian_base import LIMITS, image, podman_command, run
-from support import ROOT, LineReader, records, wait_until
+from debian_base import LIMITS, podman_command, run
+from project_images import INTERCEPT, bullseye as make_bullseye, fake_driver
+from support import LineReader, records, wait_until
 
-INTERCEPT = ROOT / "intercept"
-DOUBLES = ROOT / "tests" / "intercept"
-USERLAND = "localhost/alnair-bullseye"
 MIB = 1 << 20
 # A training process as the ctypes view of the runtime's first steps: a context on device 0, then 3 MiB.
 ALLOCATE = """
@@ -38,14 +34,7 @@ def podman() -> list[str]:
 
 @pytest.fixture(scope="module")
 def bullseye(podman, tmp_path_factory) -> str:
-    return image(podman, USERLAND, "bullseye", ["python3"], tmp_path_factory.mktemp("bullseye"))
-
-
-def zig_cc(*args: str) -> None:
-    """Zig's C compiler for glibc 2.17, as intercept/Makefile runs it, for the test's own programs."""
-    target = f"{sysconfig.get_platform().removeprefix('linux-')}-linux-gnu.2.17"
-    subprocess.run([sys.executable, "-m", "ziglang", "cc", "-target", target, "-std=gnu11", "-O2", "-Wall", "-Werror",
-                    f"-I{INTERCEPT}", *args], check=True)
+    return make_bullseye(podman, tmp_path_factory.mktemp("bullseye"))
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +45,7 @@ def mounted(tmp_path_factory) -> Path:
     (d / "libalnair.so").write_bytes((INTERCEPT / "build" / "libalnair.so").read_bytes())
     subprocess.run(["make", "-s", "-C", str(INTERCEPT), "LIBCC=gcc", f"BUILD={d / 'gcc'}", f"{d / 'gcc'}/libalnair.so"],
                    check=True)
-    zig_cc("-shared", "-fPIC", "-fvisibility=hidden", "-Wl,-Bsymbolic", "-o", str(d / "libcuda.so.1"),
-           str(DOUBLES / "doubles" / "fake_libcuda.c"), "-lpthread")
-    zig_cc("-o", str(d / "cuda_client"), str(DOUBLES / "programs" / "cuda_client.c"), "-ldl", "-lpthread")
-    return d
+    return fake_driver(d)
 
 
 def start(podman: list[str], userland: str, mounted: Path, shm: Path, library: str, *command: str) -> subprocess.Popen:

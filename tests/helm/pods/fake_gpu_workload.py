@@ -1,11 +1,11 @@
 """A training pod's stand-in: cuda_client launching kernels on the fake CUDA driver (tests/intercept), both built by
-Zig for glibc 2.17 as tests/image/test_old_glibc.py builds them, so they run in the Debian bullseye userland. The
+Zig for glibc 2.17 (tests/image/project_images.py), so they run in the Debian bullseye userland. The
 driver comes in a hostPath volume of the pod's own, where on a GPU node the NVIDIA toolkit would mount libcuda."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from test_old_glibc import DOUBLES, zig_cc
+from project_images import fake_driver
 
 WORKLOAD_UID = 4321  # not root and not the exporter's: its segment is readable to the exporter by DAC_OVERRIDE only
 THREADS, PER_THREAD, DEVICES = 4, 250, 2  # launches per device: each thread launches on device (its index % DEVICES)
@@ -15,10 +15,7 @@ def build_fake_driver(directory: Path) -> Path:
     """directory, made, holding libcuda.so.1 (the fake driver) and cuda_client."""
     directory.mkdir()
     directory.chmod(0o755)  # the pod's user must enter it (pytest makes its own directories 0700)
-    zig_cc("-shared", "-fPIC", "-fvisibility=hidden", "-Wl,-Bsymbolic", "-o", str(directory / "libcuda.so.1"),
-           str(DOUBLES / "doubles" / "fake_libcuda.c"), "-lpthread")
-    zig_cc("-o", str(directory / "cuda_client"), str(DOUBLES / "programs" / "cuda_client.c"), "-ldl", "-lpthread")
-    return directory
+    return fake_driver(directory)
 
 
 def workload_pod(name: str, image: str, driver: Path) -> dict:
