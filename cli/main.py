@@ -10,14 +10,17 @@ from alnair.abi import naming
 from alnair.commandline import OneLineParser, add_flag, duration, fail
 from alnair.dataset import profile
 
-from .top import IDLE_AFTER, SORT_KEYS, NodeReader, header_line, rows, sorted_rows, table_lines
+from .node_gpus import NodeGpus
+from .top import IDLE_AFTER, SORT_KEYS, NodeReader, gpu_lines, header_line, rows, sorted_rows, table_lines
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="alnair", description="Alnair command-line tools for a GPU node.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    top = commands.add_parser("top", help="live view of the node's GPU and training processes, from shared memory",
-                              description="Per process: GPU, state (starting: no kernel launched yet; "
+    top = commands.add_parser("top", help="live view of the node's GPUs (NVML) and its GPU and training processes (shared memory)",
+                              description="Per GPU (NVML, also when no writer runs): utilization, SM active (GPM, "
+                                          "Hopper and later), memory bandwidth utilization, memory used and total. "
+                                          "Per process: GPU, state (starting: no kernel launched yet; "
                                           "idle: none for --idle-after; cap:NN%, share:NN%: active under a compute "
                                           "cap or share, ALNAIR_COMPUTE_LIMIT or ALNAIR_COMPUTE_SHARE; turns:NN%: "
                                           "an older writer taking turns, NN its window's share; else active), "
@@ -38,11 +41,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def print_table(reader: NodeReader, interval: float, sort_key: str, descending: bool, idle_after: float) -> None:
-    """Two reads one interval apart, so the rates are real, then one table."""
+def print_table(reader: NodeReader, gpus: NodeGpus, interval: float, sort_key: str, descending: bool,
+                idle_after: float) -> None:
+    """Two reads one interval apart, so the rates are real, then the GPUs' table, a blank line and the processes'."""
     before = reader.read()
+    gpus.read()  # GPM's first sample: SM active is measured between two reads
     time.sleep(interval)
     table = rows(reader.read(), before, idle_after)
+    if gpus.problem:
+        print(f"alnair top: {gpus.problem}", file=sys.stderr)
+    else:
+        print("\n".join([*gpu_lines(gpus.read()), ""]))
     print(header_line())
     for line in table_lines(sorted_rows(table, sort_key, descending)):
         print(line)
@@ -56,17 +65,19 @@ def main(argv: list[str] | None = None) -> None:
         return profile.main(options)
     if not os.path.isdir(options.shm_dir):
         fail("alnair top", f"--shm.dir: not a directory: {options.shm_dir}")
-    reader = NodeReader(options.shm_dir)
+    reader, gpus = NodeReader(options.shm_dir), NodeGpus()
     descending = not options.ascending
     try:
         if sys.stdout.isatty() and sys.stdin.isatty():
             from .screen import TopScreen
 
-            TopScreen(reader, options.interval, options.sort, descending, options.idle_after).run()
+            TopScreen(reader, gpus, options.interval, options.sort, descending, options.idle_after).run()
         else:
-            print_table(reader, options.interval, options.sort, descending, options.idle_after)
+            print_table(reader, gpus, options.interval, options.sort, descending, options.idle_after)
     except KeyboardInterrupt:
         pass
+    finally:
+        gpus.close()
 
 
 if __name__ == "__main__":

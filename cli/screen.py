@@ -4,21 +4,24 @@ from __future__ import annotations
 import curses
 import time
 
-from .top import COLUMNS, IDLE_AFTER, SORT_KEYS, NodeReader, header_line, rows, sorted_rows, table_lines
+from .node_gpus import NodeGpus
+from .top import COLUMNS, IDLE_AFTER, SORT_KEYS, NodeReader, gpu_lines, header_line, rows, sorted_rows, table_lines
 
 HELP = "</> sort column  r reverse  q quit"
 
 
 class TopScreen:
-    def __init__(self, reader: NodeReader, interval: float, sort_key: str, descending: bool,
+    def __init__(self, reader: NodeReader, gpus: NodeGpus, interval: float, sort_key: str, descending: bool,
                  idle_after: float = IDLE_AFTER):
         self.reader = reader
+        self.gpus = gpus
         self.interval = interval
         self.idle_after = idle_after
         self.sort_index = SORT_KEYS.index(sort_key)
         self.descending = descending
         self.before = reader.read()
         self.table = rows(self.before, {}, self.idle_after)
+        self.gpu_rows = gpus.read()
 
     def run(self) -> None:
         curses.wrapper(self._loop)
@@ -52,6 +55,7 @@ class TopScreen:
         now = self.reader.read()
         self.table = rows(now, self.before, self.idle_after)
         self.before = now
+        self.gpu_rows = self.gpus.read()
 
     def _draw(self, window) -> None:
         height, width = window.getmaxyx()
@@ -62,7 +66,13 @@ class TopScreen:
         unreadable = self.reader.unreadable()
         if unreadable:
             status += f"  ({unreadable} segments unreadable: run as root or in the writers' group)"
-        lines = [(status, curses.A_BOLD), (header_line(), curses.A_REVERSE)]
+        if self.gpus.problem:
+            status += f"  ({self.gpus.problem})"
+        lines = [(status, curses.A_BOLD)]
+        gpu_table = gpu_lines(self.gpu_rows)
+        if gpu_table:
+            lines += [(gpu_table[0], curses.A_REVERSE), *[(line, curses.A_NORMAL) for line in gpu_table[1:]], ("", 0)]
+        lines.append((header_line(), curses.A_REVERSE))
         lines += [(line, curses.A_NORMAL) for line in table_lines(sorted_rows(self.table, key, self.descending))]
         for y, (text, attribute) in enumerate(lines[:height]):
             try:

@@ -248,16 +248,33 @@ def sorted_rows(table: list[Row], key: str, descending: bool) -> list[Row]:
     return sorted(present, key=lambda r: _sort_value(r, key), reverse=descending) + missing
 
 
-def format_line(cells: list[str]) -> str:
+def format_line(cells: list[str], columns: list[Column] = COLUMNS) -> str:
     return " ".join(
         cell[: c.width].ljust(c.width) if not c.numeric else cell[: c.width].rjust(c.width)
-        for c, cell in zip(COLUMNS, cells)
+        for c, cell in zip(columns, cells)
     ).rstrip()
 
 
-def header_line() -> str:
-    return format_line([c.title for c in COLUMNS])
+def header_line(columns: list[Column] = COLUMNS) -> str:
+    return format_line([c.title for c in columns], columns)
 
 
-def table_lines(table: list[Row]) -> list[str]:
-    return [format_line([c.text(getattr(r, c.key)) for c in COLUMNS]) for r in table]
+def table_lines(table: list, columns: list[Column] = COLUMNS) -> list[str]:
+    return [format_line([c.text(getattr(r, c.key)) for c in columns], columns) for r in table]
+
+
+# The node's GPUs (node_gpus.GpuRow), above the processes.
+GPU_COLUMNS = [
+    Column("GPU", "index", 5, str, numeric=False),
+    Column("NAME", "name", 26, str, numeric=False),
+    Column("UTIL%", "utilization_pct", 6, _number(".0f")),  # NVML: some kernel ran during the last sample period
+    Column("SMACT%", "sm_active_pct", 7, _number(".1f")),  # GPM: the share of SMs busy, between two reads
+    Column("MEMBW%", "memory_utilization_pct", 7, _number(".0f")),  # NVML: device memory read or written
+    Column("MEM", "memory_used", 9, _bytes),
+    Column("TOTAL", "memory_total", 9, _bytes),
+]
+
+
+def gpu_lines(gpus: list) -> list[str]:
+    """The GPU table's header and rows; nothing without GPUs."""
+    return [header_line(GPU_COLUMNS), *table_lines(gpus, GPU_COLUMNS)] if gpus else []

@@ -21,6 +21,16 @@ def test_writer_binary() -> Path:
     return TEST_WRITER
 
 
+@pytest.fixture(scope="session")
+def fake_nvml_dir(tmp_path_factory) -> Path:
+    """A directory holding the fake libnvidia-ml.so.1 (tests/doubles), for the LD_LIBRARY_PATH of the tests that
+    want it: the intercept's limits and alnair top's GPU rows."""
+    d = tmp_path_factory.mktemp("fake-nvml")
+    subprocess.run(["gcc", "-std=gnu11", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-fvisibility=hidden",
+                    "-o", str(d / "libnvidia-ml.so.1"), str(ROOT / "tests" / "doubles" / "fake_libnvml.c")], check=True)
+    return d
+
+
 @pytest.fixture
 def shm_dir(tmp_path) -> Path:
     d = tmp_path / "shm"

@@ -95,11 +95,61 @@ def writers(shm_dir, start_writer):
     trainer.finish()
 
 
+@pytest.fixture(autouse=True)
+def one_fake_gpu(fake_nvml_dir, monkeypatch):
+    """alnair top reads the node's GPUs through NVML: here the test double, one GPU unless a test says otherwise."""
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake_nvml_dir))
+
+
+def run_top(shm_dir, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([alnair_command(), "top", f"--shm.dir={shm_dir}", *args], capture_output=True, text=True,
+                          timeout=30, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+
+
 def piped_table(shm_dir, *args: str) -> list[list[str]]:
-    out = subprocess.run([alnair_command(), "top", f"--shm.dir={shm_dir}", *args],
-                         capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    """The processes' table: what follows the GPUs' table and its blank line."""
+    out = run_top(shm_dir, *args)
     assert out.returncode == 0 and out.stderr == "", out.stderr
-    return [line.split() for line in out.stdout.splitlines()]
+    gpus, processes = out.stdout.split("\n\n")
+    return [line.split() for line in processes.splitlines()]
+
+
+GPU_HEADER = ["GPU", "NAME", "UTIL%", "SMACT%", "MEMBW%", "MEM", "TOTAL"]
+
+
+def gpu_table(stdout: str) -> dict[str, dict[str, str]]:
+    """The GPUs' table by index; a name has spaces, so cells are counted from either end."""
+    header, *rows = stdout.split("\n\n")[0].splitlines()
+    assert header.split() == GPU_HEADER
+    table = {}
+    for line in rows:
+        cells = line.split()
+        table[cells[0]] = dict(zip(GPU_HEADER, [cells[0], " ".join(cells[1:-5]), *cells[-5:]]))
+    return table
+
+
+def test_top_shows_the_node_gpus_from_nvml_with_no_writer_running(shm_dir):
+    out = run_top(shm_dir, "--interval=0.2", env={
+        "FAKE_NVML_GPUS": "3", "FAKE_NVML_GPU_UTIL": "97,5,x", "FAKE_NVML_MEMORY_UTIL": "41,2",
+        "FAKE_NVML_MEMORY_USED": f"{3 << 30},{512 << 20}", "FAKE_NVML_GPM": "1,0,1", "FAKE_NVML_SM_ACTIVE": "94.7,0,12.5"})
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert gpu_table(out.stdout) == {
+        "0": dict(zip(GPU_HEADER, ["0", "Fake GPU 0", "97", "94.7", "41", "3.0GiB", "80.0GiB"])),
+        # no GPM before Hopper: no SM active, not 0
+        "1": dict(zip(GPU_HEADER, ["1", "Fake GPU 1", "5", "-", "2", "512.0MiB", "80.0GiB"])),
+        # a GPU that does not answer the utilization query (as a MIG-enabled one): its other cells stay
+        "2": dict(zip(GPU_HEADER, ["2", "Fake GPU 2", "-", "12.5", "-", "0B", "80.0GiB"])),
+    }
+    assert out.stdout.split("\n\n")[1].split() == HEADER  # no writer: the processes' header alone
+
+
+def test_top_without_nvml_says_so_in_one_line_and_still_shows_the_processes(shm_dir, start_writer, tmp_path):
+    w = start_writer("--period-ms", "10")
+    out = run_top(shm_dir, "--interval=0.1", env={"LD_LIBRARY_PATH": str(tmp_path)})  # no libnvidia-ml.so.1 there
+    assert out.returncode == 0
+    assert out.stderr == "alnair top: no GPU rows: NVML (libnvidia-ml.so.1) not found\n"
+    header, *rows = [line.split() for line in out.stdout.splitlines()]
+    assert header == HEADER and [int(r[0]) for r in rows] == [w.pid]
 
 
 def test_piped_top_prints_one_table_with_rates_joined_by_pid(shm_dir, writers):
@@ -241,12 +291,19 @@ class Terminal:
             self.child.terminate(force=True)
 
 
+def process_header_at(lines: list[str]) -> int:
+    return next(i for i, line in enumerate(lines) if line.split() == HEADER)
+
+
 def pids_shown(lines: list[str]) -> list[int]:
-    return [int(line.split()[0]) for line in lines[2:] if line.split() and line.split()[0].isdigit()]
+    rows = lines[process_header_at(lines) + 1:]
+    return [int(line.split()[0]) for line in rows if line.split() and line.split()[0].isdigit()]
 
 
-def test_top_under_a_terminal_refreshes_sorts_and_quits(shm_dir, writers):
+def test_top_under_a_terminal_refreshes_sorts_and_quits(shm_dir, writers, monkeypatch):
     trainer, c_writer = writers
+    monkeypatch.setenv("FAKE_NVML_GPM", "1")
+    monkeypatch.setenv("FAKE_NVML_SM_ACTIVE", "62.5")
     wait_until(lambda: len(list(shm_dir.glob("alnair.*"))) == 3)
     term = Terminal(["top", f"--shm.dir={shm_dir}", "--interval=0.2", "--sort=pid", "--ascending"])
     try:
@@ -258,7 +315,10 @@ def test_top_under_a_terminal_refreshes_sorts_and_quits(shm_dir, writers):
 
         lines = term.rows_once(trainer_row_has_rates)
         assert lines[0].startswith("alnair top: 2 processes  sort: PID ascending")
-        assert lines[1].split() == HEADER
+        # the node's one (fake) GPU above the processes, with SM active from the second read on
+        assert lines[1].split() == GPU_HEADER and lines[2].split()[:4] == ["0", "Fake", "GPU", "0"]
+        assert (lines[3], lines[4].split()) == ("", HEADER)
+        assert term.rows_once(lambda lines: lines[2].split()[5] == "62.5")  # NAME is three words: SMACT% is the 6th
         first_steps = float(next(line for line in lines if line.startswith(str(trainer.pid))).split()[-1])
 
         term.child.send("r")

@@ -35,14 +35,6 @@ def fake_driver_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def fake_nvml_dir(tmp_path_factory) -> Path:
-    """A directory holding the fake libnvidia-ml.so.1, for the LD_LIBRARY_PATH of the tests that want it."""
-    d = tmp_path_factory.mktemp("fake-nvml")
-    gcc("-shared", "-fPIC", "-fvisibility=hidden", "-o", str(d / "libnvidia-ml.so.1"), str(HERE / "doubles" / "fake_libnvml.c"))
-    return d
-
-
-@pytest.fixture(scope="session")
 def client_programs(fake_driver_dir) -> dict[str, Path]:
     source = str(HERE / "programs" / "cuda_client.c")
     runtime_like = fake_driver_dir / "cuda_client"
