@@ -1,5 +1,6 @@
 """The nvml collector: per-GPU (MIG instances included) and per-process GPU metrics from NVML,
-initialised once; processes carry pod identity through an _info series; XID errors counted on a watcher thread."""
+initialised once; processes carry pod identity through an _info series; XID errors counted on a watcher thread;
+GPM's profiling metrics over each interval (nvml_gpm)."""
 from __future__ import annotations
 
 import ctypes
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from alnair.exporter.plugin import CollectorUnavailable, ExpositionBuilder, LabelSets
 
+from . import nvml_gpm
 from .pods.identity import pod_identity
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,7 @@ class GpuSample:
     values: dict[str, float] = field(default_factory=dict)
     labelled: dict[str, dict[str, float]] = field(default_factory=dict)
     processes: dict[int, tuple[float | None, float | None, int | None]] = field(default_factory=dict)  # pid -> sm, mem, bytes
+    gpm: dict[int, float] = field(default_factory=dict)  # nvml_gpm.SERIES index -> value
 
 
 class NvmlCollector:
@@ -94,6 +97,7 @@ class NvmlCollector:
         self.gpus = [self._gpu(i) for i in range(count)]
         self.identity = pod_identity(options)
         self.labels = LabelSets()
+        self.gpm = nvml_gpm.GpmSampler(self.nvml)
         self.xids = XidWatcher(self.nvml, [gpu for gpu in self.gpus if gpu is not None]).start()
 
     def _gpu(self, index: int) -> Device | None:
@@ -106,6 +110,7 @@ class NvmlCollector:
             return None
 
     def close(self) -> None:
+        self.gpm.close()
         if self.xids.stop():
             self.nvml.nvmlShutdown()
         else:  # shutting NVML down under a thread inside it is not safe; the process is ending anyway
@@ -124,11 +129,16 @@ class NvmlCollector:
                 log.debug("GPU %s failed: %s", gpu.uuid, e)
                 up.append((self._labels(gpu), 0))
                 continue
+            for d, s in sampled:  # GPM errors leave out only the device's GPM series
+                s.gpm = self.gpm.measure(d, None if d is gpu else gpu.handle)
             up.extend((self._labels(d), 1) for d, _ in sampled)
             samples.extend(sampled)
+        self.gpm.retain({d.uuid for d, _ in samples})
         out = ExpositionBuilder()
         out.family("alnair_nvml_up", "gauge", "1 if NVML answered for the GPU this sample; 0 and none of its sampled series otherwise (its XID series stay).", up)
         self._gpu_families(out, samples)
+        nvml_gpm.write_families(out, [(d, s.gpm) for d, s in samples], lambda d, i, labels: self.labels.get(
+            (d.uuid, "gpm", i), dict(sorted({"gpu": d.index, "uuid": d.uuid, **labels}.items()))))
         self._process_families(out, samples)
         self._xid_families(out)
         return out.text()

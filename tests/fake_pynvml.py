@@ -2,6 +2,7 @@
 structures' field names and NVMLError subclasses (so the collector's error handling is the real one)."""
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from collections import deque
@@ -11,6 +12,10 @@ from types import SimpleNamespace
 import pynvml
 
 XID = pynvml.nvmlEventTypeXidCriticalError
+# The GPM metrics a Hopper GPU measures here, by pynvml's ids: percentages, and MiB/s for those ending _PER_SEC.
+GPM_METRICS = [getattr(pynvml, f"NVML_GPM_METRIC_{name}") for name in (
+    "GRAPHICS_UTIL", "SM_UTIL", "SM_OCCUPANCY", "ANY_TENSOR_UTIL", "FP64_UTIL", "FP32_UTIL", "FP16_UTIL", "DRAM_BW_UTIL",
+    "PCIE_TX_PER_SEC", "PCIE_RX_PER_SEC", "NVLINK_TOTAL_TX_PER_SEC", "NVLINK_TOTAL_RX_PER_SEC")]
 
 
 @dataclass
@@ -36,11 +41,38 @@ class FakeGpu:
     lost: bool = False  # fallen off the bus: every call fails
     supported_events: int = XID | pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError | pynvml.nvmlEventTypePState
     register_error: int | None = None  # the NVML code nvmlDeviceRegisterEvents fails with (NO_PERMISSION: not root)
+    gpm_supported: bool = True  # nvmlGpmQueryDeviceSupport's answer (Hopper and later); False: GPM samples NOT_SUPPORTED
+    # GPM metric id -> what the GPU does from now on (percent, or MiB/s); ids left out it does not measure
+    gpm_rates: dict[int, float] = field(default_factory=lambda: dict.fromkeys(GPM_METRICS, 0.0))
+    gpm_errors: list[int] = field(default_factory=list)  # NVML codes the next GPM samples of this GPU fail with, one each
+    gpu_instance_id: int = 0  # a MIG instance's GPU instance id, which nvmlGpmMigSampleGet takes
+    gpm_counters: dict[int, float] = field(default_factory=dict)  # the hardware's: each rate integrated over time
+    gpm_counted_ns: int = 0  # when the counters were last brought up to date
+
+    def gpm_read(self) -> tuple[int, dict[int, float]]:
+        """The GPU's clock and counters now: every rate has held since the last read."""
+        now = time.monotonic_ns()
+        seconds = (now - self.gpm_counted_ns) / 1e9 if self.gpm_counted_ns else 0.0
+        for metric, rate in self.gpm_rates.items():
+            self.gpm_counters[metric] = self.gpm_counters.get(metric, 0.0) + rate * seconds
+        self.gpm_counted_ns = now
+        return now, {metric: self.gpm_counters[metric] for metric in self.gpm_rates}
 
     @property
     def _as_parameter_(self) -> int:
         """The handle's address as ctypes sees it: NVML's handles are pointers, one per device."""
         return id(self)
+
+
+@dataclass
+class FakeGpmSample:
+    """What an nvmlGpmSample_t holds once taken: the GPU, its clock and its counters."""
+
+    buffer: ctypes.Array  # the memory the handle points at, kept alive while allocated
+    gpu: FakeGpu | None = None
+    taken_ns: int = 0
+    counters: dict[int, float] = field(default_factory=dict)
+    freed: bool = False
 
 
 @dataclass
@@ -56,13 +88,16 @@ class FakeEventSet:
 class FakeNvml:
     """Use as `NvmlCollector(options, nvml=FakeNvml([...]))`; GPUs can be changed between samples."""
 
-    def __init__(self, gpus: list[FakeGpu], driver_loaded: bool = True, driver_version: str = "550.54.15"):
+    def __init__(self, gpus: list[FakeGpu], driver_loaded: bool = True, driver_version: str = "550.54.15",
+                 missing: set[str] = frozenset()):
         for name in dir(pynvml):
-            if name.startswith(("NVML", "nvmlClocks", "nvmlMemory_v", "nvmlEventType")):
+            if name.startswith(("NVML", "nvmlClocks", "nvmlMemory_v", "nvmlEventType", "c_nvmlGpm")):
                 setattr(self, name, getattr(pynvml, name))
         self.gpus, self.driver_loaded, self.driver_version = gpus, driver_loaded, driver_version
+        self.missing = missing  # functions this driver lacks: FUNCTION_NOT_FOUND, as pynvml raises for an absent symbol
         self.initialised = 0
         self.calls = 0
+        self.gpm_samples: dict[int, FakeGpmSample] = {}  # by the address each handle points at
         self.event_sets: list[FakeEventSet] = []
         self.wait_errors: list[int] = []  # NVML codes the next nvmlEventSetWait_v2 calls fail with, one each
         self.waiting = 0  # calls inside nvmlEventSetWait_v2 now
@@ -71,6 +106,8 @@ class FakeNvml:
 
     def _device(self, function: str, gpu: FakeGpu) -> FakeGpu:
         self.calls += 1
+        if function in self.missing:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         if gpu.lost:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
         if function in gpu.unsupported:
@@ -171,6 +208,70 @@ class FakeNvml:
     def nvmlDeviceGetIndex(self, gpu):
         self._device("nvmlDeviceGetIndex", gpu)
         return next(index for index, g in enumerate(self.gpus) if g is gpu)
+
+    def nvmlDeviceGetGpuInstanceId(self, gpu):
+        return self._device("nvmlDeviceGetGpuInstanceId", gpu).gpu_instance_id
+
+    def nvmlGpmQueryDeviceSupport(self, gpu):
+        support = pynvml.c_nvmlGpmSupport_t(version=pynvml.NVML_GPM_SUPPORT_VERSION)  # as pynvml fills it in
+        support.isSupportedDevice = self._device("nvmlGpmQueryDeviceSupport", gpu).gpm_supported
+        return support
+
+    def nvmlGpmSampleAlloc(self):
+        buffer = ctypes.create_string_buffer(8)
+        handle = ctypes.cast(buffer, pynvml.c_nvmlGpmSample_t)
+        self.gpm_samples[ctypes.addressof(buffer)] = FakeGpmSample(buffer)
+        return handle
+
+    def nvmlGpmSampleFree(self, handle):
+        self._gpm_sample(handle).freed = True
+
+    def nvmlGpmSampleGet(self, gpu, handle):
+        self._gpm_take(self._device("nvmlGpmSampleGet", gpu), handle)
+        return handle
+
+    def nvmlGpmMigSampleGet(self, gpu, gpu_instance_id, handle):
+        """The MIG instance of `gpu` (its parent) with GPU instance id `gpu_instance_id`; INVALID_ARGUMENT if none."""
+        parent = self._device("nvmlGpmMigSampleGet", gpu)
+        instance = next((i for i in parent.mig or [] if i is not None and i.gpu_instance_id == gpu_instance_id), None)
+        if instance is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._gpm_take(parent, handle, self._device("nvmlGpmMigSampleGet", instance))
+        return handle
+
+    def nvmlGpmMetricsGet(self, request):
+        """NVML's checks: the struct's version, the metric count, two samples of one device, older first. A metric the
+        device does not measure gets NOT_SUPPORTED in its own nvmlReturn; the call itself succeeds."""
+        if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        older, newer = self._gpm_sample(request.sample1), self._gpm_sample(request.sample2)
+        if (request.numMetrics > pynvml.NVML_GPM_METRIC_MAX or older.gpu is None or newer.gpu is not older.gpu
+                or newer.taken_ns <= older.taken_ns):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        seconds = (newer.taken_ns - older.taken_ns) / 1e9
+        for metric in request.metrics[:request.numMetrics]:
+            measured = metric.metricId in older.counters and metric.metricId in newer.counters
+            metric.nvmlReturn = pynvml.NVML_SUCCESS if measured else pynvml.NVML_ERROR_NOT_SUPPORTED
+            metric.value = (newer.counters[metric.metricId] - older.counters[metric.metricId]) / seconds if measured else 0.0
+        return request
+
+    def _gpm_sample(self, handle) -> FakeGpmSample:
+        address = ctypes.cast(handle, ctypes.c_void_p).value
+        if address is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        sample = self.gpm_samples[address]  # KeyError: a handle nvmlGpmSampleAlloc never gave
+        assert not sample.freed, "GPM sample used or freed after it was freed"
+        return sample
+
+    def _gpm_take(self, gpu: FakeGpu, handle, measured: FakeGpu | None = None) -> None:
+        """Fills the sample with `measured`'s counters (`gpu` itself, or one of its MIG instances)."""
+        sample = self._gpm_sample(handle)
+        if not gpu.gpm_supported:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if gpu.gpm_errors:
+            raise pynvml.NVMLError(gpu.gpm_errors.pop(0))
+        sample.gpu = measured or gpu
+        sample.taken_ns, sample.counters = sample.gpu.gpm_read()
 
     def nvmlEventSetCreate(self):
         with self._events:

@@ -4,13 +4,13 @@ original units and labels (pid, gpu_uuid or pod_name and namespace, and the cons
 built for it keep working. dashboards/README.md says where the values differ and what cannot be recreated."""
 from __future__ import annotations
 
-from .promql import RULES, atom, by, selector
+from .promql import RULES, atom, by, renamed, selector
 from .recording import Recorded
 
 # v0.4.0 labelled every series with its node as nodeName (from MY_NODE_NAME).
-NODE_NAME = 'label_replace(alnair_node_info, "nodeName", "$1", "node", "(.*)")'
+NODE_NAME = renamed("alnair_node_info", "nodeName", "node")
 # Its cuda metrics named the pod pod_name; its cpu metrics named CPUs cpu0, cpu1...
-POD_NAME = 'label_replace(alnair_cuda_process_info, "pod_name", "$1", "pod", "(.*)")'
+POD_NAME = renamed("alnair_cuda_process_info", "pod_name", "pod")
 USER_HZ = 100  # /proc/stat's tick: fixed at 100 by the kernel's ABI whatever CONFIG_HZ is (sysconf(_SC_CLK_TCK))
 
 
@@ -20,8 +20,8 @@ def with_node_name(expr: str) -> str:
 
 def per_gpu_process(metric: str) -> str:
     """A per-process NVML ratio as v0.4.0's percentage (0-100), labelled by gpu_uuid instead of gpu and uuid."""
-    renamed = f'label_replace(100 * {selector(RULES, metric)}, "gpu_uuid", "$1", "uuid", "(.*)")'
-    return with_node_name(f"max without (gpu, uuid) ({renamed})")
+    percent = renamed(f"100 * {selector(RULES, metric)}", "gpu_uuid", "uuid")
+    return with_node_name(f"max without (gpu, uuid) ({percent})")
 
 
 def per_process(metric: str) -> str:
@@ -31,7 +31,7 @@ def per_process(metric: str) -> str:
 
 
 CPU_TICKS = with_node_name(
-    f'label_replace(round({USER_HZ} * alnair_host_cpu_seconds_total{{mode=~"user|system|idle"}}), "cpu", "cpu$1", "cpu", "(.*)")')
+    renamed(f'round({USER_HZ} * alnair_host_cpu_seconds_total{{mode=~"user|system|idle"}})', "cpu", "cpu", "cpu$1"))
 
 V04 = [
     Recorded("alnair_gpu_util", per_gpu_process("alnair_nvml_process_sm_utilization_ratio"),

@@ -18,6 +18,7 @@ def outputs() -> dict[str, str]:
     files["dashboards/rules/recording.yaml"] = rulefiles.recording_rules()
     files["dashboards/rules/alerts.yaml"] = rulefiles.alert_rules()
     files["dashboards/rules/v04-compat.yaml"] = rulefiles.compatibility_rules()
+    files["dashboards/rules/dcgm-names.yaml"] = rulefiles.dcgm_name_rules()
     files["docs/dashboards.md"] = docs.page(DASHBOARDS)
     files[README] = docs.with_recorded_list((ROOT / README).read_text())
     return files

@@ -71,16 +71,22 @@ def by(labels: Sequence[str], operation: str, expr: str) -> str:
     return f"{operation} by ({', '.join(labels)}) ({expr})"
 
 
-def with_pod(scope: Scope, expr: str, collector: str) -> str:
+def with_pod(scope: Scope, expr: str, collector: str, *matchers: str) -> str:
     """`expr`, a per-process vector, with its pod's names: the process's `_info` series of `collector` (one per pid
-    and exporter, the names never on the value series themselves: docs/metrics.md), filtered by namespace and pod."""
-    info = selector(scope, f"alnair_{collector}_process_info", POD)
+    and exporter, the names never on the value series themselves: docs/metrics.md), filtered by namespace and pod
+    (and `matchers`: `pod!=""` keeps only processes in pods)."""
+    info = selector(scope, f"alnair_{collector}_process_info", POD, *matchers)
     return f"{atom(expr)} * on (instance, pid) group_left ({IDENTITY}) {info}"
 
 
 def with_node(scope: Scope, expr: str) -> str:
     """`expr` with the exporter's node name: `instance` names the exporter, `alnair_node_info` its node."""
     return f"{atom(expr)} * on (instance) group_left (node) {selector(scope, 'alnair_node_info', NODE)}"
+
+
+def renamed(expr: str, label: str, source: str, value: str = "$1") -> str:
+    """`expr` with `label` set from `source`'s value (`value` may wrap it: "nvidia$1"); `source` stays."""
+    return f'label_replace({expr}, "{label}", "{value}", "{source}", "(.*)")'
 
 
 def ratio(numerator: str, denominator: str) -> str:

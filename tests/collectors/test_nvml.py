@@ -1,4 +1,4 @@
-"""The nvml collector against a pynvml test double: per-GPU, per-process, MIG, failing GPUs, no driver, XID errors."""
+"""The nvml collector against a pynvml test double: per-GPU, per-process, MIG, failing GPUs, no driver, XID errors, GPM."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,7 @@ import pynvml
 import pytest
 
 import alnair.collectors.nvml as nvml_module
+import alnair.collectors.nvml_gpm as gpm_module
 from alnair.collectors.nvml import NvmlCollector
 from alnair.exporter.plugin import CollectorUnavailable
 from alnair.exporter.registry import CollectorSpec
@@ -341,3 +342,183 @@ def test_close_leaves_nvml_initialised_while_a_wait_hangs(monkeypatch, caplog):
     assert nvml.initialised == 1 and len(logged(caplog, logging.WARNING, "still inside NVML")) == 1
     nvml.hang_waits(False)
     wait_until(lambda: nvml.waiting == 0 and all(e.freed for e in nvml.event_sets))  # it ends once NVML returns
+
+
+# GPM: what each GPU runs at (percent, MiB/s) and the series it must give, as ratios and bytes/s.
+MIB = 2**20
+GPM_RATES = {pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 97.5, pynvml.NVML_GPM_METRIC_SM_UTIL: 94.7,
+             pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 14.0, pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 91.9,
+             pynvml.NVML_GPM_METRIC_FP64_UTIL: 0.5, pynvml.NVML_GPM_METRIC_FP32_UTIL: 12.25,
+             pynvml.NVML_GPM_METRIC_FP16_UTIL: 3.0, pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 17.3,
+             pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 1200.0, pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 56343.0,
+             pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 250_000.0, pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 125_000.5}
+
+
+def gpm_expected(device: str, rates: dict[int, float]) -> dict[str, float]:
+    """The GPM samples `device` ('gpu="0",uuid="..."') must have at `rates`."""
+    gpu, uuid = device.split(",")
+    ids = {name: getattr(pynvml, f"NVML_GPM_METRIC_{name}") for name in (
+        "GRAPHICS_UTIL", "SM_UTIL", "SM_OCCUPANCY", "ANY_TENSOR_UTIL", "FP64_UTIL", "FP32_UTIL", "FP16_UTIL",
+        "DRAM_BW_UTIL", "PCIE_TX_PER_SEC", "PCIE_RX_PER_SEC", "NVLINK_TOTAL_TX_PER_SEC", "NVLINK_TOTAL_RX_PER_SEC")}
+    ratios = {f"alnair_nvml_graphics_engine_active_ratio{{{device}}}": "GRAPHICS_UTIL",
+              f"alnair_nvml_sm_active_ratio{{{device}}}": "SM_UTIL",
+              f"alnair_nvml_sm_occupancy_ratio{{{device}}}": "SM_OCCUPANCY",
+              f'alnair_nvml_pipe_active_ratio{{{gpu},pipe="tensor",{uuid}}}': "ANY_TENSOR_UTIL",
+              f'alnair_nvml_pipe_active_ratio{{{gpu},pipe="fp64",{uuid}}}': "FP64_UTIL",
+              f'alnair_nvml_pipe_active_ratio{{{gpu},pipe="fp32",{uuid}}}': "FP32_UTIL",
+              f'alnair_nvml_pipe_active_ratio{{{gpu},pipe="fp16",{uuid}}}': "FP16_UTIL",
+              f"alnair_nvml_dram_active_ratio{{{device}}}": "DRAM_BW_UTIL"}
+    links = {f'alnair_nvml_link_bytes_per_second{{direction="{direction}",{gpu},link="{link}",{uuid}}}': metric
+             for direction, link, metric in (("transmit", "pcie", "PCIE_TX_PER_SEC"), ("receive", "pcie", "PCIE_RX_PER_SEC"),
+                                              ("transmit", "nvlink", "NVLINK_TOTAL_TX_PER_SEC"),
+                                              ("receive", "nvlink", "NVLINK_TOTAL_RX_PER_SEC"))}
+    return {**{key: rates[ids[m]] / 100 for key, m in ratios.items() if ids[m] in rates},
+            **{key: rates[ids[m]] * MIB for key, m in links.items() if ids[m] in rates}}
+
+
+def gpm_of(s: dict[str, float], device: str = "") -> dict[str, float]:
+    """The GPM samples of `s`, of one device if given."""
+    return {k: v for k, v in s.items() if k.startswith(tuple(gpm_module.FAMILIES)) and device.split(",")[-1] in k}
+
+
+def test_gpm_families_are_the_rates_each_gpu_ran_at_over_the_interval():
+    gpus = two_gpus()
+    gpus[0].gpm_rates = dict(GPM_RATES)
+    gpus[1].gpm_rates = {m: rate / 2 for m, rate in GPM_RATES.items() if m not in (
+        pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC)}  # a PCIe card
+    c = collector(FakeNvml(gpus))
+    assert gpm_of(sample(c)) == {}  # the first collect has no previous sample to measure from
+    s = sample(c)
+    assert gpm_of(s, A) == pytest.approx(gpm_expected(A, GPM_RATES)) and len(gpm_of(s, A)) == 12
+    assert gpm_of(s, B) == pytest.approx(gpm_expected(B, gpus[1].gpm_rates)) and len(gpm_of(s, B)) == 10
+    assert s[f'alnair_nvml_link_bytes_per_second{{direction="receive",gpu="0",link="pcie",{A[8:]}}}'] == pytest.approx(56343 * MIB)
+    assert s[f"alnair_nvml_sm_active_ratio{{{A}}}"] == pytest.approx(0.947)
+    gpus[0].gpm_rates[pynvml.NVML_GPM_METRIC_SM_UTIL] = 20.0  # from the last collect on
+    assert sample(c)[f"alnair_nvml_sm_active_ratio{{{A}}}"] == pytest.approx(0.2)  # this interval's, not a running mean
+
+
+def test_first_collect_has_no_gpm_series_but_their_families():
+    text = collector(FakeNvml(two_gpus())).collect().decode()
+    assert gpm_of(parse_samples(text)) == {}
+    assert all(f"# TYPE {family} gauge" in text for family in gpm_module.FAMILIES)
+
+
+@pytest.mark.parametrize("refusal", [{"gpm_supported": False}, {"unsupported": {"nvmlGpmQueryDeviceSupport"}},
+                                     {"unsupported": {"nvmlGpmSampleGet"}}],
+                         ids=["before-hopper", "query-not-supported", "sample-not-supported"])
+def test_a_gpu_without_gpm_lacks_its_series_said_once(refusal, caplog):
+    caplog.set_level(logging.INFO, logger=gpm_module.__name__)
+    gpus = two_gpus()
+    gpus[1].__dict__.update(refusal)
+    nvml = FakeNvml(gpus)
+    c = collector(nvml)
+    for _ in range(3):
+        s = sample(c)
+    assert gpm_of(s, B) == {} and s[f"alnair_nvml_up{{{B}}}"] == 1 and f"alnair_nvml_power_watts{{{B}}}" in s
+    assert gpm_of(s, A) == pytest.approx(gpm_expected(A, dict.fromkeys(GPM_RATES, 0.0)))
+    assert len(logged(caplog, logging.INFO, "GPU 1 (GPU-bbbbbbbb")) == 1 and not logged(caplog, logging.INFO, "GPU 0")
+    gpus[1].__dict__.update(gpm_supported=True, unsupported=set())  # decided once: not asked again
+    assert gpm_of(sample(c), B) == {}
+    assert all(sample.freed for sample in nvml.gpm_samples.values() if sample.gpu is None)  # its buffers, if any
+
+
+def test_a_driver_before_gpm_leaves_every_gpu_without_it_said_once_each(caplog):
+    caplog.set_level(logging.INFO, logger=gpm_module.__name__)
+    nvml = FakeNvml(two_gpus(), missing={"nvmlGpmQueryDeviceSupport", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet"})
+    c = collector(nvml)
+    for _ in range(3):
+        s = sample(c)
+    assert gpm_of(s) == {} and s[f"alnair_nvml_up{{{A}}}"] == s[f"alnair_nvml_up{{{B}}}"] == 1
+    assert [len(logged(caplog, logging.INFO, f"GPU {i} (GPU-")) for i in (0, 1)] == [1, 1]
+    assert "Function Not Found" in logged(caplog, logging.INFO)[0] and nvml.gpm_samples == {}
+
+
+def test_mig_instances_have_their_own_gpm_where_the_gpu_measures_them(caplog):
+    caplog.set_level(logging.INFO, logger=gpm_module.__name__)
+    gpus = two_gpus()
+    small, large = FakeGpu("MIG-11111111-0000-0000-0000-000000000000", gpu_instance_id=9), \
+        FakeGpu("MIG-22222222-0000-0000-0000-000000000000", gpu_instance_id=1)
+    small.gpm_rates = {pynvml.NVML_GPM_METRIC_SM_UTIL: 40.0, pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 35.0}
+    large.gpm_rates = {pynvml.NVML_GPM_METRIC_SM_UTIL: 80.0, pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 3000.0}
+    gpus[1].mig = [small, None, large]
+    gpus[0].mig = [FakeGpu("MIG-33333333-0000-0000-0000-000000000000", gpu_instance_id=1)]
+    gpus[0].unsupported = {"nvmlGpmMigSampleGet"}  # GPM on the GPU, not on its instances
+    c = collector(FakeNvml(gpus))
+    sample(c)
+    s = sample(c)
+    small_labels, large_labels = (f'gpu="1",uuid="{g.uuid}"' for g in (small, large))
+    assert gpm_of(s, small_labels) == pytest.approx(gpm_expected(small_labels, small.gpm_rates))
+    assert gpm_of(s, large_labels) == pytest.approx(gpm_expected(large_labels, large.gpm_rates))
+    assert len(gpm_of(s, B)) == 12 and len(gpm_of(s, A)) == 12  # the GPUs themselves
+    assert gpm_of(s, 'gpu="0",uuid="MIG-33333333-0000-0000-0000-000000000000"') == {}
+    assert logged(caplog, logging.INFO) == [
+        "GPU 0 (MIG-33333333-0000-0000-0000-000000000000): no GPM metrics (SM active, occupancy, pipes, DRAM, link bytes): Not Supported"]
+
+
+def test_mig_instances_of_a_gpu_without_gpm_are_not_asked(caplog):
+    caplog.set_level(logging.INFO, logger=gpm_module.__name__)
+    gpus = two_gpus()
+    gpus[1].__dict__.update(gpm_supported=False, mig=[FakeGpu("MIG-11111111-0000-0000-0000-000000000000")])
+    c = collector(FakeNvml(gpus))
+    for _ in range(2):
+        s = sample(c)
+    assert gpm_of(s, 'gpu="1",uuid="MIG-11111111-0000-0000-0000-000000000000"') == {} and gpm_of(s, B) == {}
+    assert len(logged(caplog, logging.INFO)) == 1 and "GPU 1 (GPU-bbbbbbbb" in logged(caplog, logging.INFO)[0]
+
+
+def test_gpm_samples_are_allocated_once_per_device_and_freed():
+    gpus = two_gpus()
+    gpus[1].mig = [FakeGpu("MIG-11111111-0000-0000-0000-000000000000", gpu_instance_id=3)]
+    nvml = FakeNvml(gpus)
+    c = collector(nvml)
+    MADE.remove(c)
+    for _ in range(4):
+        sample(c)
+    assert len(nvml.gpm_samples) == 6 and not any(s.freed for s in nvml.gpm_samples.values())  # two per device, reused
+    gpus[1].mig = [None]  # the instance is gone: its samples go with it
+    sample(c)
+    assert [s.freed for s in nvml.gpm_samples.values()] == [False] * 4 + [True] * 2
+    c.close()
+    assert all(s.freed for s in nvml.gpm_samples.values()) and nvml.initialised == 0
+
+
+def test_an_nvml_error_on_one_gpm_sample_leaves_out_only_that_gpus_gpm_series():
+    gpus = two_gpus()
+    gpus[0].gpm_rates = dict(GPM_RATES)
+    c = collector(FakeNvml(gpus))
+    sample(c)
+    gpus[0].gpm_errors = [pynvml.NVML_ERROR_UNKNOWN]
+    s = sample(c)
+    assert gpm_of(s, A) == {} and len(gpm_of(s, B)) == 12
+    assert s[f"alnair_nvml_up{{{A}}}"] == 1 and s[f"alnair_nvml_temperature_celsius{{{A}}}"] == 40
+    assert gpm_of(sample(c), A) == {}  # the interval starts again at this sample
+    assert gpm_of(sample(c), A) == pytest.approx(gpm_expected(A, GPM_RATES))
+
+
+def test_a_lost_gpu_measures_a_new_interval_when_it_returns():
+    gpus = two_gpus()
+    c = collector(FakeNvml(gpus))
+    sample(c)
+    gpus[1].lost = True
+    assert gpm_of(sample(c), B) == {}
+    gpus[1].lost = False
+    assert gpm_of(sample(c), B) == {}  # not an average over the time it was lost
+    assert len(gpm_of(sample(c), B)) == 12
+
+
+def test_the_double_checks_gpm_requests_as_nvml_does():
+    gpu = FakeGpu("GPU-aaaaaaaa-0000-0000-0000-000000000000")
+    nvml = FakeNvml([gpu])
+    older, newer = nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc()
+    nvml.nvmlGpmSampleGet(gpu, older)
+    nvml.nvmlGpmSampleGet(gpu, newer)
+    request = pynvml.c_nvmlGpmMetricsGet_t(numMetrics=1, sample1=older, sample2=newer)
+    request.metrics[0].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL
+    with pytest.raises(pynvml.NVMLError_ArgumentVersionMismatch):
+        nvml.nvmlGpmMetricsGet(request)
+    request.version, request.sample1, request.sample2 = pynvml.NVML_GPM_METRICS_GET_VERSION, newer, older
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):  # older first
+        nvml.nvmlGpmMetricsGet(request)
+    nvml.nvmlGpmSampleFree(older)
+    with pytest.raises(AssertionError, match="freed"):
+        nvml.nvmlGpmSampleGet(gpu, older)

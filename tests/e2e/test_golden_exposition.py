@@ -129,7 +129,8 @@ def golden_scrape(tmp_path, shm_dir, start_writer, start_redis) -> str:
             and "alnair_python_process_exited_timestamp_seconds{" in text
             and "alnair_cuda_process_exited_timestamp_seconds{" in text
             and "alnair_cuda_gpu_time_seconds_total{" in text
-            and 'alnair_nvml_xid_errors_by_code_total{gpu="0"' in text and text,
+            and 'alnair_nvml_xid_errors_by_code_total{gpu="0"' in text
+            and "alnair_nvml_sm_active_ratio{" in text and text,  # GPM: from the nvml collector's second sample on
             timeout=60)
     finally:
         end_all([exporter.proc])

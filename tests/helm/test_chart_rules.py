@@ -17,7 +17,7 @@ from chartgen import rules as chart_rules  # noqa: E402
 from dashgen import alerts  # noqa: E402
 
 RULES = ROOT / "dashboards" / "rules"
-ALL_GROUPS = {"prometheusRule": {"enabled": True, "v04Compat": True}}
+ALL_GROUPS = {"prometheusRule": {"enabled": True, "v04Compat": True, "dcgmNames": True}}
 
 
 def rule_groups(values: dict) -> list[dict]:
@@ -42,7 +42,7 @@ def test_the_values_table_is_dashgens_table_of_defaults():
 
 def test_default_rules_are_the_committed_rules_files():
     assert rule_groups({"prometheusRule": {"enabled": True}}) == committed("recording.yaml", "alerts.yaml")
-    assert rule_groups(ALL_GROUPS) == committed("recording.yaml", "v04-compat.yaml", "alerts.yaml")
+    assert rule_groups(ALL_GROUPS) == committed("recording.yaml", "v04-compat.yaml", "dcgm-names.yaml", "alerts.yaml")
 
 
 def test_other_settings_give_what_dashgen_makes_of_them():
