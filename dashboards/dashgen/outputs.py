@@ -1,5 +1,5 @@
-"""Every generated file, by its path in the repository: the dashboards' JSON, the rules files, docs/dashboards.md
-and dashboards/README.md with its list of recorded series."""
+"""Every generated file, by its path in the repository: the dashboards' JSON, the rules files, docs/dashboards.md,
+dashboards/README.md with its list of recorded series and docs/dcgm-migration.md with its table of names."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository: dashboards/dashgen
 DASHBOARDS = (node_gpus.DASHBOARD, gpu_sharing.DASHBOARD, training.DASHBOARD, dataset_cache.DASHBOARD,
               exporter_health.DASHBOARD)
 README = "dashboards/README.md"
+DCGM_MIGRATION = "docs/dcgm-migration.md"
 
 
 def outputs() -> dict[str, str]:
@@ -21,4 +22,5 @@ def outputs() -> dict[str, str]:
     files["dashboards/rules/dcgm-names.yaml"] = rulefiles.dcgm_name_rules()
     files["docs/dashboards.md"] = docs.page(DASHBOARDS)
     files[README] = docs.with_recorded_list((ROOT / README).read_text())
+    files[DCGM_MIGRATION] = docs.with_dcgm_table((ROOT / DCGM_MIGRATION).read_text())
     return files

@@ -74,7 +74,7 @@ def by(labels: Sequence[str], operation: str, expr: str) -> str:
 def with_pod(scope: Scope, expr: str, collector: str, *matchers: str) -> str:
     """`expr`, a per-process vector, with its pod's names: the process's `_info` series of `collector` (one per pid
     and exporter, the names never on the value series themselves: docs/metrics.md), filtered by namespace and pod
-    (and `matchers`: `pod!=""` keeps only processes in pods)."""
+    (and by `matchers`, such as `pod!~"<none>|<unknown>"`)."""
     info = selector(scope, f"alnair_{collector}_process_info", POD, *matchers)
     return f"{atom(expr)} * on (instance, pid) group_left ({IDENTITY}) {info}"
 

@@ -5,7 +5,8 @@ compute limits, a PyTorch training loop under the Python intercept, a real Redis
 real Redis Cluster (3 primaries, 3 replicas: tests/support.py's, one per session) holding a cached dataset, which
 the same cache collector reads as its second target (--collector.cache.redis-url is repeatable).
 Grafana's variables are resolved as Grafana would, from their own queries against that Prometheus; each query
-must return data, and a panel that returns none fails with its dashboard, title and query."""
+must return data, and a panel that returns none fails with its dashboard, title and query. So must every query of
+dcgm-exporter's own dashboard (tests/dashboards/dcgm, vendored from its repository), through dcgm-names.yaml."""
 from __future__ import annotations
 
 import re
@@ -21,12 +22,24 @@ import requests
 import yaml
 
 from dashboard_support import DASHBOARD_FILES, ROOT, RULE_FILES, load, targets
+from dashgen import dcgm_names
 from support import (Exporter, PythonProgram, RedisServer, Writer, end_all, fill_cache, free_port, redis_cluster,  # noqa: F401
                      require_binary, wait_until)
 
 RATE_INTERVAL = "15s"  # Grafana's $__rate_interval is at least 4 scrape intervals; 15 one-second scrapes is ample
 SETTLE = 60  # seconds the slowest query may take to have data: two scrapes of a rate, one evaluation of a rule
 TESTS = ROOT / "tests"
+DCGM_DASHBOARD = TESTS / "dashboards" / "dcgm" / "dcgm-exporter-dashboard.json"
+
+# The double's GPM rates in NVML's units (percent, MiB/s), by the DCGM name recorded from each through the nvml
+# collector's GPM series (issue 37's H200 figures where it has them); those names serve them as ratios and bytes/s.
+GPM_RATES = {"DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("GRAPHICS_UTIL", 96.0), "DCGM_FI_PROF_SM_ACTIVE": ("SM_UTIL", 94.7),
+             "DCGM_FI_PROF_SM_OCCUPANCY": ("SM_OCCUPANCY", 14.0), "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("ANY_TENSOR_UTIL", 91.9),
+             "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ("FP64_UTIL", 0.5), "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ("FP32_UTIL", 3.0),
+             "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ("FP16_UTIL", 1.5), "DCGM_FI_PROF_DRAM_ACTIVE": ("DRAM_BW_UTIL", 17.3),
+             "DCGM_FI_PROF_PCIE_TX_BYTES": ("PCIE_TX_PER_SEC", 1000.0), "DCGM_FI_PROF_PCIE_RX_BYTES": ("PCIE_RX_PER_SEC", 56343.0),
+             "DCGM_FI_PROF_NVLINK_TX_BYTES": ("NVLINK_TOTAL_TX_PER_SEC", 20000.0),
+             "DCGM_FI_PROF_NVLINK_RX_BYTES": ("NVLINK_TOTAL_RX_PER_SEC", 25000.0)}
 
 # The C writer gives device d the UUID bytes d*16 .. d*16+15 (intercept/shm_test_writer.c), spelt as NVML does.
 UUIDS = [f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}" for h in (bytes(range(d * 16, d * 16 + 16)).hex() for d in (0, 1))]
@@ -34,11 +47,14 @@ UUIDS = [f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}" for h in (bytes
 EXPORTER_WITH_FAKE_NVML = textwrap.dedent(f"""
     import os, sys, threading, time
     sys.path.insert(0, {str(TESTS)!r})
+    import pynvml
     from fake_pynvml import FakeGpu, FakeNvml
     import alnair.collectors.nvml as nvml
     pids = [int(p) for p in os.environ["DEMO_GPU_PIDS"].split(",")]
+    gpm_rates = {{getattr(pynvml, "NVML_GPM_METRIC_" + metric): rate for metric, rate in {list(GPM_RATES.values())!r}}}
     gpus = [FakeGpu(uuid, memory_used=(4 + i) << 30, utilization=(60, 25), temperature=55 + i, pcie_kb_per_s=(800, 1600),
-                    processes={{pid: 1 << 30 for pid in pids}}, utilization_samples=[(pid, 1, 30, 10) for pid in pids])
+                    processes={{pid: 1 << 30 for pid in pids}}, utilization_samples=[(pid, 1, 30, 10) for pid in pids],
+                    gpm_rates=gpm_rates)
             for i, uuid in enumerate({UUIDS!r})]
     fake = FakeNvml(gpus)
     nvml.import_pynvml = lambda: fake
@@ -430,3 +446,59 @@ def test_the_gpu_time_panel_shows_the_pods_share_of_each_gpu(stack):
     except AssertionError:
         pass
     assert quarter_of_gpu_0(), shares()
+
+
+def test_every_query_of_dcgm_exporters_dashboard_returns_data(stack):
+    """dcgm-exporter's default dashboard as it ships, its instance and gpu variables resolved from its own
+    label_values(DCGM_FI_DEV_GPU_TEMP, ...) queries."""
+    board = load(DCGM_DASHBOARD)
+    values = variable_values(stack.prometheus, board)
+    assert values["instance"] == regex_of([stack.instance]) and values["gpu"] == regex_of(["0", "1"])
+    queries = {f"{panel['title']} ({target['refId']})": interpolate(target["expr"], values) for panel, target in targets(board)}
+    assert len(queries) == 8
+    assert empty_after_settling(stack.prometheus, queries) == []
+
+
+def test_dcgm_exporters_dashboard_shows_the_nvml_double_in_dcgm_units_and_labels(stack):
+    """The double's GPUs (EXPORTER_WITH_FAKE_NVML: 55 and 56 °C, 100 W, SM clock 1980 MHz, 60% busy, 4 and 5 GiB used)
+    in each panel's unit, on dcgm-exporter's labels. No process of the stack is in a pod: no pod labels."""
+    board = load(DCGM_DASHBOARD)
+    values = variable_values(stack.prometheus, board)
+    wanted = {"GPU Temperature": {"0": 55, "1": 56}, "GPU Avg. Temp": {None: 55.5},
+              "GPU Power Usage": {"0": 100, "1": 100}, "GPU Power Total": {None: 200},
+              "GPU SM Clocks": {"0": 1980e6, "1": 1980e6}, "GPU Utilization": {"0": 60, "1": 60},
+              "GPU Framebuffer Mem Used": {"0": 4096, "1": 5120}}
+
+    def shown() -> dict[str, dict]:
+        return {title: {r["metric"].get("gpu"): float(r["value"][1]) for q in panel_queries(board, title, values)
+                        for r in query(stack.prometheus, q)} for title in wanted}
+
+    try:
+        wait_until(lambda: shown() == wanted, timeout=SETTLE)
+    except AssertionError:
+        pass
+    assert shown() == wanted
+    [temperature] = panel_queries(board, "GPU Temperature", values)
+    labels = sorted((r["metric"] for r in query(stack.prometheus, temperature)), key=lambda m: m["gpu"])
+    assert labels == [{"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": str(i), "UUID": uuid, "device": f"nvidia{i}",
+                       "modelName": "NVIDIA H200", "Hostname": "demo-node", "DCGM_FI_DRIVER_VERSION": "550.54.15",
+                       "instance": stack.instance, "job": "alnair"} for i, uuid in enumerate(UUIDS)]
+
+
+def test_the_dcgm_profiling_names_serve_the_doubles_gpm_rates_as_ratios_and_bytes_per_second(stack):
+    """Every DCGM_FI_PROF_* name, recorded from the nvml collector's GPM series: percent as a ratio, MiB/s as bytes/s."""
+    assert set(GPM_RATES) == {n.name for n in dcgm_names.NAMES if n.name.startswith("DCGM_FI_PROF_")}
+    wanted = {name: [rate * 2**20 if metric.endswith("_PER_SEC") else rate / 100] * len(UUIDS)
+              for name, (metric, rate) in GPM_RATES.items()}
+
+    def shown() -> dict[str, list[float]]:
+        return {name: sorted(float(r["value"][1]) for r in query(stack.prometheus, name)) for name in GPM_RATES}
+
+    def as_wanted() -> bool:
+        return shown() == {name: pytest.approx(values, rel=1e-6) for name, values in wanted.items()}
+
+    try:
+        wait_until(as_wanted, timeout=SETTLE)
+    except AssertionError:
+        pass
+    assert as_wanted(), shown()
