@@ -138,8 +138,30 @@ struct alnair_cuda_activity {
     uint64_t reserved[5];
 };
 
+#define ALNAIR_CUDA_KERNEL_NAME_LEN 256 /* demangled where the process can demangle; NUL-padded: at most 255 bytes */
+#define ALNAIR_CUDA_MAX_KERNELS 96      /* rows: at most 32 named kernels, then one ALNAIR_CUDA_KERNEL_OTHER per device */
+#define ALNAIR_CUDA_KERNEL_OTHER 0x1u   /* kernel flags: the device's launches of every kernel not named in the table */
+
+/* A kernel's launches on one device since the process started, or (ALNAIR_CUDA_KERNEL_OTHER) the launches of the
+ * device's kernels that were not named when they ran. 272 bytes. */
+struct alnair_cuda_kernel {
+    char name[ALNAIR_CUDA_KERNEL_NAME_LEN]; /* empty: the driver could not name it (or an OTHER row) */
+    uint64_t launches;
+    uint32_t device_index; /* a devices[].device_index of the record */
+    uint32_t flags;        /* ALNAIR_CUDA_KERNEL_OTHER */
+};
+
+/* The process's most launched kernels (ALNAIR_KERNEL_NAMES_TOP of them, by name and device), then the OTHER rows.
+ * Kernel launches only: graphs' kernels are not seen. 26144 bytes. */
+struct alnair_cuda_kernels {
+    uint32_t count; /* kernels[0 .. count) are valid; no (device_index, name) twice */
+    uint32_t reserved0;
+    uint64_t reserved[3];
+    struct alnair_cuda_kernel kernels[ALNAIR_CUDA_MAX_KERNELS];
+};
+
 /* The cuda kind's record: devices[0 .. device_count) are valid, and so are devices_ext[0 .. device_count).
- * activity, devices_ext and devices_memory were appended after the first writers shipped: a record_size that ends before
+ * activity, devices_ext, devices_memory and kernels were appended after the first writers shipped: a record_size that ends before
  * a field means its writer does not have it (readers: absent, not zero). */
 struct alnair_cuda_record {
     uint32_t device_count;
@@ -149,6 +171,7 @@ struct alnair_cuda_record {
     struct alnair_cuda_activity activity;                           /* appended: offset 8224 */
     struct alnair_cuda_device_ext devices_ext[ALNAIR_CUDA_MAX_DEVICES]; /* appended: offset 8288 */
     struct alnair_cuda_device_memory devices_memory[ALNAIR_CUDA_MAX_DEVICES]; /* appended: offset 16480 */
+    struct alnair_cuda_kernels kernels;                                       /* appended: offset 20576 */
 };
 
 /* ---- kind ALNAIR_KIND_PYTHON ---------------------------------------------- */
@@ -249,7 +272,9 @@ _Static_assert(sizeof(struct alnair_shm_header) == 256, "header is 256 bytes");
 _Static_assert(sizeof(struct alnair_cuda_device) == 128, "cuda device entry is 128 bytes");
 _Static_assert(sizeof(struct alnair_cuda_device_ext) == 128, "cuda device extension is 128 bytes");
 _Static_assert(sizeof(struct alnair_cuda_device_memory) == 64, "cuda device memory entry is 64 bytes");
-_Static_assert(sizeof(struct alnair_cuda_record) == 20576, "cuda record is 20576 bytes");
+_Static_assert(sizeof(struct alnair_cuda_kernel) == 272, "cuda kernel entry is 272 bytes");
+_Static_assert(sizeof(struct alnair_cuda_kernels) == 26144, "cuda kernel table is 26144 bytes");
+_Static_assert(sizeof(struct alnair_cuda_record) == 46720, "cuda record is 46720 bytes");
 _Static_assert(sizeof(struct alnair_python_record) == 4224, "python record is 4224 bytes");
 _Static_assert(sizeof(struct alnair_share_busy) == 72, "share busy timeline is 72 bytes");
 _Static_assert(sizeof(struct alnair_share_table) == 5120, "share table is 5120 bytes");

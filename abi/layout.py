@@ -15,6 +15,9 @@ CUDA_MAX_DEVICES = 64
 CUDA_DEVICE_MIG = 0x1
 CUDA_DEVICE_GPU_TIME = 0x2  # CudaDevice.flags: gpu_time_ns and CudaDeviceExt.busy_ns are measured
 CUDA_LIMIT_INCLUDES_CONTEXT = 0x1  # CudaDeviceMemory.flags
+CUDA_KERNEL_NAME_LEN = 256
+CUDA_MAX_KERNELS = 96
+CUDA_KERNEL_OTHER = 0x1  # CudaKernel.flags
 
 COPY_HOST_TO_DEVICE = 0
 COPY_DEVICE_TO_HOST = 1
@@ -115,6 +118,24 @@ class CudaActivity(C.LittleEndianStructure):
     ]
 
 
+class CudaKernel(C.LittleEndianStructure):
+    _fields_ = [
+        ("name", C.c_char * CUDA_KERNEL_NAME_LEN),
+        ("launches", C.c_uint64),
+        ("device_index", C.c_uint32),
+        ("flags", C.c_uint32),
+    ]
+
+
+class CudaKernels(C.LittleEndianStructure):
+    _fields_ = [
+        ("count", C.c_uint32),
+        ("reserved0", C.c_uint32),
+        ("reserved", C.c_uint64 * 3),
+        ("kernels", CudaKernel * CUDA_MAX_KERNELS),
+    ]
+
+
 class CudaRecord(C.LittleEndianStructure):
     _fields_ = [
         ("device_count", C.c_uint32),
@@ -124,6 +145,7 @@ class CudaRecord(C.LittleEndianStructure):
         ("activity", CudaActivity),  # appended: a shorter record's writer lacks it and what follows
         ("devices_ext", CudaDeviceExt * CUDA_MAX_DEVICES),
         ("devices_memory", CudaDeviceMemory * CUDA_MAX_DEVICES),  # appended: absent in a shorter record
+        ("kernels", CudaKernels),  # appended: absent in a shorter record
     ]
 
 
@@ -199,6 +221,7 @@ CUDA_DEVICES_EXT_OFFSET = CudaRecord.devices_ext.offset
 CUDA_DEVICE_EXT_SIZE = C.sizeof(CudaDeviceExt)
 CUDA_DEVICES_MEMORY_OFFSET = CudaRecord.devices_memory.offset  # also the size of records written before it
 CUDA_DEVICE_MEMORY_SIZE = C.sizeof(CudaDeviceMemory)
+CUDA_KERNELS_OFFSET = CudaRecord.kernels.offset  # also the size of records written before it
 
 # Every struct the header defines, by its C name: what the ABI test walks.
 STRUCTS = {
@@ -208,6 +231,8 @@ STRUCTS = {
     "alnair_cuda_device_ext": CudaDeviceExt,
     "alnair_cuda_device_memory": CudaDeviceMemory,
     "alnair_cuda_activity": CudaActivity,
+    "alnair_cuda_kernel": CudaKernel,
+    "alnair_cuda_kernels": CudaKernels,
     "alnair_cuda_record": CudaRecord,
     "alnair_python_counter": PythonCounter,
     "alnair_python_phase": PythonPhase,

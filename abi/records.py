@@ -29,13 +29,15 @@ class MalformedRecord(ValueError):
 
 @dataclass(frozen=True)
 class CudaProcess:
-    """A cuda record. `activity`, `devices_ext` and `devices_memory` (devices_ext[i] belongs to devices[i]) are None when the
-    writer's record ends before them: a writer older than those fields, whose zeros would be claims it never made."""
+    """A cuda record. `activity`, `devices_ext`, `devices_memory` (devices_ext[i] belongs to devices[i]) and `kernels`
+    are None when the writer's record ends before them: a writer older than those fields, whose zeros would be claims
+    it never made."""
 
     devices: list[layout.CudaDevice]
     activity: layout.CudaActivity | None = None
     devices_ext: list[layout.CudaDeviceExt] | None = None
     devices_memory: list[layout.CudaDeviceMemory] | None = None  # devices_memory[i] belongs to devices[i]
+    kernels: list[layout.CudaKernel] | None = None  # the named kernels by device, then each device's OTHER row
 
 
 def _appended(record: bytes, offset: int, size: int, cls):
@@ -60,7 +62,34 @@ def parse_cuda_record(record: bytes) -> CudaProcess:
                             layout.CUDA_DEVICE_EXT_SIZE, layout.CudaDeviceExt) for i in range(count)]
     memory = [_appended(record, layout.CUDA_DEVICES_MEMORY_OFFSET + i * layout.CUDA_DEVICE_MEMORY_SIZE,
                         layout.CUDA_DEVICE_MEMORY_SIZE, layout.CudaDeviceMemory) for i in range(count)]
-    return CudaProcess(devices, activity, None if None in extensions else extensions, None if None in memory else memory)
+    return CudaProcess(devices, activity, None if None in extensions else extensions, None if None in memory else memory,
+                       _kernels(record, {d.device_index for d in devices}))
+
+
+def _kernels(record: bytes, device_indexes: set[int]) -> list[layout.CudaKernel] | None:
+    table = _appended(record, layout.CUDA_KERNELS_OFFSET, C.sizeof(layout.CudaKernels), layout.CudaKernels)
+    if table is None:
+        return None
+    if table.count > layout.CUDA_MAX_KERNELS:
+        raise MalformedRecord(f"{table.count} kernels: over the table's size")
+    rows = list(table.kernels[: table.count])
+    if any(k.device_index not in device_indexes for k in rows):
+        raise MalformedRecord("a kernel on a device the record does not have")
+    if len({kernel_key(k) for k in rows}) < len(rows):  # as labels show them: one series each
+        raise MalformedRecord("a kernel given twice on one device")
+    return rows
+
+
+def kernel_key(kernel: layout.CudaKernel) -> tuple[int, str]:
+    """What names a kernel row's series: its device, and its name as text (OTHER: "(other)", never a name's text)."""
+    if kernel.flags & layout.CUDA_KERNEL_OTHER:
+        return kernel.device_index, OTHER_KERNELS
+    return kernel.device_index, text(kernel.name) or UNNAMED_KERNEL
+
+
+# Kernel label values no kernel name can take: no identifier, mangled or demangled name starts with "(".
+OTHER_KERNELS = "(other)"
+UNNAMED_KERNEL = "(unnamed)"  # what the driver could not name (cuFuncGetName came with CUDA 12.3's driver)
 
 
 def parse_python_record(record: bytes) -> layout.PythonRecord:

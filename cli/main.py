@@ -11,7 +11,8 @@ from alnair.commandline import OneLineParser, add_flag, duration, fail
 from alnair.dataset import profile
 
 from .node_gpus import NodeGpus
-from .top import IDLE_AFTER, SORT_KEYS, NodeReader, gpu_lines, header_line, rows, sorted_rows, table_lines
+from .top import (IDLE_AFTER, SORT_KEYS, NodeReader, gpu_lines, header_line, kernel_lines, kernel_rows, rows,
+                  sorted_rows, table_lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,26 +36,31 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("-d", "--interval", type=duration, default=1.0, help="Time between refreshes (default: 1s).")
     top.add_argument("-s", "--sort", choices=SORT_KEYS, default="memory_used", help="Column to sort by (default: memory_used).")
     top.add_argument("--ascending", action="store_true", help="Sort smallest first (default: largest first).")
+    top.add_argument("-k", "--kernels", type=int, default=0, metavar="N",
+                     help="Also show the N kernels launched most often, by name, per process and GPU (default: 0).")
     top.add_argument("--idle-after", type=duration, default=IDLE_AFTER,
                      help="Seconds without a kernel launch before a process is idle (default: 60s).")
     profile.add_parser(commands)
     return parser
 
 
-def print_table(reader: NodeReader, gpus: NodeGpus, interval: float, sort_key: str, descending: bool,
-                idle_after: float) -> None:
-    """Two reads one interval apart, so the rates are real, then the GPUs' table, a blank line and the processes'."""
+def print_table(reader: NodeReader, gpus: NodeGpus, options: argparse.Namespace) -> None:
+    """Two reads one interval apart, so the rates are real, then the GPUs' table, a blank line and the processes'
+    (and with --kernels, a blank line and the kernels')."""
     before = reader.read()
     gpus.read()  # GPM's first sample: SM active is measured between two reads
-    time.sleep(interval)
-    table = rows(reader.read(), before, idle_after)
+    time.sleep(options.interval)
+    now = reader.read()
+    table = rows(now, before, options.idle_after)
     if gpus.problem:
         print(f"alnair top: {gpus.problem}", file=sys.stderr)
     else:
         print("\n".join([*gpu_lines(gpus.read()), ""]))
     print(header_line())
-    for line in table_lines(sorted_rows(table, sort_key, descending)):
+    for line in table_lines(sorted_rows(table, options.sort, not options.ascending)):
         print(line)
+    if options.kernels:
+        print("\n".join(["", *kernel_lines(kernel_rows(now, before, options.kernels))]))
     if reader.unreadable():
         print(f"alnair top: {reader.unreadable()} segments unreadable: run as root or in the writers' group", file=sys.stderr)
 
@@ -65,15 +71,16 @@ def main(argv: list[str] | None = None) -> None:
         return profile.main(options)
     if not os.path.isdir(options.shm_dir):
         fail("alnair top", f"--shm.dir: not a directory: {options.shm_dir}")
+    if options.kernels < 0:
+        fail("alnair top", f"--kernels: want a number of kernels, 0 or more: {options.kernels}")
     reader, gpus = NodeReader(options.shm_dir), NodeGpus()
-    descending = not options.ascending
     try:
         if sys.stdout.isatty() and sys.stdin.isatty():
             from .screen import TopScreen
 
-            TopScreen(reader, gpus, options.interval, options.sort, descending, options.idle_after).run()
+            TopScreen(reader, gpus, options).run()
         else:
-            print_table(reader, gpus, options.interval, options.sort, descending, options.idle_after)
+            print_table(reader, gpus, options)
     except KeyboardInterrupt:
         pass
     finally:

@@ -5,22 +5,24 @@ import curses
 import time
 
 from .node_gpus import NodeGpus
-from .top import COLUMNS, IDLE_AFTER, SORT_KEYS, NodeReader, gpu_lines, header_line, rows, sorted_rows, table_lines
+from .top import (COLUMNS, SORT_KEYS, NodeReader, gpu_lines, header_line, kernel_lines, kernel_rows, rows, sorted_rows,
+                  table_lines)
 
 HELP = "</> sort column  r reverse  q quit"
 
 
 class TopScreen:
-    def __init__(self, reader: NodeReader, gpus: NodeGpus, interval: float, sort_key: str, descending: bool,
-                 idle_after: float = IDLE_AFTER):
+    def __init__(self, reader: NodeReader, gpus: NodeGpus, options):
         self.reader = reader
         self.gpus = gpus
-        self.interval = interval
-        self.idle_after = idle_after
-        self.sort_index = SORT_KEYS.index(sort_key)
-        self.descending = descending
+        self.interval = options.interval
+        self.idle_after = options.idle_after
+        self.kernel_limit = options.kernels
+        self.sort_index = SORT_KEYS.index(options.sort)
+        self.descending = not options.ascending
         self.before = reader.read()
         self.table = rows(self.before, {}, self.idle_after)
+        self.kernels = kernel_rows(self.before, {}, self.kernel_limit)
         self.gpu_rows = gpus.read()
 
     def run(self) -> None:
@@ -54,6 +56,7 @@ class TopScreen:
     def _refresh(self) -> None:
         now = self.reader.read()
         self.table = rows(now, self.before, self.idle_after)
+        self.kernels = kernel_rows(now, self.before, self.kernel_limit)
         self.before = now
         self.gpu_rows = self.gpus.read()
 
@@ -74,6 +77,9 @@ class TopScreen:
             lines += [(gpu_table[0], curses.A_REVERSE), *[(line, curses.A_NORMAL) for line in gpu_table[1:]], ("", 0)]
         lines.append((header_line(), curses.A_REVERSE))
         lines += [(line, curses.A_NORMAL) for line in table_lines(sorted_rows(self.table, key, self.descending))]
+        kernel_table = kernel_lines(self.kernels)
+        if kernel_table:
+            lines += [("", 0), (kernel_table[0], curses.A_REVERSE), *[(line, curses.A_NORMAL) for line in kernel_table[1:]]]
         for y, (text, attribute) in enumerate(lines[:height]):
             try:
                 window.addnstr(y, 0, text, width - 1, attribute)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from alnair.abi import layout
+from alnair.abi.records import OTHER_KERNELS, kernel_key
 from alnair.abi.segments import SegmentDirectory
 
 
@@ -33,6 +34,7 @@ class ProcessCounters:
     caps: list[int] = field(default_factory=list)  # compute_limit_percent of each device with a cap
     shares: list[int] = field(default_factory=list)  # compute_share_percent of each device with a share
     turn_shares: list[float] = field(default_factory=list)  # quota / period of each device taking turns (older writers)
+    kernels: dict[tuple[int, str], int] = field(default_factory=dict)  # (device, name): launches, named rows only
     copies_known: bool = False  # the writer counts copies (older ones do not)
     host_to_device_bytes: int = 0
     device_to_host_bytes: int = 0
@@ -98,6 +100,7 @@ class NodeReader:
             p.caps = [d.compute_limit_percent for d in devices if d.compute_limit_percent]
             p.shares = [d.compute_share_percent for d in devices if d.compute_share_percent]
             p.turn_shares = [d.compute_quota_ns / d.compute_period_ns for d in devices if d.compute_period_ns]
+            p.kernels = {kernel_key(k): k.launches for k in parsed.record.kernels or () if kernel_key(k)[1] != OTHER_KERNELS}
             extensions = parsed.record.devices_ext
             p.copies_known = extensions is not None
             p.host_to_device_bytes = sum(e.copies[layout.COPY_HOST_TO_DEVICE].bytes for e in extensions or ())
@@ -261,6 +264,44 @@ def header_line(columns: list[Column] = COLUMNS) -> str:
 
 def table_lines(table: list, columns: list[Column] = COLUMNS) -> list[str]:
     return [format_line([c.text(getattr(r, c.key)) for c in columns], columns) for r in table]
+
+
+@dataclass
+class KernelRow:
+    pid: str
+    gpu: int
+    kernel: str
+    launches: int
+    launches_per_s: float | None
+
+
+def kernel_rows(now: dict[str, ProcessCounters], before: dict[str, ProcessCounters], limit: int) -> list[KernelRow]:
+    """The node's `limit` kernels launched most often between the two reads (by name, per process and device; a
+    kernel not named in the earlier read has no rate yet and comes after those that have)."""
+    table = []
+    for pid, p in now.items():
+        earlier = before.get(pid)
+        seconds = (p.cuda_time_ns - earlier.cuda_time_ns) / 1e9 if earlier else 0
+        for (gpu, name), launches in p.kernels.items():
+            was = earlier.kernels.get((gpu, name)) if earlier else None
+            rate = _rate(launches, was, seconds) if was is not None and seconds > 0 else None
+            table.append(KernelRow(pid, gpu, name, launches, rate))
+    table.sort(key=lambda r: (r.launches_per_s is None, -(r.launches_per_s or 0), -r.launches))
+    return table[:limit]
+
+
+KERNEL_COLUMNS = [
+    Column("PID", "pid", 9, str, numeric=False),
+    Column("GPU", "gpu", 5, str, numeric=False),
+    Column("LAUNCH/s", "launches_per_s", 9, _number(".0f")),
+    Column("LAUNCHES", "launches", 12, str),
+    Column("KERNEL", "kernel", 120, str, numeric=False),  # demangled where the process could; cut here, not in /metrics
+]
+
+
+def kernel_lines(kernels: list[KernelRow]) -> list[str]:
+    """The kernels' table's header and rows; nothing without kernels."""
+    return [header_line(KERNEL_COLUMNS), *table_lines(kernels, KERNEL_COLUMNS)] if kernels else []
 
 
 # The node's GPUs (node_gpus.GpuRow), above the processes.

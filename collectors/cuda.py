@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from alnair.abi import layout
-from alnair.abi.records import CudaProcess, device_uuid
+from alnair.abi.records import CudaProcess, device_uuid, kernel_key
 from alnair.abi.segments import ParsedSegment
 from alnair.exporter.plugin import ExpositionBuilder
 
@@ -88,6 +88,7 @@ class CudaCollector(SegmentCollector):
         self._copy_families(out, processes)
         self._memory_families(out, processes)
         self._activity_families(out, processes)
+        self._kernel_families(out, processes)
 
     def _device_labels(self, p: ParsedSegment[CudaProcess], d: layout.CudaDevice) -> str:
         """The label set of the process's series for device `d`, the same in every per-device family."""
@@ -142,3 +143,19 @@ class CudaCollector(SegmentCollector):
                 for p in processes if p.record.activity is not None]
         for metric, text, field in ACTIVITY_FIELDS:
             out.family(metric, "gauge", text, ((labels, _seconds(getattr(a, field))) for labels, a in rows if getattr(a, field)))
+
+    def _kernel_families(self, out: ExpositionBuilder, processes: list[ParsedSegment[CudaProcess]]) -> None:
+        """The kernel table's rows: at most 32 named kernels a process (ALNAIR_KERNEL_NAMES_TOP, default 20) and one
+        OTHER row per device, so the series stay bounded whatever a job launches; none for a writer older than it."""
+        rows = []
+        for p in processes:
+            pid, devices = p.segment.pid_label, {d.device_index: d for d in p.record.devices}
+            for k in p.record.kernels or ():
+                gpu, name = kernel_key(k)
+                uuid = device_uuid(devices[gpu])
+                labels = {"pid": pid, "gpu": str(gpu), "uuid": uuid, "kernel": name}
+                rows.append((self.labels.get((p.segment.name, pid, gpu, uuid, "kernel", name), labels), k.launches))
+        out.family("alnair_cuda_kernel_launches_by_name", "counter",
+                   'Kernel launches by kernel name (demangled where the process has a C++ runtime): the process\'s most '
+                   'launched kernels, and each device\'s other kernels as kernel="(other)". CUDA graphs\' kernels are '
+                   'not in it.', rows)

@@ -26,6 +26,7 @@ typedef unsigned long long CUmemGenericAllocationHandle;
 typedef uint64_t cuuint64_t;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUfunc_st *CUfunction;
+typedef struct CUkern_st *CUkernel; /* a context-independent kernel; cuLaunchKernel takes one in place of a CUfunction */
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUgraphExec_st *CUgraphExec;
@@ -418,6 +419,8 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
     X(cuMemPoolGetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void *value), (pool, attr, value)) \
     X(cuMemPoolTrimTo, (CUmemoryPool pool, size_t minBytesToKeep), (pool, minBytesToKeep)) \
     X(cuStreamIsCapturing, (CUstream hStream, CUstreamCaptureStatus *captureStatus), (hStream, captureStatus)) \
-    X(cuStreamIsCapturing_ptsz, (CUstream hStream, CUstreamCaptureStatus *captureStatus), (hStream, captureStatus))
+    X(cuStreamIsCapturing_ptsz, (CUstream hStream, CUstreamCaptureStatus *captureStatus), (hStream, captureStatus)) \
+    X(cuFuncGetName, (const char **name, CUfunction hfunc), (name, hfunc)) \
+    X(cuKernelGetName, (const char **name, CUkernel hfunc), (name, hfunc))
 
 #endif

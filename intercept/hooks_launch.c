@@ -3,7 +3,7 @@
  * thread's device, and hold it while the process owes GPU time to a limit (compute_limit.c).
  *
  * The hot path with no limit is: a mode load, a thread-local device lookup and,
- * after the driver accepts the launch, one relaxed atomic add and checks that the
+ * after the driver accepts the launch, the kernel's count (kernel_names.h), one atomic add and checks that the
  * process is busy on the device (gpu_time.c) and that the first launch's time is known. No locks, no syscalls, no getenv, no driver calls.
  * The latest launch's time is not taken here (a clock read per launch): the
  * monitor stamps it when it sees the count move (monitor.c).
@@ -19,14 +19,19 @@ static inline struct alnair_device *before_launch(CUstream stream, int per_threa
     return d;
 }
 
-static inline CUresult count(CUresult r, struct alnair_device *d, _Atomic uint64_t *counter)
+/* An accepted launch. The kernel's own count moves first and the device's with release order, so a monitor that
+ * sees a launch in the device's count sees it in its kernel's too (kernel_names.c). */
+static inline void count(struct alnair_device *d, _Atomic uint64_t *counter)
 {
-    if (r == CUDA_SUCCESS && d) {
-        atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
-        alnair_note_busy(d);
-        alnair_note_first(&alnair.first_launch_boottime_ns);
-    }
-    return r;
+    atomic_fetch_add_explicit(counter, 1, memory_order_release);
+    alnair_note_busy(d);
+    alnair_note_first(&alnair.first_launch_boottime_ns);
+}
+
+static inline void count_kernel(struct alnair_device *d, CUfunction f)
+{
+    alnair_kernel_count(&d->kernels, f);
+    count(d, &d->kernel_launches);
 }
 
 /* stream: the launch's stream, as an expression of its parameters; per_thread: a _ptsz entry point */
@@ -35,7 +40,8 @@ static inline CUresult count(CUresult r, struct alnair_device *d, _Atomic uint64
     { \
         struct alnair_device *d = before_launch(stream, per_thread); \
         CUresult r = CALL_REAL(name, args); \
-        return d ? count(r, d, &d->kernel_launches) : r; \
+        if (d && r == CUDA_SUCCESS) count_kernel(d, f); \
+        return r; \
     }
 
 #define EX_STREAM (config ? config->hStream : NULL)
@@ -48,12 +54,14 @@ KERNEL_LAUNCH(cuLaunchKernelEx_ptsz, (const CUlaunchConfig *config, CUfunction f
 KERNEL_LAUNCH(cuLaunchCooperativeKernel, ALNAIR_COOP_PARAMS, ALNAIR_COOP_ARGS, hStream, 0)
 KERNEL_LAUNCH(cuLaunchCooperativeKernel_ptsz, ALNAIR_COOP_PARAMS, ALNAIR_COOP_ARGS, hStream, 1)
 
+/* A graph's kernels are not counted by name: the launch names a graph, not its kernels. */
 #define GRAPH_LAUNCH(name, per_thread) \
     ALNAIR_EXPORT CUresult name(CUgraphExec hGraphExec, CUstream hStream) \
     { \
         struct alnair_device *d = before_launch(hStream, per_thread); \
         CUresult r = CALL_REAL(name, (hGraphExec, hStream)); \
-        return d ? count(r, d, &d->graph_launches) : r; \
+        if (d && r == CUDA_SUCCESS) count(d, &d->graph_launches); \
+        return r; \
     }
 
 GRAPH_LAUNCH(cuGraphLaunch, 0)
@@ -89,7 +97,7 @@ ALNAIR_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *
         if (devices[i]) alnair_pay_debt(devices[i], launchParamsList[i].hStream, 0);
     }
     CUresult r = CALL_REAL(cuLaunchCooperativeKernelMultiDevice, (launchParamsList, numDevices, flags));
-    for (unsigned int i = 0; i < n; i++)
-        if (devices[i]) count(r, devices[i], &devices[i]->kernel_launches);
+    for (unsigned int i = 0; r == CUDA_SUCCESS && i < n; i++)
+        if (devices[i]) count_kernel(devices[i], launchParamsList[i].function);
     return r;
 }

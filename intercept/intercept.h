@@ -11,6 +11,7 @@
 #include "alnair_shm.h"
 #include "cuda_driver.h"
 #include "gpu_time.h"
+#include "kernel_names.h"
 
 #define ALNAIR_EXPORT __attribute__((visibility("default")))
 #define ALNAIR_TLS __thread __attribute__((tls_model("initial-exec")))
@@ -86,6 +87,7 @@ struct alnair_device {
     _Atomic uint64_t context_growth_bytes; /* what they grew by since, as NVML shows it (held_memory.c) */
     _Atomic int allocates_async;          /* cuMemAllocAsync was used: the device's current pool is read */
     struct alnair_gpu_time gpu_time;      /* busy spans and the GPU time they come to (gpu_time.c) */
+    struct alnair_kernel_table kernels;   /* launches by kernel handle (kernel_names.c); untouched pages until used */
 } __attribute__((aligned(64)));
 
 enum alnair_mode { ALNAIR_UNCONFIGURED = 0, ALNAIR_PASS_THROUGH = 1, ALNAIR_ACTIVE = 2 };
@@ -97,6 +99,7 @@ struct alnair_state {
     _Atomic uint64_t first_launch_boottime_ns;
     _Atomic uint64_t first_allocation_boottime_ns;
     int limit_includes_context; /* ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT: the limit charges context_bytes too */
+    int kernel_names_top;       /* ALNAIR_KERNEL_NAMES_TOP: kernels published by name (0: none) */
     struct alnair_device devices[ALNAIR_CUDA_MAX_DEVICES];
 };
 

@@ -116,17 +116,20 @@ static void publish(void)
     alnair_segment_publish_begin(&segment);
     uint32_t count = 0;
     uint64_t launches = 0;
+    int ordinals[ALNAIR_CUDA_MAX_DEVICES];
     for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) {
         if (!atomic_load_explicit(&alnair.devices[i].seen, memory_order_relaxed)) continue;
         copy_device(&record->devices[count], i);
         copy_device_ext(&record->devices_ext[count], i);
         copy_device_memory(&record->devices_memory[count], i);
         launches += record->devices[count].kernel_launches + record->devices[count].graph_launches;
-        count++;
+        ordinals[count++] = i;
     }
     record->device_count = count;
     record->max_devices = ALNAIR_CUDA_MAX_DEVICES;
     copy_activity(&record->activity, launches);
+    alnair_kernel_names_publish(&record->kernels, ordinals, (int)count,
+                                atomic_load_explicit(&exiting, memory_order_relaxed));
     alnair_segment_publish_end(&segment);
     pthread_mutex_unlock(&publish_lock);
 }

@@ -4,11 +4,13 @@
  * It publishes through the same shm_segment.c the CUDA intercept uses, with values
  * given on the command line, so reader tests check the real writer's bytes.
  *
- *   alnair-shm-test-writer [--devices N] [--set FIELD=V]... [--record-size BYTES] [--churn] [--period-ms P]
+ *   alnair-shm-test-writer [--devices N] [--set FIELD=V]... [--kernel DEV:NAME=N]... [--record-size BYTES]
+ *                          [--churn] [--period-ms P]
  *
  * Device i gets FIELD = V + i; a copy field is DIRECTION.FIELD (host_to_device.bytes), an
  * activity field (first_launch_ns, ...) is the process's, V itself; a memory field (context_bytes,
- * pool_reserved_bytes, pool_used_bytes, charged_bytes) is device i's, V + i. --record-size publishes
+ * pool_reserved_bytes, pool_used_bytes, charged_bytes) is device i's, V + i. --kernel adds a row to the
+ * kernel table: N launches of NAME on device DEV (an empty NAME: the device's OTHER row). --record-size publishes
  * only the record's first BYTES (at least its devices), as a writer older than the fields
  * past them did (8224: no activity, no copies). It prints "ready PATH" once published, then waits
  * until stdin closes or SIGTERM (removing the segment); SIGKILL leaves it behind
@@ -70,7 +72,7 @@ static void on_term(int sig) { (void)sig; stop = 1; }
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: alnair-shm-test-writer [--devices N] [--set FIELD=V]... "
+    fprintf(stderr, "usage: alnair-shm-test-writer [--devices N] [--set FIELD=V]... [--kernel DEV:NAME=N]... "
                     "[--compute-limit PCT] [--record-size BYTES] [--churn] [--period-ms P]\n");
     exit(2);
 }
@@ -107,6 +109,21 @@ static int set_field(struct alnair_cuda_record *r, const char *spec)
         set_u64(&r->activity, f->offset, v);
     else
         return -1;
+    return 0;
+}
+
+/* "DEV:NAME=N": a row of the kernel table. */
+static int add_kernel(struct alnair_cuda_kernels *t, const char *spec)
+{
+    const char *colon = strchr(spec, ':'), *eq = strrchr(spec, '=');
+    if (!colon || !eq || eq < colon || t->count == ALNAIR_CUDA_MAX_KERNELS) return -1;
+    struct alnair_cuda_kernel *k = &t->kernels[t->count++];
+    size_t n = (size_t)(eq - colon - 1);
+    if (n >= sizeof k->name) return -1;
+    memcpy(k->name, colon + 1, n);
+    k->device_index = (uint32_t)atoi(spec);
+    k->launches = strtoull(eq + 1, NULL, 10);
+    k->flags = n ? 0 : ALNAIR_CUDA_KERNEL_OTHER;
     return 0;
 }
 
@@ -170,7 +187,7 @@ int main(int argc, char **argv)
     uint32_t devices = 1;
     int churn_mode = 0, period_ms = 0;
     uint32_t record_size = sizeof(struct alnair_cuda_record);
-    static struct alnair_cuda_record staged; /* 16 KiB: not on the stack */
+    static struct alnair_cuda_record staged; /* 46 KiB: not on the stack */
     init_devices(&staged, devices);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
@@ -178,6 +195,8 @@ int main(int argc, char **argv)
             if (devices > ALNAIR_CUDA_MAX_DEVICES) usage();
         } else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
             if (set_field(&staged, argv[++i]) != 0) usage();
+        } else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) {
+            if (add_kernel(&staged.kernels, argv[++i]) != 0) usage();
         } else if (!strcmp(argv[i], "--compute-limit") && i + 1 < argc) {
             uint32_t pct = (uint32_t)atoi(argv[++i]);
             for (uint32_t d = 0; d < ALNAIR_CUDA_MAX_DEVICES; d++)

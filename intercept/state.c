@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -237,6 +238,17 @@ static int publish_period_ms(void)
     return DEFAULT_PERIOD_MS;
 }
 
+static int kernel_names_top(void)
+{
+    const char *p = setting("ALNAIR_KERNEL_NAMES_TOP");
+    uint64_t n;
+    if (!p) return ALNAIR_KERNEL_NAMES_TOP_DEFAULT;
+    if (scan_digits(p, p + strlen(p), ALNAIR_KERNEL_NAMES_TOP_MAX, &n) == p + strlen(p) && n <= ALNAIR_KERNEL_NAMES_TOP_MAX)
+        return (int)n;
+    report_ignored("ALNAIR_KERNEL_NAMES_TOP", p, "want a number of kernels 0-32", "naming the 20 most launched");
+    return ALNAIR_KERNEL_NAMES_TOP_DEFAULT;
+}
+
 /* A switch: off, 0, false, no or on, 1, true, yes (any case); unset means the default, anything else
  * is reported and counts as unset, like every variable. */
 static int switch_setting(const char *name, int default_on, const char *instead)
@@ -291,7 +303,10 @@ static void reset_in_child(void)
         struct alnair_device *d = &alnair.devices[i];
         uint64_t memory_limit = d->memory_limit_bytes;
         uint32_t compute_limit = d->compute_limit_percent, compute_share = d->compute_share_percent;
-        memset(d, 0, sizeof *d);
+        int seen = atomic_load(&d->seen);
+        /* A device the parent never used has an empty kernel table: its 16 KiB stay untouched pages. */
+        memset(d, 0, offsetof(struct alnair_device, kernels));
+        if (seen) memset(&d->kernels, 0, sizeof d->kernels);
         d->memory_limit_bytes = memory_limit;
         d->compute_limit_percent = compute_limit;
         d->compute_share_percent = compute_share;
@@ -313,6 +328,7 @@ int alnair_configure(void)
             alnair.limit_includes_context = switch_setting("ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT", 0,
                                                            "the memory limit leaves the context out");
             alnair.period_ms = publish_period_ms();
+            alnair.kernel_names_top = kernel_names_top();
             pthread_atfork(fork_prepare, fork_parent, fork_child);
         }
         atomic_store(&alnair.mode, active ? ALNAIR_ACTIVE : ALNAIR_PASS_THROUGH);

@@ -93,12 +93,13 @@ def test_fixed_sizes_documented_in_the_abi():
 
 
 def test_cuda_fields_are_appended_after_every_existing_offset():
-    """The activity and per-device extensions come after the 8224 bytes the first writers published, so every
+    """The activity, per-device extensions and kernel table come after the 8224 bytes the first writers published, so every
     offset those writers and their readers know stays where it was (and abi_version stays 2)."""
     assert layout.CUDA_ACTIVITY_OFFSET == 32 + 64 * 128 == 8224
     assert layout.CUDA_DEVICES_EXT_OFFSET == 8224 + 64 and layout.CUDA_DEVICE_EXT_SIZE == 128
     assert layout.CUDA_DEVICES_MEMORY_OFFSET == 8288 + 64 * 128 == 16480 and layout.CUDA_DEVICE_MEMORY_SIZE == 64
-    assert layout.CUDA_RECORD_SIZE == 16480 + 64 * 64 == 20576 <= layout.MAX_RECORD_SIZE
+    assert layout.CUDA_KERNELS_OFFSET == 16480 + 64 * 64 == 20576
+    assert layout.CUDA_RECORD_SIZE == 20576 + 32 + 96 * 272 == 46720 <= layout.MAX_RECORD_SIZE
     assert [f for f, _ in layout.CudaRecord._fields_][:4] == ["device_count", "max_devices", "reserved", "devices"]
     assert layout.ABI_VERSION == 2
     assert layout.COPY_DIRECTION_NAMES[layout.COPY_DEVICE_TO_DEVICE] == "device_to_device"

@@ -343,3 +343,24 @@ def test_top_under_a_terminal_refreshes_sorts_and_quits(shm_dir, writers, monkey
         assert term.child.exitstatus == 0
     finally:
         term.close()
+
+
+def test_top_lists_the_most_launched_kernels_by_name_with_kernels(shm_dir, start_writer):
+    """The C test writer publishes fixed counts, republishing every 10 ms: a rate of 0, the counts as given; the
+    OTHER row is not a kernel and is not listed."""
+    busy = start_writer("--period-ms", "10", "--kernel", "0:void gemm<float>(float*, int)=900",
+                        "--kernel", "0:relu_kernel=40", "--kernel", "0:=5")
+    quiet = start_writer("--period-ms", "10", "--kernel", "0:memset_kernel=7")
+    out = run_top(shm_dir, "--interval=0.2", "--kernels=2")
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    header, *rows = out.stdout.split("\n\n")[2].splitlines()
+    assert header.split() == ["PID", "GPU", "LAUNCH/s", "LAUNCHES", "KERNEL"]
+    # rates equal (0): the most launched first; two rows asked for
+    assert [line.split(None, 4) for line in rows] == [[str(busy.pid), "0", "0", "900", "void gemm<float>(float*, int)"],
+                                                    [str(busy.pid), "0", "0", "40", "relu_kernel"]]
+    assert str(quiet.pid) not in out.stdout.split("\n\n")[2]  # its one kernel is third: left out
+
+
+def test_top_rejects_a_negative_kernel_count_in_one_line(shm_dir):
+    out = run_top(shm_dir, "--kernels=-1")
+    assert out.returncode == 2 and out.stderr.strip() == "alnair top: error: --kernels: want a number of kernels, 0 or more: -1"

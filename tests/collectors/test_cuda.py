@@ -246,3 +246,38 @@ def test_an_exited_writers_gpu_time_lingers_with_its_last_record(gpu_time_writer
     s = sample(shm_dir, collector)
     assert f'alnair_cuda_process_exited_timestamp_seconds{{pid="{gpu_time_writer.pid}"}}' in s
     assert (s[f"alnair_cuda_gpu_time_seconds_total{{{gpu0}}}"], s[f"alnair_cuda_gpu_busy_seconds_total{{{gpu0}}}"]) == (0.75, 1.5)
+
+
+# A writer's kernel table, as the intercept lays it out: two named kernels and OTHER on device 0, one on device 1
+# whose name needs escaping in a label, and its OTHER row.
+KERNELS_WRITER = cuda_record_program("""
+    record.device_count = 2
+    for i in range(2):
+        record.devices[i].device_index = i
+        record.devices[i].uuid[:] = [i * 16 + k for k in range(16)]
+    rows = [(0, b"void gemm<float>(float*, int)", 900, 0), (0, b"relu_kernel", 40, 0),
+            (1, b'say "hi" \\\\ there', 7, 0), (0, b"", 60, layout.CUDA_KERNEL_OTHER), (1, b"", 0, layout.CUDA_KERNEL_OTHER)]
+    record.kernels.count = len(rows)
+    for slot, (gpu, name, launches, flags) in enumerate(rows):
+        k = record.kernels.kernels[slot]
+        k.device_index, k.name, k.launches, k.flags = gpu, name, launches, flags
+""")
+
+
+def test_kernel_launches_by_name_are_exported_per_pid_gpu_and_kernel(start_writer, shm_dir):
+    writer = PythonProgram(KERNELS_WRITER, shm_dir)
+    try:
+        older = start_writer("--record-size", "20576")  # a writer from before the kernel table
+        s = sample(shm_dir)
+    finally:
+        writer.finish()
+
+    def series(gpu: int, kernel: str) -> str:
+        return f'alnair_cuda_kernel_launches_by_name_total{{gpu="{gpu}",kernel="{kernel}",pid="{writer.pid}",uuid="{UUIDS[gpu]}"}}'
+
+    by_name = {k: v for k, v in s.items() if k.startswith("alnair_cuda_kernel_launches_by_name_total{")}
+    assert by_name == {
+        series(0, "void gemm<float>(float*, int)"): 900, series(0, "relu_kernel"): 40, series(0, "(other)"): 60,
+        series(1, 'say \\"hi\\" \\\\ there'): 7, series(1, "(other)"): 0,
+    }
+    assert not any(f'pid="{older.pid}"' in k for k in by_name)

@@ -15,7 +15,8 @@ INTERCEPT = Path(__file__).resolve().parents[2] / "intercept"
 LAYERS = [
     {"driver", "alloc_table", "shm_segment"},  # the real driver, data structures, the segment file
     {"state", "nvml"},  # the process's devices, configuration and log; NVML
-    {"address_map", "gpu_share", "gpu_time"},  # the copies' pointer map; the share table; busy time to GPU time
+    {"address_map", "gpu_share", "gpu_time", "kernel_names"},  # the copies' pointer map; the share table; busy time
+    # to GPU time; launches by kernel name
     {"compute_limit", "pools", "held_memory"},  # the limiter decides, memory is accounted
     {"monitor", "hooks_launch", "hooks_memory", "hooks_copy", "hooks_context", "hooks_sync"},  # publishes; counts
     {"hook_registry"},  # hands out the hooks

@@ -27,6 +27,11 @@
  * refused, like an out-of-range copy. FAKE_CUDA_CONTEXT_BYTES (default 0): device memory each context
  * holds itself (a primary context from its first retain), given back when it is destroyed.
  *
+ * Kernel names: handles FAKE_KERNEL_BASE + 64 * k (what the client launches) are named like the driver's
+ * cuFuncGetName names them: k < 1000 "fake_kernel_<k>" for even k and its C++ mangling (of fake_kernel_<k>(float*))
+ * for odd k; k 1000-1999 are context-independent kernels (cuKernelGetName only: "library_kernel_<k>"); k 3000 has
+ * a name of 300 bytes with a tab and a newline in it; any other handle has no name (CUDA_ERROR_INVALID_HANDLE).
+ *
  * Stream-ordered pools: each device has a default pool (its current pool), cuMemPoolCreate makes more.
  * A pool reserves device memory in FAKE_CUDA_POOL_GRANULE steps (default 2 MiB) when what it holds free
  * is too small, keeps freed memory reserved, and releases what it holds free above its release threshold
@@ -459,6 +464,48 @@ EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, u
     record("cuLaunchCooperativeKernelMultiDevice");
     for (unsigned int i = 0; i < n; i++)
         if (!list[i].hStream) return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_SUCCESS;
+}
+
+/* ---- kernel names ----------------------------------------------------------- */
+
+#define FAKE_KERNEL_BASE 0x100000u
+
+static int fake_kernel(const void *handle)
+{
+    uintptr_t v = (uintptr_t)handle;
+    return v >= FAKE_KERNEL_BASE && (v - FAKE_KERNEL_BASE) % 64 == 0 ? (int)((v - FAKE_KERNEL_BASE) / 64) : -1;
+}
+
+static char kernel_name[512]; /* the driver's own storage; the caller copies it */
+
+EXPORT CUresult cuFuncGetName(const char **name, CUfunction f)
+{
+    record("cuFuncGetName");
+    int k = fake_kernel(f);
+    if (!name || k < 0 || (k >= 1000 && k != 3000)) return CUDA_ERROR_INVALID_HANDLE;
+    char plain[32];
+    snprintf(plain, sizeof plain, "fake_kernel_%d", k);
+    if (k == 3000) {
+        memset(kernel_name, 'x', 300);
+        memcpy(kernel_name, "long\tname\n", 10);
+        kernel_name[300] = 0;
+    } else if (k % 2) {
+        snprintf(kernel_name, sizeof kernel_name, "_Z%zu%sPf", strlen(plain), plain);
+    } else {
+        snprintf(kernel_name, sizeof kernel_name, "%s", plain);
+    }
+    *name = kernel_name;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuKernelGetName(const char **name, CUkernel kernel)
+{
+    record("cuKernelGetName");
+    int k = fake_kernel(kernel);
+    if (!name || k < 1000 || k >= 2000) return CUDA_ERROR_INVALID_HANDLE;
+    snprintf(kernel_name, sizeof kernel_name, "library_kernel_%d", k);
+    *name = kernel_name;
     return CUDA_SUCCESS;
 }
 

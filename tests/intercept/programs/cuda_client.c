@@ -195,6 +195,37 @@ static void scenario_launches(int threads, long per_thread, int devices)
     }
 }
 
+/* ---- scenario: kernels by name -------------------------------------------------- */
+
+/* A kernel handle the fake driver names (fake_libcuda.c). */
+static CUfunction kernel(int k) { return (CUfunction)(uintptr_t)(0x100000u + 64u * (unsigned)k); }
+
+/* Kernel k on device k % devices, 1000 - 10 k times (k < 100), the most launched first, so the kernels named at
+ * every publish are the most launched ones of the end; then `extra`, a comma-separated list, on device 0: k:N
+ * launches kernel k N times, "wait" prints "waiting" and reads a line (the test looks at the record meanwhile). */
+static void scenario_kernels(int kernels, int devices, const char *extra)
+{
+    for (int k = 0; k < kernels; k++) {
+        use_device(k % devices);
+        for (int i = 0; i < 1000 - 10 * k; i++)
+            check(cu.cuLaunchKernel(kernel(k), 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), "launch");
+    }
+    use_device(0);
+    for (const char *p = extra; p && *p;) {
+        if (!strncmp(p, "wait", 4)) {
+            char line[16];
+            printf("waiting\n");
+            if (!fgets(line, sizeof line, stdin)) exit(5);
+        } else {
+            int k = atoi(p), n = atoi(strchr(p, ':') + 1);
+            for (int i = 0; i < n; i++)
+                check(cu.cuLaunchKernel(kernel(k), 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), "launch");
+        }
+        p = strchr(p, ',');
+        p = p ? p + 1 : NULL;
+    }
+}
+
 /* ---- scenario: interleaved allocation and free on several devices -------- */
 
 static void scenario_memory(int rounds)
@@ -783,6 +814,7 @@ int main(int argc, char **argv)
     load(argv[1]);
     const char *scenario = argv[2];
     if (!strcmp(scenario, "launches") && argc == 6) scenario_launches(atoi(argv[3]), atol(argv[4]), atoi(argv[5]));
+    else if (!strcmp(scenario, "kernels") && argc >= 5) scenario_kernels(atoi(argv[3]), atoi(argv[4]), argc > 5 ? argv[5] : NULL);
     else if (!strcmp(scenario, "memory") && argc == 4) scenario_memory(atoi(argv[3]));
     else if (!strcmp(scenario, "limit") && argc == 4) scenario_limit(atoi(argv[3]));
     else if (!strcmp(scenario, "rate") && argc == 5) scenario_rate(atof(argv[3]), atof(argv[4]));

@@ -1,0 +1,51 @@
+/*
+ * kernel_names.h - which kernels a process launches, by name, per device.
+ *
+ * The launch path counts each kernel handle (CUfunction, or a CUkernel passed in its place) in its device's
+ * hash table: a shift, a mask, one compare and one relaxed add when the handle owns its slot. The monitor thread
+ * names handles it has not seen (cuFuncGetName / cuKernelGetName, demangled when the process has a C++ runtime),
+ * adds each name's launches up and publishes the most launched ones, then each device's other launches.
+ */
+#ifndef ALNAIR_KERNEL_NAMES_H
+#define ALNAIR_KERNEL_NAMES_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "alnair_shm.h"
+
+#define ALNAIR_KERNEL_SLOTS 1024 /* per device; kernels that find no slot still count in the device's other row */
+#define ALNAIR_KERNEL_NAMES_TOP_MAX 32
+#define ALNAIR_KERNEL_NAMES_TOP_DEFAULT 20
+
+/* Kernel handles and their launches, slot by slot (two arrays: one index reaches both). Slot 0 is never claimed: a
+ * launch of a NULL handle (which the driver refuses anyway) hashes there, matches its empty key and counts in a slot
+ * nobody reads. */
+struct alnair_kernel_table {
+    _Atomic uintptr_t functions[ALNAIR_KERNEL_SLOTS]; /* 0: free */
+    _Atomic uint64_t launches[ALNAIR_KERNEL_SLOTS];
+};
+
+/* Handles are heap addresses at least 16 bytes apart. */
+static inline unsigned alnair_kernel_slot_of(uintptr_t function)
+{
+    return (unsigned)(function >> 4) & (ALNAIR_KERNEL_SLOTS - 1);
+}
+
+void alnair_kernel_count_slow(struct alnair_kernel_table *table, uintptr_t function);
+
+/* One accepted launch of `function`; before the device's launch counter moves (see kernel_names.c). */
+static inline void alnair_kernel_count(struct alnair_kernel_table *table, const void *function)
+{
+    unsigned i = alnair_kernel_slot_of((uintptr_t)function);
+    if (__builtin_expect(atomic_load_explicit(&table->functions[i], memory_order_relaxed) == (uintptr_t)function, 1))
+        atomic_fetch_add_explicit(&table->launches[i], 1, memory_order_relaxed);
+    else
+        alnair_kernel_count_slow(table, (uintptr_t)function);
+}
+
+/* Monitor thread, under the publisher's lock: names new handles (not while `exiting`: the driver may be gone)
+ * and fills the record's kernel table for the devices the record lists (ordinals[0 .. count)). */
+void alnair_kernel_names_publish(struct alnair_cuda_kernels *out, const int *ordinals, int count, int exiting);
+
+#endif
