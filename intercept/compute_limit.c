@@ -106,8 +106,7 @@ static void tick_device(struct controller *c, struct alnair_device *d, const uin
     if (!c->started || (c->share.fd < 0 && now - c->looked_ns >= LOOK_FOR_TABLE_NS)) join(c, d, uuid, now);
     c->started = 1;
     int shared = c->share.fd >= 0 && !atomic_load(&leaving);
-    uint64_t launches = atomic_load_explicit(&d->kernel_launches, memory_order_relaxed) +
-                        atomic_load_explicit(&d->graph_launches, memory_order_relaxed);
+    uint64_t launches = alnair_kernel_launches(&d->kernels) + atomic_load_explicit(&d->graph_launches, memory_order_relaxed);
     d->gpu_time.share_ppm = (uint32_t)(d->compute_share_percent * PPM / 100);
     /* this process's timeline goes out with its slot; then the table is read for the peers' */
     alnair_gpu_time_close(&d->gpu_time, now, launches, shared ? &c->share.busy : NULL);

@@ -3,8 +3,8 @@
  * thread's device, and hold it while the process owes GPU time to a limit (compute_limit.c).
  *
  * The hot path with no limit is: a mode load, a thread-local device lookup and,
- * after the driver accepts the launch, the kernel's count (kernel_names.h), one atomic add and checks that the
- * process is busy on the device (gpu_time.c) and that the first launch's time is known. No locks, no syscalls, no getenv, no driver calls.
+ * after the driver accepts the launch, the kernel's count (kernel_names.h: one relaxed atomic add) and checks that
+ * the process is busy on the device (gpu_time.c) and that the first launch's time is known. No locks, no syscalls, no getenv, no driver calls.
  * The latest launch's time is not taken here (a clock read per launch): the
  * monitor stamps it when it sees the count move (monitor.c).
  */
@@ -19,19 +19,23 @@ static inline struct alnair_device *before_launch(CUstream stream, int per_threa
     return d;
 }
 
-/* An accepted launch. The kernel's own count moves first and the device's with release order, so a monitor that
- * sees a launch in the device's count sees it in its kernel's too (kernel_names.c). */
-static inline void count(struct alnair_device *d, _Atomic uint64_t *counter)
+static inline void note_launch(struct alnair_device *d)
 {
-    atomic_fetch_add_explicit(counter, 1, memory_order_release);
     alnair_note_busy(d);
     alnair_note_first(&alnair.first_launch_boottime_ns);
 }
 
+/* An accepted kernel launch counts once, in its kernel's slot: the device's kernel launches are their sum. */
 static inline void count_kernel(struct alnair_device *d, CUfunction f)
 {
     alnair_kernel_count(&d->kernels, f);
-    count(d, &d->kernel_launches);
+    note_launch(d);
+}
+
+static inline void count_graph(struct alnair_device *d)
+{
+    atomic_fetch_add_explicit(&d->graph_launches, 1, memory_order_relaxed);
+    note_launch(d);
 }
 
 /* stream: the launch's stream, as an expression of its parameters; per_thread: a _ptsz entry point */
@@ -60,7 +64,7 @@ KERNEL_LAUNCH(cuLaunchCooperativeKernel_ptsz, ALNAIR_COOP_PARAMS, ALNAIR_COOP_AR
     { \
         struct alnair_device *d = before_launch(hStream, per_thread); \
         CUresult r = CALL_REAL(name, (hGraphExec, hStream)); \
-        if (d && r == CUDA_SUCCESS) count(d, &d->graph_launches); \
+        if (d && r == CUDA_SUCCESS) count_graph(d); \
         return r; \
     }
 

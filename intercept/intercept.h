@@ -65,8 +65,7 @@ struct alnair_copy_counters {
 };
 
 struct alnair_device {
-    _Atomic uint64_t kernel_launches;
-    _Atomic uint64_t graph_launches;
+    _Atomic uint64_t graph_launches;     /* kernel launches: the kernel table's sum (kernel_names.h) */
     _Atomic uint64_t bytes_in_use;
     _Atomic uint64_t peak_bytes;
     _Atomic uint64_t allocations;

@@ -2,14 +2,11 @@
  * kernel_names.c - see kernel_names.h. The launch path's side is the slot claim below; the rest runs on the
  * monitor thread under the publisher's lock, so its state needs no lock of its own.
  *
- * Rows are cumulative counters, and so is each device's OTHER row: it grows by the device's new launches
- * less those of the kernels named at this publish. A kernel that joins the named rows brings its whole count (the
- * launches it made before joining stay in OTHER too); one that leaves adds to OTHER from then on. A named row only
- * gives way to a kernel with an eighth more launches, so rows do not flap between near-equals.
- *
- * The device's launch counter moves after the kernel's slot, with release order, and is read here first, with
- * acquire: a launch seen in the counter is in its slot, so OTHER's running sum can only lag (a launch seen in its
- * slot and not yet in the counter) and catches up at the next publish; the published value never goes down.
+ * Rows are cumulative counters, and so is each device's OTHER row: at each publish it grows by the new launches
+ * of the slots whose kernels are not named then (and of launches that found no slot). A kernel that joins the
+ * named rows brings its whole count (the launches it made before joining stay in OTHER too); one that leaves adds
+ * to OTHER from then on. A named row only gives way to a kernel with an eighth more launches, so rows do not flap
+ * between near-equals. Every figure of a publish comes from one pass over the slots, so OTHER never goes down.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -36,7 +33,14 @@ void alnair_kernel_count_slow(struct alnair_kernel_table *table, uintptr_t funct
             return;
         }
     }
-    /* No slot: the launch counts in the device's OTHER row only. */
+    atomic_fetch_add_explicit(&table->unslotted, 1, memory_order_relaxed); /* counted in OTHER only */
+}
+
+uint64_t alnair_kernel_launches(struct alnair_kernel_table *table)
+{
+    uint64_t sum = atomic_load_explicit(&table->unslotted, memory_order_relaxed);
+    for (unsigned i = 0; i < ALNAIR_KERNEL_SLOTS; i++) sum += atomic_load_explicit(&table->launches[i], memory_order_relaxed);
+    return sum;
 }
 
 /* ---- monitor thread ------------------------------------------------------------------------------------------ */
@@ -47,8 +51,7 @@ struct device_names {
     uint32_t slot_name[ALNAIR_KERNEL_SLOTS]; /* 1 + the slot's name id; 0: not named yet */
     uint64_t *last;                          /* each name's launches at the last publish, by name id */
     uint64_t launches_seen;                  /* the device's kernel launches at the last publish */
-    int64_t other;                           /* OTHER's running sum */
-    uint64_t other_published;                /* its largest value so far */
+    uint64_t other;                          /* the OTHER row */
 };
 static struct device_names *devices[ALNAIR_CUDA_MAX_DEVICES];
 
@@ -118,20 +121,22 @@ static struct device_names *device_names(int ordinal)
     return devices[ordinal];
 }
 
-/* Each name's launches on the device now, by name id (named handles only); new handles are named first. */
-static void launches_by_name(int ordinal, struct device_names *d, uint64_t *by_name, int exiting)
+/* Each name's launches on the device now, by name id, new handles named first; returns the device's launches, read
+ * in the same pass (slot 0's and those of handles not named yet count in it, and so in OTHER). */
+static uint64_t launches_by_name(int ordinal, struct device_names *d, uint64_t *by_name, int exiting)
 {
     struct alnair_kernel_table *table = &alnair.devices[ordinal].kernels;
+    uint64_t total = atomic_load_explicit(&table->unslotted, memory_order_relaxed);
     memset(by_name, 0, name_count * sizeof *by_name);
-    for (unsigned i = 1; i < ALNAIR_KERNEL_SLOTS; i++) {
+    for (unsigned i = 0; i < ALNAIR_KERNEL_SLOTS; i++) {
+        uint64_t launches = atomic_load_explicit(&table->launches[i], memory_order_relaxed);
         uintptr_t function = atomic_load_explicit(&table->functions[i], memory_order_relaxed);
+        total += launches;
         if (!function) continue;
-        if (!d->slot_name[i]) {
-            if (exiting) continue;
-            d->slot_name[i] = 1 + name_of(function);
-        }
-        by_name[d->slot_name[i] - 1] += atomic_load_explicit(&table->launches[i], memory_order_relaxed);
+        if (!d->slot_name[i] && !exiting) d->slot_name[i] = 1 + name_of(function);
+        if (d->slot_name[i]) by_name[d->slot_name[i] - 1] += launches;
     }
+    return total;
 }
 
 static int named_at(int ordinal, uint32_t name)
@@ -170,8 +175,7 @@ static void rank(const int *ordinals, int count, int exiting)
         int o = ordinals[k];
         struct device_names *d = device_names(o);
         if (!d) continue;
-        total[o] = atomic_load_explicit(&alnair.devices[o].kernel_launches, memory_order_acquire);
-        launches_by_name(o, d, by_name[o], exiting);
+        total[o] = launches_by_name(o, d, by_name[o], exiting);
         for (uint32_t n = 0; limit && n < name_count; n++)
             if (by_name[o][n]) offer(top, &top_count, limit, (struct row){o, n, by_name[o][n]}, named_at(o, n) >= 0);
     }
@@ -181,11 +185,10 @@ static void rank(const int *ordinals, int count, int exiting)
         int o = ordinals[k];
         struct device_names *d = devices[o];
         if (!d) continue;
-        int64_t added = (int64_t)(total[o] - d->launches_seen);
+        uint64_t added = total[o] - d->launches_seen; /* every slot's new launches: none is negative */
         for (int i = 0; i < named_count; i++)
-            if (named[i].ordinal == o) added -= (int64_t)(by_name[o][named[i].name] - d->last[named[i].name]);
+            if (named[i].ordinal == o) added -= by_name[o][named[i].name] - d->last[named[i].name];
         d->other += added;
-        if (d->other > (int64_t)d->other_published) d->other_published = (uint64_t)d->other;
         d->launches_seen = total[o];
         memcpy(d->last, by_name[o], name_count * sizeof *d->last);
     }
@@ -207,7 +210,7 @@ void alnair_kernel_names_publish(struct alnair_cuda_kernels *out, const int *ord
         if (!devices[ordinals[i]]) continue;
         struct alnair_cuda_kernel *k = &out->kernels[n++];
         memset(k->name, 0, sizeof k->name);
-        k->launches = devices[ordinals[i]]->other_published;
+        k->launches = devices[ordinals[i]]->other;
         k->device_index = (uint32_t)ordinals[i];
         k->flags = ALNAIR_CUDA_KERNEL_OTHER;
     }

@@ -1,10 +1,11 @@
 /*
- * kernel_names.h - which kernels a process launches, by name, per device.
+ * kernel_names.h - which kernels a process launches, by name, per device; and how many it launches.
  *
  * The launch path counts each kernel handle (CUfunction, or a CUkernel passed in its place) in its device's
- * hash table: a shift, a mask, one compare and one relaxed add when the handle owns its slot. The monitor thread
- * names handles it has not seen (cuFuncGetName / cuKernelGetName, demangled when the process has a C++ runtime),
- * adds each name's launches up and publishes the most launched ones, then each device's other launches.
+ * hash table: a shift, a mask, one compare and one relaxed atomic add when the handle owns its slot. That add is
+ * the only one a kernel launch makes: the device's kernel launches are the table's sum. The monitor thread names
+ * handles it has not seen (cuFuncGetName / cuKernelGetName, demangled when the process has a C++ runtime), adds
+ * each name's launches up and publishes the most launched ones, then each device's other launches.
  */
 #ifndef ALNAIR_KERNEL_NAMES_H
 #define ALNAIR_KERNEL_NAMES_H
@@ -24,6 +25,7 @@
 struct alnair_kernel_table {
     _Atomic uintptr_t functions[ALNAIR_KERNEL_SLOTS]; /* 0: free */
     _Atomic uint64_t launches[ALNAIR_KERNEL_SLOTS];
+    _Atomic uint64_t unslotted; /* launches of handles that found no slot */
 };
 
 /* Handles are heap addresses at least 16 bytes apart. */
@@ -34,7 +36,7 @@ static inline unsigned alnair_kernel_slot_of(uintptr_t function)
 
 void alnair_kernel_count_slow(struct alnair_kernel_table *table, uintptr_t function);
 
-/* One accepted launch of `function`; before the device's launch counter moves (see kernel_names.c). */
+/* One accepted launch of `function`. */
 static inline void alnair_kernel_count(struct alnair_kernel_table *table, const void *function)
 {
     unsigned i = alnair_kernel_slot_of((uintptr_t)function);
@@ -43,6 +45,9 @@ static inline void alnair_kernel_count(struct alnair_kernel_table *table, const 
     else
         alnair_kernel_count_slow(table, (uintptr_t)function);
 }
+
+/* The device's kernel launches so far: the table's sum (monitor thread: 1025 loads). */
+uint64_t alnair_kernel_launches(struct alnair_kernel_table *table);
 
 /* Monitor thread, under the publisher's lock: names new handles (not while `exiting`: the driver may be gone)
  * and fills the record's kernel table for the devices the record lists (ordinals[0 .. count)). */

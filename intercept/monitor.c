@@ -44,7 +44,7 @@ static void copy_device(struct alnair_cuda_device *out, int ordinal)
     const uint8_t *uuid = device_uuid(ordinal);
     out->device_index = (uint32_t)ordinal;
     if (uuid) memcpy(out->uuid, uuid, sizeof out->uuid);
-    out->kernel_launches = atomic_load_explicit(&d->kernel_launches, memory_order_relaxed);
+    out->kernel_launches = alnair_kernel_launches(&d->kernels);
     out->graph_launches = atomic_load_explicit(&d->graph_launches, memory_order_relaxed);
     out->bytes_in_use = atomic_load_explicit(&d->bytes_in_use, memory_order_relaxed);
     out->peak_bytes = atomic_load_explicit(&d->peak_bytes, memory_order_relaxed);
