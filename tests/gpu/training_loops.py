@@ -96,10 +96,11 @@ def save(report: list, name: str) -> None:
 
 
 def start(model: str, batch: int, seconds: float, shm: str, env: dict[str, str] | None = None,
-          profile_steps: int = 0, on_off: str = "0:0") -> subprocess.Popen:
+          profile_steps: int = 0, on_off: str = "0:0", code: str = CHILD) -> subprocess.Popen:
+    """A child running `code` (CHILD, or a variant taking the same arguments) under the intercept."""
     environment = {**os.environ, "LD_PRELOAD": str(ROOT / "intercept" / "build" / "libalnair.so"),
                    "ALNAIR_SHM_DIR": shm, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.Popen([sys.executable, "-c", CHILD, model, str(batch), str(seconds), str(profile_steps), on_off],
+    return subprocess.Popen([sys.executable, "-c", code, model, str(batch), str(seconds), str(profile_steps), on_off],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=environment)
 
 
