@@ -10,6 +10,7 @@ from .promql import DASHBOARD as S
 from .promql import GPU, NODE, by, gpu_time_share, memory_of_limit, rate, selector, with_node, with_pod
 
 PROCESS = "{{namespace}}/{{pod}} pid {{pid}} GPU {{gpu}}"
+KERNEL_NAMED = 'kernel!="(other)"'  # the named rows; (other) sums the rest of a device's launches
 # Every process holding memory on a GPU has this series (0 when it ran nothing), intercepted or not.
 ON_GPU = with_node(S, with_pod(S, selector(S, "alnair_nvml_process_sm_utilization_ratio", GPU), "nvml"))
 POD_ON_GPU = by(["node", "gpu", "uuid", "namespace", "pod"], "count", ON_GPU)
@@ -58,6 +59,13 @@ COMPUTE = row(
                "whose launches fall while its data stall rises is starved by its input (Training dashboard).", "ops",
                cuda_rate("alnair_cuda_kernel_launches_total", f"{PROCESS} kernels"),
                cuda_rate("alnair_cuda_graph_launches_total", f"{PROCESS} graphs"), min=0, width=24),
+    table("Kernels launched most", "The 20 kernels launched most often per second over the window, by process and "
+          "GPU: each process publishes its most launched kernels by name (ALNAIR_KERNEL_NAMES_TOP, default 20; "
+          "demangled where it has a C++ runtime) and the rest as (other), left out here (docs/metrics.md, Kernels by "
+          "name). CUDA graphs' kernels are not seen.", "ops",
+          Query(f'topk(20, {with_pod(S, rate(S, "alnair_cuda_kernel_launches_by_name_total", GPU, KERNEL_NAMED), "cuda")})'),
+          hidden_columns=("Time", "instance", "job", "uuid"),
+          width=24),
 )
 
 DEVICE_MEMORY = ("instance", "pid", "gpu", "uuid")  # one series per process and device in every cuda memory family

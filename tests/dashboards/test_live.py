@@ -210,7 +210,8 @@ def stack(tmp_path_factory, test_writer_binary, redis_cluster):
             "--set", "allocations=40", "--set", "limit_denied_allocations=2", "--set", "throttled_ns=5000000000",
             "--set", "host_to_device.bytes=1048576", "--set", "host_to_device.copies=4", "--set", "device_to_host.sync_ns=2000000",
             "--set", "first_allocation_ns=400000000", "--set", "first_launch_ns=500000000",
-            "--set", "last_launch_time_ns=1764547200000000000"]))
+            "--set", "last_launch_time_ns=1764547200000000000",
+            "--kernel", "0:void gemm<float>(float*, int)=900", "--kernel", "1:relu_kernel=40", "--kernel", "0:=60"]))
         writers.append(PythonProgram(TRAINER, shm))
         # One GPU each: a process that has launched nothing yet, and one whose latest launch is now.
         active_launch_ns = time.time_ns()
