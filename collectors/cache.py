@@ -16,10 +16,9 @@ from redis.crc import key_slot
 from redis.retry import Retry
 
 from alnair.abi import cache_keys as keys
+from alnair.abi import cache_urls
 from alnair.exporter.plugin import CollectorUnavailable, RepeatedList, add_flag, duration, flag_type
 
-REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
-CLUSTER_SCHEME = "redis+cluster"
 SLOTS = 16384
 
 # (INFO field, metric suffix, help, counter?)
@@ -47,26 +46,17 @@ CACHE_COUNTERS = [
 ]
 
 
-def parse_redis_url(text: str) -> str:
-    parsed = urllib.parse.urlparse(text)
-    if parsed.scheme not in REDIS_SCHEMES or not (parsed.netloc or parsed.path) or (
-            parsed.scheme == CLUSTER_SCHEME and not parsed.netloc.rpartition("@")[2]):
-        raise ValueError(f"not a Redis URL (redis://host:port/db, rediss://..., unix:///path, "
-                         f"redis+cluster://host:port[,host:port...]): {text!r}")
-    return text
-
-
 @flag_type
 def redis_url_list(text: str) -> list[str]:
     """Comma-separated Redis URLs; a cluster URL's own commas (between its nodes) stay in it: an item
     without a scheme continues the redis+cluster:// URL before it."""
     urls: list[str] = []
     for item in filter(None, (item.strip() for item in text.split(","))):
-        if "://" not in item and urls and urls[-1].startswith(CLUSTER_SCHEME + "://"):
+        if "://" not in item and urls and cache_urls.is_cluster(urls[-1]):
             urls[-1] += "," + item
         else:
             urls.append(item)
-    return [parse_redis_url(url) for url in urls]
+    return [cache_urls.check(url) for url in urls]
 
 
 def connect(url: str, timeout: float) -> redis.Redis:
@@ -172,12 +162,10 @@ class ClusterTarget:
     counters from the primary that serves the metadata's slot."""
 
     def __init__(self, url: str, timeout: float):
-        parsed = urllib.parse.urlsplit(url)
-        credentials, _, hosts = parsed.netloc.rpartition("@")
-        user, _, password = credentials.partition(":")
-        self.seeds = [address for address in hosts.split(",") if address]
+        parsed = cache_urls.parse_cluster(url)
+        self.seeds = [cache_urls.address(node) for node in parsed.seeds]
         self.timeout = timeout
-        self._credentials = {"username": urllib.parse.unquote(user) or None, "password": urllib.parse.unquote(password) or None}
+        self._credentials = {"username": parsed.username, "password": parsed.password}
         self._clients: dict[str, redis.Redis] = {}
         self._answered: list[str] = []  # the node whose topology the last sample used
         self._pool = ThreadPoolExecutor(16, thread_name_prefix="cache-collector-node")
@@ -258,7 +246,7 @@ class CacheCollector:
         if not urls:
             raise CollectorUnavailable("no Redis to read: set --collector.cache.redis-url")
         timeout = options.collector_cache_timeout
-        self.targets = [(url_label(url), ClusterTarget(url, timeout) if url.startswith(CLUSTER_SCHEME + "://")
+        self.targets = [(url_label(url), ClusterTarget(url, timeout) if cache_urls.is_cluster(url)
                          else connect(url, timeout)) for url in urls]
         self.pool = ThreadPoolExecutor(len(self.targets), thread_name_prefix="cache-collector")
 

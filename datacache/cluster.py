@@ -6,7 +6,6 @@ from __future__ import annotations
 import binascii
 import threading
 import time
-import urllib.parse
 from collections import deque
 from typing import Callable
 
@@ -15,13 +14,14 @@ import redis
 from redis.commands.core import Script
 from redis.crc import key_slot
 
+from alnair.abi import cache_urls
+
 from .resp_client import ReplyError, RespClient, RespConnection, encode
 
-SCHEME = "redis+cluster"
 SLOTS = 16384
 UNAVAILABLE = object()  # in a value's place: its node failed, was down or refused; read it from the origin
 REDIRECTS = 3  # hops one key may take (MOVED then ASK during a migration is two)
-Node = tuple[str, int]
+Node = cache_urls.Node
 
 
 class NodeUnavailable(redis.ConnectionError):
@@ -30,27 +30,6 @@ class NodeUnavailable(redis.ConnectionError):
 
 class NodeDown(NodeUnavailable):
     """A node not asked: it failed less than retry_seconds ago (that failure was counted), or no node serves the slot."""
-
-
-def is_cluster_url(url: str) -> bool:
-    return url.startswith(SCHEME + "://")
-
-
-def parse_cluster_url(url: str) -> tuple[list[Node], dict]:
-    """The seed nodes and the credentials of `redis+cluster://[user:password@]host:port[,host:port...]`."""
-    parsed = urllib.parse.urlsplit(url)
-    credentials, _, hosts = parsed.netloc.rpartition("@")
-    user, _, password = credentials.partition(":")
-    seeds = []
-    for address in filter(None, hosts.split(",")):
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"a cluster node must be host:port: {address!r} in {url!r}")
-        seeds.append((host.strip("[]"), int(port)))
-    if parsed.scheme != SCHEME or not seeds:
-        raise ValueError(f"not a Redis Cluster URL ({SCHEME}://host:port[,host:port...]): {url!r}")
-    params = {"username": urllib.parse.unquote(user) or None, "password": urllib.parse.unquote(password) or None}
-    return seeds, params
 
 
 def slot_of(name: str) -> int:
@@ -82,7 +61,10 @@ def cluster_slots(connection: RespConnection, seen_as: Node) -> list[Node | None
         if not data:
             raise ConnectionResetError("Redis closed the connection")
         reader.feed(data)
-        reply = reader.gets()
+        try:
+            reply = reader.gets()
+        except hiredis.ProtocolError as e:  # something else listens there (an HTTP proxy, say): that node failed
+            raise redis.ConnectionError(f"not a Redis reply from {seen_as}: {e}") from None
     if isinstance(reply, hiredis.ReplyError):
         raise redis.ResponseError(str(reply))
     owners: list[Node | None] = [None] * SLOTS
@@ -97,7 +79,8 @@ class Cluster:
     when that ends the map is read again first: a replica may have been promoted meanwhile)."""
 
     def __init__(self, url: str, timeout: float, retry_seconds: float):
-        self.seeds, self._params = parse_cluster_url(url)
+        parsed = cache_urls.parse_cluster(url)
+        self.seeds, self._params = parsed.seeds, {"username": parsed.username, "password": parsed.password}
         self.timeout = timeout
         self.retry_seconds = retry_seconds
         self._lock = threading.Lock()

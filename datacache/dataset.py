@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import redis
 
 from alnair.abi import cache_keys as keys
+from alnair.abi import cache_urls
 
 from . import allocator, content, process_record, worker_batches
 from .counters import PendingCounters
@@ -94,7 +95,7 @@ class CachedDataset:
                  substitutable: bool = False):
         if not timeout > 0 or not retry_seconds > 0 or job_ttl_seconds < 1:
             raise ValueError("timeout and retry_seconds must be > 0, job_ttl_seconds >= 1")
-        self.redis_url = redis_url
+        self.redis_url = cache_urls.check(redis_url)  # a bad URL is refused here, not at the first read
         self.name = keys.check_name("dataset", name)
         self.job = keys.check_name("job", job or os.environ.get("ALNAIR_JOB_NAME") or socket.gethostname())
         self.origin = origin

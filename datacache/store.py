@@ -12,6 +12,8 @@ from redis.commands.core import Script
 from redis.retry import Retry
 
 from alnair.abi import cache_keys as keys
+from alnair.abi import cache_urls
+
 from . import cluster as cluster_
 from .resp_client import MgetPipeline, RespClient
 
@@ -250,6 +252,6 @@ class ClusterStore:
 
 def open_store(url: str, timeout: float, retry_seconds: float) -> CacheStore | ClusterStore:
     """The store for `url`: a Redis Cluster for redis+cluster://, else one server."""
-    if cluster_.is_cluster_url(url):
+    if cache_urls.is_cluster(url):
         return ClusterStore(url, timeout, retry_seconds)
     return CacheStore(url, timeout)

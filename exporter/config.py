@@ -5,11 +5,9 @@ import argparse
 import ipaddress
 import os
 import socket
-from typing import Iterable, NoReturn
+from typing import Callable, Iterable, NoReturn
 
 from alnair import commandline, logs
-from alnair.abi import naming
-from alnair.abi.segments import DEFAULT_MAX_SEGMENTS
 from alnair.commandline import (OneLineParser, RepeatedList, add_flag, comma_separated, duration, env_default, env_name,
                                 flag_type, int_between, parse_bool)
 
@@ -68,13 +66,6 @@ def build_parser(collectors: Iterable[CollectorSpec]) -> argparse.ArgumentParser
                   f"their own (up to {MAX_CONNECTIONS}) that no other peer's can keep out: your Prometheus.")
     add_flag(parser, "--web.telemetry-path", default="/metrics", help="Path of the metrics endpoint.")
     add_flag(parser, "--node.name", default=os.environ.get("NODE_NAME") or socket.gethostname(), help="Node name (Kubernetes downward API: NODE_NAME).")
-    add_flag(parser, "--shm.dir", default=naming.DEFAULT_DIR, help="Directory of the writers' shared-memory segments.")
-    add_flag(parser, "--shm.linger", type=duration, default=120.0,
-             help="How long an exited writer's last record is still served, so scrapes see its final counters.")
-    # The memory bound docs/security.md states is for the default cap: the flag may lower it, never raise it.
-    add_flag(parser, "--shm.max-segments", type=int_between(1, DEFAULT_MAX_SEGMENTS), default=DEFAULT_MAX_SEGMENTS,
-             help=f"Segments of each kind read per sample at most, 1 to {DEFAULT_MAX_SEGMENTS}; more are counted as "
-                  "skipped (over_limit).")
     add_flag(parser, "--path.procfs", default="/proc",
              help="procfs mount point (the host's /proc in a DaemonSet); it must have stat with a btime line, and "
                   "self/stat or 1/stat.")
@@ -83,9 +74,20 @@ def build_parser(collectors: Iterable[CollectorSpec]) -> argparse.ArgumentParser
              help="How soon a collector whose source is unavailable (no GPU, no Redis, no API server) is tried again.")
     add_flag(parser, "--collector.disable-defaults", type=flag_type(parse_bool), default=False, nargs="?", const=True,
              help="Disable every collector not enabled by a flag.")
+    add_shared_flags(parser, collectors)
     for collector in collectors:
         add_collector_flags(parser, collector)
     return parser
+
+
+def add_shared_flags(parser: argparse.ArgumentParser, collectors: Iterable[CollectorSpec]) -> None:
+    """Flags that several collectors declare alike (the cuda and python collectors' segment directory): once each."""
+    users: dict[Callable, list[str]] = {}
+    for collector in collectors:
+        if collector.shared_arguments is not None:
+            users.setdefault(collector.shared_arguments, []).append(collector.name)
+    for add, names in users.items():
+        add(parser.add_argument_group(f"collectors {', '.join(names)}"))
 
 
 def is_procfs(path: str) -> bool:
@@ -120,12 +122,11 @@ def parse_options(argv: list[str] | None, collectors: list[CollectorSpec]) -> ar
         fail(f"--web.telemetry-path {options.web_telemetry_path!r} is the path of another endpoint")
     if not options.node_name.strip():
         fail("--node.name must not be empty (the downward API's spec.nodeName, or the host name)")
-    if not os.path.isdir(options.shm_dir):
-        fail(f"--shm.dir: not a directory: {options.shm_dir}")
     if not is_procfs(options.path_procfs):
         fail(f"--path.procfs: not a procfs (no stat with a btime line, or no self/stat or 1/stat): {options.path_procfs}")
-    unsafe = naming.unshared_safely(options.shm_dir)
-    if unsafe:
-        fail(f"--shm.dir {unsafe}")
+    for collector in enabled_collectors(options, collectors):
+        problem = collector.check_options(options) if collector.check_options is not None else None
+        if problem:
+            fail(problem)
     options.procfs = options.path_procfs
     return options

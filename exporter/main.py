@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import threading
 import time
 
 from alnair import logs
-from alnair.abi import naming
 
 from .config import PROG, fail, enabled_collectors, parse_options
 from .registry import discover_collectors
@@ -37,16 +35,6 @@ def listen(options, web, assembler, runners, known) -> ExporterServer:
         fail(f"cannot listen on {host or '*'}:{port}: {e.strerror or e}")
 
 
-def announce_reader(shm_dir: str) -> None:
-    """Tell writers that exited writers' records are served here, so they leave them at exit (--shm.linger)."""
-    try:
-        # O_NONBLOCK: a FIFO planted under the name must fail the open (ENXIO), not block start-up forever.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        os.close(os.open(os.path.join(shm_dir, naming.READER_MARKER), flags, 0o644))
-    except OSError as e:  # read-only, a planted symlink or FIFO: writers then remove their segments at exit
-        log.warning("cannot mark %s as read by this exporter (%s): segments of exited writers are not kept", shm_dir, e.strerror)
-
-
 def main(argv: list[str] | None = None) -> None:
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
     logs.configure(PROG, argv)  # first: loading the collectors may log
@@ -56,7 +44,6 @@ def main(argv: list[str] | None = None) -> None:
         web = load_web_config(options.web_config_file)
     except WebConfigError as e:
         fail(str(e))
-    announce_reader(options.shm_dir)
     chosen = enabled_collectors(options, known)
     runners = [CollectorRunner(spec, options, getattr(options, f"collector_{spec.name}_interval"),
                                retry_after=options.collector_retry_interval) for spec in chosen]
@@ -74,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     stop.wait()
     log.info("shutting down")
     server.shutdown()
+    server.server_close()  # its loop too: left to the garbage collector at exit, it complains on stderr
     deadline = time.monotonic() + COLLECTORS_STOP_SECONDS
     for runner in runners:
         runner.stop(timeout=max(0.0, deadline - time.monotonic()))

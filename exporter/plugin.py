@@ -4,7 +4,10 @@ A collector is any object with `collect()` (the `Collector` protocol). It is reg
 `alnair.collectors` entry-point group as a factory: a class or function taking the parsed options and
 returning a collector. The factory may carry, as attributes: `help` (one line for --help),
 `default_enabled` (True), `default_interval_seconds` (5.0) and `add_arguments(parser)`, which declares
-the collector's flags with `add_flag`, named --collector.NAME.OPTION. See docs/plugins.md.
+the collector's flags with `add_flag`, named --collector.NAME.OPTION; `shared_arguments(parser)`, flags
+that several collectors declare with the same function (added once); and `check_options(options)`, which
+returns why the options cannot work (the exporter exits 2 with it) when the collector is enabled. See
+docs/plugins.md.
 """
 from __future__ import annotations
 
@@ -12,13 +15,13 @@ from typing import Iterable, Protocol, Union, runtime_checkable
 
 from prometheus_client.metrics_core import Metric
 
-from alnair.commandline import RepeatedList, add_flag, comma_separated, duration, flag_type, parse_bool
+from alnair.commandline import RepeatedList, add_flag, comma_separated, duration, flag_type, int_between, parse_bool
 
 from .exposition import ExpositionBuilder, LabelSets, label_set, render
 
 __all__ = [
     "Collector", "CollectorUnavailable", "ExpositionBuilder", "LabelSets", "label_set", "render",
-    "add_flag", "duration", "comma_separated", "RepeatedList", "flag_type", "parse_bool",
+    "add_flag", "duration", "comma_separated", "RepeatedList", "flag_type", "int_between", "parse_bool",
 ]
 
 

@@ -26,11 +26,14 @@ class CollectorSpec:
     default_interval_seconds: float = 5.0
     add_arguments: Callable | None = None
     built_in: bool = False  # shipped with Alnair: its family names win over a plug-in's
+    shared_arguments: Callable | None = None  # flags several collectors share: added once, by the first
+    check_options: Callable | None = None  # options -> why they are unusable (exit 2 with it), or None
 
     @classmethod
     def of(cls, name: str, factory: Callable, built_in: bool = False) -> "CollectorSpec":
         return cls(name, factory, str(getattr(factory, "help", "")), bool(getattr(factory, "default_enabled", True)),
-                   float(getattr(factory, "default_interval_seconds", 5.0)), getattr(factory, "add_arguments", None), built_in)
+                   float(getattr(factory, "default_interval_seconds", 5.0)), getattr(factory, "add_arguments", None), built_in,
+                   getattr(factory, "shared_arguments", None), getattr(factory, "check_options", None))
 
 
 def load_collector(entry: EntryPoint) -> CollectorSpec | None:

@@ -9,7 +9,7 @@ import pytest
 
 from alnair.abi import cache_keys as keys
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
-from alnair.datacache.cluster import parse_cluster_url, slot_of
+from alnair.datacache.cluster import slot_of
 from conftest import sample_bytes
 from support import wait_until
 from test_loader import require_torch
@@ -61,14 +61,6 @@ def from_cache(dataset, origin: TimedOrigin, samples: list[bytes]) -> bool:
     """Whether one batch of every sample came from the cache alone, with the right bytes."""
     origin.reads = 0
     return dataset.__getitems__(list(range(len(samples)))) == samples and origin.reads == 0
-
-
-def test_cluster_urls():
-    assert parse_cluster_url("redis+cluster://u:p%40ss@10.0.0.1:7000,[::1]:7001") == (
-        [("10.0.0.1", 7000), ("::1", 7001)], {"username": "u", "password": "p@ss"})
-    for bad in ("redis://h:1", "redis+cluster://", "redis+cluster://host"):
-        with pytest.raises(ValueError):
-            parse_cluster_url(bad)
 
 
 def test_blobs_spread_over_every_primary_and_metadata_stays_in_one_slot(cluster, make_origin):

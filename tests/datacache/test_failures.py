@@ -189,6 +189,27 @@ def test_redis_absent_from_the_start_serves_the_origin(make_origin):
     assert time.monotonic() - started < 1.0
 
 
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+def test_a_server_that_is_not_redis_serves_the_origin(make_origin, scheme):
+    """Something else listens at the cache's address (an HTTP server, a proxy): its replies are not Redis's."""
+    import socketserver
+
+    class Http(socketserver.BaseRequestHandler):
+        def handle(self):
+            self.request.recv(1 << 16)
+            self.request.sendall(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Http)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        samples = sample_bytes(6)
+        dataset = CachedDataset(f"{scheme}://127.0.0.1:{server.server_address[1]}", "train", make_origin(samples), job="j")
+        assert dataset.__getitems__(list(range(6))) == samples and dataset[5] == samples[5]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_one_origin_read_per_key_while_others_wait_for_it():
     flight = SingleFlight()
     release, reads, results = threading.Event(), [], []
