@@ -8,7 +8,7 @@ import time
 
 from alnair.abi import naming
 from alnair.commandline import OneLineParser, add_flag, duration, fail
-from alnair.dataset import profile
+from alnair.profiler import profile
 
 from .node_gpus import NodeGpus
 from .top import (IDLE_AFTER, SORT_KEYS, NodeReader, gpu_lines, header_line, kernel_lines, kernel_rows, rows,

@@ -30,11 +30,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from alnair.commandline import OneLineParser, comma_separated, fail, int_at_least
+from alnair.profiler import ProfileError
 
 from . import modes, plan
 from .plan import Config
 from .process_sampler import ProcessSampler
-from .prometheus import ProfileError
 from .recording import Stack
 from .tables import PAIR_COLUMNS, SETTINGS_COLUMNS, Table, row_gpus, run_columns
 from .versions import gpu_uuids, versions

@@ -9,10 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import jobs
-from .profile import job_rows
-from .prometheus import ProfileError, Prometheus
-from .selection import Selection
+from alnair.profiler import EXITS, STARTS, ProfileError, Prometheus, Selection, job_rows
 
 SCRAPE_INTERVAL = 1.0
 
@@ -63,10 +60,10 @@ class Stack:
         last: the CUDA library's record exits about a second after Python's, and a profile taken between the two
         would end the run at Python's (as it did in 162 of the 296 ok rows of blocks 1-22)."""
         deadline = time.monotonic() + timeout
-        selector = f'{{__name__=~"{"|".join(jobs.STARTS + jobs.EXITS)}",pid="{pid}"}}'
+        selector = f'{{__name__=~"{"|".join(STARTS + EXITS)}",pid="{pid}"}}'
         while time.monotonic() < deadline:
             found = {s.labels["__name__"] for s in self.prometheus.raw(selector, since, time.time()) if s.values}
-            started, exited = _records(found, jobs.STARTS), _records(found, jobs.EXITS)
+            started, exited = _records(found, STARTS), _records(found, EXITS)
             if "python" in exited and started <= exited:
                 return True
             time.sleep(0.25)

@@ -6,8 +6,9 @@ import csv
 import os
 from pathlib import Path
 
+from alnair.profiler import columns as profile_columns
+
 from . import modes, process_sampler
-from .columns import columns as profile_columns
 
 CAMPAIGN_COLUMNS = [
     ("key", str, "the configuration's key: its settings, seed and repeat (solo) or its pair, mode and side (shared)"),

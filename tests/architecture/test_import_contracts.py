@@ -53,6 +53,8 @@ def test_every_contract_is_kept(tree):
     ("intercept/recorder.py", "import alnair.intercept.this_process", "No import cycles between sibling modules"),
     ("injector/patch.py", "import alnair.exporter.scrape", "The injector imports no exporter"),
     ("webserver/bounds.py", "import alnair.exporter.server", "The web server is neutral"),
+    ("profiler/jobs.py", "import alnair.collectors.python", "alnair profile reads Prometheus over HTTP only"),
+    ("profiler/output.py", "import prometheus_client", "alnair profile reads Prometheus over HTTP only"),
 ])
 def test_a_backwards_import_breaks_its_contract(tree, module, backwards_import, contract):
     target = tree / "alnair" / module

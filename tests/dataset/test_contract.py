@@ -14,7 +14,7 @@ SPEC.loader.exec_module(contracts)
 
 
 @pytest.mark.parametrize("module, backwards_import", [
-    ("dataset/jobs.py", "import alnair.collectors.python"),
+    ("dataset/recording.py", "import alnair.collectors.python"),
     ("dataset/workloads/common.py", "import alnair.intercept.recorder"),
 ])
 def test_a_backwards_import_breaks_the_dataset_contract(tmp_path, module, backwards_import):

@@ -1,4 +1,4 @@
-"""`alnair profile` end to end: a workload trains on the CPU under alnair-run while the real exporter serves its
+"""`alnair profile` end to end: a PyTorch loop trains on the CPU under alnair-run while the real exporter serves its
 record and a real Prometheus scrapes it every second; the job's row is checked against what the test measured,
 and every bad input is one line and exit 2."""
 from __future__ import annotations
@@ -17,10 +17,26 @@ import requests
 
 from support import Exporter, end_all, free_port, require_binary, wait_until
 
-# Some 15 s on a quiet machine (the DQN's steps slow as its replay buffer fills: 1,200 took 2.9 s, 4,800 took 14 s):
-# enough scrapes inside the job for every column's min, mean and max. 1,200 steps trained for 1.5 s on a quiet machine.
-STEPS, BATCH = 5000, 16
+# Some 12 s, paced by a sleep in each step so a loaded machine stretches it little: enough scrapes inside the job
+# for every column's min, mean and max.
+STEPS, BATCH = 2000, 16
 PROFILE = [sys.executable, "-m", "alnair.cli.main", "profile"]
+TRAINING = """
+import sys, time, torch
+from torch.utils.data import DataLoader, TensorDataset
+steps, batch = int(sys.argv[1]), int(sys.argv[2])
+torch.manual_seed(3)
+data = TensorDataset(torch.randn(steps * batch, 32), torch.randn(steps * batch, 1))
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+began = time.monotonic()
+for x, y in DataLoader(data, batch_size=batch):
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+    time.sleep(0.005)
+print(f"{steps} steps of {batch} in {time.monotonic() - began:.1f} s", flush=True)
+"""
 
 
 def query(url: str, promql: str) -> list[dict]:
@@ -55,8 +71,7 @@ def recorded(tmp_path_factory):
     try:
         wait_until(lambda: query(url, 'up{job="alnair"} == 1'), timeout=60)
         began = time.time()
-        job = subprocess.Popen([require_binary("alnair-run"), sys.executable, "-m", "alnair.dataset.workloads", "dqn",
-                                "--batch-size", str(BATCH), "--steps", str(STEPS), "--seed", "3"],
+        job = subprocess.Popen([require_binary("alnair-run"), sys.executable, "-c", TRAINING, str(STEPS), str(BATCH)],
                                env={**os.environ, "ALNAIR_SHM_DIR": str(shm)}, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
         # The job's wall time ends with its last step (the line it prints then), not with the interpreter's

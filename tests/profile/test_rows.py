@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from alnair.dataset import jobs
-from alnair.dataset.prometheus import Series
+from alnair.profiler import jobs
+from alnair.profiler.prometheus import Series
 
 NODE = {"instance": "n1:9876", "job": "alnair"}
 GPU = {"gpu": "0", "uuid": "GPU-a"}

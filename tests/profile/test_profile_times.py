@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from alnair.dataset.selection import rfc3339
+from alnair.profiler.selection import rfc3339
 from test_profile_hostile import INFO, PROFILE, http, matrix, one_line, serve  # noqa: F401  (serve is a fixture)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alnair.dataset.columns import NAMES, STATISTICS, columns
+from alnair.profiler.columns import NAMES, STATISTICS, columns
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "dataset.md").read_text()
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from alnair.dataset import series as ts
-from alnair.dataset.prometheus import ProfileError, _merge
-from alnair.dataset.selection import Selection, parse_time, regex_of
+from alnair.profiler import series as ts
+from alnair.profiler.prometheus import ProfileError, _merge
+from alnair.profiler.selection import Selection, parse_time, regex_of
 
 
 def test_window_keeps_the_samples_inside_both_ends():

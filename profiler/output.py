@@ -1,4 +1,4 @@
-"""Rows to CSV (the standard library) or Parquet (pyarrow, the `dataset` extra), with typed columns."""
+"""Rows to CSV (the standard library) or Parquet (pyarrow, the `parquet` extra), with typed columns."""
 from __future__ import annotations
 
 import csv
@@ -35,7 +35,7 @@ def _parquet(rows: list[dict], path: str) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise ProfileError("Parquet needs pyarrow: pip install 'alnair-gpu[dataset]'") from None
+        raise ProfileError("Parquet needs pyarrow: pip install 'alnair-gpu[parquet]'") from None
     kinds = {str: pa.string(), int: pa.int64(), float: pa.float64()}
     schema = pa.schema([pa.field(name, kinds[kind]) for name, kind, _ in columns()])
     try:
