@@ -1,213 +1,136 @@
-"""The Python mirror of abi/alnair_shm.h; tests/abi proves it matches byte for byte."""
+"""The Python mirror of abi/alnair_shm.h, built from the header at import (c_header.py), so it cannot drift from it;
+tests/abi still compiles a probe against the header and checks every size and offset byte for byte."""
 from __future__ import annotations
 
 import ctypes as C
+from typing import Callable
 
-SHM_MAGIC = 0x48535249414E4C41  # b"ALNAIRSH"
-ABI_VERSION = 2
-MAX_RECORD_SIZE = 65536
+from . import HEADER, c_header
 
-KIND_CUDA = 1
-KIND_PYTHON = 2
-KIND_NAMES = {KIND_CUDA: "cuda", KIND_PYTHON: "python"}
+DECLARATIONS = c_header.read(HEADER)  # what the header declares: its constants, enums and structs
+_CTYPES = {"uint8_t": C.c_uint8, "int32_t": C.c_int32, "uint32_t": C.c_uint32, "uint64_t": C.c_uint64, "char": C.c_char}
 
-CUDA_MAX_DEVICES = 64
-CUDA_DEVICE_MIG = 0x1
-CUDA_DEVICE_GPU_TIME = 0x2  # CudaDevice.flags: gpu_time_ns and CudaDeviceExt.busy_ns are measured
-CUDA_LIMIT_INCLUDES_CONTEXT = 0x1  # CudaDeviceMemory.flags
-CUDA_KERNEL_NAME_LEN = 256
-CUDA_MAX_KERNELS = 96
-CUDA_KERNEL_OTHER = 0x1  # CudaKernel.flags
+# The header's constants that Python uses, under the names it has always used.
+SHM_MAGIC = DECLARATIONS.integers["ALNAIR_SHM_MAGIC"]  # b"ALNAIRSH"
+ABI_VERSION = DECLARATIONS.integers["ALNAIR_SHM_ABI_VERSION"]
+MAX_RECORD_SIZE = DECLARATIONS.integers["ALNAIR_MAX_RECORD_SIZE"]
+SHM_DEFAULT_DIR = DECLARATIONS.strings["ALNAIR_SHM_DEFAULT_DIR"]
+SHM_NAME_PREFIX = DECLARATIONS.strings["ALNAIR_SHM_NAME_PREFIX"]
+READER_MARKER = DECLARATIONS.strings["ALNAIR_READER_MARKER"]
 
-COPY_HOST_TO_DEVICE = 0
-COPY_DEVICE_TO_HOST = 1
-COPY_DEVICE_TO_DEVICE = 2
-COPY_DIRECTIONS = 3
-COPY_DIRECTION_NAMES = ("host_to_device", "device_to_host", "device_to_device")  # by index
+KIND_CUDA = DECLARATIONS.integers["ALNAIR_KIND_CUDA"]
+KIND_PYTHON = DECLARATIONS.integers["ALNAIR_KIND_PYTHON"]
+KIND_NAMES = {value: name.removeprefix("ALNAIR_KIND_").lower()  # 1: "cuda", as segment names and metrics say it
+              for name, value in DECLARATIONS.enums["alnair_record_kind"].items()}
 
-PYTHON_NAME_LEN = 48
-PYTHON_MAX_COUNTERS = 32
-PYTHON_MAX_PHASES = 32
-PYTHON_TORCH = 0x1
-PYTHON_DATALOADER_WORKER = 0x2
+CUDA_MAX_DEVICES = DECLARATIONS.integers["ALNAIR_CUDA_MAX_DEVICES"]
+CUDA_DEVICE_MIG = DECLARATIONS.integers["ALNAIR_CUDA_DEVICE_MIG"]
+CUDA_DEVICE_GPU_TIME = DECLARATIONS.integers["ALNAIR_CUDA_DEVICE_GPU_TIME"]  # gpu_time_ns and busy_ns are measured
+CUDA_LIMIT_INCLUDES_CONTEXT = DECLARATIONS.integers["ALNAIR_CUDA_LIMIT_INCLUDES_CONTEXT"]  # CudaDeviceMemory.flags
+CUDA_KERNEL_NAME_LEN = DECLARATIONS.integers["ALNAIR_CUDA_KERNEL_NAME_LEN"]
+CUDA_MAX_KERNELS = DECLARATIONS.integers["ALNAIR_CUDA_MAX_KERNELS"]
+CUDA_KERNEL_OTHER = DECLARATIONS.integers["ALNAIR_CUDA_KERNEL_OTHER"]  # CudaKernel.flags
 
-SHARE_SLOTS = 64
-SHARE_PERIOD_NS = 100_000_000
-SHARE_UNLIMITED = 0xFFFFFFFF
-SHARE_REST_FLOOR_PPM = 50_000
-SHARE_BUSY_MS = 48
-SHARE_BUSY_FULL = 250
+COPY_HOST_TO_DEVICE = DECLARATIONS.integers["ALNAIR_COPY_HOST_TO_DEVICE"]
+COPY_DEVICE_TO_HOST = DECLARATIONS.integers["ALNAIR_COPY_DEVICE_TO_HOST"]
+COPY_DEVICE_TO_DEVICE = DECLARATIONS.integers["ALNAIR_COPY_DEVICE_TO_DEVICE"]
+COPY_DIRECTIONS = DECLARATIONS.integers["ALNAIR_COPY_DIRECTIONS"]
+COPY_DIRECTION_NAMES = tuple(  # by index, as the direction label says it: "host_to_device", ...
+    name.removeprefix("ALNAIR_COPY_").lower()
+    for name, _ in sorted(DECLARATIONS.enums["alnair_copy_direction"].items(), key=lambda item: item[1])
+    if name != "ALNAIR_COPY_DIRECTIONS")
 
+PYTHON_NAME_LEN = DECLARATIONS.integers["ALNAIR_PYTHON_NAME_LEN"]
+PYTHON_MAX_COUNTERS = DECLARATIONS.integers["ALNAIR_PYTHON_MAX_COUNTERS"]
+PYTHON_MAX_PHASES = DECLARATIONS.integers["ALNAIR_PYTHON_MAX_PHASES"]
+PYTHON_TORCH = DECLARATIONS.integers["ALNAIR_PYTHON_TORCH"]
+PYTHON_DATALOADER_WORKER = DECLARATIONS.integers["ALNAIR_PYTHON_DATALOADER_WORKER"]
 
-class ShmHeader(C.LittleEndianStructure):
-    _fields_ = [
-        ("magic", C.c_uint64),
-        ("abi_version", C.c_uint32),
-        ("header_size", C.c_uint32),
-        ("record_kind", C.c_uint32),
-        ("record_size", C.c_uint32),
-        ("writer_pid", C.c_int32),
-        ("flags", C.c_uint32),
-        ("pid_namespace_inode", C.c_uint64),
-        ("start_time_ticks", C.c_uint64),
-        ("seq", C.c_uint64),
-        ("update_time_ns", C.c_uint64),
-        ("pod_uid", C.c_char * 48),
-        ("container_id", C.c_char * 80),
-        ("comm", C.c_char * 16),
-        ("reserved", C.c_uint8 * 48),
-    ]
+SHARE_SLOTS = DECLARATIONS.integers["ALNAIR_SHARE_SLOTS"]
+SHARE_PERIOD_NS = DECLARATIONS.integers["ALNAIR_SHARE_PERIOD_NS"]
+SHARE_UNLIMITED = DECLARATIONS.integers["ALNAIR_SHARE_UNLIMITED"]
+SHARE_REST_FLOOR_PPM = DECLARATIONS.integers["ALNAIR_SHARE_REST_FLOOR_PPM"]
+SHARE_BUSY_MS = DECLARATIONS.integers["ALNAIR_SHARE_BUSY_MS"]
+SHARE_BUSY_FULL = DECLARATIONS.integers["ALNAIR_SHARE_BUSY_FULL"]
+
+# Every struct the header defines, by its C name: what the ABI test walks.
+STRUCTS: dict[str, type[C.LittleEndianStructure]] = {}
 
 
-class CudaDevice(C.LittleEndianStructure):
-    _fields_ = [
-        ("device_index", C.c_uint32),
-        ("flags", C.c_uint32),
-        ("uuid", C.c_uint8 * 16),
-        ("kernel_launches", C.c_uint64),
-        ("graph_launches", C.c_uint64),
-        ("bytes_in_use", C.c_uint64),
-        ("peak_bytes", C.c_uint64),
-        ("allocations", C.c_uint64),
-        ("failed_allocations", C.c_uint64),
-        ("limit_denied_allocations", C.c_uint64),
-        ("memory_limit_bytes", C.c_uint64),
-        ("compute_limit_percent", C.c_uint32),
-        ("compute_share_percent", C.c_uint32),
-        ("compute_quota_ns", C.c_uint64),
-        ("throttled_ns", C.c_uint64),
-        ("compute_period_ns", C.c_uint64),
-        ("gpu_time_ns", C.c_uint64),
-    ]
+def _ctype(member: c_header.Member) -> type:
+    ctype = STRUCTS[member.type] if member.is_struct else _CTYPES[member.type]
+    for length in reversed(member.dims):
+        ctype = ctype * length
+    return ctype
 
 
-class CudaCopy(C.LittleEndianStructure):
-    _fields_ = [
-        ("copies", C.c_uint64),
-        ("bytes", C.c_uint64),
-        ("sync_ns", C.c_uint64),
-    ]
+def _mirror(cname: str) -> Callable[[type[C.LittleEndianStructure]], type[C.LittleEndianStructure]]:
+    """The class becomes struct `cname` as the header declares it (its nested structs mirrored above it)."""
+    def define(cls):
+        cls._fields_ = [(member.name, _ctype(member)) for member in DECLARATIONS.structs[cname]]
+        STRUCTS[cname] = cls
+        return cls
+    return define
 
 
-class CudaDeviceExt(C.LittleEndianStructure):
-    _fields_ = [
-        ("copies", CudaCopy * COPY_DIRECTIONS),
-        ("busy_ns", C.c_uint64),
-        ("reserved", C.c_uint64 * 6),
-    ]
+@_mirror("alnair_shm_header")
+class ShmHeader(C.LittleEndianStructure): ...
 
 
-class CudaDeviceMemory(C.LittleEndianStructure):
-    _fields_ = [
-        ("context_bytes", C.c_uint64),
-        ("pool_reserved_bytes", C.c_uint64),
-        ("pool_used_bytes", C.c_uint64),
-        ("charged_bytes", C.c_uint64),
-        ("flags", C.c_uint32),
-        ("reserved0", C.c_uint32),
-        ("reserved", C.c_uint64 * 3),
-    ]
+@_mirror("alnair_cuda_device")
+class CudaDevice(C.LittleEndianStructure): ...
 
 
-class CudaActivity(C.LittleEndianStructure):
-    _fields_ = [
-        ("first_launch_ns", C.c_uint64),
-        ("first_allocation_ns", C.c_uint64),
-        ("last_launch_time_ns", C.c_uint64),
-        ("reserved", C.c_uint64 * 5),
-    ]
+@_mirror("alnair_cuda_copy")
+class CudaCopy(C.LittleEndianStructure): ...
 
 
-class CudaKernel(C.LittleEndianStructure):
-    _fields_ = [
-        ("name", C.c_char * CUDA_KERNEL_NAME_LEN),
-        ("launches", C.c_uint64),
-        ("device_index", C.c_uint32),
-        ("flags", C.c_uint32),
-    ]
+@_mirror("alnair_cuda_device_ext")
+class CudaDeviceExt(C.LittleEndianStructure): ...
 
 
-class CudaKernels(C.LittleEndianStructure):
-    _fields_ = [
-        ("count", C.c_uint32),
-        ("reserved0", C.c_uint32),
-        ("reserved", C.c_uint64 * 3),
-        ("kernels", CudaKernel * CUDA_MAX_KERNELS),
-    ]
+@_mirror("alnair_cuda_device_memory")
+class CudaDeviceMemory(C.LittleEndianStructure): ...
 
 
-class CudaRecord(C.LittleEndianStructure):
-    _fields_ = [
-        ("device_count", C.c_uint32),
-        ("max_devices", C.c_uint32),
-        ("reserved", C.c_uint64 * 3),
-        ("devices", CudaDevice * CUDA_MAX_DEVICES),
-        ("activity", CudaActivity),  # appended: a shorter record's writer lacks it and what follows
-        ("devices_ext", CudaDeviceExt * CUDA_MAX_DEVICES),
-        ("devices_memory", CudaDeviceMemory * CUDA_MAX_DEVICES),  # appended: absent in a shorter record
-        ("kernels", CudaKernels),  # appended: absent in a shorter record
-    ]
+@_mirror("alnair_cuda_activity")
+class CudaActivity(C.LittleEndianStructure): ...
 
 
-class PythonCounter(C.LittleEndianStructure):
-    _fields_ = [
-        ("name", C.c_char * PYTHON_NAME_LEN),
-        ("value", C.c_uint64),
-        ("reserved", C.c_uint64),
-    ]
+@_mirror("alnair_cuda_kernel")
+class CudaKernel(C.LittleEndianStructure): ...
 
 
-class PythonPhase(C.LittleEndianStructure):
-    _fields_ = [
-        ("name", C.c_char * PYTHON_NAME_LEN),
-        ("count", C.c_uint64),
-        ("total_ns", C.c_uint64),
-    ]
+@_mirror("alnair_cuda_kernels")
+class CudaKernels(C.LittleEndianStructure): ...
 
 
-class PythonRecord(C.LittleEndianStructure):
-    _fields_ = [
-        ("flags", C.c_uint32),
-        ("counter_count", C.c_uint32),
-        ("phase_count", C.c_uint32),
-        ("max_counters", C.c_uint32),
-        ("max_phases", C.c_uint32),
-        ("reserved0", C.c_uint32),
-        ("steps", C.c_uint64),
-        ("samples", C.c_uint64),
-        ("epochs", C.c_uint64),
-        ("optimizer_steps", C.c_uint64),
-        ("data_wait_ns", C.c_uint64),
-        ("step_ns", C.c_uint64),
-        ("first_step_ns", C.c_uint64),
-        ("reserved", C.c_uint64 * 6),
-        ("counters", PythonCounter * PYTHON_MAX_COUNTERS),
-        ("phases", PythonPhase * PYTHON_MAX_PHASES),
-    ]
+@_mirror("alnair_cuda_record")
+class CudaRecord(C.LittleEndianStructure): ...
 
 
-class ShareSlot(C.LittleEndianStructure):
-    _fields_ = [
-        ("quota_ppm", C.c_uint32),
-        ("pid", C.c_int32),
-    ]
+@_mirror("alnair_python_counter")
+class PythonCounter(C.LittleEndianStructure): ...
 
 
-class ShareBusy(C.LittleEndianStructure):
-    _fields_ = [
-        ("until_ms", C.c_uint64),
-        ("share_ppm", C.c_uint32),
-        ("reserved", C.c_uint32),
-        ("wanting", C.c_uint64),
-        ("busy", C.c_uint8 * SHARE_BUSY_MS),
-    ]
+@_mirror("alnair_python_phase")
+class PythonPhase(C.LittleEndianStructure): ...
 
 
-class ShareTable(C.LittleEndianStructure):
-    _fields_ = [
-        ("slots", ShareSlot * SHARE_SLOTS),
-        ("busy", ShareBusy * SHARE_SLOTS),  # appended: offset 512
-    ]
+@_mirror("alnair_python_record")
+class PythonRecord(C.LittleEndianStructure): ...
+
+
+@_mirror("alnair_share_slot")
+class ShareSlot(C.LittleEndianStructure): ...
+
+
+@_mirror("alnair_share_busy")
+class ShareBusy(C.LittleEndianStructure): ...
+
+
+@_mirror("alnair_share_table")
+class ShareTable(C.LittleEndianStructure): ...
 
 
 HEADER_SIZE = C.sizeof(ShmHeader)
@@ -222,23 +145,3 @@ CUDA_DEVICE_EXT_SIZE = C.sizeof(CudaDeviceExt)
 CUDA_DEVICES_MEMORY_OFFSET = CudaRecord.devices_memory.offset  # also the size of records written before it
 CUDA_DEVICE_MEMORY_SIZE = C.sizeof(CudaDeviceMemory)
 CUDA_KERNELS_OFFSET = CudaRecord.kernels.offset  # also the size of records written before it
-
-# Every struct the header defines, by its C name: what the ABI test walks.
-STRUCTS = {
-    "alnair_shm_header": ShmHeader,
-    "alnair_cuda_device": CudaDevice,
-    "alnair_cuda_copy": CudaCopy,
-    "alnair_cuda_device_ext": CudaDeviceExt,
-    "alnair_cuda_device_memory": CudaDeviceMemory,
-    "alnair_cuda_activity": CudaActivity,
-    "alnair_cuda_kernel": CudaKernel,
-    "alnair_cuda_kernels": CudaKernels,
-    "alnair_cuda_record": CudaRecord,
-    "alnair_python_counter": PythonCounter,
-    "alnair_python_phase": PythonPhase,
-    "alnair_python_record": PythonRecord,
-    "alnair_share_slot": ShareSlot,
-    "alnair_share_busy": ShareBusy,
-    "alnair_share_table": ShareTable,
-}
-

@@ -10,13 +10,13 @@ from typing import Mapping
 from . import layout
 
 DIR_VARIABLE = "ALNAIR_SHM_DIR"  # writers and readers meet in this directory
-DEFAULT_DIR = "/dev/shm"  # the POSIX shared-memory namespace
-NAME_PREFIX = "alnair."
+DEFAULT_DIR = layout.SHM_DEFAULT_DIR  # the POSIX shared-memory namespace
+NAME_PREFIX = layout.SHM_NAME_PREFIX
 TEMP_SUFFIX = ".tmp"
 # Left in the directory by a reader that serves exited writers' last records (the exporter's --shm.linger):
 # where it exists, a writer that exits cleanly leaves its segment, final counters published, for the reader
 # to serve and then reclaim; where it does not (no exporter on this machine), the writer removes it.
-READER_MARKER = "alnair.reader"
+READER_MARKER = layout.READER_MARKER
 
 
 def segment_directory(environ: Mapping[str, str] = os.environ) -> str:
