@@ -127,7 +127,9 @@ struct alnair_cuda_device_memory {
                                      pool_used, + context_bytes with ALNAIR_CUDA_LIMIT_INCLUDES_CONTEXT */
     uint32_t flags;               /* ALNAIR_CUDA_LIMIT_INCLUDES_CONTEXT */
     uint32_t reserved0;
-    uint64_t reserved[3];
+    uint64_t context_growth_bytes; /* of context_bytes, what the contexts grew by after their creation, as NVML shows
+                                      it (read once a second, with a memory limit only; 0 otherwise) */
+    uint64_t reserved[2];
 };
 
 /* The process's activity: times of its first and latest use of the GPU. 64 bytes. */

@@ -117,6 +117,9 @@ EXPORTED = [
     Exported("alnair_cuda_device_memory", "context_bytes", "alnair_cuda_context_memory_bytes", "gauge",
              "Device memory the process's contexts hold themselves (no allocation shows it), as measured when each "
              "was created (absent: not measured).", absent_at_zero=True),
+    Exported("alnair_cuda_device_memory", "context_growth_bytes", "alnair_cuda_context_memory_growth_bytes", "gauge",
+             "Of the contexts' memory, what they grew by after their creation (modules loaded lazily), as NVML shows "
+             "it; read under a memory limit only (absent: none seen).", absent_at_zero=True),
     Exported("alnair_cuda_device_memory", "pool_reserved_bytes", "alnair_cuda_pool_reserved_bytes", "gauge",
              "Device memory the stream-ordered pools the process allocates from hold reserved (handed out or "
              "cached)."),

@@ -78,6 +78,7 @@ static void copy_device_memory(struct alnair_cuda_device_memory *out, int ordina
     out->pool_reserved_bytes = atomic_load_explicit(&d->pool_reserved_bytes, memory_order_relaxed);
     out->pool_used_bytes = atomic_load_explicit(&d->pool_used_bytes, memory_order_relaxed);
     out->charged_bytes = atomic_load_explicit(&d->bytes_in_use, memory_order_relaxed) + alnair_memory_overhead(d);
+    out->context_growth_bytes = atomic_load_explicit(&d->context_growth_bytes, memory_order_relaxed);
     out->flags = alnair.limit_includes_context ? ALNAIR_CUDA_LIMIT_INCLUDES_CONTEXT : 0;
 }
 

@@ -72,13 +72,14 @@ PYTHON_WRITER = textwrap.dedent("""
 """)
 
 
-# A cuda writer that measures GPU time and has a compute share (the C test writer sets neither device flags nor a
-# share): its GPU time and share series have labels.
+# A cuda writer that measures GPU time, has a compute share and saw its contexts grow (the C test writer sets no device
+# flags, share or growth): its GPU time, share and growth series have labels.
 GPU_TIME_WRITER = cuda_record_program("""
     record.device_count = 1
     record.devices[0].flags = layout.CUDA_DEVICE_GPU_TIME
     record.devices[0].gpu_time_ns, record.devices_ext[0].busy_ns = 250_000_000, 500_000_000
     record.devices[0].compute_share_percent = 50
+    record.devices_memory[0].context_growth_bytes = 98_566_144
 """)
 
 

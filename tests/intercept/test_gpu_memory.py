@@ -168,6 +168,7 @@ def test_context_growth_nvml_shows_is_published_and_charged_with_the_option(run_
     # the probe's figure and what NVML shows beyond the counters (readings taken while the scenario allocated
     # may see less: the figure reaches it in steps that two readings agree on)
     _, m = device_memory(shm_dir, client.proc.pid, lambda d, m: m.context_bytes == CONTEXT + GROWTH)
+    assert m.context_growth_bytes == GROWTH  # published apart too
     assert m.charged_bytes == granted + (CONTEXT + GROWTH if switch == "on" else 0)
     assert client.stop() == ""
 
@@ -179,5 +180,5 @@ def test_without_nvml_the_context_is_the_probes_figure(run_client, shm_dir):
     # a publish 2.5 s later: the monitor took two held-memory readings (once a second) meanwhile, had NVML been there
     wait_until(lambda: published_at(shm_dir, client.proc.pid) >= first + 2_500_000_000)
     _, m = device_memory(shm_dir, client.proc.pid)
-    assert m.context_bytes == CONTEXT
+    assert (m.context_bytes, m.context_growth_bytes) == (CONTEXT, 0)
     assert client.stop() == ""
