@@ -1,11 +1,21 @@
-# `make test` sets up a fresh Debian machine and runs the whole suite (README, .ci/run).
+# `make test` sets up a fresh Debian machine and runs both suites, the product's and then the dataset lab's
+# (README, .ci/run).
 PYTHON ?= python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-test: system-packages
+test: test-product test-dataset
+
+# The product (alnair-gpu): tests/, which imports none of the lab.
+test-product: system-packages
 	$(PYTHON) -m pip install -q -e '.[test]'
 	$(MAKE) -s -C intercept
 	$(PYTHON) -m pytest
+
+# The dataset lab (alnair-dataset, dataset/): dataset/tests/, on the product it depends on.
+test-dataset: system-packages
+	$(PYTHON) -m pip install -q -e . -e './dataset[test]'
+	$(MAKE) -s -C intercept
+	$(PYTHON) -m pytest dataset/tests
 
 # The tests start a real Prometheus and a real redis-server, and read a listening socket's backlog with ss;
 # tests/image builds and runs the images with rootful podman and runc on a base that debootstrap makes.
@@ -26,4 +36,4 @@ dashboards:
 chart:
 	PYTHONPATH=dashboards $(PYTHON) -m chartgen
 
-.PHONY: test system-packages dashboards chart
+.PHONY: test test-product test-dataset system-packages dashboards chart

@@ -1,5 +1,5 @@
 """The analyses on the published table and on the campaign's runs in its schema: feature ranking, synthetic rows by
-interpolation, K-means with the elbow, and (campaign only) co-location interference. `python -m alnair.dataset.analyze`
+interpolation, K-means with the elbow, and (campaign only) co-location interference. `python -m alnair_dataset.analyze`
 writes the figures (PNG), their tables (CSV) and report.md under dataset/data/analysis/."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from alnair.dataset import (clustering, interference, published, ranking, repeatability, sources, superseding,
+from alnair_dataset import (clustering, interference, published, ranking, repeatability, sources, superseding,
                             synthesis)
 
 TARGETS = ("MGUP", "MGMAP")
@@ -246,7 +246,7 @@ def run(out: Path = sources.ANALYSIS, data: Path = sources.DATA) -> Path:
     converted, _ = published.convert(campaign.runs)
     new_label = f"campaign ({campaign.origin})"
     report.add("# The analyses", "",
-               f"Made by `python -m alnair.dataset.analyze` (do not edit: rerun it). Inputs: the published table "
+               f"Made by `python -m alnair_dataset.analyze` (do not edit: rerun it). Inputs: the published table "
                f"({len(original)} runs, P100) and the {campaign.origin} campaign's {len(converted)} solo runs in the "
                f"published schema ({len(published.MEASURED)} of 66 columns measured) with "
                f"{len(campaign.pairs)} pair rows. Every table below is also a CSV beside this file.", "")

@@ -3,7 +3,7 @@ intercepts (alnair-run), recorded by the real exporter and a real Prometheus, pr
 functions into one row each; and pairs of jobs run solo and together on one GPU, under time-slicing and under
 Alnair's compute caps and shares (modes.py).
 
-    python -m alnair.dataset.campaign --out DIR [--device cuda|cpu] [--families F ...] [--repeats N]
+    python -m alnair_dataset.campaign --out DIR [--device cuda|cpu] [--families F ...] [--repeats N]
         [--pairs auto:N | A+B ...] [--pair-modes timeslice,share-50-50,...] [--other-modes-pairs K]
         [--budget-seconds S] [--prometheus-binary PATH]
 
@@ -41,7 +41,7 @@ from .versions import gpu_uuids, versions
 from .workloads import grid
 from .workloads.common import Run
 
-PROG = "python -m alnair.dataset.campaign"
+PROG = "python -m alnair_dataset.campaign"
 PROFILE_RESERVE = 6.0  # seconds after a job: its exit record reaching Prometheus, the profile's queries, the row
 SHUTDOWN_RESERVE = 5.0  # seconds to stop Prometheus and the exporter and write Parquet
 STACK_STARTUP = 15.0  # seconds to start the exporter and Prometheus and probe the versions
@@ -181,7 +181,7 @@ class Campaign:
 
     # -- one or two jobs
     def command(self, run: Run) -> list[str]:
-        workload = [sys.executable, "-m", "alnair.dataset.workloads", run.family, "--model", run.model,
+        workload = [sys.executable, "-m", "alnair_dataset.workloads", run.family, "--model", run.model,
                     "--batch-size", str(run.batch_size), "--steps", str(run.steps), "--device", run.device,
                     "--seed", str(run.seed), "--precision", run.precision, "--workers", str(run.workers)]
         return [sys.executable, "-m", "alnair.intercept.launcher", *workload]

@@ -1,5 +1,5 @@
 """The data card: dataset/data/datapackage.json, a Frictionless Data Package listing every committed data file with
-its sha256, size, license, origin and (tables) schema with each column's meaning. `python -m alnair.dataset.card`
+its sha256, size, license, origin and (tables) schema with each column's meaning. `python -m alnair_dataset.card`
 rewrites it; `--check` validates it with frictionless (schemas, checksums) and exits 1 when it is not valid."""
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ import re
 import sys
 from pathlib import Path
 
-from alnair.dataset import published, sources, tables
+from alnair_dataset import published, sources, tables
 
 CARD = "datapackage.json"
-NOT_DATA = ("analysis",)  # figures and the report are made from the data by alnair.dataset.analyze, not data
+NOT_DATA = ("analysis",)  # figures and the report are made from the data by alnair_dataset.analyze, not data
 # Tables are the CSVs. A Parquet copy of one is a file (size, sha256): frictionless reads Parquet through pandas,
 # building a row's dict once per cell (rows x columns², 37 s for h200/runs.parquet's 358 x 161 in 2026-12)
 TABLE = ".csv"
 APACHE = {"name": "Apache-2.0", "path": "https://www.apache.org/licenses/LICENSE-2.0", "title": "Apache License 2.0"}
 ORIGINAL = {"title": "CentaurusInfra/alnair, open-data/gpu-sharing (commit 185cbb5)",
             "path": "https://github.com/CentaurusInfra/alnair/tree/185cbb537abcbacfc48c04a891437a585e205766/open-data/gpu-sharing"}
-ALNAIR = {"title": "Alnair's dataset campaign (python -m alnair.dataset.campaign)", "path": "docs/dataset.md"}
+ALNAIR = {"title": "Alnair's dataset campaign (python -m alnair_dataset.campaign)", "path": "docs/dataset.md"}
 
 
 def data_files(data: Path = sources.DATA) -> list[Path]:
@@ -117,7 +117,7 @@ def problems(data: Path = sources.DATA) -> list[str]:
 
     card = data / CARD
     if not card.is_file():
-        return [f"{card} is missing: run python -m alnair.dataset.card"]
+        return [f"{card} is missing: run python -m alnair_dataset.card"]
     descriptor = json.loads(card.read_text())
     listed = {r["path"] for r in descriptor["resources"]}
     present = {p.relative_to(data).as_posix() for p in data_files(data)}

@@ -1,5 +1,5 @@
 """The published 66-column schema: how each column is computed from one run of the campaign's rich table (or why it
-cannot be), the converter, and the column dictionary it writes. `python -m alnair.dataset.published` regenerates
+cannot be), the converter, and the column dictionary it writes. `python -m alnair_dataset.published` regenerates
 dataset/data/published-schema/ from the committed runs."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from alnair.dataset import process_sampler, sources
+from alnair_dataset import process_sampler, sources
 
 # the synthetic inputs stand for these datasets (docs/dataset.md, Workloads)
 DATASET_OF_FAMILY = {"classify": "GTSRB-like", "segment": "Oxford-Pet-like", "dqn": "CartPole",
@@ -140,7 +140,7 @@ def dictionary(origin: str) -> str:
     lines = [
         "# The campaign's runs in the published 66-column schema: columns",
         "",
-        f"Made by `python -m alnair.dataset.published` from the {origin} campaign's rich runs table (its columns are in",
+        f"Made by `python -m alnair_dataset.published` from the {origin} campaign's rich runs table (its columns are in",
         "docs/dataset.md); every value is per run: statistics over the samples inside the run (1 s scrapes of 500 ms",
         "samples), never counters since boot. Only solo runs with status `ok` are rows; pairs are in the pairs table.",
         f"{len(MEASURED)} of the 66 columns are measured; the other {len(NAMES) - len(MEASURED)} are empty (no value in the CSV,",

@@ -84,7 +84,7 @@ def solo_runs(runs: pd.DataFrame, roles: tuple[str, ...] = ("solo",)) -> pd.Data
 
 def command_line(module: str, description: str, out: str | None = None) -> argparse.ArgumentParser:
     """The data commands' shared flags: --data (the data folder) and, for those that write a folder of it, --out."""
-    parser = argparse.ArgumentParser(prog=f"python -m alnair.dataset.{module}", description=description)
+    parser = argparse.ArgumentParser(prog=f"python -m alnair_dataset.{module}", description=description)
     parser.add_argument("--data", type=Path, default=DATA, help="the data folder (default: the committed one)")
     if out:
         parser.add_argument("--out", type=Path, default=None,

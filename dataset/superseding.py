@@ -2,7 +2,7 @@
 the rows stay (the tables are the campaign's history), their status says they no longer count, and the re-measured
 rows, appended under the same keys, win wherever the tables are read (sources._concat keeps the last).
 
-    python -m alnair.dataset.superseding --out dataset/data/h200 --limited-before 781c624 --baselines-elsewhere
+    python -m alnair_dataset.superseding --out dataset/data/h200 --limited-before 781c624 --baselines-elsewhere
 
 --limited-before COMMIT: a limit-* or share-* pair (both run under the intercept's compute limiter: caps and shares
 are debts of GPU time kept by the same code) whose shared rows' git_commit lacks the fix (git merge-base
@@ -23,7 +23,7 @@ from alnair.commandline import OneLineParser, fail
 from . import modes
 from .tables import PAIR_COLUMNS, Table, row_gpus, run_columns
 
-PROG = "python -m alnair.dataset.superseding"
+PROG = "python -m alnair_dataset.superseding"
 STATUS = "superseded"
 
 

@@ -6,7 +6,7 @@ import csv
 import os
 from pathlib import Path
 
-from alnair.profiler import columns as profile_columns
+from alnair.profiler import row_columns
 
 from . import modes, process_sampler
 
@@ -66,7 +66,7 @@ def row_gpus(row: dict) -> set[str]:
 
 def run_columns() -> list[tuple[str, type, str]]:
     """runs.csv's columns: the campaign's, `alnair profile`'s, then psutil's of the job (process_sampler)."""
-    return CAMPAIGN_COLUMNS + profile_columns() + process_sampler.COLUMNS
+    return CAMPAIGN_COLUMNS + row_columns() + process_sampler.COLUMNS
 
 
 class Table:
@@ -127,7 +127,7 @@ class Table:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
-            return "pyarrow is missing: pip install 'alnair-gpu[dataset]'"
+            return "pyarrow is missing: pip install 'alnair-gpu[parquet]'"
         kinds = {str: pa.string(), int: pa.int64(), float: pa.float64()}
         schema = pa.schema([pa.field(name, kinds[kind]) for name, kind, _ in self.columns])
         pq.write_table(pa.Table.from_pylist(self.rows, schema=schema), self.path.with_suffix(".parquet"))

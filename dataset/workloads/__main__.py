@@ -1,4 +1,4 @@
-"""`python -m alnair.dataset.workloads FAMILY --model M --batch-size B --steps N --device cpu|cuda --seed S`: trains
+"""`python -m alnair_dataset.workloads FAMILY --model M --batch-size B --steps N --device cpu|cuda --seed S`: trains
 N steps under whatever intercept is active (alnair-run, LD_PRELOAD) and exits 0; bad input is one line, exit 2."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from alnair.commandline import OneLineParser, fail, int_at_least
 from . import bert, classify, dcgan, dqn, segment
 from .common import PRECISIONS, Run, seed_everything
 
-PROG = "python -m alnair.dataset.workloads"
+PROG = "python -m alnair_dataset.workloads"
 FAMILIES = {"classify": classify, "segment": segment, "dqn": dqn, "dcgan": dcgan, "bert": bert}
 
 

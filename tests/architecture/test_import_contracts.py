@@ -55,6 +55,7 @@ def test_every_contract_is_kept(tree):
     ("webserver/bounds.py", "import alnair.exporter.server", "The web server is neutral"),
     ("profiler/jobs.py", "import alnair.collectors.python", "alnair profile reads Prometheus over HTTP only"),
     ("profiler/output.py", "import prometheus_client", "alnair profile reads Prometheus over HTTP only"),
+    ("cli/top.py", "import alnair_dataset.plan", "The product never imports the dataset lab"),
 ])
 def test_a_backwards_import_breaks_its_contract(tree, module, backwards_import, contract):
     target = tree / "alnair" / module

@@ -24,7 +24,7 @@ from support import (Exporter, PythonProgram, cuda_record_program, end_all, fill
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 GOLDEN = Path(__file__).parent / "fixtures" / "exposition.txt"
-PRODUCT = ("abi", "cli", "collectors", "datacache", "exporter", "intercept", "sdk")
+PRODUCT = ("abi", "cli", "collectors", "datacache", "exporter", "intercept", "profiler", "sdk")
 
 # The exporter as `python -m alnair.exporter` runs it, but NVML is the test double (tests/fake_pynvml.py):
 # one whole GPU with a process, one in MIG mode with an instance.
@@ -180,8 +180,8 @@ def documents() -> dict[str, str]:
     return texts
 
 
-# What the C header and the package name, which look like metric names but are not.
-NOT_METRICS = re.compile(r"alnair_(shm|cuda_record|cuda_device|cuda_kernels?\b|python_record|python_counter|python_phase|share_|"
+# What the C header and the package names, which look like metric names but are not.
+NOT_METRICS = re.compile(r"alnair_(shm|dataset\b|cuda_record|cuda_device|cuda_kernels?\b|python_record|python_counter|python_phase|share_|"
                          r"gpu_time_|intercept|example|segment|fork|on_fork|configure|[a-z]+_t\b)")
 
 

@@ -14,7 +14,7 @@
 # 10 of them (the 4 measured at limit-30-70 among them) at share-30-70 in the same block as their 50/50 run, every
 # pair against solo baselines on its own GPU. The same command every call: it resumes from the rows in
 # dataset/data/h200/ (copy each call's rows there before the next). What fits, from the committed rows'
-# wall times (`python -m alnair.dataset.campaign --plan --out dataset/data/h200 --pairs auto:30 --pairs-only
+# wall times (`python -m alnair_dataset.campaign --plan --out dataset/data/h200 --pairs auto:30 --pairs-only
 # --pair-modes timeslice,share-50-50,share-30-70 --other-modes-pairs 10 --block-seconds 520` prints it, each block
 # as if on a new GPU): one call (some 520 s of campaign) on a GPU the rows have not seen runs 4 pairs at both shares
 # with their 8 baselines (~440 s expected); later calls on the same warm machine reuse the baselines, so a session
@@ -23,7 +23,7 @@
 # own baselines (~0.8 h in all if every call got another GPU).
 #
 # Nothing is installed: the intercept is built with make and the package is a shim of symlinks to this checkout
-# (tests/gpu/check_python_and_cuda_records.py's, plus alnair.dataset). The campaign resumes from the rows committed
+# (tests/gpu/check_python_and_cuda_records.py's, plus alnair_dataset). The campaign resumes from the rows committed
 # under dataset/data/h200/ (copied into $OUT/campaign, which comes back to the calling machine: copy its runs.csv,
 # pairs.csv, *.parquet, logs-*.tar.gz and prometheus-*.tar.xz, the block's Prometheus data (with earlier blocks' on a
 # machine kept warm), into dataset/data/h200/ and commit them). The segments stay in /tmp. The campaign gets what is
@@ -56,7 +56,7 @@ from check_python_and_cuda_records import REPO, shim
 site = Path("/tmp/alnair-campaign/site")
 if not site.exists():
     shim(site)
-    (site / "alnair" / "dataset").symlink_to(REPO / "dataset")
+    (site / "alnair_dataset").symlink_to(REPO / "dataset")
 EOF
 mkdir -p "$OUT/campaign"
 for file in runs.csv pairs.csv; do  # the rows so far: the campaign skips what they hold
@@ -66,7 +66,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 budget=$((BLOCK_SECONDS - SECONDS - 10))
 echo "run_campaign: ${budget} s of campaign (set-up took ${SECONDS} s)"
 export PYTHONPATH=/tmp/alnair-campaign/site PYTHONUNBUFFERED=1 ALNAIR_GIT_COMMIT=${ALNAIR_GIT_COMMIT:-}
-python3 -m alnair.dataset.campaign --out "$OUT/campaign" --scratch /tmp/alnair-campaign/scratch --device cuda \
+python3 -m alnair_dataset.campaign --out "$OUT/campaign" --scratch /tmp/alnair-campaign/scratch --device cuda \
   --prometheus-binary "$PWD/.device/prometheus" --budget-seconds "$budget" "$@" || status=$?
 # The run tool brings back a handful of files: the jobs' logs travel as one archive.
 stamp=$(date -u +%Y%m%dT%H%M%SZ)

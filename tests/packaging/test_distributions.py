@@ -1,5 +1,6 @@
 """What the packaging promises, proven on a wheel built from the tracked files and installed into real venvs:
-the base install is the training side on the standard library alone; the exporter is the `exporter` extra."""
+the base install is the training side on the standard library alone; the exporter is the `exporter` extra; the
+dataset lab (dataset/, its own distribution) is neither in the wheel nor among its dependencies."""
 from __future__ import annotations
 
 import configparser
@@ -12,6 +13,7 @@ import site
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -23,6 +25,7 @@ from support import ROOT, end_all, newest_glibc_needed, free_port, tracked_tree,
 EXPORTER_EXTRA = {"prometheus-client", "psutil", "pyyaml", "bcrypt", "nvidia-ml-py", "kubernetes", "redis", "aiohttp"}
 INJECTOR_EXTRA = {"aiohttp"}
 CACHE_EXTRA = {"redis", "xxhash"}
+LAB_DEPENDENCIES = {"pandas", "scipy", "scikit-learn", "matplotlib", "frictionless", "transformers"}
 EXPORTER_SIDE_MODULES = ["prometheus_client", "yaml", "bcrypt", "pynvml", "kubernetes", "redis", "psutil", "xxhash",
                          "aiohttp"]
 SCRIPTS = {"alnair-exporter": "alnair.exporter:main", "alnair": "alnair.cli.main:main",
@@ -103,7 +106,22 @@ def test_wheel_extras_name_the_exporter_injector_and_cache_dependencies(metadata
     assert EXPORTER_EXTRA <= names("exporter")
     assert INJECTOR_EXTRA <= names("injector")
     assert CACHE_EXTRA <= names("cache")
-    assert {"exporter", "injector", "cache", "torch", "test"} <= set(metadata.get_all("Provides-Extra"))
+    assert {"exporter", "injector", "cache", "parquet", "torch", "test"} <= set(metadata.get_all("Provides-Extra"))
+
+
+def test_wheel_requires_none_of_the_dataset_labs_dependencies(metadata):
+    """Nor does the test extra: the product's suite needs none of them (torch stays: the intercept's PyTorch hooks)."""
+    assert not {requirement_name(r) for r in metadata.get_all("Requires-Dist")} & LAB_DEPENDENCIES
+    assert "dataset" not in metadata.get_all("Provides-Extra")
+
+
+def test_wheel_holds_the_products_packages_and_none_of_the_dataset_lab(wheel_files):
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    folders = {name.split("/")[1] for name in wheel_files if name.startswith("alnair/") and name.count("/") > 1}
+    assert folders == {package.split(".")[1] for package in packages if package.count(".") == 1}
+    tops = {name.split("/")[0] for name in wheel_files}
+    assert tops == {"alnair", "alnair_intercept.pth", f"alnair_gpu-{importlib.metadata.version('alnair-gpu')}.dist-info"}
+    assert not [name for name in wheel_files if name.startswith("alnair/dataset/") or "/data/" in name]
 
 
 def test_wheel_declares_the_apache_license_and_carries_its_text(metadata, wheel_files):
@@ -190,6 +208,14 @@ def test_switch_variable_activates_the_python_intercept_through_the_pth(training
     off = run([python, "-c", code], env=clean_env(), cwd=tmp_path)
     assert (on.returncode, on.stdout) == (0, "True\n"), on.stderr
     assert (off.returncode, off.stdout) == (0, "False\n"), off.stderr
+
+
+def test_alnair_profile_runs_on_the_product_alone(training_venv, tmp_path):
+    result = run([str(training_venv / "bin" / "alnair"), "profile", f"--prometheus=http://127.0.0.1:{free_port()}"],
+                 cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("alnair profile: error: cannot reach Prometheus at http://127.0.0.1:")
 
 
 def test_alnair_top_prints_a_table_on_the_training_side_alone(training_venv, tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from alnair.dataset import synthesis, sources
+from alnair_dataset import synthesis, sources
 
 
 @pytest.fixture(scope="module")

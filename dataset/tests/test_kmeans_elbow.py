@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from alnair.dataset import analyze, clustering, synthesis, sources
+from alnair_dataset import analyze, clustering, synthesis, sources
 
 
 @pytest.fixture(scope="module")

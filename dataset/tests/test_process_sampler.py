@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from alnair.dataset import process_sampler
+from alnair_dataset import process_sampler
 
 MIB = 2**20
 HELD_MIB = 200

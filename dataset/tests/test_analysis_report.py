@@ -1,4 +1,4 @@
-"""`python -m alnair.dataset.analyze`: the committed report embeds every committed figure, and a run writes the
+"""`python -m alnair_dataset.analyze`: the committed report embeds every committed figure, and a run writes the
 report, its figures and tables, with the published values reproduced beside the dictionary's."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from alnair.dataset import analyze, card, published, ranking, sources
+from alnair_dataset import analyze, card, published, ranking, sources
 
 
 def linked_figures(report: str) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from alnair.dataset import repeatability
+from alnair_dataset import repeatability
 
 SETTINGS = {"run_family": "dqn", "run_model": "dqn", "run_batch_size": 10, "run_steps": 5700, "run_precision": "fp32",
             "run_workers": 0, "run_device": "cuda"}

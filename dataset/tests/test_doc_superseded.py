@@ -1,6 +1,6 @@
 """docs/dataset.md's data section opens with the superseded rows and the pandas line that drops them; the line, run
 as written on the committed campaign files, leaves no superseded row and one row per key, the rows
-alnair.dataset.sources.load_campaign counts."""
+alnair_dataset.sources.load_campaign counts."""
 from __future__ import annotations
 
 import re
@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from alnair.dataset import sources
+from alnair_dataset import sources
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "dataset.md"

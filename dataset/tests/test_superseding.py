@@ -9,8 +9,8 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from alnair.dataset import campaign, superseding
-from alnair.dataset.tables import PAIR_COLUMNS, Table, run_columns
+from alnair_dataset import campaign, superseding
+from alnair_dataset.tables import PAIR_COLUMNS, Table, run_columns
 
 PAIRS = ["dqn:dqn:10+dqn:dqn:10", "dqn:dqn:10+dqn:dqn:64"]
 LIMITED = ["limit-50-50", "share-50-50"]  # the modes under the limiter: a cap and a share
@@ -73,7 +73,7 @@ def write_campaign(out, commits: dict, mode: str = "limit-50-50") -> dict:
 
 def listed(out, mode: str = "limit-50-50") -> dict[str, str]:
     """`campaign --list`'s state of every pair step (ok, or to do)."""
-    result = subprocess.run([sys.executable, "-m", "alnair.dataset.campaign", "--out", str(out), *selection(mode), "--list"],
+    result = subprocess.run([sys.executable, "-m", "alnair_dataset.campaign", "--out", str(out), *selection(mode), "--list"],
                             capture_output=True, text=True, check=True)
     return dict(line.split("\t")[:2] for line in result.stdout.splitlines() if line.count("|") == 2)
 

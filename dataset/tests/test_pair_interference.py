@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from alnair.dataset import analyze, interference, modes, sources
+from alnair_dataset import analyze, interference, modes, sources
 
 
 def test_definitions_are_the_originals():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from alnair.dataset.workloads import __main__ as entry
-from alnair.dataset.workloads import grid
-from alnair.dataset.workloads.dqn import CartPole
+from alnair_dataset.workloads import __main__ as entry
+from alnair_dataset.workloads import grid
+from alnair_dataset.workloads.dqn import CartPole
 
 # (family, model, extra flags): tiny batches, 2 steps; the CNNs at 96 px (their shapes, a fraction of the time)
 WORKLOADS = [
@@ -39,7 +39,7 @@ def test_bad_settings_are_one_line_and_exit_2(argv, message, capsys):
         entry.main(argv)
     assert exit_.value.code == 2
     [line] = capsys.readouterr().err.splitlines()
-    assert line.startswith("python -m alnair.dataset.workloads: error: ") and message in line
+    assert line.startswith("python -m alnair_dataset.workloads: error: ") and message in line
 
 
 def test_grid_covers_every_family_with_fixed_distinct_seeds():

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from alnair.dataset import campaign, plan, sources
-from alnair.dataset.workloads import grid
+from alnair_dataset import campaign, plan, sources
+from alnair_dataset.workloads import grid
 
 BLOCK = ["--repeats", "3", "--pairs", "auto:30"]  # what tests/gpu/run_campaign.sh is given for every block
 FIRST_BLOCK = Path(__file__).parent / "first_block" / "runs.csv"  # the H200 campaign's rows after its first block

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from alnair.dataset import published, sources
+from alnair_dataset import published, sources
 
 
 @pytest.fixture(scope="module")

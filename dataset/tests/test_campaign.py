@@ -14,9 +14,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from alnair.dataset import campaign, modes, superseding
-from alnair.dataset.tables import Table, run_columns
-from support import require_binary
+from alnair_dataset import campaign, modes, superseding
+from alnair_dataset.tables import Table, run_columns
 
 # Some 13 s a job on this 2-CPU VM (1.05 ms a step after 2.5 s of start-up), so the interpreter's teardown after its
 # last publish, which the runner's wall time holds and the record cannot see (torch's own: 0.5-0.7 s for a bare
@@ -27,9 +26,14 @@ GRID = ["--device", "cpu", "--families", "dqn", "--batch-sizes", "10", "--precis
 PAIR = ["--pairs", "dqn:dqn:10+dqn:dqn:10", "--pair-modes", "timeslice"]
 
 
+def prometheus_binary() -> str:
+    """A clear failure (never a skip) without Prometheus."""
+    return shutil.which("prometheus") or pytest.fail("prometheus is not installed: .ci/run installs it")
+
+
 def run_campaign(out, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "alnair.dataset.campaign", "--out", str(out), *args,
-                           "--prometheus-binary", require_binary("prometheus")],
+    return subprocess.run([sys.executable, "-m", "alnair_dataset.campaign", "--out", str(out), *args,
+                           "--prometheus-binary", prometheus_binary()],
                           capture_output=True, text=True, timeout=400,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})  # two jobs of one thread each share 2 cores
 
@@ -144,7 +148,7 @@ def test_a_job_outliving_the_budget_is_ended_and_its_row_marked_incomplete(tmp_p
     monkeypatch.setattr(campaign, "SHUTDOWN_RESERVE", 2.0)
     code = campaign.main(["--out", str(tmp_path), "--device", "cpu", "--families", "dqn", "--batch-sizes", "10",
                           "--precisions", "fp32", "--steps", "100000", "--estimate-seconds", "1", "--budget-seconds", "14",
-                          "--prometheus-binary", require_binary("prometheus")])
+                          "--prometheus-binary", prometheus_binary()])
     assert code == 0
     assert "stopped by the budget: 0 ok, 0 failed, 1 incomplete" in capsys.readouterr().err
     [row] = rows(tmp_path / "runs.csv")

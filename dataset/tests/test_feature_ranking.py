@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from alnair.dataset import analyze, ranking, sources
+from alnair_dataset import analyze, ranking, sources
 
 ONE_FOREST = {"max_depth": [6], "max_features": [10], "n_estimators": [100]}  # the test's grid: one fit per fold
 

@@ -1,5 +1,5 @@
 """The data card (dataset/data/datapackage.json): frictionless validates it (schemas and checksums), it lists every
-committed data file with the sha256 of its bytes and a license, it is what `python -m alnair.dataset.card` makes
+committed data file with the sha256 of its bytes and a license, it is what `python -m alnair_dataset.card` makes
 from the files now, and a changed file is caught."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from alnair.dataset import card, sources
+from alnair_dataset import card, sources
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_tables_carry_schemas_and_meanings(committed):
 
 
 def test_the_card_is_current(committed):
-    assert card.build() == committed, "the data changed: run python -m alnair.dataset.card"
+    assert card.build() == committed, "the data changed: run python -m alnair_dataset.card"
 
 
 def test_a_changed_or_unlisted_file_is_caught(tmp_path):
