@@ -66,7 +66,7 @@ class _Parser:
         for number, line in enumerate(lines, 1):
             directive = _DIRECTIVE.match(line.strip())
             if directive:
-                self.directive(number, *directive.groups(), skipping)
+                self.directive(number, directive.group(1), directive.group(2), skipping)
             elif not any(skipping):
                 self.tokens += [(self.token(number, m), number) for m in _TOKEN.finditer(line) if m.group().strip()]
         if skipping:

@@ -22,6 +22,7 @@ def gpu_time_measured(device) -> bool:
 
 
 def memory_limited(device) -> bool:
+    """The device has a memory limit: what only then means something is absent elsewhere."""
     return device.memory_limit_bytes != 0
 
 
@@ -71,9 +72,6 @@ LABELS = {
     "alnair_python_phase": ("pid", "name"),
 }
 
-GPU_TIME_HELP = ("GPU time the process got on the GPU: its busy time, each moment divided among the processes busy on "
-                 "the GPU then.")
-
 # In the order served; a struct's rows come from its collector.
 EXPORTED = [
     Exported("alnair_cuda_device", "kernel_launches", "alnair_cuda_kernel_launches", "counter",
@@ -103,8 +101,9 @@ EXPORTED = [
     Exported("alnair_cuda_device", "compute_quota_ns", "alnair_cuda_compute_quota_ratio", "gauge",
              "Only from writers before the GPU-time limits: the share of each scheduling period the process may "
              "launch in now (its turns' window).", unit="compute_period_ns"),
-    Exported("alnair_cuda_device", "gpu_time_ns", "alnair_cuda_gpu_time_seconds", "counter", GPU_TIME_HELP, unit=NS,
-             only_where=gpu_time_measured),
+    Exported("alnair_cuda_device", "gpu_time_ns", "alnair_cuda_gpu_time_seconds", "counter",
+             "GPU time the process got on the GPU: its busy time, each moment divided among the processes busy on the "
+             "GPU then.", unit=NS, only_where=gpu_time_measured),
     Exported("alnair_cuda_device_ext", "busy_ns", "alnair_cuda_gpu_busy_seconds", "counter",
              "Time the process had work queued or running on the GPU, shared or not.", unit=NS,
              only_where=gpu_time_measured),

@@ -3,7 +3,7 @@ tests/abi still compiles a probe against the header and checks every size and of
 from __future__ import annotations
 
 import ctypes as C
-from typing import Callable
+from typing import Any, Callable
 
 from . import HEADER, c_header
 
@@ -57,8 +57,8 @@ SHARE_BUSY_FULL = DECLARATIONS.integers["ALNAIR_SHARE_BUSY_FULL"]
 STRUCTS: dict[str, type[C.LittleEndianStructure]] = {}
 
 
-def _ctype(member: c_header.Member) -> type:
-    ctype = STRUCTS[member.type] if member.is_struct else _CTYPES[member.type]
+def _ctype(member: c_header.Member) -> Any:
+    ctype: Any = STRUCTS[member.type] if member.is_struct else _CTYPES[member.type]
     for length in reversed(member.dims):
         ctype = ctype * length
     return ctype
