@@ -14,6 +14,7 @@ DATASET = Path(__file__).resolve().parents[1]
 PRODUCT = DATASET.parent
 CONFIG = DATASET / "pyproject.toml"
 PUBLIC = {"alnair", "alnair.commandline", "alnair.profiler"}  # alnair.profiler's names only: its modules are not
+PUBLIC_ONLY = "The dataset uses only the product's public API"  # the contract's name
 
 
 def package_dirs(project: Path) -> dict[str, Path]:
@@ -32,7 +33,7 @@ def installed_layout(target: Path) -> Path:
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess:
-    linter = shutil.which("lint-imports") or pytest.fail("lint-imports is not installed: pip install -e './dataset[test]'")
+    linter = shutil.which("lint-imports") or pytest.fail("lint-imports is missing: pip install -e './dataset[test]'")
     return subprocess.run([linter, "--config", str(CONFIG), "--no-cache"], cwd=tree, text=True, capture_output=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": str(tree)})
 
@@ -58,14 +59,14 @@ def test_every_part_of_the_product_but_its_public_api_is_forbidden_to_the_datase
     parts |= {f"alnair.{module.stem}" for module in (PRODUCT / "sdk").glob("*.py") if module.stem != "__init__"}
     parts |= {f"alnair.profiler.{module.stem}" for module in (PRODUCT / "profiler").glob("*.py")
               if module.stem != "__init__"}
-    [public_api] = [c for c in contracts() if c["name"] == "The dataset uses only the product's public API"]
+    [public_api] = [c for c in contracts() if c["name"] == PUBLIC_ONLY]
     assert set(public_api["forbidden_modules"]) == parts - PUBLIC
 
 
 @pytest.mark.parametrize("module, backwards_import, contract", [
-    ("alnair_dataset/campaign.py", "import alnair.intercept.launcher", "The dataset uses only the product's public API"),
-    ("alnair_dataset/recording.py", "from alnair.profiler.jobs import STARTS", "The dataset uses only the product's public API"),
-    ("alnair_dataset/workloads/common.py", "import alnair.auto", "The dataset uses only the product's public API"),
+    ("alnair_dataset/campaign.py", "import alnair.intercept.launcher", PUBLIC_ONLY),
+    ("alnair_dataset/recording.py", "from alnair.profiler.jobs import STARTS", PUBLIC_ONLY),
+    ("alnair_dataset/workloads/common.py", "import alnair.auto", PUBLIC_ONLY),
     ("alnair/cli/top.py", "import alnair_dataset.plan", "The product never imports the dataset"),
     ("alnair_dataset/modes.py", "import alnair_dataset.plan", "No import cycles between the dataset's sibling modules"),
 ])
