@@ -312,50 +312,45 @@ class ClusterReads:
         self._sent.clear()
 
 
-def set_blobs(cluster: Cluster, blobs: dict[str, bytes]) -> int:
-    """SETs grouped per node, sent to every node before any reply is read; returns how many failed
-    (refused, or their node did not answer)."""
-    every = list(blobs)
-    groups = cluster.grouped([name.encode() for name in every])
+def blob_commands(cluster: Cluster, commands: list[tuple]) -> int:
+    """Commands on one blob key each (DEL, SET: the key second), grouped per node and sent to every node before any
+    reply is read, each node's in the order given; returns how many failed (refused, or their node did not answer)."""
+    groups = cluster.grouped([command[1].encode() for command in commands])
     failed, sent = len(groups.pop(None, [])), []
     for node, positions in groups.items():
-        names = [every[p] for p in positions]
+        group = [commands[p] for p in positions]
         pool = cluster.pool(node)
         try:
             connection = pool.take()
-            connection.send([("SET", name, blobs[name]) for name in names])
+            connection.send(group)
         except (OSError, redis.RedisError):
             cluster.failed(node)
-            failed += len(names)
+            failed += len(group)
             continue
-        sent.append((node, pool, connection, names))
-    for node, pool, connection, names in sent:
-        failed += _set_replies(cluster, node, pool, connection, names, blobs)
+        sent.append((node, pool, connection, group))
+    for node, pool, connection, group in sent:
+        failed += _replies(cluster, node, pool, connection, group)
     return failed
 
 
-def _set_replies(cluster: Cluster, node: Node, pool: RespClient, connection: RespConnection, names: list[str],
-                 blobs: dict[str, bytes]) -> int:
+def _replies(cluster: Cluster, node: Node, pool: RespClient, connection: RespConnection, commands: list[tuple]) -> int:
     try:
-        replies = connection.read_lines(len(names))
+        replies = connection.read_lines(len(commands))
     except OSError:
         connection.close()
         cluster.failed(node)
-        return len(names)
+        return len(commands)
     pool.give(connection)
-    failed = 0
-    for name, reply in zip(names, replies):
-        if isinstance(reply, ReplyError):
-            failed += not _set_redirected(cluster, name, blobs[name], reply)
-    return failed
+    return sum(not _redirected_command(cluster, command, reply)
+               for command, reply in zip(commands, replies) if isinstance(reply, ReplyError))
 
 
-def _set_redirected(cluster: Cluster, name: str, data: bytes, error: ReplyError) -> bool:
-    """A SET its node redirected, sent where it said; whether it was stored."""
+def _redirected_command(cluster: Cluster, command: tuple, error: ReplyError) -> bool:
+    """A command its node redirected, sent where it said; whether it succeeded."""
     if redirect(error) is None:
         return False  # refused (OOM under noeviction, say)
     try:
-        reply = cluster.call(name, lambda c: c.send([("SET", name, data)]), lambda c: c.read_lines(1)[0])
+        reply = cluster.call(command[1], lambda c: c.send([command]), lambda c: c.read_lines(1)[0])
     except NodeUnavailable:
         return False
     return not isinstance(reply, ReplyError)

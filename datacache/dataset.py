@@ -7,10 +7,11 @@ import multiprocessing.util
 import os
 import socket
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import redis
 
@@ -23,11 +24,13 @@ from .health import RedisHealth
 from .manifest import Manifest
 from .origin import Origin
 from .cluster import UNAVAILABLE, ClusterReads, NodeDown, NodeUnavailable
+from .policy import JobSettings, footprint
 from .resp_client import MgetPipeline
 from .singleflight import SingleFlight
 from .store import Writes, open_store
 from .substitution import SUBSTITUTE_ROUNDS, Deferred, EpochPlan
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
 PIPELINE_DEPTH = 2  # MGETs in flight per connection in `batches`; 3 gained nothing (docs/benchmarks.md)
@@ -74,6 +77,8 @@ class _Runtime:
     origin_reads: SingleFlight = field(default_factory=SingleFlight)
     opened: bool = False
     flushed_at_exit: bool = False  # a multiprocessing child's counters are written when it exits
+    served: int = 0  # samples served by this process, and their bytes: the mean size that makes the footprint
+    served_bytes: int = 0
 
 
 class CachedDataset:
@@ -88,21 +93,27 @@ class CachedDataset:
 
     With `substitutable`, `batches` (and so CacheLoader) serves a sample that misses later in the same
     pass and a cached one from the end of the pass in its place meanwhile (docs/datacache.md: when not to).
+
+    `job`, `namespace`, `priority` and `quota_bytes` (default $ALNAIR_JOB_NAME, else the hostname;
+    $ALNAIR_JOB_NAMESPACE; $ALNAIR_CACHE_PRIORITY; $ALNAIR_CACHE_QUOTA) are what the job asks of the space
+    policy, within the operator's caps (docs/datacache.md, "Space for many jobs").
     """
 
     def __init__(self, redis_url: str, name: str, origin: Origin, *, transform: Callable[[bytes], Any] | None = None,
                  job: str | None = None, timeout: float = 0.2, retry_seconds: float = 1.0, job_ttl_seconds: int = 3600,
-                 substitutable: bool = False):
+                 substitutable: bool = False, namespace: str | None = None, priority: float | None = None,
+                 quota_bytes: int | str | None = None):
         if not timeout > 0 or not retry_seconds > 0 or job_ttl_seconds < 1:
             raise ValueError("timeout and retry_seconds must be > 0, job_ttl_seconds >= 1")
         self.redis_url = cache_urls.check(redis_url)  # a bad URL is refused here, not at the first read
         self.name = keys.check_name("dataset", name)
-        self.job = keys.check_name("job", job or os.environ.get("ALNAIR_JOB_NAME") or socket.gethostname())
+        job = keys.check_name("job", job or os.environ.get("ALNAIR_JOB_NAME") or socket.gethostname())
+        self.settings = JobSettings.resolve(job, namespace, priority, quota_bytes, job_ttl_seconds)
+        self.job = self.settings.name
         self.origin = origin
         self.transform = transform
         self.timeout = timeout
         self.retry_seconds = retry_seconds
-        self.job_ttl_seconds = job_ttl_seconds
         self.substitutable = substitutable
         self.fingerprint = origin.fingerprint()
         self.manifest = Manifest(len(origin))
@@ -156,6 +167,28 @@ class CachedDataset:
         finally:
             reads.close()
             self._write_back(runtime, Writes(), last_counter_seconds)
+
+    def timed(self, batches: Iterable[T]) -> Iterator[T]:
+        """`batches` as they come, measuring their consumer: how long it waited for each (its data stall) and the time
+        from one to the next, counted for this job (stall_seconds, consumer_seconds): the space policy learns from
+        them what a miss costs the job. CacheLoader measures itself; wrap anything else that yields this dataset's
+        batches, such as `for batch in dataset.timed(DataLoader(dataset, ...))` or `dataset.timed(dataset.batches(...))`."""
+        runtime = self._runtime_here()
+        iterator, last = iter(batches), time.monotonic()
+        try:
+            while True:
+                asked = time.monotonic()
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    return
+                now = time.monotonic()
+                self._count(runtime, **{keys.STALL_SECONDS: now - asked, keys.CONSUMER_SECONDS: now - last})
+                self._write_back(runtime, Writes(), COUNTER_SECONDS)  # a DataLoader's process fetches nothing itself
+                last = now
+                yield batch
+        finally:
+            self._write_back(runtime, Writes())
 
     def close(self) -> None:
         """Write what is still pending and drop this process's connections and threads (a later read
@@ -247,6 +280,8 @@ class CachedDataset:
         fallbacks = len(asked.unavailable) if asked.redis_up else len(from_origin)
         self._count(runtime, **{keys.MISSES: len(from_origin) - fallbacks, keys.FALLBACKS: fallbacks,
                                 keys.ORIGIN_BYTES: sum(len(samples[p]) for p in from_origin)})
+        runtime.served += len(samples)
+        runtime.served_bytes += sum(map(len, samples))
         runtime.counters.observe_fetch(asked.fetch.done())
         self._write_back(runtime, asked.writes if asked.redis_up else Writes(), counter_seconds)
         return [self.transform(s) for s in samples] if self.transform else samples
@@ -369,7 +404,8 @@ class CachedDataset:
             return
         deltas = runtime.counters.take(0 if writes else counter_seconds)
         try:
-            refused = runtime.store.write(self.name, self.fingerprint, writes, self.job, self.job_ttl_seconds, deltas)
+            refused = runtime.store.write(self.name, self.fingerprint, writes, self.settings,
+                                          footprint(len(self), runtime.served, runtime.served_bytes), deltas)
         except redis.RedisError as e:
             runtime.counters.restore(deltas)
             self._redis_failed(runtime, e)

@@ -28,7 +28,8 @@ class CacheLoader:
     parallel anyway (CachedDataset), so a slow origin does not call for more workers either.
     Up to `prefetch` batches wait ready ahead of the consumer.
     With `shuffle`, epoch e visits the samples in the order random.Random(seed + e) gives, so a run
-    is reproducible. `collate` turns a batch's list of samples into what the loop wants.
+    is reproducible. `collate` turns a batch's list of samples into what the loop wants. The time the loop
+    waits for each batch is counted as the job's data stall (CachedDataset.timed), for the space policy.
     """
 
     def __init__(self, dataset: CachedDataset, batch_size: int, *, workers: int | None = None, prefetch: int | None = None,
@@ -69,10 +70,7 @@ class CacheLoader:
         for thread in threads:
             thread.start()
         try:
-            for k in range(len(batches)):
-                batch = ready[k % workers].get()
-                if isinstance(batch, _Failed):
-                    raise batch.error
+            for batch in self.dataset.timed(self._delivered(ready, len(batches))):  # the consumer's stall counted
                 yield self._collated(batch)
         finally:
             stop.set()
@@ -81,6 +79,14 @@ class CacheLoader:
                     waiting.get_nowait()
             for thread in threads:
                 thread.join()
+
+    @staticmethod
+    def _delivered(ready: list[queue.Queue], count: int) -> Iterator[list[Any]]:
+        for k in range(count):
+            batch = ready[k % len(ready)].get()
+            if isinstance(batch, _Failed):
+                raise batch.error
+            yield batch
 
     def _fetch(self, batches: list[list[int]], ready: queue.Queue, stop: threading.Event) -> None:
         fetched = self.dataset.batches(batches)

@@ -15,6 +15,7 @@ from alnair.abi import cache_keys as keys
 from alnair.abi import cache_urls
 
 from . import cluster as cluster_
+from .policy import ACCOUNT, ADMIT, JobSettings
 from .resp_client import MgetPipeline, RespClient
 
 SOCKET_READ_SIZE = 4 << 20  # a batch of 100 KB samples arrives in a few reads, not hundreds
@@ -70,24 +71,6 @@ return 0
 """
 
 
-# KEYS: dataset hash, job hash, jobs, then the metadata to keep warm for LRU (manifest, content index,
-# dataset registry, check digests). ARGV: job, job TTL, now, the number of integer deltas, then (field, delta) pairs,
-# integers first. One command instead of two increments per field: counters travel with every batch.
-ADD_COUNTERS = """
-local integers = tonumber(ARGV[4])
-for i = 5, #ARGV, 2 do
-  local increment = (i - 5) / 2 < integers and 'HINCRBY' or 'HINCRBYFLOAT'
-  redis.call(increment, KEYS[1], ARGV[i], ARGV[i + 1])
-  redis.call(increment, KEYS[2], ARGV[i], ARGV[i + 1])
-end
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3] - ARGV[2])
-redis.call('TOUCH', KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-return 0
-"""
-
-
 def connect(url: str, timeout: float, read_size: int = SOCKET_READ_SIZE) -> redis.Redis:
     """A client that gives up within `timeout` (connect or any read) and never retries on its own:
     the caller falls back to the origin instead. Each connection holds a `read_size` buffer."""
@@ -96,9 +79,44 @@ def connect(url: str, timeout: float, read_size: int = SOCKET_READ_SIZE) -> redi
 
 
 def counter_args(deltas: dict[str, float]) -> list:
-    """ADD_COUNTERS's count of integer deltas, then (field, delta) pairs, integers first."""
+    """ACCOUNT's count of integer deltas, then (field, delta) pairs, integers first."""
     ordered = sorted(deltas.items(), key=lambda item: isinstance(item[1], float))
     return [sum(not isinstance(value, float) for value in deltas.values()), *(x for item in ordered for x in item)]
+
+
+def account_call(dataset: str, job: JobSettings, footprint: int, deltas: dict[str, float],
+                 cluster: bool) -> tuple[list, list]:
+    """ACCOUNT's keys and arguments."""
+    names = [keys.dataset(dataset), keys.job(job.name), keys.job_space(job.name), keys.JOBS, keys.NAMESPACES,
+             keys.POLICY, keys.HOLDERS, keys.manifest(dataset), keys.CONTENT, keys.DATASETS, keys.checks(dataset),
+             keys.SPACE, keys.HELD]
+    return ([keys.metadata(name, cluster) for name in names],
+            [keys.metadata(keys.PREFIX, cluster), job.name, job.ttl_seconds, time.time(), *job.script_args(), dataset,
+             footprint, *counter_args(deltas)])
+
+
+def admit_call(job: JobSettings, blobs: dict[bytes, bytes], cluster: bool) -> tuple[list, list]:
+    """ADMIT's keys and arguments for the blobs a batch read from the origin."""
+    names = [keys.POLICY, keys.SPACE, keys.HELD, keys.HOLDERS, keys.JOBS, keys.job(job.name), keys.job_space(job.name),
+             keys.held(job.name)]
+    args = [keys.metadata(keys.PREFIX, cluster), time.time(), job.name, *job.script_args()]
+    for digest, data in blobs.items():
+        args += [digest, len(data)]
+    return [keys.metadata(name, cluster) for name in names], args
+
+
+def admission(job: JobSettings, blobs: dict[bytes, bytes], cluster: bool,
+              run: Callable[[list, list], list]) -> tuple[list[bytes], list[bytes], int]:
+    """(to store, evicted, refused) for the blobs a batch read from the origin, by ADMIT as `run(keys, args)` runs it
+    (its reply: the count to store, those digests, then the evicted ones); all refused if Redis refuses the script."""
+    if not blobs:
+        return [], [], 0
+    try:
+        reply = run(*admit_call(job, blobs, cluster))
+    except redis.ResponseError:
+        return [], [], 1
+    count = int(reply[0])
+    return reply[1:1 + count], reply[1 + count:], 0
 
 
 @dataclass
@@ -118,6 +136,14 @@ class Writes:
         self.checks.extend(other.checks)
 
 
+def record_args(fingerprint: str, entries: list[tuple[int, bytes, int, bytes]]) -> list:
+    """RECORD's arguments."""
+    args = [fingerprint]
+    for index, digest, size, check in entries:
+        args += [index, keys.ENTRY.pack(digest, size), size, check]
+    return args
+
+
 class CacheStore:
     def __init__(self, url: str, timeout: float):
         self.client = connect(url, timeout)
@@ -125,7 +151,8 @@ class CacheStore:
         self._open = self.client.register_script(OPEN)
         self._record = self.client.register_script(RECORD)
         self._record_checks = self.client.register_script(RECORD_CHECKS)
-        self._add_counters = self.client.register_script(ADD_COUNTERS)
+        self._account = self.client.register_script(ACCOUNT)
+        self._admit = self.client.register_script(ADMIT)
 
     def open(self, dataset: str, fingerprint: str, samples: int) -> tuple[bytes, bytes]:
         """The dataset's manifest and check digests."""
@@ -142,9 +169,10 @@ class CacheStore:
         """One MGET on a connection of its own (substitutes for a batch's misses); a failure raises."""
         return self._direct.mget(names)
 
-    def write(self, dataset: str, fingerprint: str, writes: Writes, job: str, job_ttl: int,
+    def write(self, dataset: str, fingerprint: str, writes: Writes, job: JobSettings, footprint: int,
               deltas: dict[str, float]) -> int:
-        """One round trip; returns how many commands Redis refused (out of memory, say)."""
+        """The blobs the space policy admits (one round trip), then what it evicted deleted, those blobs, manifest
+        entries and counters in one more; returns how many commands Redis refused (out of memory, say)."""
         if not writes:
             # A batch the cache served: one EVALSHA on the cache's own connection, without a pipeline
             # (redis-py asks SCRIPT EXISTS before it executes a pipeline that holds a script: a second
@@ -152,43 +180,31 @@ class CacheStore:
             if not deltas:
                 return 0
             try:
-                self._direct.run_script(self._add_counters, *self._counters_call(dataset, job, job_ttl, deltas))
+                self._direct.run_script(self._account, *account_call(dataset, job, footprint, deltas, False))
             except redis.ResponseError:
                 return 1
             return 0
+        stored, evicted, refused = admission(job, writes.blobs, False, lambda k, a: self._admit(keys=k, args=a))
         pipe = self.client.pipeline(transaction=False)
-        for digest, data in writes.blobs.items():
-            pipe.set(keys.blob(digest), data)
+        if evicted:
+            pipe.delete(*(keys.blob(digest) for digest in evicted))
+        for digest in stored:
+            pipe.set(keys.blob(digest), writes.blobs[digest])
         if writes.entries:
-            args = [fingerprint]
-            for index, digest, size, check in writes.entries:
-                args += [index, keys.ENTRY.pack(digest, size), size, check]
             self._record(keys=[keys.dataset(dataset), keys.manifest(dataset), keys.CONTENT, keys.checks(dataset)],
-                         args=args, client=pipe)
+                         args=record_args(fingerprint, writes.entries), client=pipe)
         if writes.checks:
             self._record_checks(keys=[keys.dataset(dataset), keys.manifest(dataset), keys.checks(dataset)],
                                 args=[fingerprint, *(x for item in writes.checks for x in item)], client=pipe)
         if deltas:
-            counters_keys, counters_args = self._counters_call(dataset, job, job_ttl, deltas)
-            self._add_counters(keys=counters_keys, args=counters_args, client=pipe)
+            account_keys, account_args = account_call(dataset, job, footprint, deltas, False)
+            self._account(keys=account_keys, args=account_args, client=pipe)
         results = pipe.execute(raise_on_error=False)
-        return sum(isinstance(r, redis.ResponseError) for r in results)
-
-    @staticmethod
-    def _counters_call(dataset: str, job: str, job_ttl: int, deltas: dict[str, float]) -> tuple[list, list]:
-        """ADD_COUNTERS's keys and arguments."""
-        return counters_keys(dataset, job, False), [job, job_ttl, time.time(), *counter_args(deltas)]
+        return refused + sum(isinstance(r, redis.ResponseError) for r in results)
 
     def close(self) -> None:
         self._direct.close()
         self.client.close()
-
-
-def counters_keys(dataset: str, job: str, cluster: bool) -> list[str]:
-    """ADD_COUNTERS's keys."""
-    names = [keys.dataset(dataset), keys.job(job), keys.JOBS, keys.manifest(dataset), keys.CONTENT, keys.DATASETS,
-             keys.checks(dataset)]
-    return [keys.metadata(name, cluster) for name in names]
 
 
 class ClusterStore:
@@ -198,8 +214,8 @@ class ClusterStore:
 
     def __init__(self, url: str, timeout: float, retry_seconds: float):
         self.cluster = cluster_.Cluster(url, timeout, retry_seconds)
-        self._open, self._record, self._record_checks, self._add_counters = (
-            Script(None, source.encode()) for source in (OPEN, RECORD, RECORD_CHECKS, ADD_COUNTERS))
+        self._open, self._record, self._record_checks, self._account, self._admit = (
+            Script(None, source.encode()) for source in (OPEN, RECORD, RECORD_CHECKS, ACCOUNT, ADMIT))
 
     @staticmethod
     def _meta(*names: str) -> list[str]:
@@ -222,23 +238,25 @@ class ClusterStore:
         finally:
             reads.close()
 
-    def write(self, dataset: str, fingerprint: str, writes: Writes, job: str, job_ttl: int,
+    def write(self, dataset: str, fingerprint: str, writes: Writes, job: JobSettings, footprint: int,
               deltas: dict[str, float]) -> int:
-        """Blobs to their nodes at once, then the metadata's scripts; returns how many commands failed."""
-        failed = cluster_.set_blobs(self.cluster, {keys.blob(d): data for d, data in writes.blobs.items()})
+        """The space policy's admission on the metadata's node, then the evicted blobs deleted and the admitted ones
+        stored, on their nodes at once, then the metadata's scripts; returns how many commands failed. The metadata's
+        node down: NodeUnavailable, before any blob is written."""
+        stored, evicted, failed = admission(job, writes.blobs, True,
+                                            lambda k, a: self.cluster.script(self._admit, k, a, array=True))
+        commands = [("DEL", keys.blob(digest)) for digest in evicted]
+        commands += [("SET", keys.blob(digest), writes.blobs[digest]) for digest in stored]
+        failed += cluster_.blob_commands(self.cluster, commands)
         calls = []
         if writes.entries:
-            args = [fingerprint]
-            for index, digest, size, check in writes.entries:
-                args += [index, keys.ENTRY.pack(digest, size), size, check]
             calls.append((self._record, self._meta(keys.dataset(dataset), keys.manifest(dataset), keys.CONTENT,
-                                                   keys.checks(dataset)), args))
+                                                   keys.checks(dataset)), record_args(fingerprint, writes.entries)))
         if writes.checks:
             calls.append((self._record_checks, self._meta(keys.dataset(dataset), keys.manifest(dataset), keys.checks(dataset)),
                           [fingerprint, *(x for item in writes.checks for x in item)]))
         if deltas:
-            calls.append((self._add_counters, counters_keys(dataset, job, True),
-                          [job, job_ttl, time.time(), *counter_args(deltas)]))
+            calls.append((self._account, *account_call(dataset, job, footprint, deltas, True)))
         for script, keys_, args in calls:
             try:
                 self.cluster.script(script, keys_, args)

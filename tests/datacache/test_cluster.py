@@ -70,7 +70,8 @@ def test_blobs_spread_over_every_primary_and_metadata_stays_in_one_slot(cluster,
     meta = cluster.owner(META_SLOT).client()
     assert set(meta.keys(keys.PREFIX + "{meta}:*")) == {k.encode() for k in (
         keys.metadata(name, True) for name in (keys.DATASETS, keys.JOBS, keys.CONTENT, keys.dataset("train"),
-                                               keys.manifest("train"), keys.checks("train"), keys.job("j")))}
+                                               keys.manifest("train"), keys.checks("train"), keys.job("j"),
+                                               keys.job_space("j"), keys.NAMESPACES, keys.namespace("default")))}
     assert len(meta.get(keys.metadata(keys.manifest("train"), True))) == 120 * keys.ENTRY_SIZE
 
     again = CachedDataset(cluster.url, "train", origin, job="j")  # a new process: the manifest from the cluster
