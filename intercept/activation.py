@@ -5,6 +5,7 @@ import os
 
 ENV_SWITCH = "ALNAIR_PYTHON_INTERCEPT"
 ON_VALUES = ("1", "true", "yes", "on")
+PROFILE_VARIABLE = "ALNAIR_PROFILE"  # where the job's profile goes when it ends (docs/profile.md)
 
 
 def switched_on(environ=os.environ) -> bool:
@@ -21,4 +22,8 @@ def activate() -> None:
 def activate_from_environment() -> None:
     """Run at interpreter start by alnair_intercept.pth and by alnair-run's sitecustomize."""
     if switched_on():
+        if os.environ.get(PROFILE_VARIABLE):  # only then: it forks the job's watcher
+            from .supervisor import profile_from_environment
+
+            profile_from_environment(os.environ[PROFILE_VARIABLE], PROFILE_VARIABLE)
         activate()

@@ -1,0 +1,139 @@
+"""The profile at exit on a real GPU, beside torch.profiler (docs/profile.md).
+
+    python3 tests/gpu/check_profile.py          (repository root, GPU machine; builds the intercept; no install)
+
+A PyTorch training loop (ResNet-18 on 64x64 images, batch 128, a DataLoader with 2 workers and pinned memory, each
+batch moved with non_blocking=True) runs bare, under alnair-run --profile and inside torch.profiler (CPU and CUDA
+activities over the whole run), in turn, ROUNDS times. It prints each variant's median throughput, and checks the
+profile against the program (steps, samples, host-to-device bytes: the model's and the batches') and against
+torch.profiler's count of the kernels of the same loop. Results also go to $OUT/profile_check.json when OUT is set.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ROUNDS, WARMUP, STEPS, BATCH, WORKERS = 3, 20, 300, 128, 2
+VARIANTS = ("bare", "alnair-run --profile", "torch.profiler")
+
+
+# ---- the child: the training loop --------------------------------------------------------------------------
+
+def child(profiled: bool) -> None:
+    import collections
+    import contextlib
+
+    import torch
+    import torchvision
+    from torch.utils.data import DataLoader, Dataset
+
+    class Images(Dataset):
+        def __len__(self):
+            return (WARMUP + STEPS) * BATCH
+
+        def __getitem__(self, i):
+            return torch.randn(3, 64, 64), i % 10
+
+    model = torchvision.models.resnet18(num_classes=10).cuda()
+    model_bytes = sum(t.nbytes for t in model.state_dict().values())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    moved = 0
+    with torch.profiler.profile(activities=activities) if profiled else contextlib.nullcontext() as prof:
+        loader = DataLoader(Images(), batch_size=BATCH, num_workers=WORKERS, pin_memory=True)
+        for step, (x, y) in enumerate(loader):
+            if step == WARMUP:
+                torch.cuda.synchronize()
+                started = time.perf_counter()
+            x, y = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
+            moved += x.nbytes + y.nbytes
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+    result = {"steps_per_second": STEPS / seconds, "h2d_bytes": model_bytes + moved, "steps": WARMUP + STEPS}
+    if profiled:
+        started = time.perf_counter()
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                   and not e.name.startswith(("Memcpy", "Memset"))]
+        by_name = collections.Counter(e.name for e in kernels)
+        result.update(kernels=len(kernels), kernel_ns=int(sum(e.device_time for e in kernels) * 1000),
+                      top_kernels=by_name.most_common(5), processing_seconds=time.perf_counter() - started)
+    print("result " + json.dumps(result), flush=True)
+
+
+# ---- the parent: the runs and the checks ---------------------------------------------------------------------
+
+def shim() -> str:
+    """The `alnair` package from this checkout without installing it: the layout pyproject.toml maps."""
+    root = Path(tempfile.mkdtemp(prefix="alnair-shim-"))
+    (root / "alnair").mkdir()
+    for part in ("abi", "intercept"):
+        (root / "alnair" / part).symlink_to(ROOT / part)
+    for module in (ROOT / "sdk").glob("*.py"):
+        (root / "alnair" / module.name).symlink_to(module)
+    return str(root)
+
+
+def run(variant: str, profile: Path, env: dict[str, str]) -> dict:
+    command = [sys.executable, __file__, "child", "profiler" if variant == "torch.profiler" else "plain"]
+    if variant == "alnair-run --profile":
+        command = [sys.executable, "-m", "alnair.intercept.launcher", "--profile", str(profile), *command]
+    out = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
+    (line,) = [line for line in out.stdout.splitlines() if line.startswith("result ")]
+    return {**json.loads(line.split(" ", 1)[1]), "summary": out.stderr.strip().splitlines()[-6:]}
+
+
+def main() -> int:
+    subprocess.run(["make", "-s", "-C", str(ROOT / "intercept")], check=True)
+    shm = tempfile.mkdtemp(prefix="alnair-shm-")
+    env = {**os.environ, "PYTHONPATH": shim(), "ALNAIR_SHM_DIR": shm, "PYTHONUNBUFFERED": "1"}
+    profile_path = Path(shm).parent / "alnair-profile.json"
+    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    for _ in range(ROUNDS):
+        for variant in VARIANTS:
+            runs[variant].append(run(variant, profile_path, env))
+    bare = statistics.median(r["steps_per_second"] for r in runs["bare"])
+    print(f"{'variant':<22} {'steps/s (median of ' + str(ROUNDS) + ')':>24} {'vs bare':>8}")
+    for variant, results in runs.items():
+        median = statistics.median(r["steps_per_second"] for r in results)
+        print(f"{variant:<22} {median:>24.1f} {median / bare:>8.3f}")
+    profile = json.loads(profile_path.read_text())  # the last round's
+    profiled, alnair = runs["torch.profiler"][-1], runs["alnair-run --profile"][-1]
+    print("\n".join(alnair["summary"]))
+    (device,) = profile["devices"]
+    checks = {
+        "steps_and_samples": profile["training"]["steps"] == alnair["steps"]
+        and profile["training"]["samples"] == alnair["steps"] * BATCH,
+        "h2d_bytes_are_the_models_and_the_batches": device["copies"]["host_to_device"]["bytes"] == alnair["h2d_bytes"],
+        "launches_equal_torch_profilers_kernels": device["kernel_launches"] == profiled["kernels"],
+    }
+    numbers = {"launches": device["kernel_launches"], "profiler_kernels": profiled["kernels"],
+               "h2d_bytes": device["copies"]["host_to_device"]["bytes"], "program_h2d_bytes": alnair["h2d_bytes"],
+               "gpu_time_ns": device["gpu_time_ns"], "profiler_kernel_ns": profiled["kernel_ns"],
+               "profiler_processing_seconds": profiled["processing_seconds"], "wall_ns": profile["wall_ns"],
+               "peak_bytes": device["peak_bytes"], "data_stall": profile["training"]["data_stall_fraction"],
+               "top_kernels": device.get("kernels", [])[:5], "profiler_top_kernels": profiled["top_kernels"]}
+    for name, ok in checks.items():
+        print(f"{'PASS' if ok else 'FAIL'} {name}")
+    print(json.dumps(numbers))
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "profile_check.json").write_text(json.dumps(
+            {"checks": checks, "numbers": numbers, "runs": runs, "profile": profile}, indent=1))
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["child"]:
+        child(sys.argv[2] == "profiler")
+    else:
+        sys.exit(main())
