@@ -85,11 +85,20 @@ static void bounded(const char *name, char out[ALNAIR_CUDA_KERNEL_NAME_LEN])
 
 typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
 
-/* The C++ runtime's demangler, if the process has loaded one (any PyTorch or CUDA C++ program has). */
+/* The C++ runtime's demangler, if the process has loaded one (any PyTorch or CUDA C++ program has). Python loads
+ * extension modules, and with them libstdc++, RTLD_LOCAL: its symbols are not in the global scope, so the library
+ * is asked for by name too, never loaded here (RTLD_NOLOAD). */
 static demangle_fn demangler(void)
 {
     static demangle_fn found;
     if (!found) *(void **)&found = alnair_real_dlsym()(RTLD_DEFAULT, "__cxa_demangle");
+    if (!found) {
+        void *cxx = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_NOLOAD);
+        if (cxx) {
+            *(void **)&found = alnair_real_dlsym()(cxx, "__cxa_demangle");
+            dlclose(cxx); /* only the reference NOLOAD took: the library stays loaded by whoever loaded it */
+        }
+    }
     return found;
 }
 

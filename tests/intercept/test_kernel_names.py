@@ -37,12 +37,20 @@ def test_the_20_most_launched_kernels_by_name_then_each_devices_other_launches_e
         assert sum(n for (d, _), n in table.items() if d == device.device_index) == device.kernel_launches
 
 
+DEMANGLED = {(0, "fake_kernel_0"): 1000, (0, "fake_kernel_1(float*)"): 990, (0, "fake_kernel_2"): 980,
+             (0, "fake_kernel_3(float*)"): 970, (0, "(other)"): 0}
+
+
 def test_names_are_demangled_where_the_process_has_a_cpp_runtime(run_client, shm_dir, intercept_library):
     client = run_client("gpa", "kernels", "4", "1", preload=False,
                         env={"LD_PRELOAD": f"libstdc++.so.6 {intercept_library}"})
-    want = {(0, "fake_kernel_0"): 1000, (0, "fake_kernel_1(float*)"): 990, (0, "fake_kernel_2"): 980,
-            (0, "fake_kernel_3(float*)"): 970, (0, "(other)"): 0}
-    wait_until(lambda: rows(shm_dir, client.proc.pid) == want)
+    wait_until(lambda: rows(shm_dir, client.proc.pid) == DEMANGLED)
+
+
+def test_names_are_demangled_with_a_cpp_runtime_loaded_local_as_python_loads_it(run_client, shm_dir):
+    """Python's extension modules (PyTorch's) bring libstdc++ in with RTLD_LOCAL: not in the global scope."""
+    client = run_client("gpa", "kernels", "4", "1", env={"CLIENT_DLOPEN_LIBSTDCXX": "1"})
+    wait_until(lambda: rows(shm_dir, client.proc.pid) == DEMANGLED)
 
 
 def test_context_independent_unnamed_and_hostile_names(run_client, shm_dir):

@@ -811,6 +811,8 @@ int main(int argc, char **argv)
 {
     if (argc < 3) fprintf(stderr, "usage: cuda_client gpa|dlsym|direct SCENARIO [ARGS]\n"), exit(2);
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* As Python loads an extension module's C++ runtime: local to it, out of the global scope. */
+    if (getenv("CLIENT_DLOPEN_LIBSTDCXX") && !dlopen("libstdc++.so.6", RTLD_NOW | RTLD_LOCAL)) exit(6);
     load(argv[1]);
     const char *scenario = argv[2];
     if (!strcmp(scenario, "launches") && argc == 6) scenario_launches(atoi(argv[3]), atol(argv[4]), atoi(argv[5]));
