@@ -7,6 +7,7 @@ import pytest
 
 from alnair.abi import layout
 from support import PythonProgram, python_records, read_line, wait_until
+from timed_loop import timed_epochs
 
 try:
     import torch  # noqa: F401  only to fail clearly: the programs import it themselves
@@ -17,6 +18,13 @@ LOADER_DELAY = 0.020  # seconds each batch takes to make, injected in collate_fn
 BODY_TIME = 0.010  # seconds of each training step after its batch came
 ITEMS, BATCH, EPOCHS = 42, 4, 2  # 11 batches per epoch, the last one of 2 items
 
+EVALUATE = """
+    with torch.no_grad():  # evaluation: not training steps
+        for x, y in DataLoader(data, batch_size=8, collate_fn=slow_collate):
+            model(x)
+"""
+LOOP = textwrap.indent(timed_epochs(f"DataLoader(data, batch_size={BATCH}, collate_fn=slow_collate)", EPOCHS, BODY_TIME,
+                                    EVALUATE), "    ")
 TRAINING = textwrap.dedent(f"""
     import sys, time
     import alnair.auto  # before torch: the hooks go in when torch is imported
@@ -28,28 +36,7 @@ TRAINING = textwrap.dedent(f"""
         return torch.utils.data.default_collate(items)
 
     data = TensorDataset(torch.randn({ITEMS}, 8), torch.randn({ITEMS}, 1))
-    model = torch.nn.Linear(8, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    waited = stepped = 0.0  # the program's own account, on the intercept's clock: in next(), and first ask to last
-    for epoch in range({EPOCHS}):
-        batches = iter(DataLoader(data, batch_size={BATCH}, collate_fn=slow_collate))
-        first = time.perf_counter()
-        while True:
-            asked = time.perf_counter()
-            try:
-                x, y = next(batches)
-            except StopIteration:
-                stepped += asked - first
-                break
-            waited += time.perf_counter() - asked
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            time.sleep({BODY_TIME})
-        with torch.no_grad():  # evaluation: not training steps
-            for x, y in DataLoader(data, batch_size=8, collate_fn=slow_collate):
-                model(x)
+{LOOP}
     print("ready", waited, stepped, flush=True)
     sys.stdin.read()
 """)

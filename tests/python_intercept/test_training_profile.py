@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 from support import python_records, read_line, wait_until
+from timed_loop import timed_epochs
 
 try:
     import torch  # noqa: F401  only to fail clearly: the programs import it themselves
@@ -24,6 +25,8 @@ BODY_TIME = 0.010  # seconds of each training step after its batch came
 ITEMS, BATCH, EPOCHS, WORKERS = 42, 4, 2, 2  # 11 batches per epoch
 STEPS = EPOCHS * -(-ITEMS // BATCH)
 
+LOOP = textwrap.indent(timed_epochs(
+    f"DataLoader(Items(), batch_size={BATCH}, collate_fn=slow_collate, num_workers={WORKERS})", EPOCHS, BODY_TIME), "    ")
 TRAINING = textwrap.dedent(f"""
     import subprocess, sys, time
     import alnair, torch
@@ -40,25 +43,7 @@ TRAINING = textwrap.dedent(f"""
         time.sleep({LOADER_DELAY})
         return torch.utils.data.default_collate(items)
 
-    model = torch.nn.Linear(8, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    waited = stepped = 0.0  # the program's own account, on the intercept's clock: in next(), and first ask to last
-    for epoch in range({EPOCHS}):
-        batches = iter(DataLoader(Items(), batch_size={BATCH}, collate_fn=slow_collate, num_workers={WORKERS}))
-        first = time.perf_counter()
-        while True:
-            asked = time.perf_counter()
-            try:
-                x, y = next(batches)
-            except StopIteration:
-                stepped += asked - first
-                break
-            waited += time.perf_counter() - asked
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            time.sleep({BODY_TIME})
+{LOOP}
     child = "import alnair, time; alnair.counter('child').inc(7); time.sleep(0.3)"
     subprocess.run([sys.executable, "-c", child], check=True)
     print("ready", waited, stepped, flush=True)
