@@ -46,14 +46,13 @@ FINGERPRINT, SAMPLES, LOGICAL_BYTES = "fingerprint", "samples", "logical_bytes"
 ADMITTED, REJECTED, EVICTIONS, EVICTED_BYTES = "admitted", "rejected", "evictions", "evicted_bytes"
 STALL_SAVED_SECONDS = "stall_saved_seconds"  # hits times the job's stall per miss: the stall the cache saved it
 CACHED_BYTES = "cached_bytes"  # bytes held under the policy (a gauge)
-NAMESPACE, PRIORITY, QUOTA_BYTES = "namespace", "priority", "quota_bytes"  # the job's, as the operator's caps leave them
+NAMESPACE, PRIORITY, QUOTA_BYTES = "namespace", "priority", "quota_bytes"  # the job's, within the operator's caps
 STALL_PER_MISS, READ_RATE, VALUE = "stall_per_miss", "read_rate", "value"  # the job's estimates (policy.py)
 FOOTPRINT_BYTES = "footprint_bytes"  # bytes of one pass over the job's datasets
 FOOTPRINT_PREFIX = "footprint:"  # a job's field per dataset: FOOTPRINT_PREFIX + dataset -> bytes of one pass over it
 # The operator's caps, fields of POLICY; a namespace's own cap is its field followed by ":" and the namespace.
 CAPACITY_BYTES, JOB_QUOTA_BYTES, NAMESPACE_QUOTA_BYTES = "capacity_bytes", "job_quota_bytes", "namespace_quota_bytes"
 MAX_PRIORITY, MARGIN, IDLE_SECONDS, WINDOW_SECONDS = "max_priority", "margin", "idle_seconds", "window_seconds"
-POLICY_FIELDS = (CAPACITY_BYTES, JOB_QUOTA_BYTES, NAMESPACE_QUOTA_BYTES, MAX_PRIORITY, MARGIN, IDLE_SECONDS, WINDOW_SECONDS)
 SPACE_USED, SPACE_SEQ = "used_bytes", "seq"
 
 # On a Redis Cluster every metadata key (manifests, check digests, counter hashes, the registries, the content

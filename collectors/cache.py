@@ -1,6 +1,7 @@
-"""The cache collector: Redis INFO and keys per database, the dataset cache's per-dataset and per-job
-counters, and logical vs physical bytes, for each Redis given by --collector.cache.redis-url; for a Redis
-Cluster (redis+cluster://host:port,...), every node's INFO, keys and slots and the cluster's state."""
+"""The cache collector: Redis INFO and keys per database, the dataset cache's per-dataset, per-job and per-namespace
+counters, the space policy's caps and each job's and namespace's space, and logical vs physical bytes, for each Redis
+given by --collector.cache.redis-url; for a Redis Cluster (redis+cluster://host:port,...), every node's INFO, keys and
+slots and the cluster's state."""
 from __future__ import annotations
 
 import urllib.parse
@@ -43,6 +44,27 @@ CACHE_COUNTERS = [
     (keys.CACHE_BYTES, "cache_read_bytes", "Bytes of samples served from the cache."),
     (keys.ORIGIN_BYTES, "origin_read_bytes", "Bytes of samples read from the origin."),
     (keys.SUBSTITUTED, "substituted", "Hits served in place of a sample that missed, which came later in the epoch."),
+    (keys.STALL_SECONDS, "stall_seconds", "Seconds consumers (CacheLoader, CachedDataset.timed) waited for a batch."),
+    (keys.CONSUMER_SECONDS, "consumer_seconds", "Seconds consumers spent from one batch to the next (waiting or working)."),
+]
+
+# (hash field, metric suffix, help): the space policy's, the same for a job (its space hash) and a namespace.
+SPACE_COUNTERS = [
+    (keys.ADMITTED, "admitted", "Samples the space policy admitted into the cache."),
+    (keys.REJECTED, "rejected", "Samples the space policy did not admit: over a quota, or no room it could take."),
+    (keys.EVICTIONS, "evictions", "Samples the space policy evicted (for a job of more value, or a lowered quota)."),
+    (keys.EVICTED_BYTES, "evicted_bytes", "Bytes of the samples the space policy evicted."),
+    (keys.STALL_SAVED_SECONDS, "stall_saved_seconds", "Hits times the job's stall per miss: the stall it was saved."),
+]
+
+# (job space field, metric suffix, help): the policy's view of each job, gauges.
+JOB_GAUGES = [
+    (keys.PRIORITY, "priority", "The job's priority, as the operator's caps leave it."),
+    (keys.QUOTA_BYTES, "quota_bytes", "The most the job may hold: its own quota within the operator's (+Inf: none)."),
+    (keys.STALL_PER_MISS, "stall_per_miss_seconds",
+     "The job's estimated stall per miss (its measured stall over its misses; 0 until a first estimate)."),
+    (keys.VALUE, "value", ("Priority x stall per miss x reads per second / footprint: the stall seconds a cached byte "
+                           "saves it per second (0 until a first estimate); the job of least value loses space first.")),
 ]
 
 
@@ -92,6 +114,11 @@ class Reading:
     info: dict | None = None
     datasets: dict[str, dict[str, float]] = field(default_factory=dict)
     jobs: dict[str, dict[str, float]] = field(default_factory=dict)
+    job_spaces: dict[str, dict[str, float]] = field(default_factory=dict)
+    job_namespaces: dict[str, str] = field(default_factory=dict)
+    namespaces: dict[str, dict[str, float]] = field(default_factory=dict)
+    policy: dict[str, float] = field(default_factory=dict)
+    space_used: float = 0.0
     physical_bytes: float = 0.0
     nodes: list[NodeReading] = field(default_factory=list)
     cluster: dict | None = None
@@ -120,23 +147,33 @@ def read_target(label: str, client: redis.Redis) -> Reading:
 
 
 def read_counters(label: str, client: redis.Redis, cluster: bool) -> Reading:
-    """The dataset cache's registries, counter hashes and content total (metadata keys: keys.metadata)."""
+    """The dataset cache's registries, counter and space hashes, the policy's caps and the content total (metadata
+    keys: keys.metadata). Jobs are those that fetched within their TTL and those still holding space."""
     def meta(name: str) -> str:
         return keys.metadata(name, cluster)
 
     pipe = client.pipeline(transaction=False)
-    pipe.smembers(meta(keys.DATASETS)).zrange(meta(keys.JOBS), 0, -1).hget(meta(keys.CONTENT), keys.CONTENT_TOTAL)
-    dataset_names, job_names, physical = pipe.execute()
-    dataset_names = sorted(n.decode(errors="replace") for n in dataset_names)
-    job_names = [n.decode(errors="replace") for n in job_names]
-    for name in dataset_names:
-        pipe.hgetall(meta(keys.dataset(name)))
-    for name in job_names:
-        pipe.hgetall(meta(keys.job(name)))
-    hashes = [numbers(h) for h in pipe.execute()]
-    datasets = dict(zip(dataset_names, hashes))
-    jobs = {name: h for name, h in zip(job_names, hashes[len(dataset_names):]) if h}  # {}: expired
-    return Reading(label, True, None, {name: h for name, h in datasets.items() if h}, jobs, float(physical or 0))
+    pipe.smembers(meta(keys.DATASETS)).zrange(meta(keys.JOBS), 0, -1).zrange(meta(keys.HOLDERS), 0, -1)
+    pipe.smembers(meta(keys.NAMESPACES)).hget(meta(keys.CONTENT), keys.CONTENT_TOTAL).hgetall(meta(keys.POLICY))
+    pipe.hget(meta(keys.SPACE), keys.SPACE_USED)
+    dataset_names, job_names, holders, namespace_names, physical, policy, used = pipe.execute()
+    dataset_names, namespace_names = (sorted(n.decode(errors="replace") for n in names)
+                                      for names in (dataset_names, namespace_names))
+    job_names = list(dict.fromkeys(n.decode(errors="replace") for n in (*job_names, *holders)))
+    named = ([keys.dataset(n) for n in dataset_names] + [keys.job(n) for n in job_names]
+             + [keys.job_space(n) for n in job_names] + [keys.namespace(n) for n in namespace_names])
+    for name in named:
+        pipe.hgetall(meta(name))
+    raw = pipe.execute()
+    hashes = iter(numbers(h) for h in raw)
+    datasets, jobs, spaces, namespaces = ({name: next(hashes) for name in names}
+                                          for names in (dataset_names, job_names, job_names, namespace_names))
+    job_namespaces = {name: h.get(keys.NAMESPACE.encode(), b"").decode(errors="replace")
+                      for name, h in zip(job_names, raw[len(dataset_names) + len(job_names):])}
+    present = [{name: h for name, h in found.items() if h}  # {}: expired
+               for found in (datasets, jobs, spaces, namespaces)]
+    return Reading(label, True, None, present[0], present[1], present[2], job_namespaces, present[3], numbers(policy),
+                   float(used or 0), float(physical or 0))
 
 
 def cluster_nodes(text: str) -> list[tuple[str, str, list[tuple[int, int]]]]:
@@ -255,6 +292,10 @@ class CacheCollector:
         yield from server_metrics(readings)
         yield from cache_metrics(readings, "dataset", "dataset", lambda r: r.datasets)
         yield from cache_metrics(readings, "job", "job_name", lambda r: r.jobs)
+        yield from cache_metrics(readings, "namespace", "namespace", lambda r: r.namespaces)
+        yield from space_metrics(readings, "job", "job_name", lambda r: r.job_spaces)
+        yield from space_metrics(readings, "namespace", "namespace", lambda r: r.namespaces)
+        yield from policy_metrics(readings)
         yield from dedupe_metrics(readings)
         yield from node_metrics(readings)
 
@@ -305,6 +346,53 @@ def cache_metrics(readings: list[Reading], scope: str, label: str, hashes) -> It
                 family.add_metric([r.label, name], values.get(hash_field, 0))
             latency.add_metric([r.label, name], cumulative_buckets(values), values.get(keys.FETCH_SECONDS, 0))
     yield from (*counters, latency)
+
+
+def space_metrics(readings: list[Reading], scope: str, label: str, hashes) -> Iterator[Metric]:
+    """The space policy's counters and the bytes held, per job (its space hash) or per namespace (`scope`)."""
+    labels = ["redis", label]
+    counters = [CounterMetricFamily(f"alnair_cache_{scope}_{suffix}", text, labels=labels) for _, suffix, text in SPACE_COUNTERS]
+    cached = GaugeMetricFamily(f"alnair_cache_{scope}_cached_bytes", "Bytes of samples held under the space policy.",
+                               labels=labels)
+    for r in readings:
+        for name, values in hashes(r).items():
+            for family, (hash_field, _, _) in zip(counters, SPACE_COUNTERS):
+                family.add_metric([r.label, name], values.get(hash_field, 0))
+            cached.add_metric([r.label, name], values.get(keys.CACHED_BYTES, 0))
+    yield from (*counters, cached)
+
+
+def policy_metrics(readings: list[Reading]) -> Iterator[Metric]:
+    """The operator's caps, the space in use, each job's namespace and its place under the policy."""
+    capacity = GaugeMetricFamily("alnair_cache_policy_capacity_bytes",
+                                 "Bytes the space policy may fill with samples (alnair:policy's capacity_bytes; 0: off, "
+                                 "Redis's own maxmemory policy evicts).", labels=["redis"])
+    used = GaugeMetricFamily("alnair_cache_policy_used_bytes", "Bytes of samples held under the space policy.",
+                             labels=["redis"])
+    quota = GaugeMetricFamily("alnair_cache_namespace_quota_bytes",
+                              "The most a namespace's jobs may hold together (the operator's cap; +Inf: none).",
+                              labels=["redis", "namespace"])
+    info = GaugeMetricFamily("alnair_cache_job_namespace_info", "The namespace a job is charged to.",
+                             labels=["redis", "job_name", "namespace"])
+    gauges = [GaugeMetricFamily(f"alnair_cache_job_{suffix}", text, labels=["redis", "job_name"])
+              for _, suffix, text in JOB_GAUGES]
+    footprint = GaugeMetricFamily("alnair_cache_job_footprint_bytes", "Bytes of one pass over the job's datasets.",
+                                  labels=["redis", "job_name"])
+    for r in readings:
+        if not r.up:
+            continue
+        capacity.add_metric([r.label], r.policy.get(keys.CAPACITY_BYTES, 0))
+        used.add_metric([r.label], r.space_used)
+        for namespace in r.namespaces:
+            cap = r.policy.get(keys.per_namespace(keys.NAMESPACE_QUOTA_BYTES, namespace),
+                               r.policy.get(keys.NAMESPACE_QUOTA_BYTES, 0))
+            quota.add_metric([r.label, namespace], cap if cap > 0 else float("inf"))
+        for job, values in r.job_spaces.items():
+            info.add_metric([r.label, job, r.job_namespaces.get(job, "")], 1)
+            for family, (space_field, _, _) in zip(gauges, JOB_GAUGES):
+                family.add_metric([r.label, job], values.get(space_field, 0))
+            footprint.add_metric([r.label, job], sum(v for k, v in values.items() if k.startswith(keys.FOOTPRINT_PREFIX)))
+    yield from (capacity, used, quota, info, *gauges, footprint)
 
 
 def cumulative_buckets(values: dict[str, float]) -> list[tuple[str, float]]:

@@ -95,7 +95,8 @@ def footprint(samples: int, served: int, served_bytes: int) -> int:
 
 
 # Key names relative to the metadata keys' prefix (keys.metadata's), for the keys a script finds as it goes.
-SPACE_KEY, NAMESPACE_KEY, HELD_KEY = (name("")[len(keys.PREFIX):] for name in (keys.job_space, keys.namespace, keys.held))
+SPACE_KEY, NAMESPACE_KEY, HELD_KEY = (name("")[len(keys.PREFIX):]
+                                      for name in (keys.job_space, keys.namespace, keys.held))
 
 # Lua shared by ADMIT and ACCOUNT. HMGET gives false for an absent field, which tonumber makes nil.
 PRELUDE = f"""
@@ -111,12 +112,13 @@ end
 -- The operator's caps over a job of namespace ns that asks for priority and quota (nil: none): capacity (0: the
 -- policy is off), the job's quota and its namespace's (math.huge: none), its priority, margin, idle and window seconds.
 local function caps(policy, ns, priority, quota)
-  local f = redis.call('HMGET', policy, '{keys.CAPACITY_BYTES}', '{keys.JOB_QUOTA_BYTES}', '{keys.NAMESPACE_QUOTA_BYTES}',
-                       '{keys.NAMESPACE_QUOTA_BYTES}:' .. ns, '{keys.MAX_PRIORITY}', '{keys.MAX_PRIORITY}:' .. ns,
+  local f = redis.call('HMGET', policy, '{keys.CAPACITY_BYTES}', '{keys.JOB_QUOTA_BYTES}',
+                       '{keys.NAMESPACE_QUOTA_BYTES}', '{keys.NAMESPACE_QUOTA_BYTES}:' .. ns,
+                       '{keys.MAX_PRIORITY}', '{keys.MAX_PRIORITY}:' .. ns,
                        '{keys.MARGIN}', '{keys.IDLE_SECONDS}', '{keys.WINDOW_SECONDS}')
-  return {{capacity = number(f[1], 0), job_quota = math.min(cap(f[2]), quota or math.huge), ns_quota = cap(f[4] or f[3]),
-          priority = math.min(priority, number(f[6] or f[5], math.huge)), margin = number(f[7], 0.25),
-          idle = number(f[8], 60), window = number(f[9], 1)}}
+  return {{capacity = number(f[1], 0), job_quota = math.min(cap(f[2]), quota or math.huge),
+          ns_quota = cap(f[4] or f[3]), priority = math.min(priority, number(f[6] or f[5], math.huge)),
+          margin = number(f[7], 0.25), idle = number(f[8], 60), window = number(f[9], 1)}}
 end
 
 -- The job's namespace: the one it asks for, unless it holds space, charged to the one it had then.
@@ -267,7 +269,8 @@ local function evict(prefix, held, holders, space, victim)
   return popped[1]
 end
 
--- One flat array of bulk strings (the cache's RESP reader reads no nested arrays): the count to store, those, the evicted.
+-- One flat array of bulk strings (the cache's RESP reader reads no nested arrays): the count to store, those, then
+-- the evicted.
 local function reply(stored, evicted)
   local flat = {{tostring(#stored)}}
   for _, digest in ipairs(stored) do flat[#flat + 1] = digest end

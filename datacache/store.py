@@ -253,7 +253,8 @@ class ClusterStore:
             calls.append((self._record, self._meta(keys.dataset(dataset), keys.manifest(dataset), keys.CONTENT,
                                                    keys.checks(dataset)), record_args(fingerprint, writes.entries)))
         if writes.checks:
-            calls.append((self._record_checks, self._meta(keys.dataset(dataset), keys.manifest(dataset), keys.checks(dataset)),
+            calls.append((self._record_checks,
+                          self._meta(keys.dataset(dataset), keys.manifest(dataset), keys.checks(dataset)),
                           [fingerprint, *(x for item in writes.checks for x in item)]))
         if deltas:
             calls.append((self._account, *account_call(dataset, job, footprint, deltas, True)))

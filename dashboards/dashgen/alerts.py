@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from . import recording as r
-from .promql import CLUSTER_SLOTS, RULES, with_node
+from .promql import CACHE_JOB, CLUSTER_SLOTS, RULES, by, rate, ratio, with_node
 
 DEFAULTS: dict[str, dict[str, object]] = {
     "AlnairExporterDown": {"for": "2m", "severity": "critical"},
@@ -24,6 +24,7 @@ DEFAULTS: dict[str, dict[str, object]] = {
     "AlnairComputeThrottled": {"threshold": 0.5, "for": "15m", "severity": "info"},
     "AlnairTrainingDataStallHigh": {"threshold": 0.3, "for": "15m", "severity": "warning"},
     "AlnairCacheHitRatioLow": {"threshold": 0.5, "for": "30m", "severity": "warning"},
+    "AlnairCacheJobStarved": {"threshold": 0.3, "for": "15m", "severity": "warning"},
     "AlnairRedisDown": {"for": "2m", "severity": "critical"},
     "AlnairRedisClusterNodeDown": {"for": "2m", "severity": "warning"},
     "AlnairRedisClusterStateNotOk": {"for": "2m", "severity": "critical"},
@@ -194,6 +195,22 @@ def cache_hit_ratio_low(t) -> Alert:
         "cache dashboard: raise Redis's maxmemory, or make sure its policy evicts (allkeys-lru) rather than refusing writes.")
 
 
+def cache_job_starved(t) -> Alert:
+    stall, consumer, refused = (by(CACHE_JOB, "sum", rate(RULES, f"alnair_cache_job_{name}", CACHE_JOB))
+                                for name in ("stall_seconds_total", "consumer_seconds_total", "rejected_total"))
+    return Alert(
+        f"{ratio(stall, consumer)} > {t['threshold']} and on (redis, job_name) {refused} > 0",
+        f"Job {label('job_name')} waits for data {PERCENT} of its loop and the cache refuses its samples",
+        f"For {t['for']} the consumers of job {label('job_name')} have spent more than {t['threshold']} of their loop "
+        f"waiting for batches while the space policy of {label('redis')} refused to cache the samples it missed: over its "
+        "quota or its namespace's, or no room its value (priority x stall per miss x reads per second per byte) could "
+        "take from a job of less value.",
+        "Open the Space row of the Dataset cache dashboard: who holds the space, and each job's value. Raise the job's "
+        "priority (ALNAIR_CACHE_PRIORITY, within its namespace's max_priority), its quota (ALNAIR_CACHE_QUOTA) or its "
+        "namespace's (alnair:policy), or the policy's capacity with Redis's maxmemory; or accept it, if the jobs "
+        "holding the space matter more.")
+
+
 def redis_down(t) -> Alert:
     return Alert(
         "alnair_cache_up == 0",
@@ -260,7 +277,8 @@ GROUPS: dict[str, dict[str, Callable[[Mapping], Alert]]] = {
                    "AlnairGpuTemperatureHigh": gpu_temperature_high},
     "alnair-workloads": {"AlnairProcessNearMemoryLimit": near_memory_limit, "AlnairAllocationsDenied": allocations_denied,
                          "AlnairComputeThrottled": compute_throttled, "AlnairTrainingDataStallHigh": data_stall_high},
-    "alnair-cache": {"AlnairCacheHitRatioLow": cache_hit_ratio_low, "AlnairRedisDown": redis_down,
+    "alnair-cache": {"AlnairCacheHitRatioLow": cache_hit_ratio_low, "AlnairCacheJobStarved": cache_job_starved,
+                     "AlnairRedisDown": redis_down,
                      "AlnairRedisClusterNodeDown": redis_cluster_node_down,
                      "AlnairRedisClusterStateNotOk": redis_cluster_state_not_ok,
                      "AlnairRedisClusterSlotsUncovered": redis_cluster_slots_uncovered,

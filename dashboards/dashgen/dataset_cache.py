@@ -1,14 +1,15 @@
 """Dataset cache: hit ratios per dataset and job, bytes from the cache and from the origin, fetch latency,
-fallbacks and Redis errors, and the Redis behind it: reachability, memory, evictions, deduplication; for a Redis
-Cluster target (redis+cluster://), its nodes: which answer, memory against maxmemory, evictions, keys, the
-cluster's state and the hash slots it serves."""
+fallbacks and Redis errors; the space policy per job and namespace: space held against capacity and quotas, hits,
+evictions, refused admissions, data stall and the stall the cache saves, each job's value; and the Redis behind it:
+reachability, memory, evictions, deduplication; for a Redis Cluster target (redis+cluster://), its nodes: which
+answer, memory against maxmemory, evictions, keys, the cluster's state and the hash slots it serves."""
 from __future__ import annotations
 
 from . import variables as v
-from .model import Dashboard, Query, row, states, timeseries
+from .model import Dashboard, Query, Variable, row, states, timeseries
 from .promql import DASHBOARD as S
-from .promql import CLUSTER_SLOTS, DATASET, REDIS, by, cache_hit_ratio, cache_node_memory_of_max, dedupe_ratio
-from .promql import rate, selector
+from .promql import CACHE_JOB, CLUSTER_SLOTS, DATASET, REDIS, by, cache_hit_ratio, cache_node_memory_of_max
+from .promql import dedupe_ratio, rate, ratio, selector
 
 PER_DATASET = ("redis", "dataset")
 DATASET_LEGEND = "{{dataset}} ({{redis}})"
@@ -22,6 +23,65 @@ def latency(quantile: float) -> Query:
     buckets = by([*PER_DATASET, "le"], "sum", rate(S, "alnair_cache_dataset_fetch_duration_seconds_bucket", DATASET))
     return Query(f"histogram_quantile({quantile}, {buckets})", f"{DATASET_LEGEND} p{quantile * 100:g}")
 
+
+# The namespaces jobs are charged to (the space policy's), filtered as the other dashboards filter pods' namespaces.
+NAMESPACE = Variable("namespace", "Namespace",
+                     'label_values(alnair_cache_namespace_hits_total{redis=~"$redis"}, namespace)', all_value=".*")
+CACHE_NAMESPACE = ("redis", "namespace")
+JOB_LEGEND, NAMESPACE_LEGEND = "{{job_name}} ({{redis}})", "{{namespace}} ({{redis}})"
+
+
+def per_job(metric: str, legend: str = JOB_LEGEND, counter: bool = True) -> Query:
+    series = rate(S, metric, CACHE_JOB) if counter else selector(S, metric, CACHE_JOB)
+    return Query(by(CACHE_JOB, "sum", series), legend)
+
+
+def per_namespace(metric: str, legend: str = NAMESPACE_LEGEND, counter: bool = True) -> Query:
+    series = rate(S, metric, CACHE_NAMESPACE) if counter else selector(S, metric, CACHE_NAMESPACE)
+    return Query(by(CACHE_NAMESPACE, "sum", series), legend)
+
+
+def job_stall_share() -> Query:
+    stall, consumer = (by(CACHE_JOB, "sum", rate(S, f"alnair_cache_job_{name}_seconds_total", CACHE_JOB))
+                       for name in ("stall", "consumer"))
+    return Query(ratio(stall, consumer), JOB_LEGEND)
+
+
+SPACE = row(
+    "Space by job and namespace",
+    timeseries("Space held per job", "Bytes each job holds under the space policy (the samples it admitted), beside "
+               "the policy's capacity (docs/datacache.md, Space for many jobs). 0 throughout: the policy is off (no "
+               "capacity set) and Redis's own maxmemory policy evicts.", "bytes",
+               per_job("alnair_cache_job_cached_bytes", counter=False),
+               Query(selector(S, "alnair_cache_policy_capacity_bytes", REDIS), "{{redis}} capacity", line=True), min=0),
+    timeseries("Space held per namespace", "Bytes each namespace's jobs hold together, beside the operator's quota for "
+               "the namespace (where one is set).", "bytes",
+               per_namespace("alnair_cache_namespace_cached_bytes", counter=False),
+               Query(f'{selector(S, "alnair_cache_namespace_quota_bytes", CACHE_NAMESPACE)} < Inf',
+                     f"{NAMESPACE_LEGEND} quota", line=True), min=0),
+    timeseries("Hits per job and namespace", "Samples per second each job and each namespace read from the cache.",
+               "ops",
+               per_job("alnair_cache_job_hits_total"),
+               per_namespace("alnair_cache_namespace_hits_total", f"namespace {NAMESPACE_LEGEND}"), min=0),
+    timeseries("Evictions per job and namespace", "Samples per second the space policy evicted from each job and "
+               "namespace: for a job of more value (priority x stall per miss x reads per second per byte), or under a "
+               "quota lowered below what a job held.", "ops",
+               per_job("alnair_cache_job_evictions_total"),
+               per_namespace("alnair_cache_namespace_evictions_total", f"namespace {NAMESPACE_LEGEND}"), min=0),
+    timeseries("Admissions refused per job", "Samples per second the space policy did not admit for each job: over "
+               "its quota or its namespace's, or no room its value could take. With a high data stall this is a job "
+               "starved of cache (AlnairCacheJobStarved).", "ops", per_job("alnair_cache_job_rejected_total"), min=0),
+    timeseries("Data stall per job", "The share of each job's loop spent waiting for the next batch (CacheLoader, or a "
+               "loop wrapped in CachedDataset.timed).", "percentunit", job_stall_share(), min=0, max=1),
+    timeseries("Stall saved per job", "Seconds of data stall per second the cache saves each job: its hits times its "
+               "stall per miss (its measured stall over its misses).", "s",
+               per_job("alnair_cache_job_stall_saved_seconds_total"),
+               per_namespace("alnair_cache_namespace_stall_saved_seconds_total", f"namespace {NAMESPACE_LEGEND}"),
+               min=0),
+    timeseries("Value per job", "Each job's value under the space policy: the stall seconds one cached byte saves it "
+               "per second, times its priority. The space of the job of least value goes first, to a job whose value "
+               "exceeds it by the margin.", "none", per_job("alnair_cache_job_value", counter=False), min=0),
+)
 
 REDIS_ROW = row(
     "Redis",
@@ -121,8 +181,8 @@ CLUSTER = row(
 
 DASHBOARD = Dashboard(
     "alnair-dataset-cache", "Alnair / Dataset cache",
-    "The Redis dataset cache: hit ratios, bytes from cache and origin, latency, fallbacks, memory and deduplication, "
-    "and a Redis Cluster's nodes.",
-    (v.DATASOURCE, v.REDIS, v.DATASET, v.CACHE_JOB),
-    (REDIS_ROW, HITS, ERRORS, STORAGE, CLUSTER),
+    "The Redis dataset cache: hit ratios, bytes from cache and origin, space, hits and evictions per job and namespace "
+    "under the space policy, latency, fallbacks, memory and deduplication, and a Redis Cluster's nodes.",
+    (v.DATASOURCE, v.REDIS, v.DATASET, v.CACHE_JOB, NAMESPACE),
+    (REDIS_ROW, HITS, SPACE, ERRORS, STORAGE, CLUSTER),
 )

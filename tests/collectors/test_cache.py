@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from alnair.abi import cache_keys as keys
 from alnair.collectors.cache import CacheCollector
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.exporter.plugin import CollectorUnavailable
@@ -154,6 +155,8 @@ def test_a_cluster_target_reports_every_node_the_cluster_state_and_the_cache_cou
     assert samples[series("alnair_cache_dataset_misses_total", redis=cluster.url, dataset="a")] == 10
     assert samples[series("alnair_cache_job_misses_total", redis=cluster.url, job_name="job-2")] == 10
     assert samples[series("alnair_cache_physical_bytes", redis=cluster.url)] == 15 * SIZE
+    assert samples[series("alnair_cache_namespace_misses_total", redis=cluster.url, namespace="default")] == 20
+    assert samples[series("alnair_cache_policy_capacity_bytes", redis=cluster.url)] == 0  # the policy off
     assert series("alnair_cache_memory_used_bytes", redis=cluster.url) not in samples  # per node instead
 
     replica = next(s for s in cluster.servers if f"127.0.0.1:{s.port}" not in primaries)
@@ -169,6 +172,40 @@ def test_a_cluster_target_reports_every_node_the_cluster_state_and_the_cache_cou
     assert up == {n: 0 if n == f"127.0.0.1:{replica.port}" else 1 for n in nodes}
     assert samples[series("alnair_cache_up", redis=cluster.url)] == 1
     assert samples[series("alnair_cache_dataset_misses_total", redis=cluster.url, dataset="b")] == 10
+
+
+def test_collector_reports_space_per_job_and_namespace_and_the_policys_caps(start_redis, tmp_path):
+    server = start_redis()
+    server.client().hset(keys.POLICY, mapping={keys.CAPACITY_BYTES: 12 * SIZE, keys.JOB_QUOTA_BYTES: 8 * SIZE,
+                                                keys.per_namespace(keys.NAMESPACE_QUOTA_BYTES, "team-a"): 5 * SIZE})
+    for job, namespace in (("a1", "team-a"), ("b1", "team-b")):
+        (tmp_path / job).mkdir()
+        for i in range(10):
+            (tmp_path / job / f"{i:02d}").write_bytes(bytes([i, ord(job[0])]) * (SIZE // 2))
+        dataset = CachedDataset(server.url, job, DirectoryOrigin(tmp_path / job), job=job, namespace=namespace, priority=2)
+        for _ in range(2):
+            list(CacheLoader(dataset, 5))
+        dataset.close()
+    samples = scrape(CacheCollector(options(f"--collector.cache.redis-url={server.url}")))
+
+    def value(name: str, **labels: str) -> float:
+        return samples[series(f"alnair_cache_{name}", redis=server.url, **labels)]
+
+    def per_job(name: str, *jobs: str) -> list[float]:
+        return [value(f"job_{name}", job_name=job) for job in jobs]
+
+    assert (value("policy_capacity_bytes"), value("policy_used_bytes")) == (12 * SIZE, 12 * SIZE)
+    assert per_job("cached_bytes", "a1", "b1") == [5 * SIZE, 7 * SIZE]  # a1 its namespace's cap, b1 the room left
+    assert value("namespace_cached_bytes", namespace="team-a") == 5 * SIZE
+    assert value("namespace_quota_bytes", namespace="team-a") == 5 * SIZE
+    assert value("namespace_quota_bytes", namespace="team-b") == float("inf")
+    assert per_job("quota_bytes", "a1") == [8 * SIZE] and per_job("priority", "b1") == [2]
+    assert per_job("admitted_total", "a1") + per_job("rejected_total", "a1") == [5, 10]
+    assert value("namespace_rejected_total", namespace="team-b") == 6  # 3 in each epoch: no room left
+    assert per_job("hits_total", "a1") == [value("namespace_hits_total", namespace="team-a")] == [5]
+    assert value("job_namespace_info", job_name="b1", namespace="team-b") == 1
+    assert per_job("footprint_bytes", "a1") == [10 * SIZE] and per_job("evictions_total", "b1") == [0]
+    assert per_job("consumer_seconds_total", "a1") >= per_job("stall_seconds_total", "a1") > [0]
 
 
 def test_a_cluster_urls_commas_stay_in_it_beside_other_urls(monkeypatch):

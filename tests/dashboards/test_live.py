@@ -21,6 +21,7 @@ import pytest
 import requests
 import yaml
 
+from alnair.abi import cache_keys as keys
 from dashboard_support import DASHBOARD_FILES, ROOT, RULE_FILES, load, targets
 from dashgen import dcgm_names
 from support import (Exporter, PythonProgram, RedisServer, Writer, end_all, fill_cache, free_port, redis_cluster,  # noqa: F401
@@ -194,6 +195,8 @@ def stack(tmp_path_factory, test_writer_binary, redis_cluster):
     shm.mkdir()
     (tmp / "redis").mkdir()
     redis = RedisServer(tmp / "redis")
+    # The dataset cache's space policy on, with a namespace quota: the Space row's capacity and quota lines
+    redis.client().hset(keys.POLICY, mapping={keys.CAPACITY_BYTES: 64 << 20, keys.NAMESPACE_QUOTA_BYTES: 32 << 20})
     children, writers = [], []
     started = time.time()
     try:
@@ -503,3 +506,21 @@ def test_the_dcgm_profiling_names_serve_the_doubles_gpm_rates_as_ratios_and_byte
     except AssertionError:
         pass
     assert as_wanted(), shown()
+
+
+def test_the_space_row_shows_each_jobs_space_beside_the_policys_capacity(stack):
+    """demo-job cached 18 distinct samples of 4096 bytes (images 0-11, thumbnails 6-17) under the demo Redis's policy
+    (64 MiB of capacity); the cluster target runs without one: capacity 0, nothing held."""
+    board = load(ROOT / "dashboards/json/dataset-cache.json")
+    held, capacity = panel_queries(board, "Space held per job", as_grafana_all(stack.prometheus, board))
+
+    def shown() -> tuple[dict, dict]:
+        return ({r["metric"]["job_name"]: float(r["value"][1]) for r in query(stack.prometheus, held)},
+                sorted(float(r["value"][1]) for r in query(stack.prometheus, capacity)))
+
+    wanted = ({"demo-job": 18 * 4096, "cluster-job": 0}, [0, 64 << 20])
+    try:
+        wait_until(lambda: shown() == wanted, timeout=SETTLE)
+    except AssertionError:
+        pass
+    assert shown() == wanted

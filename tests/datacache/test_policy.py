@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 import redis
+from conftest import sample_bytes
+from support import cluster, redis_cluster, wait_until  # noqa: F401  (fixtures)
+
 from alnair.abi import cache_keys as keys
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.datacache.cluster import slot_of
 from alnair.datacache.policy import JobSettings
-from conftest import sample_bytes
-from support import cluster, redis_cluster, wait_until  # noqa: F401  (fixtures)
 
 KB = 1024
 META_SLOT = slot_of(keys.metadata(keys.DATASETS, True))
@@ -42,7 +43,8 @@ class Target:
         self.meta.hset(self.name(keys.POLICY), mapping=caps)
 
     def space(self, job: str) -> dict[str, str]:
-        return {k.decode(): v.decode(errors="replace") for k, v in self.meta.hgetall(self.name(keys.job_space(job))).items()}
+        space = self.meta.hgetall(self.name(keys.job_space(job)))
+        return {k.decode(): v.decode(errors="replace") for k, v in space.items()}
 
     def cached(self, job: str) -> int:
         return int(self.space(job).get(keys.CACHED_BYTES, 0))

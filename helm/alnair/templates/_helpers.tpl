@@ -86,6 +86,30 @@ URLs, the chart's Redis (its password through $(ALNAIR_REDIS_PASSWORD)) and the 
 {{- join "," $urls -}}
 {{- end -}}
 
+{{/* Bytes from a size of values.schema.json's form: 768Mi is 805306368. */}}
+{{- define "alnair.bytes" -}}
+{{- $unit := regexFind "(Ki|Mi|Gi|Ti|k|M|G|T)$" . -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- mul (trimSuffix $unit . | int64) (get $units $unit) -}}
+{{- end -}}
+
+{{/* The space policy's caps as the hash alnair:policy holds them (abi/cache_keys.py's fields), field value ...; empty
+     when redis.cachePolicy.capacity is "" (the policy off). */}}
+{{- define "alnair.cachePolicyFields" -}}
+{{- $p := .Values.redis.cachePolicy -}}
+{{- if $p.capacity -}}
+{{- $fields := list "capacity_bytes" (include "alnair.bytes" $p.capacity) "margin" $p.margin "idle_seconds" $p.idleSeconds "window_seconds" $p.windowSeconds -}}
+{{- if $p.jobQuota }}{{ $fields = concat $fields (list "job_quota_bytes" (include "alnair.bytes" $p.jobQuota)) }}{{ end -}}
+{{- if $p.namespaceQuota }}{{ $fields = concat $fields (list "namespace_quota_bytes" (include "alnair.bytes" $p.namespaceQuota)) }}{{ end -}}
+{{- if ne (toString $p.maxPriority) "" }}{{ $fields = concat $fields (list "max_priority" $p.maxPriority) }}{{ end -}}
+{{- range $namespace, $caps := $p.namespaces -}}
+{{- if $caps.quota }}{{ $fields = concat $fields (list (printf "namespace_quota_bytes:%s" $namespace) (include "alnair.bytes" $caps.quota)) }}{{ end -}}
+{{- if ne (toString $caps.maxPriority) "" }}{{ $fields = concat $fields (list (printf "max_priority:%s" $namespace) $caps.maxPriority) }}{{ end -}}
+{{- end -}}
+{{- join " " $fields -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "alnair.cacheEnabled" -}}
 {{- $c := .Values.exporter.collectors.cache -}}
 {{- if or $c.enabled .Values.redis.enabled $c.redisUrls $c.redisUrlSecret.name -}}true{{- end -}}

@@ -324,7 +324,7 @@ rule groups; the alerts take their settings from .Values.prometheusRule.settings
       action: "Raise the DataLoader's num_workers and prefetch_factor, pin memory, move decoding off the training process, or cache the dataset in Redis (alnair.datacache); check the node's CPU on the Node GPUs dashboard."
   {{- end }}
 {{- end }}
-{{- if not (and (has "AlnairCacheHitRatioLow" $disabled) (has "AlnairRedisDown" $disabled) (has "AlnairRedisClusterNodeDown" $disabled) (has "AlnairRedisClusterStateNotOk" $disabled) (has "AlnairRedisClusterSlotsUncovered" $disabled) (has "AlnairRedisClusterNodeNearMaxMemory" $disabled)) }}
+{{- if not (and (has "AlnairCacheHitRatioLow" $disabled) (has "AlnairCacheJobStarved" $disabled) (has "AlnairRedisDown" $disabled) (has "AlnairRedisClusterNodeDown" $disabled) (has "AlnairRedisClusterStateNotOk" $disabled) (has "AlnairRedisClusterSlotsUncovered" $disabled) (has "AlnairRedisClusterNodeNearMaxMemory" $disabled)) }}
 - name: "alnair-cache"
   rules:
   {{- if not (has "AlnairCacheHitRatioLow" $disabled) }}
@@ -338,6 +338,18 @@ rule groups; the alerts take their settings from .Values.prometheusRule.settings
       summary: {{ "Dataset {{ $labels.dataset }} is served from the cache for only {{ $value | humanizePercentage }} of its fetches" | quote }}
       description: {{ printf "For %s fewer than %s of the samples of dataset {{ $labels.dataset }} fetched through {{ $labels.redis }} came from Redis: the rest were read from the origin." (include "alnair.rules.scalar" (index $t "for")) (include "alnair.rules.scalar" (index $t "threshold")) | quote }}
       action: "A first epoch is all misses. Otherwise look at evictions and memory used against maxmemory on the Dataset cache dashboard: raise Redis's maxmemory, or make sure its policy evicts (allkeys-lru) rather than refusing writes."
+  {{- end }}
+  {{- if not (has "AlnairCacheJobStarved" $disabled) }}
+  {{- $t := index $settings "AlnairCacheJobStarved" }}
+  - alert: "AlnairCacheJobStarved"
+    expr: {{ printf "(sum by (redis, job_name) (rate(alnair_cache_job_stall_seconds_total[5m]))) / (sum by (redis, job_name) (rate(alnair_cache_job_consumer_seconds_total[5m])) > 0) > %s and on (redis, job_name) sum by (redis, job_name) (rate(alnair_cache_job_rejected_total[5m])) > 0" (include "alnair.rules.scalar" (index $t "threshold")) | quote }}
+    for: {{ printf "%s" (include "alnair.rules.scalar" (index $t "for")) | quote }}
+    labels:
+      severity: {{ printf "%s" (include "alnair.rules.scalar" (index $t "severity")) | quote }}
+    annotations:
+      summary: {{ "Job {{ $labels.job_name }} waits for data {{ $value | humanizePercentage }} of its loop and the cache refuses its samples" | quote }}
+      description: {{ printf "For %s the consumers of job {{ $labels.job_name }} have spent more than %s of their loop waiting for batches while the space policy of {{ $labels.redis }} refused to cache the samples it missed: over its quota or its namespace's, or no room its value (priority x stall per miss x reads per second per byte) could take from a job of less value." (include "alnair.rules.scalar" (index $t "for")) (include "alnair.rules.scalar" (index $t "threshold")) | quote }}
+      action: "Open the Space row of the Dataset cache dashboard: who holds the space, and each job's value. Raise the job's priority (ALNAIR_CACHE_PRIORITY, within its namespace's max_priority), its quota (ALNAIR_CACHE_QUOTA) or its namespace's (alnair:policy), or the policy's capacity with Redis's maxmemory; or accept it, if the jobs holding the space matter more."
   {{- end }}
   {{- if not (has "AlnairRedisDown" $disabled) }}
   {{- $t := index $settings "AlnairRedisDown" }}
