@@ -72,6 +72,7 @@ LABELS = {
     "alnair_python_phase": ("pid", "name"),
 }
 
+# fmt: off
 # In the order served; a struct's rows come from its collector.
 EXPORTED = [
     Exported("alnair_cuda_device", "kernel_launches", "alnair_cuda_kernel_launches", "counter",
@@ -164,6 +165,7 @@ EXPORTED = [
     Exported("alnair_python_phase", "count", "alnair_python_phase_completions", "counter",
              "Completed `with alnair.phase(name)` blocks."),
 ]
+# fmt: on
 
 # Fields no line serves, and why. Fields named reserved or reserved<N> are space for fields to come, always 0.
 NOT_EXPORTED = {

@@ -468,7 +468,8 @@ def main() -> None:
                         help="with --shards: epochs (requests) per run for each run to last this long (0: one epoch)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # a timeout's TERM still stops the servers
+    # a timeout's TERM still stops the servers
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     for binary in ("redis-server", "redis-benchmark", *(["redis-cli"] if args.shards else [])):
         if shutil.which(binary) is None:
             sys.exit(f"{binary} is not installed (apt-get install redis-server)")

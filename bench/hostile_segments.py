@@ -1187,7 +1187,8 @@ def wait_reclaimed(prober: Prober, shm_dir: Path, writers: int, timeout: float) 
     deadline = time.monotonic() + timeout
     while True:
         latest = max(prober.samples.values(), key=lambda s: s.finished)
-        left = [n for n in os.listdir(shm_dir) if not n.startswith((READER_MARKER, "." + READER_MARKER))]  # the reader's own
+        # the reader's own
+        left = [n for n in os.listdir(shm_dir) if not n.startswith((READER_MARKER, "." + READER_MARKER))]
         if (latest.reclaimed >= writers and not left) or time.monotonic() > deadline:
             return latest.reclaimed, left
         time.sleep(0.1)

@@ -140,7 +140,8 @@ def instructions_per_step() -> dict[str, dict[str, float]]:
         command = ["env", "OMP_NUM_THREADS=1", "PYTHONHASHSEED=0", "valgrind", "--tool=callgrind", "--dump-before=getppid",
                    f"--callgrind-out-file={out}/cg", sys.executable, __file__, "--child"]
         subprocess.run(command, capture_output=True, check=True)
-        per_loop = 1 + CALLGRIND_ROUNDS * 2 * 2 * 2  # a warm-up segment, then (plain, hooked) x (short, long) x (loop, fold)
+        # a warm-up segment, then (plain, hooked) x (short, long) x (loop, fold)
+        per_loop = 1 + CALLGRIND_ROUNDS * 2 * 2 * 2
         segments = per_loop * len(CALLGRIND_STEPS)
         dumps = sorted(Path(out).glob("cg.*"), key=lambda path: int(path.suffix[1:]))
         if len(dumps) != segments:

@@ -48,8 +48,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "gpu"))
 from check_python_and_cuda_records import free_port, shim  # noqa: E402
 
+# Student's t, two-sided 95%
 T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
-         15: 2.13, 20: 2.09, 25: 2.06, 30: 2.04, 40: 2.02, 60: 2.00}  # Student's t, two-sided 95%
+         15: 2.13, 20: 2.09, 25: 2.06, 30: 2.04, 40: 2.02, 60: 2.00}
 RESNET = """
 try:
     from torchvision.models import resnet50
@@ -256,7 +257,8 @@ def main() -> int:
     started = time.monotonic()
     _, steps, warmup, batch = MODELS[args.model]
     args.steps, args.warmup, args.batch = args.steps or steps, args.warmup or warmup, args.batch or batch
-    if args.exporter_cpus != "none":  # this script's scraper thread, and the exporter it starts (taskset parses the list)
+    # this script's scraper thread, and the exporter it starts (taskset parses the list)
+    if args.exporter_cpus != "none":
         subprocess.run(["taskset", "-pc", args.exporter_cpus, str(os.getpid())], check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["make", "-s", "-C", str(REPO / "intercept")], check=True)
     work = Path(tempfile.mkdtemp(prefix="alnair-stack-"))

@@ -24,7 +24,8 @@ class ProcessCounters:
     memory_used: int = 0
     memory_limit: int = 0
     throttled_ns: int = 0
-    gpu_time_ns: dict[int, int] = field(default_factory=dict)  # by device index, only devices whose GPU time is measured
+    # by device index, only devices whose GPU time is measured
+    gpu_time_ns: dict[int, int] = field(default_factory=dict)
     memory_known: bool = False  # the writer publishes pool, context and charged memory (older ones do not)
     context_memory: int = 0
     memory_charged: int = 0

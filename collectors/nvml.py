@@ -17,6 +17,7 @@ from .pods.identity import pod_identity
 
 log = logging.getLogger(__name__)
 
+# fmt: off
 # (metric, kind, help, field of GpuSample): per-GPU values, absent when the GPU does not support them.
 GPU_FIELDS = [
     ("alnair_nvml_sm_utilization_ratio", "gauge", "Share of the last sample period a kernel ran on the GPU.", "sm_util"),
@@ -40,6 +41,7 @@ GPU_LABELLED_FIELDS = [
     ("alnair_nvml_retired_pages", "gauge", "Pages retired for ECC errors.", "cause", "retired"),
     ("alnair_nvml_remapped_rows", "gauge", "Rows remapped for ECC errors.", "type", "remapped"),
 ]
+# fmt: on
 THROTTLE_REASONS = {  # pynvml constant -> label value
     "nvmlClocksThrottleReasonGpuIdle": "gpu_idle",
     "nvmlClocksThrottleReasonApplicationsClocksSetting": "applications_clocks_setting",
@@ -75,7 +77,8 @@ class Device:
 class GpuSample:
     values: dict[str, float] = field(default_factory=dict)
     labelled: dict[str, dict[str, float]] = field(default_factory=dict)
-    processes: dict[int, tuple[float | None, float | None, int | None]] = field(default_factory=dict)  # pid -> sm, mem, bytes
+    # pid -> sm, mem, bytes
+    processes: dict[int, tuple[float | None, float | None, int | None]] = field(default_factory=dict)
     gpm: dict[int, float] = field(default_factory=dict)  # nvml_gpm.SERIES index -> value
 
 

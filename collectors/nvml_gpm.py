@@ -8,6 +8,7 @@ from dataclasses import dataclass
 log = logging.getLogger(__name__)
 
 MIB = 2**20
+# fmt: off
 # (family, its other labels, pynvml's metric id, scale): GPM gives percentages, served as ratios, and MiB/s, as bytes/s.
 SERIES = [
     ("alnair_nvml_graphics_engine_active_ratio", {}, "NVML_GPM_METRIC_GRAPHICS_UTIL", 0.01),
@@ -31,6 +32,7 @@ FAMILIES = {
     "alnair_nvml_dram_active_ratio": "Device memory bandwidth used over its peak, over the collector's interval (GPM; DCGM_FI_PROF_DRAM_ACTIVE).",
     "alnair_nvml_link_bytes_per_second": "PCIe or NVLink (all links) throughput over the collector's interval (GPM; DCGM_FI_PROF_PCIE_*_BYTES, NVLINK_*_BYTES).",
 }
+# fmt: on
 
 
 class NoGpm(Exception):
@@ -56,7 +58,8 @@ class GpmSampler:
         self.devices: dict[str, GpmDevice] = {}  # by uuid
         self.refused: set[str] = set()  # uuids of devices never asked again
         self.without_gpm: set[str] = set()  # uuids of GPUs without GPM at all: their MIG instances are not asked either
-        self.refusals = (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound)  # FunctionNotFound: drivers before GPM
+        # FunctionNotFound: drivers before GPM
+        self.refusals = (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound)
         self.request = nvml.c_nvmlGpmMetricsGet_t(version=nvml.NVML_GPM_METRICS_GET_VERSION, numMetrics=len(SERIES))
         for metric, (_, _, metric_id, _) in zip(self.request.metrics, SERIES):
             metric.metricId = getattr(nvml, metric_id)

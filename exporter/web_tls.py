@@ -14,8 +14,9 @@ from .web_fields import Invalid, check_boolean, optional_string, read_regular
 
 # The toolkit's TLSConfig.IsEnabled: any of these, non-empty, turns TLS on; min_version and the like alone do not.
 _TLS_SWITCHES = ("cert", "key", "client_ca", "cert_file", "key_file", "client_ca_file", "client_auth_type")
+# tls_server_config's keys
 TLS_KEYS = set(_TLS_SWITCHES) | {"cipher_suites", "curve_preferences", "min_version", "max_version",
-                                 "prefer_server_cipher_suites", "client_allowed_sans"}  # tls_server_config's keys
+                                 "prefer_server_cipher_suites", "client_allowed_sans"}
 
 _TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,

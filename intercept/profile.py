@@ -16,8 +16,9 @@ from .job_segments import FinalRecord
 SCHEMA_VERSION = 1
 TOP_KERNELS = 20  # kernels named per GPU in the job's totals, the rest summed as "(other)": as each record keeps them
 TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")  # the resolution of process start times
+# each device's, summed over the job's processes
 DEVICE_FIELDS = ("kernel_launches", "graph_launches", "allocations", "failed_allocations", "limit_denied_allocations",
-                 "peak_bytes", "throttled_ns")  # each device's, summed over the job's processes
+                 "peak_bytes", "throttled_ns")
 LIMIT_FIELDS = ("memory_limit_bytes", "compute_limit_percent", "compute_share_percent")
 TRAINING_FIELDS = ("steps", "samples", "epochs", "optimizer_steps", "data_wait_ns", "step_ns")
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC

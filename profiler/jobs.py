@@ -85,7 +85,8 @@ class Node:
         total = self._first("alnair_host_memory_total_bytes")
         available = self._first("alnair_host_memory_available_bytes")
         free = ts.ratio(available, total)
-        self.memory_util = ts.Timeline(free.times, [1 - v for v in free.values])  # (total - available) / total, as psutil
+        # (total - available) / total, as psutil
+        self.memory_util = ts.Timeline(free.times, [1 - v for v in free.values])
         self.gpus = self._by_uuid()
 
     def _first(self, family: str) -> ts.Timeline:

@@ -41,10 +41,12 @@ class FakeGpu:
     lost: bool = False  # fallen off the bus: every call fails
     supported_events: int = XID | pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError | pynvml.nvmlEventTypePState
     register_error: int | None = None  # the NVML code nvmlDeviceRegisterEvents fails with (NO_PERMISSION: not root)
-    gpm_supported: bool = True  # nvmlGpmQueryDeviceSupport's answer (Hopper and later); False: GPM samples NOT_SUPPORTED
+    # nvmlGpmQueryDeviceSupport's answer (Hopper and later); False: GPM samples NOT_SUPPORTED
+    gpm_supported: bool = True
     # GPM metric id -> what the GPU does from now on (percent, or MiB/s); ids left out it does not measure
     gpm_rates: dict[int, float] = field(default_factory=lambda: dict.fromkeys(GPM_METRICS, 0.0))
-    gpm_errors: list[int] = field(default_factory=list)  # NVML codes the next GPM samples of this GPU fail with, one each
+    # NVML codes the next GPM samples of this GPU fail with, one each
+    gpm_errors: list[int] = field(default_factory=list)
     gpu_instance_id: int = 0  # a MIG instance's GPU instance id, which nvmlGpmMigSampleGet takes
     gpm_counters: dict[int, float] = field(default_factory=dict)  # the hardware's: each rate integrated over time
     gpm_counted_ns: int = 0  # when the counters were last brought up to date

@@ -75,10 +75,14 @@ def records(text: str, log_format: str, since: datetime.datetime | None = None) 
 
 
 def source_line(path, text: str) -> str:
-    """file.py:N, N the line of path that holds text (once)."""
-    lines = [n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line]
-    assert len(lines) == 1, (path, text, lines)
-    return f"{path.name}:{lines[0]}"
+    """file.py:N, N the line of path where text begins (once): a call's opening parenthesis may end its line, as the
+    formatter wraps a long call (`log.info("listening on` finds `log.info(` then the string on the next line), and a
+    log record names the line of the call's start."""
+    source = path.read_text()
+    starts = [m.start() for m in re.finditer(re.escape(text).replace(r"\(", r"\(\s*"), source)]
+    assert len(starts) == 1, (path, text, starts)
+    line = source.count("\n", 0, starts[0]) + 1
+    return f"{path.name}:{line}"
 
 
 def logged(text: str) -> str:

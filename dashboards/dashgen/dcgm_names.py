@@ -62,6 +62,7 @@ class DcgmName:
 
 GPM = "NVML's GPM: Hopper and later only"
 
+# fmt: off
 NAMES = [
     DcgmName("DCGM_FI_DEV_GPU_TEMP", "GPU temperature", "°C", "alnair_nvml_temperature_celsius"),
     DcgmName("DCGM_FI_DEV_POWER_USAGE", "power draw", "W", "alnair_nvml_power_watts"),
@@ -103,6 +104,7 @@ NAMES = [
       for link, link_name in (("pcie", "PCIe"), ("nvlink", "NVLink"))
       for short, direction in (("TX", "transmit"), ("RX", "receive"))),
 ]
+# fmt: on
 
 DCGM = [
     Recorded(LABELS, gpu_labels(),

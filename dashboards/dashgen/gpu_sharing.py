@@ -70,8 +70,9 @@ COMPUTE = row(
 
 DEVICE_MEMORY = ("instance", "pid", "gpu", "uuid")  # one series per process and device in every cuda memory family
 USED = selector(S, "alnair_cuda_memory_used_bytes", GPU)
+# reserved by pools, handed out to no allocation
 POOL_CACHE = (f"{selector(S, 'alnair_cuda_pool_reserved_bytes', GPU)} - "
-              f"{selector(S, 'alnair_cuda_pool_used_bytes', GPU)}")  # reserved by pools, handed out to no allocation
+              f"{selector(S, 'alnair_cuda_pool_used_bytes', GPU)}")
 WITH_POOLS = f"{USED} + {POOL_CACHE}"
 # The contexts' memory, 0 where it was not measured (a writer with the memory fields always has the pool series).
 CONTEXT = f"({selector(S, 'alnair_cuda_context_memory_bytes', GPU)} or 0 * {selector(S, 'alnair_cuda_pool_reserved_bytes', GPU)})"

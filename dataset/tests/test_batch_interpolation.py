@@ -81,4 +81,5 @@ def test_a_model_whose_grid_has_no_synthetic_row_has_no_published_check():
     linear = synthesis.scores(table, targets=("MGUP",)).set_index("method").loc["linear"]
     b_alone = synthesis.published_check(pd.Series({2: 10.0, 8: 20.0, 32: 40.0}), "linear")
     assert b_alone.points == 3 and b_alone.rmse > 0
-    assert linear.models == 2 and linear.checked_models == 1 and linear.check_rmse == pytest.approx(b_alone.rmse)  # b's check alone, not NaN
+    # b's check alone, not NaN
+    assert linear.models == 2 and linear.checked_models == 1 and linear.check_rmse == pytest.approx(b_alone.rmse)

@@ -35,7 +35,8 @@ def run_campaign(out, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "alnair_dataset.campaign", "--out", str(out), *args,
                            "--prometheus-binary", prometheus_binary()],
                           capture_output=True, text=True, timeout=400,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})  # two jobs of one thread each share 2 cores
+                          # two jobs of one thread each share 2 cores
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def rows(path) -> list[dict]:
@@ -64,7 +65,8 @@ def test_each_configuration_is_one_row_with_exact_steps_and_its_wall_time(measur
         assert r["key"] == f"dqn/dqn/b10/s{STEPS}/fp32/w0/cpu/seed{r['run_seed']}/r{r['run_repeat']}"
         assert r["python_version"] and r["torch_version"] and r["package_version"] and r["git_commit"]
         assert r["gpu_name"] == "" and r["compute_limit_percent"] == "" and r["pid"]
-        assert r["comm"] == Path(sys.executable).name[:15]  # the interpreter the campaign runs jobs with (python3 in make test)
+        # the interpreter the campaign runs jobs with (python3 in make test)
+        assert r["comm"] == Path(sys.executable).name[:15]
         # psutil's samples of the job's process (every 0.5 s): torch's interpreter holds 100s of MiB, one thread or more
         assert int(r["proc_samples"]) >= 0.5 * wall / 0.5 and r["proc_processes_max"] == "1"
         assert 100 * 2**20 < float(r["proc_rss_bytes_max"]) < 4 * 2**30 and float(r["proc_rss_bytes_min"]) > 0

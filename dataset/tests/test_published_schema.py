@@ -49,7 +49,8 @@ def test_columns_nothing_measures_are_empty_and_say_why(campaign):
     empty = [c.name for c in published.COLUMNS if c.compute is None]
     assert empty == ["GPUPR", "MaGPUPR", "MiGPUPR"] and table[empty].isna().all().all()
     sampled = [c.name for c in published.COLUMNS if c.compute is not None and "psutil" in c.how]
-    assert len(sampled) == 39  # RSS (2), threads, CPU times (10), CPU statistics (4), memory (10), disk (4), network (8)
+    # RSS (2), threads, CPU times (10), CPU statistics (4), memory (10), disk (4), network (8)
+    assert len(sampled) == 39
     training = ["Min_GPU_Util_%", "GPU_Util_%_ran"]
     assert table[[c for c in published.MEASURED if c not in sampled + training]].notna().all().all()
     # the training minimum's columns are there in every row profiled with it, and only there

@@ -21,8 +21,9 @@ def test_every_two_repeats_are_compared_in_the_order_they_ran():
         run("a/r2", 3, 36.3, "GPU-2"), run("a/r0", 1, 30.0, "GPU-1"), run("a/r1", 2, 33.0, "GPU-2"),
         run("a/failed", 4, 99.0, "GPU-2", status="failed"), run("a/shared", 5, 60.0, "GPU-2", role="shared"),
         run("b/r0", 1, 20.0, "GPU-1", run_batch_size=64),  # alone: nothing to compare
-        run("c/r0", 1, 20.0, "GPU-1", run_batch_size=32), run("c/r0|baseline|GPU-2", 6, 25.0, "GPU-2", role="baseline",
-                                                                run_batch_size=32),  # a pair's baseline: a repeat
+        run("c/r0", 1, 20.0, "GPU-1", run_batch_size=32),
+        # a pair's baseline: a repeat
+        run("c/r0|baseline|GPU-2", 6, 25.0, "GPU-2", role="baseline", run_batch_size=32),
     ])
     found = repeatability.differences(runs).set_index(["key", "other_key"])
     assert sorted(found.index) == [("a/r0", "a/r1"), ("a/r0", "a/r2"), ("a/r1", "a/r2"), ("c/r0", "c/r0|baseline|GPU-2")]

@@ -10,7 +10,8 @@ from alnair.collectors.cache import redis_url_list
 from alnair.datacache import CachedDataset, DirectoryOrigin
 
 GOOD = ["redis://localhost:6379/0", "rediss://u:p@cache.ml:6380", "unix:///run/redis.sock",
-        "redis+cluster://u:p%40ss@127.0.0.1:1,[::1]:2"]  # nothing listens there: nothing is asked at construction
+        # nothing listens there: nothing is asked at construction
+        "redis+cluster://u:p%40ss@127.0.0.1:1,[::1]:2"]
 BAD = ["http://cache:6379", "redis://", "redis+cluster://", "redis+cluster://host", "redis+cluster://host:port",
        "redis+cluster://host:70000"]
 

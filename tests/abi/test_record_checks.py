@@ -63,7 +63,8 @@ def test_kernels_by_name_and_other_rows_parse_as_their_labels():
 
 @pytest.mark.parametrize("rows, count, why", [
     ([(0, b"gemm", 0), (0, b"gemm", 0)], None, "kernel given twice"),
-    ([(0, b"(other)", 0), (0, b"", layout.CUDA_KERNEL_OTHER)], None, "kernel given twice"),  # a name posing as OTHER
+    # a name posing as OTHER
+    ([(0, b"(other)", 0), (0, b"", layout.CUDA_KERNEL_OTHER)], None, "kernel given twice"),
     ([(0, b"a\x01", 0), (0, b"a\x02", 0)], None, "kernel given twice"),  # one label value
     ([(2, b"gemm", 0)], None, "device the record does not have"),
     ([], layout.CUDA_MAX_KERNELS + 1, "over the table's size"),

@@ -170,7 +170,8 @@ def test_piped_top_prints_one_table_with_rates_joined_by_pid(shm_dir, writers):
     assert 39 <= float(t["GPU%"]) <= 41
     assert t["STALL%"] == "60.0"
     assert 95 <= float(t["STEP/s"]) <= 105
-    assert 2.8e6 <= byte_count(t["H2D/s"]) <= 3.2e6 and 0.9e6 <= byte_count(t["D2H/s"]) <= 1.1e6  # one decimal of MiB, KiB
+    # one decimal of MiB, KiB
+    assert 2.8e6 <= byte_count(t["H2D/s"]) <= 3.2e6 and 0.9e6 <= byte_count(t["D2H/s"]) <= 1.1e6
     c = by_pid[c_writer.pid]
     assert (c["COMM"], c["GPU"], c["MEM"], c["LIMIT"], c["STALL%"], c["STEP/s"]) == ("alnair-shm-test", "0,1", "2.0MiB", "-", "-", "-")
     assert (c["STATE"], c["CTX"], c["CHARGED"]) == ("starting", "-", "0B")  # no launch yet; no context measured

@@ -75,8 +75,9 @@ COMPUTE_LIMITS_WRITER = cuda_record_program("""
 def test_the_cap_and_the_share_are_exported_only_where_set(start_writer, shm_dir):
     writer = PythonProgram(COMPUTE_LIMITS_WRITER, shm_dir)
     try:
+        # a writer from before: a window, no share
         older = start_writer("--compute-limit", "30", "--set", "compute_quota_ns=25000000",
-                             "--set", "compute_period_ns=100000000")  # a writer from before: a window, no share
+                             "--set", "compute_period_ns=100000000")
         s = sample(shm_dir)
     finally:
         writer.finish()

@@ -128,7 +128,8 @@ def test_gpu_failing_mid_run_drops_only_its_series_and_comes_back():
     gpus[1].lost = True
     s = sample(c)
     assert s[f"alnair_nvml_up{{{B}}}"] == 0 and s[f"alnair_nvml_up{{{A}}}"] == 1
-    assert [k for k in s if B[8:] in k and not k.startswith("alnair_nvml_xid_")] == [f"alnair_nvml_up{{{B}}}"]  # XIDs: the watcher's
+    # XIDs: the watcher's
+    assert [k for k in s if B[8:] in k and not k.startswith("alnair_nvml_xid_")] == [f"alnair_nvml_up{{{B}}}"]
     assert not any('pid="99"' in k for k in s)
     assert s[f"alnair_nvml_temperature_celsius{{{A}}}"] == 40
     gpus[1].lost = False
@@ -288,7 +289,8 @@ def test_nvml_errors_in_wait_are_survived_with_back_off_and_said_once(caplog):
     assert [e.freed for e in nvml.event_sets] == [True, True, True, False]
     gaps = [later.created_at - earlier.created_at for earlier, later in zip(nvml.event_sets, nvml.event_sets[1:])]
     assert all(gap >= pause for gap, pause in zip(gaps, [*RETRY_SECONDS, RETRY_SECONDS[-1]]))  # backing off, never busy
-    assert wait_until(lambda: logged(caplog, logging.INFO)) == ["watching XID errors again"]  # once a new set's wait worked
+    # once a new set's wait worked
+    assert wait_until(lambda: logged(caplog, logging.INFO)) == ["watching XID errors again"]
     assert len(logged(caplog, logging.WARNING, "Unknown Error")) == 1
     nvml.inject_xid(gpus[0], 64)
     assert sample_when(c, lambda s: s.get(f"{ERRORS}{{{A}}}") == 2)[f'{BY_CODE}{{{A},xid="64"}}'] == 2
@@ -384,8 +386,9 @@ def gpm_of(s: dict[str, float], device: str = "") -> dict[str, float]:
 def test_gpm_families_are_the_rates_each_gpu_ran_at_over_the_interval():
     gpus = two_gpus()
     gpus[0].gpm_rates = dict(GPM_RATES)
+    # a PCIe card
     gpus[1].gpm_rates = {m: rate / 2 for m, rate in GPM_RATES.items() if m not in (
-        pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC)}  # a PCIe card
+        pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC)}
     c = collector(FakeNvml(gpus))
     assert gpm_of(sample(c)) == {}  # the first collect has no previous sample to measure from
     s = sample(c)

@@ -127,7 +127,8 @@ def require_free_ports(*ports: int) -> None:
     """The services bind their ports on the host's network: a port in use would fail the test for another reason."""
     for port in ports:
         with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the services bind: past a closed one's TIME_WAIT
+            # as the services bind: past a closed one's TIME_WAIT
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("0.0.0.0", port))
             except OSError:

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from support import (Exporter, PythonProgram, cuda_record_program, end_all, fill_cache, parse_samples, require_binary,
-                     scrape_text, start_redis, wait_until)  # noqa: F401  (start_redis is a fixture)
+                     scrape_text, wait_until)
+from support import start_redis  # noqa: F401  (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -132,7 +133,8 @@ def golden_scrape(tmp_path, shm_dir, start_writer, start_redis) -> str:
             and "alnair_cuda_process_exited_timestamp_seconds{" in text
             and "alnair_cuda_gpu_time_seconds_total{" in text
             and 'alnair_nvml_xid_errors_by_code_total{gpu="0"' in text
-            and "alnair_nvml_sm_active_ratio{" in text and text,  # GPM: from the nvml collector's second sample on
+            # GPM: from the nvml collector's second sample on
+            and "alnair_nvml_sm_active_ratio{" in text and text,
             timeout=60)
     finally:
         end_all([exporter.proc])
@@ -187,9 +189,10 @@ NOT_METRICS = re.compile(r"alnair_(shm|dataset\b|cuda_record|cuda_device|cuda_ke
 
 def test_docs_name_only_metrics_the_exporter_serves():
     served = served_names()
+    # followed by *: a prefix (alnair_cuda_*); after a colon: a recorded name
     cited = {(where, name) for where, text in documents().items()
              for name in re.findall(r"(?<!:)\b(?:alnair_|process_(?:cpu|open|max|resident|virtual|start))[a-z0-9_]*[a-z0-9]\b(?!_?\*)", text)
-             if not NOT_METRICS.match(name)}  # followed by *: a prefix (alnair_cuda_*); after a colon: a recorded name
+             if not NOT_METRICS.match(name)}
     unknown = sorted(f"{where}: {name}" for where, name in cited if name not in served)
     assert unknown == [], "documents cite metrics the exporter does not serve:\n" + "\n".join(unknown)
 

@@ -326,8 +326,9 @@ def test_one_curve_is_the_only_one_offered(pki):
 def test_header_values_are_served_as_written(pki):
     config = load(pki, "http_server_config:\n  headers:\n    X-XSS-Protection: 1\n"
                        "    Strict-Transport-Security: 0x10\n    Content-Security-Policy:\n")
+    # as Go reads them into strings
     assert dict(config.headers) == {"X-XSS-Protection": "1", "Strict-Transport-Security": "0x10",
-                                    "Content-Security-Policy": ""}  # as Go reads them into strings
+                                    "Content-Security-Policy": ""}
 
 
 def test_client_names_are_the_toolkits_kinds_with_ips_as_go_writes_them():

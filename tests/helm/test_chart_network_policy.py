@@ -28,7 +28,8 @@ def port_names(workload: dict) -> set[str]:
 
 def test_no_network_policy_unless_enabled():
     assert policies(objects({"injector": INJECTOR})) == []
-    assert policies(objects({"injector": {"networkPolicy": {"enabled": True, "from": CONTROL_PLANE}}})) == []  # no webhook
+    # no webhook
+    assert policies(objects({"injector": {"networkPolicy": {"enabled": True, "from": CONTROL_PLANE}}})) == []
 
 
 def test_the_exporters_metrics_port_is_open_to_the_given_scrapers_and_the_helm_test_only():

@@ -29,7 +29,8 @@ GOOD_MEMORY = ["1048576", "3Mi", "3MiB", "3mi", "3Mib", "5M", "5MB", "5m", "2048
                "1.50Mi", "1.0Mi", "007Mi", "0.25Gi", "0.001G", "1.5Gi", "1Gi", "1.000001M", "0=3Mi", "1=1Mi,0=3Mi",
                "8Gi", "0=8Gi,1=4Gi", "5=1.5Gi,2=512M,63=1", "00=1Mi", "2Ti", "1.5Ti", "1T", "1P",
                "0=1Pi,1=1125899906842624,2=0.5Pi", "1." + "0" * 5000 + "Mi", "0" * 5000 + "1Ki",
-               "0.00000000000000088817841970012523233890533447265625Pi"]  # 2^-50 Pi: exactly one byte
+               # 2^-50 Pi: exactly one byte
+               "0.00000000000000088817841970012523233890533447265625Pi"]
 
 BAD_COMPUTE, GOOD_COMPUTE = limit_cases.BAD_COMPUTE, limit_cases.GOOD_COMPUTE
 # The cap and the share have one grammar, as the intercept's tests run both through one table: each is checked

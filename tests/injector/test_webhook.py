@@ -59,7 +59,8 @@ def test_only_a_pods_creation_is_injected(injector, operation):
 
 def test_a_pod_that_opts_out_is_left_as_it_is(injector):
     response = injector.review(make_pod(labels={"alnair.io/inject": "false"},
-                                        annotations={"alnair.io/memory-limit": "lots"}))  # not even checked
+                                        # not even checked
+                                        annotations={"alnair.io/memory-limit": "lots"}))
     assert response["allowed"] is True and "patch" not in response
 
 
@@ -145,8 +146,9 @@ def test_a_bad_annotation_refuses_the_pod_saying_which_and_why(injector, annotat
                                     f'init container \'fetch\' sets {v}="0=30,": {EMPTY_ITEM}')),
     (make_pod(initContainers=[container("fetch-data", env=[{"name": "ALNAIR_MEMORY_LIMIT", "value": "8 Gi"}])]),
      f'init container \'fetch-data\' sets ALNAIR_MEMORY_LIMIT="8 Gi": {WANT_BYTES}'),
+    # each entry, not the last
     (make_pod(container("trainer", env=[{"name": "ALNAIR_MEMORY_LIMIT", "value": "0.5"},
-                                        {"name": "ALNAIR_MEMORY_LIMIT", "value": "1Gi"}])),  # each entry, not the last
+                                        {"name": "ALNAIR_MEMORY_LIMIT", "value": "1Gi"}])),
      f'container \'trainer\' sets ALNAIR_MEMORY_LIMIT="0.5": {FRACTIONAL}'),
     (make_pod(container("trainer", env=[{"name": "ALNAIR_MEMORY_LIMIT", "value": "2Pi"}]),
               annotations={"alnair.io/compute-limit": "30%"}),
@@ -217,8 +219,9 @@ def test_existing_preload_python_path_volumes_mounts_and_variables_are_kept(inje
     injected = injector.inject(pod)
     assert injected["spec"]["volumes"] == user_volumes + VOLUMES[:1]  # the pod's own alnair-shm is the one used
     first, second = injected["spec"]["containers"]
+    # /opt/alnair/ is taken: not mounted
     assert mounts_of(first) == [("alnair-shm", "/custom/shm", False), ("tools", "/opt/alnair/", False),
-                                ("alnair-shm", "/run/alnair/shm", False)]  # /opt/alnair/ is taken: not mounted
+                                ("alnair-shm", "/run/alnair/shm", False)]
     assert env_of(first) == {"LD_PRELOAD": f"/usr/lib/libjemalloc.so:{LIBRARY}", "PYTHONPATH": f"{PYTHON_PATH}:/app::/lib",
                              "ALNAIR_SHM_DIR": "/custom/shm", "ALNAIR_MEMORY_LIMIT": "1Gi", "ALNAIR_PYTHON_INTERCEPT": "1"}
     assert [e["name"] for e in first["env"]][:4] == ["LD_PRELOAD", "PYTHONPATH", "ALNAIR_SHM_DIR", "ALNAIR_MEMORY_LIMIT"]

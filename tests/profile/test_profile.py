@@ -116,7 +116,8 @@ def test_the_jobs_row_holds_its_duration_steps_and_node(recorded):
     assert (row["node"], row["namespace"], row["comm"], row["gpu_count"]) == ("e2e-node", "<none>", comm, "0")
     assert row["exporter_version"] and int(row["node_cpus"]) == os.cpu_count()
     training = float(row["duration_seconds"]) - float(row["time_to_first_step_seconds"])
-    assert int(row["scrapes"]) >= 0.8 * training  # one a second at least while it trained (its record begins with torch)
+    # one a second at least while it trained (its record begins with torch)
+    assert int(row["scrapes"]) >= 0.8 * training
     assert 0 <= float(row["cpu_util_ratio_min"]) <= float(row["cpu_util_ratio_mean"]) <= float(row["cpu_util_ratio_max"]) <= 1 + 1e-9
     assert 0 < float(row["sys_memory_util_ratio_min"]) <= float(row["sys_memory_util_ratio_max"]) < 1
     assert 0 < float(row["step_seconds_p50"]) <= float(row["step_seconds_p95"])

@@ -87,7 +87,8 @@ def test_the_rows_keep_unix_seconds(serve):
 
 
 @pytest.mark.parametrize("flag, value", [("--start", "nan"), ("--end", "inf"), ("--end", "-inf"), ("--start", "1e20"),
-                                         ("--start", "253402300800")])  # 10000-01-01: RFC 3339 has four digits
+                                         # 10000-01-01: RFC 3339 has four digits
+                                         ("--start", "253402300800")])
 def test_a_time_rfc3339_cannot_write_is_refused_in_one_line(flag, value):
     other = {"--start": "--end", "--end": "--start"}[flag]
     result = run("--prometheus", "http://127.0.0.1:9", f"{flag}={value}", other, "1000000000")

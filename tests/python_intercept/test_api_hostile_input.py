@@ -27,13 +27,14 @@ def finish(p: PythonProgram) -> list[str]:
 
 
 def test_lone_surrogate_names_publish_with_u_fffd_once_each(shm_dir):
+    # it printed "ready" after them: every call returned
     p = PythonProgram(program("""
         import alnair
         alnair.counter("x\\udc80").inc(2)  # no UTF-8 for a lone surrogate
         for name in ("p\\ud800", "p\\udfff"):  # one published form, so one phase
             with alnair.phase(name):
                 pass
-    """), shm_dir)  # it printed "ready" after them: every call returned
+    """), shm_dir)
     counters, phases = published(shm_dir, p.pid, counters=1, phases=1)
     assert counters == [("x\ufffd", 2)]
     assert [(name, count) for name, count, _ in phases] == [("p\ufffd", 2)]
