@@ -3,6 +3,7 @@ alnair_intercept.pth, which pyproject.toml cannot place: at the top of site-pack
 import line at start-up, which activates the Python intercept only when ALNAIR_PYTHON_INTERCEPT is set
 (the mechanism coverage.py uses for subprocesses). An editable install gets the .pth too (the library
 stays in intercept/build, where `make -C intercept` puts it); alnair-run needs neither."""
+
 import shutil
 import subprocess
 import sys
@@ -22,8 +23,10 @@ class BuildWithIntercept(build_py):
         super().run()
         self.copy_file(PTH, str(Path(self.build_lib) / PTH))
         try:
-            subprocess.run(["make", "-s", "-C", "intercept", f"PYTHON={sys.executable}", f"GLIBC={GLIBC}",
-                            "build/libalnair.so"], check=True)
+            subprocess.run(
+                ["make", "-s", "-C", "intercept", f"PYTHON={sys.executable}", f"GLIBC={GLIBC}", "build/libalnair.so"],
+                check=True,
+            )
         except (OSError, subprocess.CalledProcessError) as e:  # the exporter works without it
             print(f"warning: CUDA intercept library not built ({e}); needs make and ziglang", file=sys.stderr)
             return
@@ -64,4 +67,7 @@ class EditableWithSwitch(editable_wheel):
         shutil.copy2(PTH, Path(installation_dir) / PTH)
 
 
-setup(distclass=NativeLibraryDistribution, cmdclass={"build_py": BuildWithIntercept, "bdist_wheel": PlatformWheel, "editable_wheel": EditableWithSwitch})
+setup(
+    distclass=NativeLibraryDistribution,
+    cmdclass={"build_py": BuildWithIntercept, "bdist_wheel": PlatformWheel, "editable_wheel": EditableWithSwitch},
+)

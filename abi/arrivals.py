@@ -7,6 +7,7 @@ thread then asks the kernel who holds the file's lock, as the reader does, and h
 pass. Bounded: only names a writer could have are probed, at most PROBES_PER_SECOND files are opened a second,
 whatever a flood of names in the directory, and events past the kernel's queue are simply left to the sweep.
 """
+
 from __future__ import annotations
 
 import collections
@@ -93,7 +94,7 @@ def _names(data: bytes) -> list[str]:
     names, offset = [], 0
     while offset + _EVENT.size <= len(data):
         _, _, _, length = _EVENT.unpack_from(data, offset)
-        raw = data[offset + _EVENT.size: offset + _EVENT.size + length].rstrip(b"\0")
+        raw = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
         offset += _EVENT.size + length
         if raw:
             names.append(os.fsdecode(raw))

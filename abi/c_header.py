@@ -1,5 +1,6 @@
 """Reads alnair_shm.h, the ABI's one definition, into its constants, enums and struct members: a parser for the
 restricted C the header is written in, so layout.py builds the mirror from the header and cannot drift from it."""
+
 from __future__ import annotations
 
 import re
@@ -100,8 +101,9 @@ class _Parser:
         if string:
             self.header.strings[name] = string.group(1)
         else:
-            self.header.integers[name] = self.literal(line, value.strip(), f"#define {name}: only an integer or a "
-                                                                           "plain string")
+            self.header.integers[name] = self.literal(
+                line, value.strip(), f"#define {name}: only an integer or a plain string"
+            )
 
     def literal(self, line: int, text: str, what: str) -> int:
         number = re.fullmatch(r"(0[xX][0-9a-fA-F]+|\d+)[uUlL]*", text)
@@ -174,8 +176,10 @@ class _Parser:
                 if type_name not in self.header.structs:
                     raise self.error(line, f"struct {type_name} is not defined above")
             elif type_name not in SCALARS:
-                raise self.error(line, f"unsupported type {type_name!r} (the mirror reads {', '.join(SCALARS)} and "
-                                       "structs defined above)")
+                raise self.error(
+                    line,
+                    f"unsupported type {type_name!r} (the mirror reads {', '.join(SCALARS)} and structs defined above)",
+                )
             name, _ = self.name()
             dims = []
             while self.peek() == "[":

@@ -1,6 +1,7 @@
 """Where the dataset cache lives, as a URL: one Redis (redis://, rediss://, unix://) or a Redis Cluster
 (redis+cluster://[user:password@]host:port[,host:port...]). The cache in training jobs (alnair.datacache) and its
 reader (the exporter's cache collector) both parse it here, so one accepts exactly the URLs the other does."""
+
 from __future__ import annotations
 
 import urllib.parse
@@ -45,8 +46,10 @@ def check(url: str) -> str:
         return url
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in SCHEMES or not (parsed.netloc or parsed.path):
-        raise ValueError(f"not a Redis URL (redis://host:port/db, rediss://..., unix:///path, "
-                         f"{CLUSTER_SCHEME}://host:port[,host:port...]): {url!r}")
+        raise ValueError(
+            f"not a Redis URL (redis://host:port/db, rediss://..., unix:///path, "
+            f"{CLUSTER_SCHEME}://host:port[,host:port...]): {url!r}"
+        )
     return url
 
 

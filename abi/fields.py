@@ -1,6 +1,7 @@
 """What each record field is to readers: the metric family it is served as (one line each), or why it is served by
 no line. The header says where a field lies; this table says what it means on /metrics, and the collectors build
 their families from it. tests/abi/test_field_table.py checks it against the header field by field."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

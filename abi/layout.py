@@ -1,5 +1,6 @@
 """The Python mirror of abi/alnair_shm.h, built from the header at import (c_header.py), so it cannot drift from it;
 tests/abi still compiles a probe against the header and checks every size and offset byte for byte."""
+
 from __future__ import annotations
 
 import ctypes as C
@@ -20,8 +21,10 @@ READER_MARKER = DECLARATIONS.strings["ALNAIR_READER_MARKER"]
 
 KIND_CUDA = DECLARATIONS.integers["ALNAIR_KIND_CUDA"]
 KIND_PYTHON = DECLARATIONS.integers["ALNAIR_KIND_PYTHON"]
-KIND_NAMES = {value: name.removeprefix("ALNAIR_KIND_").lower()  # 1: "cuda", as segment names and metrics say it
-              for name, value in DECLARATIONS.enums["alnair_record_kind"].items()}
+KIND_NAMES = {
+    value: name.removeprefix("ALNAIR_KIND_").lower()  # 1: "cuda", as segment names and metrics say it
+    for name, value in DECLARATIONS.enums["alnair_record_kind"].items()
+}
 
 CUDA_MAX_DEVICES = DECLARATIONS.integers["ALNAIR_CUDA_MAX_DEVICES"]
 CUDA_DEVICE_MIG = DECLARATIONS.integers["ALNAIR_CUDA_DEVICE_MIG"]
@@ -38,7 +41,8 @@ COPY_DIRECTIONS = DECLARATIONS.integers["ALNAIR_COPY_DIRECTIONS"]
 COPY_DIRECTION_NAMES = tuple(  # by index, as the direction label says it: "host_to_device", ...
     name.removeprefix("ALNAIR_COPY_").lower()
     for name, _ in sorted(DECLARATIONS.enums["alnair_copy_direction"].items(), key=lambda item: item[1])
-    if name != "ALNAIR_COPY_DIRECTIONS")
+    if name != "ALNAIR_COPY_DIRECTIONS"
+)
 
 PYTHON_NAME_LEN = DECLARATIONS.integers["ALNAIR_PYTHON_NAME_LEN"]
 PYTHON_MAX_COUNTERS = DECLARATIONS.integers["ALNAIR_PYTHON_MAX_COUNTERS"]
@@ -66,10 +70,12 @@ def _ctype(member: c_header.Member) -> Any:
 
 def _mirror(cname: str) -> Callable[[type[C.LittleEndianStructure]], type[C.LittleEndianStructure]]:
     """The class becomes struct `cname` as the header declares it (its nested structs mirrored above it)."""
+
     def define(cls):
         cls._fields_ = [(member.name, _ctype(member)) for member in DECLARATIONS.structs[cname]]
         STRUCTS[cname] = cls
         return cls
+
     return define
 
 

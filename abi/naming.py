@@ -1,4 +1,5 @@
 """Where segments live and what they are called: one name per writer process and record kind."""
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,10 @@ def unshared_safely(directory: str) -> str:
     except OSError:
         return ""  # the open that follows says what is wrong
     if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
-        return (f"{directory} is writable by every user without the sticky bit, so any of them could delete the "
-                "others' segments: chmod 1777 it, as /dev/shm is (docs/security.md)")
+        return (
+            f"{directory} is writable by every user without the sticky bit, so any of them could delete the "
+            "others' segments: chmod 1777 it, as /dev/shm is (docs/security.md)"
+        )
     return ""
 
 

@@ -1,5 +1,6 @@
 """Parsing a segment's record, per kind: the checks every reader (exporter, alnair top) applies to a
 record whose header looked valid, so a hostile or corrupt one is refused the same way everywhere."""
+
 from __future__ import annotations
 
 import ctypes as C
@@ -53,17 +54,38 @@ def parse_cuda_record(record: bytes) -> CudaProcess:
         raise MalformedRecord(f"device_count {count} over max_devices {max_devices}")
     if len(record) < layout.CUDA_DEVICES_OFFSET + count * layout.CUDA_DEVICE_SIZE:
         raise MalformedRecord(f"device_count {count} does not fit the record")
-    devices = [layout.CudaDevice.from_buffer_copy(record, layout.CUDA_DEVICES_OFFSET + i * layout.CUDA_DEVICE_SIZE)
-               for i in range(count)]
+    devices = [
+        layout.CudaDevice.from_buffer_copy(record, layout.CUDA_DEVICES_OFFSET + i * layout.CUDA_DEVICE_SIZE)
+        for i in range(count)
+    ]
     if len({d.device_index for d in devices}) < count:  # each device is a series of its own: one record each
         raise MalformedRecord("a device_index given twice")
     activity = _appended(record, layout.CUDA_ACTIVITY_OFFSET, C.sizeof(layout.CudaActivity), layout.CudaActivity)
-    extensions = [_appended(record, layout.CUDA_DEVICES_EXT_OFFSET + i * layout.CUDA_DEVICE_EXT_SIZE,
-                            layout.CUDA_DEVICE_EXT_SIZE, layout.CudaDeviceExt) for i in range(count)]
-    memory = [_appended(record, layout.CUDA_DEVICES_MEMORY_OFFSET + i * layout.CUDA_DEVICE_MEMORY_SIZE,
-                        layout.CUDA_DEVICE_MEMORY_SIZE, layout.CudaDeviceMemory) for i in range(count)]
-    return CudaProcess(devices, activity, None if None in extensions else extensions, None if None in memory else memory,
-                       _kernels(record, {d.device_index for d in devices}))
+    extensions = [
+        _appended(
+            record,
+            layout.CUDA_DEVICES_EXT_OFFSET + i * layout.CUDA_DEVICE_EXT_SIZE,
+            layout.CUDA_DEVICE_EXT_SIZE,
+            layout.CudaDeviceExt,
+        )
+        for i in range(count)
+    ]
+    memory = [
+        _appended(
+            record,
+            layout.CUDA_DEVICES_MEMORY_OFFSET + i * layout.CUDA_DEVICE_MEMORY_SIZE,
+            layout.CUDA_DEVICE_MEMORY_SIZE,
+            layout.CudaDeviceMemory,
+        )
+        for i in range(count)
+    ]
+    return CudaProcess(
+        devices,
+        activity,
+        None if None in extensions else extensions,
+        None if None in memory else memory,
+        _kernels(record, {d.device_index for d in devices}),
+    )
 
 
 def _kernels(record: bytes, device_indexes: set[int]) -> list[layout.CudaKernel] | None:
@@ -98,7 +120,10 @@ def parse_python_record(record: bytes) -> layout.PythonRecord:
     parsed = layout.PythonRecord.from_buffer_copy(record)
     if parsed.counter_count > layout.PYTHON_MAX_COUNTERS or parsed.phase_count > layout.PYTHON_MAX_PHASES:
         raise MalformedRecord(f"{parsed.counter_count} counters, {parsed.phase_count} phases: over the tables' size")
-    for kind, table, count in (("counter", parsed.counters, parsed.counter_count), ("phase", parsed.phases, parsed.phase_count)):
+    for kind, table, count in (
+        ("counter", parsed.counters, parsed.counter_count),
+        ("phase", parsed.phases, parsed.phase_count),
+    ):
         if len({text(entry.name) for entry in table[:count]}) < count:  # as labels show them: one series each
             raise MalformedRecord(f"a {kind} name given twice")
     return parsed
@@ -115,7 +140,6 @@ def text(raw: bytes) -> str:
     """A fixed-size string field as text: bounded by its field, invalid UTF-8 and control characters
     (which a terminal would obey) replaced by U+FFFD."""
     return as_text(raw.decode(errors="replace"))
-
 
 
 PARSERS = {layout.KIND_CUDA: parse_cuda_record, layout.KIND_PYTHON: parse_python_record}

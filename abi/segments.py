@@ -4,6 +4,7 @@ reclaiming dead writers.
 Segments are read with pread, never mmap: a file truncated under a mapping would
 kill the exporter with SIGBUS, while pread just returns short.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,11 +25,23 @@ from .records import MAX_RECORD_SIZE, PARSERS, RECORD_SIZES, MalformedRecord, te
 
 log = logging.getLogger(__name__)
 
-SKIP_REASONS = ("truncated", "bad_magic", "abi_version", "malformed", "oversized", "torn", "unreadable", "over_limit",
-                "duplicate", "bad_name", "unreclaimable")
+SKIP_REASONS = (
+    "truncated",
+    "bad_magic",
+    "abi_version",
+    "malformed",
+    "oversized",
+    "torn",
+    "unreadable",
+    "over_limit",
+    "duplicate",
+    "bad_name",
+    "unreclaimable",
+)
 # What a file stays until it is replaced (a new inode): remembered, so junk is opened once, not every pass.
-_LASTING_REASONS = frozenset(("truncated", "bad_magic", "abi_version", "malformed", "oversized", "unreclaimable",
-                              "bad_name"))
+_LASTING_REASONS = frozenset(
+    ("truncated", "bad_magic", "abi_version", "malformed", "oversized", "unreclaimable", "bad_name")
+)
 _LASTING_ERRNOS = frozenset((errno.ELOOP, errno.ENXIO, errno.EACCES, errno.EPERM))  # symlinks, sockets, modes
 SCAN_BOUNDS = ("names", "opens", "remembered", "temps")
 DEFAULT_MAX_SEGMENTS = 4096  # per kind and sample: a node's GPU processes, many times over
@@ -212,9 +225,19 @@ class SegmentDirectory:
     then serves the lingering records for another linger.
     """
 
-    def __init__(self, path: str, kind: int, *, retries: int = 4, reclaim: bool = True,
-                 max_segments: int = DEFAULT_MAX_SEGMENTS, linger_seconds: float = 0.0,
-                 clock=time.monotonic, state_path: str | None = None, watch_arrivals: bool = False):
+    def __init__(
+        self,
+        path: str,
+        kind: int,
+        *,
+        retries: int = 4,
+        reclaim: bool = True,
+        max_segments: int = DEFAULT_MAX_SEGMENTS,
+        linger_seconds: float = 0.0,
+        clock=time.monotonic,
+        state_path: str | None = None,
+        watch_arrivals: bool = False,
+    ):
         self.path = path
         self.kind = kind
         self.retries = retries
@@ -239,8 +262,11 @@ class SegmentDirectory:
         self._sweep_bounds: set[str] = set()  # those the sweep under way met
         self._active_bounds: set[str] = set()  # warned of, and met again since a sweep ended clear of them
         # A writer that starts and exits between two passes is still seen alive (abi/arrivals.py).
-        self._arrivals = (ArrivalWatcher(path, lambda name: naming.is_segment_name(name, kind), lock_holder)
-                          if watch_arrivals else None)
+        self._arrivals = (
+            ArrivalWatcher(path, lambda name: naming.is_segment_name(name, kind), lock_holder)
+            if watch_arrivals
+            else None
+        )
         self.skipped: Counter[str] = Counter()
         self.scan_bounded: Counter[str] = Counter()  # passes that stopped at each bound, since start
         self.reclaimed = 0
@@ -406,8 +432,13 @@ class SegmentDirectory:
     def _say_if_capped(self, over_limit: int) -> None:
         """One warning when the cap starts hiding segments, one line when it no longer does."""
         if over_limit and not self.skipped["over_limit"]:
-            log.warning("%s: %d segments not read this pass, past --shm.max-segments %d (writers seen alive are "
-                        "read first; see alnair_*_segments_skipped{reason=\"over_limit\"})", self.path, over_limit, self.max_segments)
+            log.warning(
+                "%s: %d segments not read this pass, past --shm.max-segments %d (writers seen alive are "
+                'read first; see alnair_*_segments_skipped{reason="over_limit"})',
+                self.path,
+                over_limit,
+                self.max_segments,
+            )
         elif self.skipped["over_limit"] and not over_limit:
             log.info("%s: every segment read again, within --shm.max-segments", self.path)
 
@@ -416,9 +447,12 @@ class SegmentDirectory:
         met none."""
         newly = [b for b in SCAN_BOUNDS if b in self._pass_bounds and b not in self._active_bounds]
         if newly:
-            log.warning("%s: the scan met its bound on %s; writers seen alive are still read every pass, new ones "
-                        "within alnair_*_segments_sweep_passes passes (docs/security.md)", self.path,
-                        "; ".join(f"{b} ({_BOUND_MEANINGS[b]})" for b in newly))
+            log.warning(
+                "%s: the scan met its bound on %s; writers seen alive are still read every pass, new ones "
+                "within alnair_*_segments_sweep_passes passes (docs/security.md)",
+                self.path,
+                "; ".join(f"{b} ({_BOUND_MEANINGS[b]})" for b in newly),
+            )
         self._active_bounds |= self._pass_bounds
         self._sweep_bounds |= self._pass_bounds
         self.scan_bounded.update(self._pass_bounds)
@@ -450,7 +484,9 @@ class SegmentDirectory:
         finally:
             os.close(fd)
 
-    def _copy(self, name: str, fd: int, header: layout.ShmHeader, holder: int, retries: int, exited: bool = False) -> Segment:
+    def _copy(
+        self, name: str, fd: int, header: layout.ShmHeader, holder: int, retries: int, exited: bool = False
+    ) -> Segment:
         # A newer writer may append fields this reader does not know: they are not copied.
         raw = self._consistent_copy(fd, header.header_size + min(header.record_size, RECORD_SIZES[self.kind]), retries)
         copy = layout.ShmHeader.from_buffer_copy(raw)
@@ -517,8 +553,12 @@ class SegmentDirectory:
         except OSError as e:
             if not self._said_unremovable:  # said once; each is counted (skipped unreclaimable) every sweep
                 self._said_unremovable = True
-                log.warning("cannot reclaim dead writer's segment %r: %s (such segments are counted in "
-                            "alnair_*_segments_skipped{reason=\"unreclaimable\"})", full, e.strerror)
+                log.warning(
+                    "cannot reclaim dead writer's segment %r: %s (such segments are counted in "
+                    'alnair_*_segments_skipped{reason="unreclaimable"})',
+                    full,
+                    e.strerror,
+                )
             return False
         self.reclaimed += 1
         return True

@@ -51,6 +51,7 @@ redis-benchmark and DataLoader workers as children), medians over the rounds; an
 costs allow if every CPU did nothing else, CPUs / (server + client time per sample). Load averages
 before and after the run are printed: other work on the machine lowers every rate.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -97,8 +98,23 @@ CLUSTER_ARGS = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf
 
 def start_redis(port: int, directory: Path, *extra: str) -> subprocess.Popen:
     directory.mkdir(exist_ok=True)
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                               "--dir", str(directory), *extra], stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     client = redis.Redis(port=port)
     deadline = time.monotonic() + 10
     while True:
@@ -123,8 +139,12 @@ def create_cluster(ports: list[int]) -> str:
     """Joins the servers into one cluster of primaries; returns its redis+cluster:// URL once every node says ok."""
     addresses = [f"127.0.0.1:{port}" for port in ports]
     if len(ports) >= 3:
-        subprocess.run(["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
-                       check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
     else:  # redis-cli creates no cluster of fewer than 3 primaries: the slots shared out and the nodes met by hand
         for i, port in enumerate(ports):
             node = redis.Redis(port=port)
@@ -196,6 +216,7 @@ def live_children_cpu_seconds(server_pids: list[int]) -> float:
 
 def measured(run: Callable[[], int | tuple[int, float] | None], server_pids: list[int]) -> Measured | None:
     """Runs `run`, which returns how many samples it read (and, if it timed itself, its rate)."""
+
     def server_cpu() -> float:
         return sum(map(server_cpu_seconds, server_pids))
 
@@ -205,8 +226,12 @@ def measured(run: Callable[[], int | tuple[int, float] | None], server_pids: lis
     if result is None:
         return None
     count, rate = result if isinstance(result, tuple) else (result, result / seconds)
-    return Measured(rate, (server_cpu() - server) / count * 1e6, (client_cpu_seconds(server_pids) - client) / count * 1e6,
-                    count / rate)
+    return Measured(
+        rate,
+        (server_cpu() - server) / count * 1e6,
+        (client_cpu_seconds(server_pids) - client) / count * 1e6,
+        count / rate,
+    )
 
 
 def calibrated(run: Callable[[int], int | tuple[int, float] | None], seconds: float, server_pids: list[int]) -> int:
@@ -223,9 +248,27 @@ def calibrated(run: Callable[[int], int | tuple[int, float] | None], seconds: fl
 
 def redis_benchmark(port: int, args, clients: int) -> tuple[int, float]:
     requests = 3 * args.samples
-    result = subprocess.run(["redis-benchmark", "-p", str(port), "-t", "get", "-d", str(args.size), "-c", str(clients),
-                             "-r", str(args.samples), "-n", str(requests), "--csv"],
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [
+            "redis-benchmark",
+            "-p",
+            str(port),
+            "-t",
+            "get",
+            "-d",
+            str(args.size),
+            "-c",
+            str(clients),
+            "-r",
+            str(args.samples),
+            "-n",
+            str(requests),
+            "--csv",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     return requests, float(rows[0]["rps"])  # its own rate: the process's start is not a GET
 
@@ -257,8 +300,13 @@ class HalfWarm:
         for start in range(0, len(warm), 2 * self.args.batch):
             warm.__getitems__(list(range(start, min(start + 2 * self.args.batch, len(warm)), 2)))
         warm.close()
-        dataset = CachedDataset(self.url, name, SlowOrigin(self.origin_dir, self.args.origin_ms / 1000), job="bench",
-                                substitutable=substitutable)
+        dataset = CachedDataset(
+            self.url,
+            name,
+            SlowOrigin(self.origin_dir, self.args.origin_ms / 1000),
+            job="bench",
+            substitutable=substitutable,
+        )
         started = time.perf_counter()
         count = sum(len(batch) for batch in CacheLoader(dataset, self.args.batch))
         rate = count / (time.perf_counter() - started)
@@ -296,15 +344,35 @@ def redis_benchmark_cluster(port: int, args, command: str, repeat: int = 1) -> t
     # One C thread per shard, as the loader has a process per shard. One node owns every slot: plain GETs reach it
     # (redis-benchmark's --cluster refuses a cluster of one node).
     mode = ["--cluster", "--threads", str(args.shards)] if args.shards > 1 else []
-    result = subprocess.run(["redis-benchmark", *mode, "-p", str(port), "-t", command, "-d", str(args.size),
-                             "-c", str(args.clients), "-r", str(args.samples), "-n", str(requests), "--csv"],
-                            capture_output=True, text=True, check=True)
-    table = result.stdout[result.stdout.index('"test"'):]  # after its description of the cluster
+    result = subprocess.run(
+        [
+            "redis-benchmark",
+            *mode,
+            "-p",
+            str(port),
+            "-t",
+            command,
+            "-d",
+            str(args.size),
+            "-c",
+            str(args.clients),
+            "-r",
+            str(args.samples),
+            "-n",
+            str(requests),
+            "--csv",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    table = result.stdout[result.stdout.index('"test"') :]  # after its description of the cluster
     return requests, float(next(csv.DictReader(io.StringIO(table)))["rps"])
 
 
-def run_cluster_rounds(args, url: str, server_pids: list[int], origin_dir: Path
-                       ) -> tuple[dict[str, list[Measured]], float, dict[str, int]]:
+def run_cluster_rounds(
+    args, url: str, server_pids: list[int], origin_dir: Path
+) -> tuple[dict[str, list[Measured]], float, dict[str, int]]:
     dataset = CachedDataset(url, "bench", DirectoryOrigin(origin_dir), job="bench")
     started = time.perf_counter()
     cold = sum(len(batch) for batch in CacheLoader(dataset, args.batch)) / (time.perf_counter() - started)
@@ -317,19 +385,26 @@ def run_cluster_rounds(args, url: str, server_pids: list[int], origin_dir: Path
     # Each takes how many epochs to read (redis-benchmark: multiples of 3*SAMPLES requests).
     methods: dict[str, Callable[[int], int | tuple[int, float] | None]] = {
         benchmark: lambda repeat: redis_benchmark_cluster(port, args, "get", repeat),
-        f"CacheLoader, 1 process, batch {args.batch}":
-            lambda repeat: sum(cache_loader(dataset, args, None) for _ in range(repeat)),
-        f"CachedDataset.batches, {args.shards} processes{depth}":
-            lambda repeat: loader_processes(dataset, plan * repeat, args.shards, args.depth),
-        f"torch DataLoader, {args.shards} workers, batch {args.batch}":
-            lambda repeat: torch_epochs(lambda: torch_loader(dataset, args, args.shards), repeat),
+        f"CacheLoader, 1 process, batch {args.batch}": lambda repeat: sum(
+            cache_loader(dataset, args, None) for _ in range(repeat)
+        ),
+        f"CachedDataset.batches, {args.shards} processes{depth}": lambda repeat: loader_processes(
+            dataset, plan * repeat, args.shards, args.depth
+        ),
+        f"torch DataLoader, {args.shards} workers, batch {args.batch}": lambda repeat: torch_epochs(
+            lambda: torch_loader(dataset, args, args.shards), repeat
+        ),
         f"torch DataLoader, {args.shards} persistent workers": lambda repeat: torch_epochs(persistent.epoch, repeat),
     }
-    repeats = {name: calibrated(run, args.seconds * (2 if name == benchmark and args.shards > 1 else 1), server_pids)
-               if args.seconds else 1 for name, run in methods.items()}
+    repeats = {
+        name: calibrated(run, args.seconds * (2 if name == benchmark and args.shards > 1 else 1), server_pids)
+        if args.seconds
+        else 1
+        for name, run in methods.items()
+    }
     results: dict[str, list[Measured]] = {name: [] for name in methods}
     for round_ in range(args.rounds):
-        for name in (list(methods) if round_ % 2 == 0 else list(reversed(methods))):
+        for name in list(methods) if round_ % 2 == 0 else list(reversed(methods)):
             result = measured(lambda: methods[name](repeats[name]), server_pids)
             if result is not None:
                 results[name].append(result)
@@ -394,8 +469,12 @@ def in_slices(items: list, threads: int, work: Callable) -> int:
     """`work` on every item, one task per thread (ThreadPoolExecutor ignores chunksize: a task per item
     costs more thread switches than a 100 KB read or hash)."""
     with ThreadPoolExecutor(threads) as pool:
-        return sum(pool.map(lambda part: sum(1 for item in part if work(item) is not None),
-                            [items[i::threads] for i in range(threads)]))
+        return sum(
+            pool.map(
+                lambda part: sum(1 for item in part if work(item) is not None),
+                [items[i::threads] for i in range(threads)],
+            )
+        )
 
 
 def local_files(origin: DirectoryOrigin, args) -> int:
@@ -404,6 +483,7 @@ def local_files(origin: DirectoryOrigin, args) -> int:
 
 def mget_batches(mget: Callable[[list[str]], list], batches: list[list[Entry]], args, check: str | None) -> int:
     """The loader's MGETs on CLIENTS threads, each on a connection of its own, without its bookkeeping."""
+
     def fetch(entries: list[Entry]) -> int:
         values = mget([keys.blob(address) for address, _ in entries])
         return len(values) if check is None else sum(map(CHECKS[check], values, entries))
@@ -446,11 +526,19 @@ def populate(port: int, dataset: CachedDataset, origin: DirectoryOrigin) -> tupl
 
 
 def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
     redis_version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()[2]
-    return (f"{os.cpu_count()} CPUs, {model}; Python {platform.python_version()}, redis-py {redis.__version__}, "
-            f"redis-server {redis_version.removeprefix('v=')}")
+    return (
+        f"{os.cpu_count()} CPUs, {model}; Python {platform.python_version()}, redis-py {redis.__version__}, "
+        f"redis-server {redis_version.removeprefix('v=')}"
+    )
 
 
 def main() -> None:
@@ -462,10 +550,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--origin-ms", type=float, default=20.0, help="the half-warm epochs' origin latency per read")
     parser.add_argument("--shards", type=int, default=0, help="a Redis Cluster of this many primaries (0: one server)")
-    parser.add_argument("--depth", type=int, default=PIPELINE_DEPTH,
-                        help="with --shards: batches in flight per node in the N-process row")
-    parser.add_argument("--seconds", type=float, default=0.0,
-                        help="with --shards: epochs (requests) per run for each run to last this long (0: one epoch)")
+    parser.add_argument(
+        "--depth",
+        type=int,
+        default=PIPELINE_DEPTH,
+        help="with --shards: batches in flight per node in the N-process row",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=0.0,
+        help="with --shards: epochs (requests) per run for each run to last this long (0: one epoch)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     # a timeout's TERM still stops the servers
@@ -483,7 +579,9 @@ def main() -> None:
         try:
             repeats: dict[str, int] = {}
             if args.shards:
-                results, cold, repeats = run_cluster_rounds(args, create_cluster(ports), [s.pid for s in servers], origin_dir)
+                results, cold, repeats = run_cluster_rounds(
+                    args, create_cluster(ports), [s.pid for s in servers], origin_dir
+                )
             else:
                 results, cold = run_rounds(args, ports[0], servers[0].pid, origin_dir)
         finally:
@@ -511,7 +609,9 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
     persistent = PersistentTorchLoader(dataset, args, args.clients)
     methods: dict[str, Callable[[], int | tuple[int, float] | None]] = {
         f"redis-benchmark GET, {args.clients} clients": lambda: redis_benchmark(port, args, args.clients),
-        f"CacheLoader, {default_workers} worker (default), batch {args.batch}": lambda: cache_loader(dataset, args, None),
+        f"CacheLoader, {default_workers} worker (default), batch {args.batch}": lambda: cache_loader(
+            dataset, args, None
+        ),
     }
     if default_workers != args.clients:
         methods[f"CacheLoader, {args.clients} workers"] = lambda: cache_loader(dataset, args, args.clients)
@@ -526,10 +626,14 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
         f"half-warm epoch, origin {args.origin_ms:g} ms": lambda: half_warm.epoch(False),
         f"half-warm epoch, origin {args.origin_ms:g} ms, substitutable": lambda: half_warm.epoch(True),
         "ceiling: pipelined MGET + XXH3-128, 1 thread": lambda: pipelined_mgets(own_client, batches, "XXH3-128"),
-        f"ceiling: MGET + XXH3-128 check, {args.clients} threads": lambda: mget_batches(reader, batches, args, "XXH3-128"),
+        f"ceiling: MGET + XXH3-128 check, {args.clients} threads": lambda: mget_batches(
+            reader, batches, args, "XXH3-128"
+        ),
         f"ceiling: MGET + SHA-256, {args.clients} threads": lambda: mget_batches(reader, batches, args, "SHA-256"),
         f"ceiling: MGET alone, {args.clients} threads": lambda: mget_batches(reader, batches, args, None),
-        f"ceiling: redis-py MGET alone, {args.clients} threads": lambda: mget_batches(redis_py.mget, batches, args, None),
+        f"ceiling: redis-py MGET alone, {args.clients} threads": lambda: mget_batches(
+            redis_py.mget, batches, args, None
+        ),
         CHECK_ONE_THREAD: lambda: check_only(samples, entries, "XXH3-128"),
         "ceiling: SHA-256 alone, 1 thread": lambda: check_only(samples, entries, "SHA-256"),
     }
@@ -543,15 +647,20 @@ def run_rounds(args, port: int, server_pid: int, origin_dir: Path) -> tuple[dict
     return results, cold
 
 
-def report(args, results: dict[str, list[Measured]], cold: float, load_before, load_after,
-           repeats: dict[str, int]) -> None:
+def report(
+    args, results: dict[str, list[Measured]], cold: float, load_before, load_after, repeats: dict[str, int]
+) -> None:
     baseline = statistics.median(m.rate for m in next(iter(results.values())))
     cpus = os.cpu_count() or 1
     print(f"{args.samples} samples of {args.size} bytes, {args.rounds} rounds; {machine()}")
-    print(f"load average (1, 5, 15 min): before {' '.join(f'{x:.2f}' for x in load_before)}, "
-          f"after {' '.join(f'{x:.2f}' for x in load_after)}")
-    print(f"{'method':44} {'samples/s':>9} {'min':>6} {'max':>6} {'MB/s':>5} {'vs GET':>6} "
-          f"{'server us':>9} {'client us':>9} {'CPU-bound/s':>11}")
+    print(
+        f"load average (1, 5, 15 min): before {' '.join(f'{x:.2f}' for x in load_before)}, "
+        f"after {' '.join(f'{x:.2f}' for x in load_after)}"
+    )
+    print(
+        f"{'method':44} {'samples/s':>9} {'min':>6} {'max':>6} {'MB/s':>5} {'vs GET':>6} "
+        f"{'server us':>9} {'client us':>9} {'CPU-bound/s':>11}"
+    )
     summary = {}
     for name, runs in results.items():
         if not runs:
@@ -559,24 +668,54 @@ def report(args, results: dict[str, list[Measured]], cold: float, load_before, l
             continue
         rates = [m.rate for m in runs]
         median = statistics.median(rates)
-        server_us, client_us = statistics.median(m.server_us for m in runs), statistics.median(m.client_us for m in runs)
+        server_us, client_us = (
+            statistics.median(m.server_us for m in runs),
+            statistics.median(m.client_us for m in runs),
+        )
         bound = cpus * 1e6 / (server_us + client_us)
-        summary[name] = {"median": median, "min": min(rates), "max": max(rates), "ratio": median / baseline,
-                         "server_us": server_us, "client_us": client_us, "cpu_bound": bound}
-        print(f"{name:44} {median:9.0f} {min(rates):6.0f} {max(rates):6.0f} {median * args.size / 1e6:5.0f} "
-              f"{median / baseline:6.2f} {server_us:9.1f} {client_us:9.1f} {bound:11.0f}")
-    print(f"{'CacheLoader, cold cache (origin + write-back)':44} {cold:9.0f} {'':6} {'':6} {cold * args.size / 1e6:5.0f} "
-          f"{cold / baseline:6.2f}")
+        summary[name] = {
+            "median": median,
+            "min": min(rates),
+            "max": max(rates),
+            "ratio": median / baseline,
+            "server_us": server_us,
+            "client_us": client_us,
+            "cpu_bound": bound,
+        }
+        print(
+            f"{name:44} {median:9.0f} {min(rates):6.0f} {max(rates):6.0f} {median * args.size / 1e6:5.0f} "
+            f"{median / baseline:6.2f} {server_us:9.1f} {client_us:9.1f} {bound:11.0f}"
+        )
+    print(
+        f"{'CacheLoader, cold cache (origin + write-back)':44} {cold:9.0f} {'':6} {'':6} {cold * args.size / 1e6:5.0f} "
+        f"{cold / baseline:6.2f}"
+    )
     if CHECK_ONE_THREAD in summary:  # one server's run
         print_verifying_bound(summary, cpus)
     if args.seconds:
-        print("per run (epochs, or redis-benchmark's requests / 3*SAMPLES; median seconds): " + "; ".join(
-            f"{name} x{repeats[name]} {statistics.median(m.seconds for m in runs):.2f} s"
-            for name, runs in results.items() if runs))
+        print(
+            "per run (epochs, or redis-benchmark's requests / 3*SAMPLES; median seconds): "
+            + "; ".join(
+                f"{name} x{repeats[name]} {statistics.median(m.seconds for m in runs):.2f} s"
+                for name, runs in results.items()
+                if runs
+            )
+        )
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine(), "args": vars(args) | {"json": str(args.json)},
-                                         "load": [load_before, load_after], "summary": summary, "cold": cold, "repeats": repeats,
-                                         "runs": {name: [vars(m) for m in runs] for name, runs in results.items()}}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": machine(),
+                    "args": vars(args) | {"json": str(args.json)},
+                    "load": [load_before, load_after],
+                    "summary": summary,
+                    "cold": cold,
+                    "repeats": repeats,
+                    "runs": {name: [vars(m) for m in runs] for name, runs in results.items()},
+                },
+                indent=2,
+            )
+        )
 
 
 def print_verifying_bound(summary: dict[str, dict], cpus: int) -> None:
@@ -586,11 +725,15 @@ def print_verifying_bound(summary: dict[str, dict], cpus: int) -> None:
     benchmark = next(iter(summary.values()))
     hash_us = summary[CHECK_ONE_THREAD]["client_us"]
     receive_us = next(v["client_us"] for name, v in summary.items() if name.startswith("ceiling: MGET alone"))
-    for what, us in (("server GET + check digest", benchmark["server_us"] + hash_us),
-                     ("+ MGET receive", benchmark["server_us"] + hash_us + receive_us)):
+    for what, us in (
+        ("server GET + check digest", benchmark["server_us"] + hash_us),
+        ("+ MGET receive", benchmark["server_us"] + hash_us + receive_us),
+    ):
         bound = cpus * 1e6 / us
-        print(f"bound for a verifying client, {what}: {cpus} CPUs / {us:.1f} us = {bound:.0f}/s, "
-              f"{bound / benchmark['cpu_bound']:.2f} of redis-benchmark's CPU-bound {benchmark['cpu_bound']:.0f}/s")
+        print(
+            f"bound for a verifying client, {what}: {cpus} CPUs / {us:.1f} us = {bound:.0f}/s, "
+            f"{bound / benchmark['cpu_bound']:.2f} of redis-benchmark's CPU-bound {benchmark['cpu_bound']:.0f}/s"
+        )
 
 
 if __name__ == "__main__":

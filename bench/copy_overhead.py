@@ -10,6 +10,7 @@ Each copies 4 KiB to an interior pointer of a cuMemAlloc'd buffer, obtained thro
 CUDA runtime obtains it. Wall time and instructions are measured as in bench/launch_overhead.py (medians of
 rounds pinned to one CPU; callgrind's instructions for N and 2N calls, difference / N).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -18,8 +19,11 @@ from pathlib import Path
 
 from launch_overhead import arguments, build, per_call_instructions, wall_ns
 
-MODES = [("cuMemcpyHtoDAsync_v2", "copy-htod-async"), ("cuMemcpyAsync", "copy-unified-async"),
-         ("cuMemcpyHtoD_v2 (sync)", "copy-htod")]
+MODES = [
+    ("cuMemcpyHtoDAsync_v2", "copy-htod-async"),
+    ("cuMemcpyAsync", "copy-unified-async"),
+    ("cuMemcpyHtoD_v2 (sync)", "copy-htod"),
+]
 
 
 def main() -> None:
@@ -35,11 +39,15 @@ def main() -> None:
                     times[preload] += wall_ns(program, work, preload, args.calls, args.rounds, mode)
             per_call = {p: per_call_instructions(program, work, p, mode) for p in (False, True)}
             results.append((label, times, per_call))
-    print(f"{'':24}{'without ns':>12}{'with ns':>10}{'added ns':>10}{'instr without':>15}{'instr with':>12}{'added':>8}")
+    print(
+        f"{'':24}{'without ns':>12}{'with ns':>10}{'added ns':>10}{'instr without':>15}{'instr with':>12}{'added':>8}"
+    )
     for label, times, per_call in results:
         without, with_ = statistics.median(times[False]), statistics.median(times[True])
-        print(f"{label:24}{without:12.2f}{with_:10.2f}{with_ - without:10.2f}{per_call[False]:15.1f}{per_call[True]:12.1f}"
-              f"{per_call[True] - per_call[False]:8.1f}")
+        print(
+            f"{label:24}{without:12.2f}{with_:10.2f}{with_ - without:10.2f}{per_call[False]:15.1f}{per_call[True]:12.1f}"
+            f"{per_call[True] - per_call[False]:8.1f}"
+        )
 
 
 if __name__ == "__main__":

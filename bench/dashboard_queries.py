@@ -16,6 +16,7 @@ after another. Panels run round-robin, `--repeats` times; the figure is each pan
 panel under 2 s median, each with data. Variable queries (label_values) are timed too. Then, as a stress
 figure with no target, the same with every variable at All (`--all-repeats` times): the whole fleet at once.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,7 +80,9 @@ def dashboards() -> list[tuple[str, dict]]:
     return [(path.stem, json.loads(path.read_text())) for path in sorted(DASHBOARDS.glob("*.json"))]
 
 
-def queries(url: str, hours: float, start: float, end: float, everything_all: bool) -> list[tuple[str, str, list[tuple[str, bool]]]]:
+def queries(
+    url: str, hours: float, start: float, end: float, everything_all: bool
+) -> list[tuple[str, str, list[tuple[str, bool]]]]:
     """(dashboard, panel title, [(PromQL, instant)]) for every variable and panel, variables resolved in order
     against Prometheus as Grafana resolves them."""
     out = []
@@ -94,7 +97,11 @@ def queries(url: str, hours: float, start: float, end: float, everything_all: bo
             out.append((name, f"variable ${variable['name']}", [(promql, False)]))
             values[variable["name"]] = variable_value(variable, label_values(url, promql, start, end), everything_all)
         for panel in panels(dashboard):
-            targets = [(grafana_to_promql(t["expr"], hours, values), bool(t.get("instant"))) for t in panel["targets"] if t.get("expr")]
+            targets = [
+                (grafana_to_promql(t["expr"], hours, values), bool(t.get("instant")))
+                for t in panel["targets"]
+                if t.get("expr")
+            ]
             out.append((name, panel.get("title", "?"), targets))
     return out
 
@@ -115,8 +122,11 @@ def run_query(url: str, promql: str, instant: bool, start: float, end: float) ->
     elif instant:
         response = requests.get(f"{url}/api/v1/query", params={"query": promql, "time": end}, timeout=120)
     else:
-        response = requests.get(f"{url}/api/v1/query_range",
-                                params={"query": promql, "start": start, "end": end, "step": STEP_SECONDS}, timeout=120)
+        response = requests.get(
+            f"{url}/api/v1/query_range",
+            params={"query": promql, "start": start, "end": end, "step": STEP_SECONDS},
+            timeout=120,
+        )
     elapsed = time.perf_counter() - began
     body = response.json()
     if body.get("status") != "success":
@@ -128,9 +138,18 @@ def run_query(url: str, promql: str, instant: bool, start: float, end: float) ->
 def prometheus(data: Path, config: Path, log: Path):
     port = free_port()
     with open(log, "a") as out:
-        proc = subprocess.Popen([shutil.which("prometheus") or "prometheus", f"--config.file={config}",
-                                 f"--storage.tsdb.path={data}", "--storage.tsdb.retention.time=30d",
-                                 f"--web.listen-address=127.0.0.1:{port}", "--query.timeout=2m"], stdout=out, stderr=out)
+        proc = subprocess.Popen(
+            [
+                shutil.which("prometheus") or "prometheus",
+                f"--config.file={config}",
+                f"--storage.tsdb.path={data}",
+                "--storage.tsdb.retention.time=30d",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--query.timeout=2m",
+            ],
+            stdout=out,
+            stderr=out,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: _ready(url), "Prometheus to load the blocks")
@@ -151,9 +170,14 @@ def build_blocks(fleet: Fleet, work: Path, start: int, steps: int) -> int:
     began = time.monotonic()
     with open(source, "w", buffering=1 << 20) as out:
         samples = write_openmetrics(fleet, start, steps, STEP_SECONDS, out)
-    print(f"wrote {samples:,} samples ({source.stat().st_size / 2**30:.2f} GiB) in {time.monotonic() - began:.0f} s", flush=True)
+    print(
+        f"wrote {samples:,} samples ({source.stat().st_size / 2**30:.2f} GiB) in {time.monotonic() - began:.0f} s",
+        flush=True,
+    )
     began = time.monotonic()
-    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", str(source), str(work / "data")], check=True)
+    subprocess.run(
+        ["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", str(source), str(work / "data")], check=True
+    )
     source.unlink()
     print(f"promtool made the blocks in {time.monotonic() - began:.0f} s", flush=True)
     return samples
@@ -163,9 +187,23 @@ def backfill_rules(url: str, work: Path, start: int, end: int) -> None:
     if not RECORDING_RULES.exists():
         return
     began = time.monotonic()
-    subprocess.run(["promtool", "tsdb", "create-blocks-from", "rules", f"--start={start}", f"--end={end}",
-                    f"--url={url}", f"--output-dir={work / 'rules'}", "--eval-interval=1m", str(RECORDING_RULES)],
-                   check=True, cwd=work, capture_output=True)
+    subprocess.run(
+        [
+            "promtool",
+            "tsdb",
+            "create-blocks-from",
+            "rules",
+            f"--start={start}",
+            f"--end={end}",
+            f"--url={url}",
+            f"--output-dir={work / 'rules'}",
+            "--eval-interval=1m",
+            str(RECORDING_RULES),
+        ],
+        check=True,
+        cwd=work,
+        capture_output=True,
+    )
     for block in (work / "rules").iterdir():
         if block.is_dir():
             shutil.move(str(block), work / "data" / block.name)
@@ -199,13 +237,23 @@ def main() -> int:
             everything = time_panels(url, queries(url, args.hours, start, end, True), start, end, args.all_repeats)
     for panel, stressed in zip(opened, everything):
         panel["all_median_s"], panel["all_series"] = stressed["median_s"], stressed["series"]
-    report = {"machine": machine(), "fleet": vars(fleet) | {"gpus": fleet.gpu_count}, "samples": samples,
-              "hours": args.hours, "step_seconds": STEP_SECONDS, "panels": opened}
+    report = {
+        "machine": machine(),
+        "fleet": vars(fleet) | {"gpus": fleet.gpu_count},
+        "samples": samples,
+        "hours": args.hours,
+        "step_seconds": STEP_SECONDS,
+        "panels": opened,
+    }
     print_table(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     slow = [p for p in opened if p["median_s"] >= TARGET_SECONDS or not p["series"]]
-    print("all panels under 2 s median, each with data" if not slow else f"NOT met: {[(p['dashboard'], p['panel']) for p in slow]}")
+    print(
+        "all panels under 2 s median, each with data"
+        if not slow
+        else f"NOT met: {[(p['dashboard'], p['panel']) for p in slow]}"
+    )
     return 0 if not slow else 1
 
 
@@ -217,19 +265,33 @@ def time_panels(url: str, panel_queries, start: float, end: float, repeats: int)
             results = [run_query(url, promql, instant, start, end) for promql, instant in targets]
             times[i].append(sum(t for t, _ in results))
             series[i] = sum(n for _, n in results)
-    return [{"dashboard": d, "panel": title, "targets": len(targets), "series": series[i],
-             "median_s": statistics.median(times[i]), "max_s": max(times[i])}
-            for i, (d, title, targets) in enumerate(panel_queries)]
+    return [
+        {
+            "dashboard": d,
+            "panel": title,
+            "targets": len(targets),
+            "series": series[i],
+            "median_s": statistics.median(times[i]),
+            "max_s": max(times[i]),
+        }
+        for i, (d, title, targets) in enumerate(panel_queries)
+    ]
 
 
 def print_table(report: dict) -> None:
-    print(f"machine: {report['machine']}; {report['fleet']['gpus']:,} GPUs on {report['fleet']['nodes']} nodes, "
-          f"{report['samples']:,} samples over {report['hours']:g} h")
-    print(f"{'dashboard':16} {'panel':44} {'targets':>7} {'series':>6} {'median s':>8} {'max s':>6}   "
-          f"{'all: series':>11} {'median s':>8}")
+    print(
+        f"machine: {report['machine']}; {report['fleet']['gpus']:,} GPUs on {report['fleet']['nodes']} nodes, "
+        f"{report['samples']:,} samples over {report['hours']:g} h"
+    )
+    print(
+        f"{'dashboard':16} {'panel':44} {'targets':>7} {'series':>6} {'median s':>8} {'max s':>6}   "
+        f"{'all: series':>11} {'median s':>8}"
+    )
     for p in report["panels"]:
-        print(f"{p['dashboard']:16} {p['panel'][:44]:44} {p['targets']:>7} {p['series']:>6} {p['median_s']:>8.3f} "
-              f"{p['max_s']:>6.3f}   {p['all_series']:>11} {p['all_median_s']:>8.3f}")
+        print(
+            f"{p['dashboard']:16} {p['panel'][:44]:44} {p['targets']:>7} {p['series']:>6} {p['median_s']:>8.3f} "
+            f"{p['max_s']:>6.3f}   {p['all_series']:>11} {p['all_median_s']:>8.3f}"
+        )
 
 
 if __name__ == "__main__":

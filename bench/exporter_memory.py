@@ -13,6 +13,7 @@ Two servers, each its own process, scraped alternately with the same http.client
 Resident memory (VmRSS) is read after a warm-up of a tenth of the scrapes and at the end; growth over 5%
 fails the target.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,12 +66,24 @@ class ChurningNvml(FakeNvml):
 def serve_alnair(port: int, processes: int) -> None:
     sys.modules["pynvml"] = ChurningNvml(processes)  # `import pynvml` in the collector gets the stub
     from alnair.exporter.main import main
-    main(["--web.listen-address", f"127.0.0.1:{port}", "--collector.disable-defaults", "--collector.nvml",
-          "--collector.nvml.interval", "0.05", "--log.level", "warning"])
+
+    main(
+        [
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--collector.disable-defaults",
+            "--collector.nvml",
+            "--collector.nvml.interval",
+            "0.05",
+            "--log.level",
+            "warning",
+        ]
+    )
 
 
 def serve_baseline(port: int, processes: int) -> None:
     from prometheus_client import Gauge, start_http_server
+
     nvml = ChurningNvml(processes)
     sm = Gauge("gpu_process_sm_utilization_ratio", "", ["gpu", "uuid", "pid"])
     memory = Gauge("gpu_process_memory_used_bytes", "", ["gpu", "uuid", "pid"])
@@ -133,7 +146,9 @@ def main() -> None:
     try:
         for name in ("alnair", "baseline"):
             port = free_port()
-            proc = subprocess.Popen([sys.executable, __file__, "--serve", name, "--port", str(port), "--processes", str(args.processes)])
+            proc = subprocess.Popen(
+                [sys.executable, __file__, "--serve", name, "--port", str(port), "--processes", str(args.processes)]
+            )
             servers[name] = (port, proc)
         for port, proc in servers.values():
             wait_serving(port, proc)
@@ -150,7 +165,9 @@ def main() -> None:
         for _, proc in servers.values():
             proc.terminate()
             proc.wait()
-    print(f"{args.scrapes} scrapes each ({elapsed:.0f} s), {args.processes} processes, a tenth replaced every 50 ms sample")
+    print(
+        f"{args.scrapes} scrapes each ({elapsed:.0f} s), {args.processes} processes, a tenth replaced every 50 ms sample"
+    )
     print(f"{'':<12}{f'RSS@{warm_up} KiB':>16}{f'RSS@{args.scrapes} KiB':>18}{'growth':>9}")
     for name, (first, last) in rss.items():
         print(f"{name:<12}{first:>16}{last:>18}{(last - first) / first:>9.1%}")

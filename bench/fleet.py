@@ -7,6 +7,7 @@ node's exporter (instance, job). Values move plausibly (counters only rise, rati
 matters for query cost is the number of series and samples, and that the joins the dashboards make
 (pid and instance to the *_process_info series, instance to alnair_node_info) meet.
 """
+
 from __future__ import annotations
 
 import random
@@ -16,8 +17,17 @@ from typing import Iterator, TextIO
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = ROOT / "tests" / "e2e" / "fixtures" / "exposition.txt"
-THROTTLE_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
-                    "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting")
+THROTTLE_REASONS = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+)
 LABEL_VALUES = {  # the values a label other than an entity's takes on every series of its family
     ("alnair_nvml_throttle_reason_active", "reason"): THROTTLE_REASONS,
     ("alnair_nvml_ecc_errors_total", "type"): ("corrected", "uncorrected"),
@@ -46,7 +56,10 @@ class Fleet:
         return [f"node-{n:03d}:9876" for n in range(self.nodes)]
 
     def gpus(self, node: int) -> list[dict[str, str]]:
-        return [{"gpu": str(g), "uuid": f"GPU-{node:04x}{g:04x}-0000-4000-8000-000000000000"} for g in range(self.gpus_per_node)]
+        return [
+            {"gpu": str(g), "uuid": f"GPU-{node:04x}{g:04x}-0000-4000-8000-000000000000"}
+            for g in range(self.gpus_per_node)
+        ]
 
     def processes(self, node: int) -> list[dict[str, str]]:
         """Each GPU's processes, each the only container of its own pod."""
@@ -55,10 +68,19 @@ class Fleet:
             for k in range(self.processes_per_gpu):
                 pid = 10_000 + int(gpu["gpu"]) * 100 + k
                 pod = f"train-{node:03d}-{gpu['gpu']}-{k}"
-                out.append({**gpu, "pid": str(pid), "pod": pod, "namespace": f"team-{(node + k) % self.namespaces}",
-                            "container": "trainer", "container_id": f"containerd://{node:04x}{pid:08x}",
-                            "pod_uid": f"{node:08x}-0000-4000-8000-{pid:012x}", "comm": "python",
-                            "pid_namespace": "4026531836"})
+                out.append(
+                    {
+                        **gpu,
+                        "pid": str(pid),
+                        "pod": pod,
+                        "namespace": f"team-{(node + k) % self.namespaces}",
+                        "container": "trainer",
+                        "container_id": f"containerd://{node:04x}{pid:08x}",
+                        "pod_uid": f"{node:08x}-0000-4000-8000-{pid:012x}",
+                        "comm": "python",
+                        "pid_namespace": "4026531836",
+                    }
+                )
         return out
 
     @property
@@ -98,7 +120,9 @@ def label_sets(fleet: Fleet, node: int, name: str, labels: list[str]) -> Iterato
     else:
         entities = [{}]
     for entity in entities:
-        extra = [(label, LABEL_VALUES.get((name, label), ())) for label in labels if label not in entity and label != "le"]
+        extra = [
+            (label, LABEL_VALUES.get((name, label), ())) for label in labels if label not in entity and label != "le"
+        ]
         fixed = {label: _identity_value(name, label, node) for label, values in extra if not values}
         varying = [(label, values) for label, values in extra if values]
         for combination in _product(varying):
@@ -106,9 +130,17 @@ def label_sets(fleet: Fleet, node: int, name: str, labels: list[str]) -> Iterato
 
 
 def _identity_value(name: str, label: str, node: int) -> str:
-    return {"node": f"node-{node:03d}", "version": "0.1.0", "python_version": "3.11.7", "name": "NVIDIA H200",
-            "driver_version": "570.86.15", "parent_uuid": "", "role": "master", "maxmemory_policy": "allkeys-lru",
-            "db": "db0"}.get(label, f"{label}-value")
+    return {
+        "node": f"node-{node:03d}",
+        "version": "0.1.0",
+        "python_version": "3.11.7",
+        "name": "NVIDIA H200",
+        "driver_version": "570.86.15",
+        "parent_uuid": "",
+        "role": "master",
+        "maxmemory_policy": "allkeys-lru",
+        "db": "db0",
+    }.get(label, f"{label}-value")
 
 
 def _product(varying: list[tuple[str, tuple[str, ...]]]) -> Iterator[dict[str, str]]:
@@ -172,7 +204,9 @@ def _write_histogram(name: str, labelset: dict[str, str], times: list[int], rng:
         count = rate * 60 * (i + 1)
         for bound, share in zip(BUCKETS, shares):
             out.write(f"{name}_bucket{_labels({**labelset, 'le': bound})} {count * share:.1f} {t}\n")
-        out.write(f"{name}_count{_labels(labelset)} {count:.1f} {t}\n{name}_sum{_labels(labelset)} {count * 0.01:.3f} {t}\n")
+        out.write(
+            f"{name}_count{_labels(labelset)} {count:.1f} {t}\n{name}_sum{_labels(labelset)} {count * 0.01:.3f} {t}\n"
+        )
     return len(times) * (len(BUCKETS) + 2)
 
 

@@ -39,6 +39,7 @@ for tears), and the exporter keeps the CPU share it has against busy but ordinar
 An exporter with --shm.linger serves a dead writer's last record that long before reclaiming it; the bench
 passes --linger (2 s, against the exporter's 120 s) so a run waits it out in seconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scrape_latency import (SAMPLE_DURATION, SAMPLE_FINISHED, SEGMENTS, WRITER, ScrapeClient, free_port,  # noqa: E402
-                            machine, raise_fd_limit)
+from scrape_latency import (
+    SAMPLE_DURATION,
+    SAMPLE_FINISHED,
+    SEGMENTS,
+    WRITER,
+    ScrapeClient,
+    free_port,  # noqa: E402
+    machine,
+    raise_fd_limit,
+)
 
 from alnair.abi import layout, naming  # noqa: E402
 from alnair.abi.segments import SKIP_REASONS  # noqa: E402
@@ -74,22 +83,30 @@ SKIPPED = re.compile(rb'^alnair_cuda_segments_skipped\{reason="(\w+)"\} (\S+)$',
 RECLAIMED = re.compile(rb"^alnair_cuda_segments_reclaimed_total (\S+)$", re.M)
 SUCCESS = re.compile(rb'^alnair_exporter_collector_success\{collector="cuda"\} (\S+)$', re.M)
 # The families of the device counters --churn sets to one running count (not the later record fields it leaves 0).
-CHURNED = (b"kernel_launches_total|graph_launches_total|memory_used_bytes|memory_peak_bytes|allocations_total|"
-           b"allocation_failures_total|allocations_denied_total|memory_limit_bytes|throttled_seconds_total|"
-           b"compute_quota_ratio")
-DEVICE = re.compile(rb'^(alnair_cuda_(?:' + CHURNED + rb'))\{pid="([^"]*)",gpu="(\d+)",uuid="[^"]*"\} (\S+)$', re.M)
+CHURNED = (
+    b"kernel_launches_total|graph_launches_total|memory_used_bytes|memory_peak_bytes|allocations_total|"
+    b"allocation_failures_total|allocations_denied_total|memory_limit_bytes|throttled_seconds_total|"
+    b"compute_quota_ratio"
+)
+DEVICE = re.compile(rb"^(alnair_cuda_(?:" + CHURNED + rb'))\{pid="([^"]*)",gpu="(\d+)",uuid="[^"]*"\} (\S+)$', re.M)
 INFO = re.compile(rb'^alnair_cuda_process_info\{pid="(\d+)",comm="((?:[^"\\]|\\.)*)"', re.M)
 # The text format's grammar, strictly: a planted string that escaped its label would break a line.
-LINE = re.compile(rb'(# (HELP|TYPE) \S+ .*|[a-zA-Z_:][\w:]*(\{\w+="(?:[^"\\\n]|\\.)*"(,\w+="(?:[^"\\\n]|\\.)*")*\})? \S+)')
+LINE = re.compile(
+    rb'(# (HELP|TYPE) \S+ .*|[a-zA-Z_:][\w:]*(\{\w+="(?:[^"\\\n]|\\.)*"(,\w+="(?:[^"\\\n]|\\.)*")*\})? \S+)'
+)
 RAW_CONTROL = re.compile(rb"[\x00-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]")  # C0 except \n, DEL, C1 in UTF-8
 
 # Exported device families and the writer's field behind each (exporter/collectors/cuda.py).
 FIELDS = {
-    b"alnair_cuda_kernel_launches_total": "kernel_launches", b"alnair_cuda_graph_launches_total": "graph_launches",
-    b"alnair_cuda_memory_used_bytes": "bytes_in_use", b"alnair_cuda_memory_peak_bytes": "peak_bytes",
-    b"alnair_cuda_allocations_total": "allocations", b"alnair_cuda_allocation_failures_total": "failed_allocations",
+    b"alnair_cuda_kernel_launches_total": "kernel_launches",
+    b"alnair_cuda_graph_launches_total": "graph_launches",
+    b"alnair_cuda_memory_used_bytes": "bytes_in_use",
+    b"alnair_cuda_memory_peak_bytes": "peak_bytes",
+    b"alnair_cuda_allocations_total": "allocations",
+    b"alnair_cuda_allocation_failures_total": "failed_allocations",
     b"alnair_cuda_allocations_denied_total": "limit_denied_allocations",
-    b"alnair_cuda_memory_limit_bytes": "memory_limit_bytes", b"alnair_cuda_throttled_seconds_total": "throttled_ns",
+    b"alnair_cuda_memory_limit_bytes": "memory_limit_bytes",
+    b"alnair_cuda_throttled_seconds_total": "throttled_ns",
 }
 SCALE = {b"alnair_cuda_throttled_seconds_total": 1e-9}
 
@@ -103,6 +120,7 @@ SWEEP_PASSES = re.compile(rb"^alnair_cuda_segments_sweep_passes (\S+)$", re.M)
 
 
 # ---------------------------------------------------------------- processes
+
 
 def spawn(command: list[str], **kwargs) -> subprocess.Popen:
     process = subprocess.Popen(command, **kwargs)
@@ -134,8 +152,13 @@ def ready_path(process: subprocess.Popen) -> str:
 
 def start_writer(shm_dir: Path, args: list[str], hold: bool) -> tuple[subprocess.Popen, str]:
     """A C writer; with `hold` its stdin stays open (closing it ends the writer), else /dev/null (churn ignores it)."""
-    process = spawn([str(WRITER), *args], stdin=subprocess.PIPE if hold else subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, text=True, env={**os.environ, "ALNAIR_SHM_DIR": str(shm_dir)})
+    process = spawn(
+        [str(WRITER), *args],
+        stdin=subprocess.PIPE if hold else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "ALNAIR_SHM_DIR": str(shm_dir)},
+    )
     return process, ready_path(process)
 
 
@@ -146,7 +169,9 @@ def as_duration(seconds: float) -> str:
 def linger_flags(seconds: float) -> tuple[list[str], float]:
     """--shm.linger where this exporter has it (a dead writer's last record served that long, then reclaimed);
     returns the flags and the linger in effect (0 without the flag: reclaimed at once)."""
-    help_text = subprocess.run([sys.executable, "-m", "alnair.exporter", "--help"], capture_output=True, text=True).stdout
+    help_text = subprocess.run(
+        [sys.executable, "-m", "alnair.exporter", "--help"], capture_output=True, text=True
+    ).stdout
     return (["--shm.linger", as_duration(seconds)], seconds) if "--shm.linger" in help_text else ([], 0.0)
 
 
@@ -161,15 +186,36 @@ def proc_value(pid: int, file: str, key: str) -> int:
 class Exporter:
     """The real exporter on a free loopback port, its stderr in a log file."""
 
-    def __init__(self, shm_dir: Path, log_path: Path, interval: str, *extra: str, startup_timeout: float = STARTUP_TIMEOUT,
-                 python: str = sys.executable):
+    def __init__(
+        self,
+        shm_dir: Path,
+        log_path: Path,
+        interval: str,
+        *extra: str,
+        startup_timeout: float = STARTUP_TIMEOUT,
+        python: str = sys.executable,
+    ):
         self.port = free_port()
         self.log_path = log_path
         with open(log_path, "wb") as log:
-            self.process = spawn([python, "-m", "alnair.exporter", "--shm.dir", str(shm_dir),
-                                  "--no-collector.host", "--no-collector.nvml", "--collector.cuda.interval", interval,
-                                  "--web.listen-address", f"127.0.0.1:{self.port}", *extra],
-                                 stdout=subprocess.DEVNULL, stderr=log)
+            self.process = spawn(
+                [
+                    python,
+                    "-m",
+                    "alnair.exporter",
+                    "--shm.dir",
+                    str(shm_dir),
+                    "--no-collector.host",
+                    "--no-collector.nvml",
+                    "--collector.cuda.interval",
+                    interval,
+                    "--web.listen-address",
+                    f"127.0.0.1:{self.port}",
+                    *extra,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         self.client = ScrapeClient(self.port)
         self.wait_serving(startup_timeout)
 
@@ -227,8 +273,16 @@ def parse_sample(body: bytes) -> Sample | None:
         return None
     skipped = {m[1].decode(): int(float(m[2])) for m in SKIPPED.finditer(body)}
     lingering = LINGERING.search(body)
-    return Sample(float(finished[1]), float(duration[1]), skipped, int(float(reclaimed[1])),
-                  int(float(segments[1])), float(success[1]) == 1.0, body, int(float(lingering[1])) if lingering else 0)
+    return Sample(
+        float(finished[1]),
+        float(duration[1]),
+        skipped,
+        int(float(reclaimed[1])),
+        int(float(segments[1])),
+        float(success[1]) == 1.0,
+        body,
+        int(float(lingering[1])) if lingering else 0,
+    )
 
 
 class Prober:
@@ -310,11 +364,20 @@ def med_max(values: list[float], scale: float = 1000) -> str:
 
 # ---------------------------------------------------------------- fuzz: what is planted
 
+
 def header(**fields) -> layout.ShmHeader:
     """A header that validates, with `fields` overridden."""
-    values = dict(magic=layout.SHM_MAGIC, abi_version=layout.ABI_VERSION, header_size=layout.HEADER_SIZE,
-                  record_kind=layout.KIND_CUDA, record_size=layout.CUDA_RECORD_SIZE, writer_pid=4242, seq=2,
-                  update_time_ns=time.time_ns(), comm=b"planted")
+    values = dict(
+        magic=layout.SHM_MAGIC,
+        abi_version=layout.ABI_VERSION,
+        header_size=layout.HEADER_SIZE,
+        record_kind=layout.KIND_CUDA,
+        record_size=layout.CUDA_RECORD_SIZE,
+        writer_pid=4242,
+        seq=2,
+        update_time_ns=time.time_ns(),
+        comm=b"planted",
+    )
     values.update(fields)
     return layout.ShmHeader(**values)
 
@@ -348,18 +411,52 @@ def set_old(path: bytes) -> None:
 
 
 # Each maker plants one file at `path` and returns its expected outcome when that depends on the bytes.
-def plant_empty(path, rng): write(path, b"")
-def plant_short_header(path, rng): write(path, valid()[: rng.randrange(1, layout.HEADER_SIZE)])
-def plant_short_record(path, rng): write(path, valid()[: rng.randrange(layout.HEADER_SIZE, len(valid()))])
-def plant_bad_magic(path, rng): write(path, valid(magic=rng.choice([0, 0x4C41 << 48, layout.SHM_MAGIC ^ 1, rng.getrandbits(64)])))
-def plant_abi_version(path, rng): write(path, valid(abi_version=rng.choice([0, 1, layout.ABI_VERSION + 1, 0xFFFFFFFF])))
-def plant_wrong_kind(path, rng): write(path, valid(record_kind=rng.choice([0, layout.KIND_PYTHON, 3, 0xFFFFFFFF])))
-def plant_wrong_header_size(path, rng): write(path, valid(header_size=rng.choice([0, 128, 255, 257, 4096, 0xFFFFFFFF])))
-def plant_small_record(path, rng): write(path, valid(record_size=rng.choice([0, 8, layout.CUDA_DEVICES_OFFSET - 1])))
-def plant_torn(path, rng): write(path, valid(seq=rng.randrange(1, 1 << 40) | 1))  # a publish that never ends
-def plant_dead_writer(path, rng): write(path, valid(writer_pid=rng.randrange(2, 1 << 22), pod_uid=FORGED_POD))
-def plant_fifo(path, rng): os.mkfifo(path)
-def plant_directory(path, rng): os.mkdir(path)
+def plant_empty(path, rng):
+    write(path, b"")
+
+
+def plant_short_header(path, rng):
+    write(path, valid()[: rng.randrange(1, layout.HEADER_SIZE)])
+
+
+def plant_short_record(path, rng):
+    write(path, valid()[: rng.randrange(layout.HEADER_SIZE, len(valid()))])
+
+
+def plant_bad_magic(path, rng):
+    write(path, valid(magic=rng.choice([0, 0x4C41 << 48, layout.SHM_MAGIC ^ 1, rng.getrandbits(64)])))
+
+
+def plant_abi_version(path, rng):
+    write(path, valid(abi_version=rng.choice([0, 1, layout.ABI_VERSION + 1, 0xFFFFFFFF])))
+
+
+def plant_wrong_kind(path, rng):
+    write(path, valid(record_kind=rng.choice([0, layout.KIND_PYTHON, 3, 0xFFFFFFFF])))
+
+
+def plant_wrong_header_size(path, rng):
+    write(path, valid(header_size=rng.choice([0, 128, 255, 257, 4096, 0xFFFFFFFF])))
+
+
+def plant_small_record(path, rng):
+    write(path, valid(record_size=rng.choice([0, 8, layout.CUDA_DEVICES_OFFSET - 1])))
+
+
+def plant_torn(path, rng):
+    write(path, valid(seq=rng.randrange(1, 1 << 40) | 1))  # a publish that never ends
+
+
+def plant_dead_writer(path, rng):
+    write(path, valid(writer_pid=rng.randrange(2, 1 << 22), pod_uid=FORGED_POD))
+
+
+def plant_fifo(path, rng):
+    os.mkfifo(path)
+
+
+def plant_directory(path, rng):
+    os.mkdir(path)
 
 
 def plant_bad_devices(path, rng):
@@ -393,7 +490,7 @@ def plant_socket(path, rng):
         s.bind(path)  # the file stays after close; open() on it fails with ENXIO
 
 
-CONTROL_COMMS = [b"\x1b[2J\x1b[Hpwn", b'a"}\nfake 1', b"\x07\x08\x7f\xc2\x9b31m", b"\xff\xfe\\\"x", b"\t\r\n\x00"]
+CONTROL_COMMS = [b"\x1b[2J\x1b[Hpwn", b'a"}\nfake 1', b"\x07\x08\x7f\xc2\x9b31m", b'\xff\xfe\\"x', b"\t\r\n\x00"]
 
 
 def plant_comm(path, rng):
@@ -507,12 +604,16 @@ class Locker:
     """One process holding POSIX write locks (F_SETLK, the writers' liveness signal) on many files; the reader
     ignores locks its own process holds, so the holder must be another process (tests/support.py)."""
 
-    SCRIPT = ("import fcntl, os, sys\nfds = []\nfor line in sys.stdin:\n"
-              "    if line == 'sync\\n':\n        print('locked', len(fds), flush=True)\n        continue\n"
-              "    fd = os.open(line.rstrip('\\n'), os.O_RDWR)\n    fcntl.lockf(fd, fcntl.LOCK_EX)\n    fds.append(fd)\n")
+    SCRIPT = (
+        "import fcntl, os, sys\nfds = []\nfor line in sys.stdin:\n"
+        "    if line == 'sync\\n':\n        print('locked', len(fds), flush=True)\n        continue\n"
+        "    fd = os.open(line.rstrip('\\n'), os.O_RDWR)\n    fcntl.lockf(fd, fcntl.LOCK_EX)\n    fds.append(fd)\n"
+    )
 
     def __init__(self):
-        self.process = spawn([sys.executable, "-c", self.SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.process = spawn(
+            [sys.executable, "-c", self.SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
 
     def lock_all(self, paths: list[str]) -> None:
         self.process.stdin.write("".join(f"{p}\n" for p in paths) + "sync\n")
@@ -533,7 +634,9 @@ def plant(shm_dir: Path, stage: Path, files: int, rng: random.Random, locker: Lo
     for kind, count in zip(KINDS, kind_counts(files)):
         for i in range(count):
             name = file_name(kind, len(planted), rng)
-            where = os.path.join(bytes(stage), b"%d" % len(planted)) if kind.locked else os.path.join(bytes(shm_dir), name)
+            where = (
+                os.path.join(bytes(stage), b"%d" % len(planted)) if kind.locked else os.path.join(bytes(shm_dir), name)
+            )
             outcome = kind.plant(where, rng) or kind.outcome
             planted.append(Planted(name, kind, outcome))
             if kind.locked:
@@ -569,8 +672,17 @@ def identity(path: bytes) -> tuple:
 
 # ---------------------------------------------------------------- fuzz: what is checked
 
-LIVE_FIELDS = ["kernel_launches", "graph_launches", "bytes_in_use", "peak_bytes", "allocations",
-               "failed_allocations", "limit_denied_allocations", "memory_limit_bytes", "throttled_ns"]
+LIVE_FIELDS = [
+    "kernel_launches",
+    "graph_launches",
+    "bytes_in_use",
+    "peak_bytes",
+    "allocations",
+    "failed_allocations",
+    "limit_denied_allocations",
+    "memory_limit_bytes",
+    "throttled_ns",
+]
 
 
 def live_args(i: int) -> tuple[list[str], int, dict[str, int]]:
@@ -635,8 +747,16 @@ def expected_skips(planted: list[Planted]) -> Counter:
 def symlink_targets(fuzz_root: Path, live_path: str) -> list[bytes]:
     victim = fuzz_root / "victim-secret"
     victim.write_bytes(b"root:$6$not-for-the-exporter\n")
-    return [b"/etc/shadow", b"/etc/passwd", bytes(victim), live_path.encode(), b"/etc", b"/dev/zero",
-            b"/nonexistent/dangling", b"../victim-secret"]
+    return [
+        b"/etc/shadow",
+        b"/etc/passwd",
+        bytes(victim),
+        live_path.encode(),
+        b"/etc",
+        b"/dev/zero",
+        b"/nonexistent/dangling",
+        b"../victim-secret",
+    ]
 
 
 def target_state(targets: list[bytes]) -> dict[bytes, tuple]:
@@ -676,11 +796,15 @@ def print_kind_table(planted: list[Planted], left: dict[str, tuple[int, int]]) -
         outcome = "/".join(f"{o} {c}" if len(outcomes) > 1 else o for o, c in sorted(outcomes.items()))
         want = 0 if kind.outcome == "reclaimed" else n
         did = {"reclaimed": "unlinked it", "served": "served it, sanitised", "kept": "left it alone, uncounted"}.get(
-            kind.outcome, "skipped and counted it, left the file")
+            kind.outcome, "skipped and counted it, left the file"
+        )
         print(f"  {kind.name:<50}{n:>8}  {'yes' if kind.locked else 'no':<5}{outcome:<28}{kept:>6}  {did}")
         checks.append(Check(f"files left: {kind.name}", kept == want, f"{kept} of {n}, expected {want}"))
-    return [c for c in checks if not c.ok] or [Check("every planted file left or reclaimed as its kind says", True,
-                                                     f"{len(planted)} files, {len(KINDS)} kinds")]
+    return [c for c in checks if not c.ok] or [
+        Check(
+            "every planted file left or reclaimed as its kind says", True, f"{len(planted)} files, {len(KINDS)} kinds"
+        )
+    ]
 
 
 def over_limit_expectation(shm_dir: Path, outcome_of: dict[bytes, str], cap: int) -> tuple[Counter, int, set[bytes]]:
@@ -696,8 +820,9 @@ def over_limit_expectation(shm_dir: Path, outcome_of: dict[bytes, str], cap: int
             if not entry.name.startswith(b"alnair.cuda.") or entry.name in holders:
                 continue
             outcome = outcome_of.get(entry.name, "unknown")  # not planted, or should be gone: fails the check
-            note_outcome("over_limit" if len(served) >= cap and outcome != "bad_name" else outcome, entry.name,
-                         skips, served)
+            note_outcome(
+                "over_limit" if len(served) >= cap and outcome != "bad_name" else outcome, entry.name, skips, served
+            )
     return skips, len(served), served
 
 
@@ -725,6 +850,7 @@ def skip_dict(counter: Counter) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------- fuzz: the run
+
 
 def start_live_writers(shm_dir: Path, count: int, offset: int, check: LiveCheck) -> list[tuple[subprocess.Popen, str]]:
     writers = []
@@ -755,8 +881,10 @@ def fuzz(args: argparse.Namespace, root: Path) -> bool:
         planted = plant(shm_dir, stage, args.files, rng, locker)
         live += start_live_writers(shm_dir, 1, args.live, check)  # a writer that starts after the attack
         plant_seconds, plant_end = time.monotonic() - started, time.time()
-        print(f"  planted {len(planted)} files in {plant_seconds:.1f} s ({sum(p.kind.locked for p in planted)} "
-              f"held by locker pid {locker.pid}); {len(live)} live writers; linger {args.linger_in_effect:g} s")
+        print(
+            f"  planted {len(planted)} files in {plant_seconds:.1f} s ({sum(p.kind.locked for p in planted)} "
+            f"held by locker pid {locker.pid}); {len(live)} live writers; linger {args.linger_in_effect:g} s"
+        )
         # Dead writers' files are served while they linger, then reclaimed: a sample that began a linger
         # and a sample period (plus its own length) after planting sees the directory as it stays.
         settled = plant_end + (args.linger_in_effect + 2.0 if args.linger_in_effect else 0.0)
@@ -765,8 +893,9 @@ def fuzz(args: argparse.Namespace, root: Path) -> bool:
         steady = prober.wait_samples(settled, args.samples)
         rchar_per_sample = (exporter.rchar() - rchar_before) / max(1, sum(window_start < s.finished for s in steady))
         lingering = [s for s in prober.samples_since(plant_end) if s.finished < settled]
-        checks = fuzz_checks(exporter, prober, check, planted, steady, live, locker, rss_before, rchar_per_sample,
-                             targets_before)
+        checks = fuzz_checks(
+            exporter, prober, check, planted, steady, live, locker, rss_before, rchar_per_sample, targets_before
+        )
         checks += linger_checks(lingering)
         checks += over_limit_phase(shm_dir, root, planted, live, args)
         left = files_left(shm_dir, planted)
@@ -776,14 +905,16 @@ def fuzz(args: argparse.Namespace, root: Path) -> bool:
     print_marker_finding(root, args)
     cost_phase(root, args)  # alone on the machine: no other exporter sampling meanwhile
     checks += print_kind_table(planted, left)
-    checks.append(Check("exporter exit status on SIGTERM", exporter.process.returncode == 0,
-                        str(exporter.process.returncode)))
+    checks.append(
+        Check("exporter exit status on SIGTERM", exporter.process.returncode == 0, str(exporter.process.returncode))
+    )
     print_checks("fuzz: checks", checks)
     return all(c.ok for c in checks)
 
 
-def fuzz_checks(exporter, prober, check, planted, steady, live, locker, rss_before, rchar_per_sample,
-                targets_before) -> list[Check]:
+def fuzz_checks(
+    exporter, prober, check, planted, steady, live, locker, rss_before, rchar_per_sample, targets_before
+) -> list[Check]:
     # Every held planted file is locked by the one locker process, and a pid is served once: one of them is
     # served, the others are skipped as duplicates.
     held_served = sum(p.outcome == "served" for p in planted)
@@ -798,30 +929,66 @@ def fuzz_checks(exporter, prober, check, planted, steady, live, locker, rss_befo
     # At most a header per entry, and per held segment 4 seqlock tries of header + known record + 2 seq reads;
     # 1 MiB for the scrapes' requests and /proc. One 4 GiB pread would be 500 times over.
     held = sum(p.kind.locked for p in planted) + len(live)
-    read_bound = len(planted) * layout.HEADER_SIZE + held * 4 * (layout.HEADER_SIZE + layout.CUDA_RECORD_SIZE + 16) + (1 << 20)
-    checks = [Check(f"skipped{{reason={r}}} every sample", all(s.skipped.get(r) == n for s in steady),
-                    f"expected {n}, served {sorted({s.skipped.get(r) for s in steady})}") for r, n in want.items()]
+    read_bound = (
+        len(planted) * layout.HEADER_SIZE + held * 4 * (layout.HEADER_SIZE + layout.CUDA_RECORD_SIZE + 16) + (1 << 20)
+    )
+    checks = [
+        Check(
+            f"skipped{{reason={r}}} every sample",
+            all(s.skipped.get(r) == n for s in steady),
+            f"expected {n}, served {sorted({s.skipped.get(r) for s in steady})}",
+        )
+        for r, n in want.items()
+    ]
     checks += [
-        Check("segments served every sample", all(s.segments == want_served and not s.lingering for s in steady),
-              f"expected {want_served}, served {sorted({s.segments for s in steady})}, "
-              f"lingering {sorted({s.lingering for s in steady})}"),
-        Check("reclaimed_total", all(s.reclaimed == want_reclaimed for s in steady),
-              f"expected {want_reclaimed}, served {sorted({s.reclaimed for s in steady})}"),
-        Check("cuda collector succeeded every sample", all(s.success for s in prober.samples.values()),
-              f"{len(prober.samples)} samples"),
-        Check("exporter alive, /metrics 200 throughout", prober.exited is None and not prober.failures and exporter.process.poll() is None,
-              f"{prober.scrapes} scrapes, {len(prober.failures)} failed {prober.failures[:2]}, exit {prober.exited}"),
-        Check("live writers' values exact in every sample", not check.mismatches and check.samples > 0,
-              f"{check.series} series checked in {check.samples} samples, {len(check.mismatches)} wrong {check.mismatches[:2]}"),
-        Check("exposition well formed, no raw control characters", not check.format_problems, str(check.format_problems[:3])),
-        Check("the locker's held files served once, sanitised", len(infos) == min(1, held_served)
-              and not any(re.search(rb"[\x00-\x1f\x7f]", m[2]) for m in infos), f"{len(infos)} process_info of the locker's pid"),
+        Check(
+            "segments served every sample",
+            all(s.segments == want_served and not s.lingering for s in steady),
+            f"expected {want_served}, served {sorted({s.segments for s in steady})}, "
+            f"lingering {sorted({s.lingering for s in steady})}",
+        ),
+        Check(
+            "reclaimed_total",
+            all(s.reclaimed == want_reclaimed for s in steady),
+            f"expected {want_reclaimed}, served {sorted({s.reclaimed for s in steady})}",
+        ),
+        Check(
+            "cuda collector succeeded every sample",
+            all(s.success for s in prober.samples.values()),
+            f"{len(prober.samples)} samples",
+        ),
+        Check(
+            "exporter alive, /metrics 200 throughout",
+            prober.exited is None and not prober.failures and exporter.process.poll() is None,
+            f"{prober.scrapes} scrapes, {len(prober.failures)} failed {prober.failures[:2]}, exit {prober.exited}",
+        ),
+        Check(
+            "live writers' values exact in every sample",
+            not check.mismatches and check.samples > 0,
+            f"{check.series} series checked in {check.samples} samples, {len(check.mismatches)} wrong {check.mismatches[:2]}",
+        ),
+        Check(
+            "exposition well formed, no raw control characters",
+            not check.format_problems,
+            str(check.format_problems[:3]),
+        ),
+        Check(
+            "the locker's held files served once, sanitised",
+            len(infos) == min(1, held_served) and not any(re.search(rb"[\x00-\x1f\x7f]", m[2]) for m in infos),
+            f"{len(infos)} process_info of the locker's pid",
+        ),
         Check("RSS under 150 MiB", rss_after < RSS_LIMIT_KIB, f"{rss_before} KiB before, {rss_after} KiB after"),
         Check("cuda sample duration", True, med_max(durations)),
-        Check("bytes read per sample (no 4 GiB record read)", rchar_per_sample < read_bound,
-              f"{rchar_per_sample / 1024:.0f} KiB, bound {read_bound / 1024:.0f} KiB"),
-        Check("symlink targets untouched", target_state(list(targets_before)) == targets_before,
-              f"{len(targets_before)} targets"),
+        Check(
+            "bytes read per sample (no 4 GiB record read)",
+            rchar_per_sample < read_bound,
+            f"{rchar_per_sample / 1024:.0f} KiB, bound {read_bound / 1024:.0f} KiB",
+        ),
+        Check(
+            "symlink targets untouched",
+            target_state(list(targets_before)) == targets_before,
+            f"{len(targets_before)} targets",
+        ),
     ]
     print_findings(last, log, planted)
     return checks
@@ -835,8 +1002,10 @@ def print_findings(body: bytes, log: bytes, planted: list[Planted]) -> None:
     forged = len(re.findall(rb"^2026-01-01 00:00:00,000 ERROR forged", log, re.M))
     escapes = log.count(b"\x1b")
     print(f"  finding: {duplicate_series(body)} duplicate series in one body (one process holds many segments)")
-    print(f"  finding: {warnings} 'cannot reclaim' warnings logged ({dirs} temp-named directories, every sample); "
-          f"{forged} forged log lines and {escapes} raw ESC bytes in the log; log {len(log)} bytes")
+    print(
+        f"  finding: {warnings} 'cannot reclaim' warnings logged ({dirs} temp-named directories, every sample); "
+        f"{forged} forged log lines and {escapes} raw ESC bytes in the log; log {len(log)} bytes"
+    )
 
 
 def linger_checks(lingering: list[Sample]) -> list[Check]:
@@ -844,12 +1013,21 @@ def linger_checks(lingering: list[Sample]) -> list[Check]:
     claims (the reader believes a claim only of a live process it cannot see)."""
     if not lingering:
         return []
-    forged = max(len(re.findall(rb'^alnair_cuda_process_info\{[^}]*pod_uid="' + FORGED_POD + rb'"', s.body, re.M))
-                 for s in lingering)
-    print(f"  finding: while they lingered ({len(lingering)} samples), up to {max(s.lingering for s in lingering)} "
-          f"planted unlocked files never seen alive were served as exited writers (pid label writer_pid@ns, their counters)")
-    return [Check("lingering planted files never under the pod they claim", forged == 0,
-                  f"{forged} process_info with the claimed pod_uid in {len(lingering)} samples")]
+    forged = max(
+        len(re.findall(rb'^alnair_cuda_process_info\{[^}]*pod_uid="' + FORGED_POD + rb'"', s.body, re.M))
+        for s in lingering
+    )
+    print(
+        f"  finding: while they lingered ({len(lingering)} samples), up to {max(s.lingering for s in lingering)} "
+        f"planted unlocked files never seen alive were served as exited writers (pid label writer_pid@ns, their counters)"
+    )
+    return [
+        Check(
+            "lingering planted files never under the pod they claim",
+            forged == 0,
+            f"{forged} process_info with the claimed pod_uid in {len(lingering)} samples",
+        )
+    ]
 
 
 def cost_phase(root: Path, args: argparse.Namespace) -> None:
@@ -870,8 +1048,11 @@ def cost_phase(root: Path, args: argparse.Namespace) -> None:
         finally:
             prober.close()
             exporter.stop()
-    print("  finding: sample cost per entry: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in costs.items())
-          + f" ({count} of each, alone in a directory); skipped entries do not count against --shm.max-segments")
+    print(
+        "  finding: sample cost per entry: "
+        + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in costs.items())
+        + f" ({count} of each, alone in a directory); skipped entries do not count against --shm.max-segments"
+    )
 
 
 def print_marker_finding(root: Path, args: argparse.Namespace, timeout: float = 10.0) -> None:
@@ -912,16 +1093,24 @@ def over_limit_phase(shm_dir: Path, root: Path, planted: list[Planted], live, ar
     want = skip_dict(skips)
     hidden = [path for _, path in live if os.path.basename(path).encode() not in names]
     late = "served" if live[-1][1] not in hidden else "hidden"
-    print(f"  over_limit: --shm.max-segments {cap}: expected over_limit {want['over_limit']}, served "
-          f"{sorted({s.skipped['over_limit'] for s in samples})}; live writers hidden by the cap: {len(hidden)} of "
-          f"{len(live)} (the one started after the planting: {late}; writers seen alive first, then readdir order)")
+    print(
+        f"  over_limit: --shm.max-segments {cap}: expected over_limit {want['over_limit']}, served "
+        f"{sorted({s.skipped['over_limit'] for s in samples})}; live writers hidden by the cap: {len(hidden)} of "
+        f"{len(live)} (the one started after the planting: {late}; writers seen alive first, then readdir order)"
+    )
     exact = all(s.skipped == want and s.segments == served and s.reclaimed == 0 for s in samples)
-    return [Check(f"cap {cap}: skipped{{reason}} and served exact", exact and not skips["unknown"],
-                  f"over_limit expected {want['over_limit']}, served {served} of {cap}, {len(samples)} samples, "
-                  f"{skips['unknown']} unexpected names")]
+    return [
+        Check(
+            f"cap {cap}: skipped{{reason}} and served exact",
+            exact and not skips["unknown"],
+            f"over_limit expected {want['over_limit']}, served {served} of {cap}, {len(samples)} samples, "
+            f"{skips['unknown']} unexpected names",
+        )
+    ]
 
 
 # ---------------------------------------------------------------- junk: a flood of names that once hid every job
+
 
 def plant_names(shm_dir: Path, count: int, form: bytes, rng: random.Random, mtime: float | None = None) -> list[bytes]:
     """`count` empty files under names of the writers' form (or their temp form), made as fast as one process can."""
@@ -979,8 +1168,9 @@ def junk_run(args: argparse.Namespace, root: Path, label: str, python: str) -> J
     shm_dir.mkdir(mode=0o700)
     check, run = LiveCheck(), JunkRun()
     live = start_live_writers(shm_dir, args.live, 0, check)
-    exporter = Exporter(shm_dir, root / f"junk-{label}.log", "500ms", "--no-collector.python", *args.linger_flags,
-                        python=python)
+    exporter = Exporter(
+        shm_dir, root / f"junk-{label}.log", "500ms", "--no-collector.python", *args.linger_flags, python=python
+    )
     cpu = CpuPerSample(exporter.process.pid)
     prober = Prober(exporter, 0.1, lambda sample: (check(sample), cpu(sample)))
     try:
@@ -1046,22 +1236,38 @@ def junk(args: argparse.Namespace, root: Path) -> bool:
     if args.baseline_python:
         runs["baseline"] = junk_run(args, root, "baseline", args.baseline_python)
     names = args.junk + args.temps
-    print(f"\n  {'':<11}{'plant s':>8}  {'late writer served':<20}{'CPU per sample, learning':<40}"
-          f"{'CPU per sample, steady':<40}{'sweep':>6}{'RSS KiB':>9}{'left':>9}{'wrong series':>14}")
+    print(
+        f"\n  {'':<11}{'plant s':>8}  {'late writer served':<20}{'CPU per sample, learning':<40}"
+        f"{'CPU per sample, steady':<40}{'sweep':>6}{'RSS KiB':>9}{'left':>9}{'wrong series':>14}"
+    )
     for label, run in runs.items():
         learning, steady = cpu_figures(run)
         late = f"after {run.late_served_after:.2f} s" if run.late_served_after is not None else "never"
-        print(f"  {label:<11}{run.plant_seconds:>8.1f}  {late:<20}{learning:<40}{steady:<40}"
-              f"{run.sweep_passes if run.sweep_passes is not None else '-':>6}{run.rss_kib:>9}{run.left:>9}{run.wrong:>14}")
+        print(
+            f"  {label:<11}{run.plant_seconds:>8.1f}  {late:<20}{learning:<40}{steady:<40}"
+            f"{run.sweep_passes if run.sweep_passes is not None else '-':>6}{run.rss_kib:>9}{run.left:>9}{run.wrong:>14}"
+        )
     run = runs["this tree"]
     worst = max((c for _, c in run.cpu), default=float("inf"))
     checks = [
-        Check("writers seen alive served, values exact, every sample", run.wrong == 0,
-              f"{args.live} writers, {run.wrong} series missing or wrong"),
-        Check("the writer started after the flood served", run.late_served_after is not None,
-              f"after {run.late_served_after} s"),
-        Check("every sample under 100 ms of CPU", worst < 0.1, f"max {worst * 1000:.1f} ms over {len(run.cpu)} samples"),
-        Check("a whole sweep came to know every junk name", run.steady_from is not None, f"{run.sweep_passes} samples a sweep"),
+        Check(
+            "writers seen alive served, values exact, every sample",
+            run.wrong == 0,
+            f"{args.live} writers, {run.wrong} series missing or wrong",
+        ),
+        Check(
+            "the writer started after the flood served",
+            run.late_served_after is not None,
+            f"after {run.late_served_after} s",
+        ),
+        Check(
+            "every sample under 100 ms of CPU", worst < 0.1, f"max {worst * 1000:.1f} ms over {len(run.cpu)} samples"
+        ),
+        Check(
+            "a whole sweep came to know every junk name",
+            run.steady_from is not None,
+            f"{run.sweep_passes} samples a sweep",
+        ),
         Check("nothing foreign deleted", run.left == names, f"{run.left} of {names} names left"),
         Check("exporter alive, cuda collector succeeded throughout", run.success, ""),
         Check("RSS under 150 MiB", run.rss_kib < RSS_LIMIT_KIB, f"{run.rss_kib} KiB"),
@@ -1071,6 +1277,7 @@ def junk(args: argparse.Namespace, root: Path) -> bool:
 
 
 # ---------------------------------------------------------------- sigkill
+
 
 @dataclass
 class TearCheck:
@@ -1103,8 +1310,13 @@ def spawn_churners(shm_dir: Path, count: int, devices: int) -> list[tuple[subpro
     """Churning writers at nice 19, so they spin on what the exporter and this script leave."""
     wave = []
     for _ in range(count):
-        process = spawn([str(WRITER), "--devices", str(devices), "--churn"], stdin=subprocess.DEVNULL,
-                        stdout=subprocess.PIPE, text=True, env={**os.environ, "ALNAIR_SHM_DIR": str(shm_dir)})
+        process = spawn(
+            [str(WRITER), "--devices", str(devices), "--churn"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "ALNAIR_SHM_DIR": str(shm_dir)},
+        )
         os.setpriority(os.PRIO_PROCESS, process.pid, 19)
         wave.append(process)
     return [(p, ready_path(p)) for p in wave]
@@ -1162,18 +1374,34 @@ def sigkill(args: argparse.Namespace, root: Path) -> bool:
         exporter.stop()
     samples = list(prober.samples.values())
     checks = [
-        Check("no torn record served", not tears.torn, f"{tears.records} records in {tears.samples} samples checked, "
-              f"{len(tears.torn)} torn {tears.torn[:2]}"),
-        Check("every writer served while churning", len(tears.pids_seen) >= args.writers,
-              f"{len(tears.pids_seen)} of {args.writers} pids"),
+        Check(
+            "no torn record served",
+            not tears.torn,
+            f"{tears.records} records in {tears.samples} samples checked, {len(tears.torn)} torn {tears.torn[:2]}",
+        ),
+        Check(
+            "every writer served while churning",
+            len(tears.pids_seen) >= args.writers,
+            f"{len(tears.pids_seen)} of {args.writers} pids",
+        ),
         Check("reader refused torn copies (skipped torn)", True, f"{tears.torn_skips} over all samples"),
-        Check("exporter alive, /metrics 200 throughout", prober.exited is None and not prober.failures,
-              f"{prober.scrapes} scrapes, {len(prober.failures)} failed {prober.failures[:2]}, exit {prober.exited}"),
+        Check(
+            "exporter alive, /metrics 200 throughout",
+            prober.exited is None and not prober.failures,
+            f"{prober.scrapes} scrapes, {len(prober.failures)} failed {prober.failures[:2]}, exit {prober.exited}",
+        ),
         Check("cuda collector succeeded every sample", all(s.success for s in samples), f"{len(samples)} samples"),
-        Check("reclaimed_total reaches writers, directory empty", done[0] == args.writers and not done[1],
-              f"reclaimed {done[0]} of {args.writers}, {len(done[1])} files left {done[1][:3]}"),
-        Check("segments looked at right after each kill", True, f"{present} of {killed} still there, {odd} of them "
-              f"with an odd seq (died mid-publish; the reader reclaims those at once)"),
+        Check(
+            "reclaimed_total reaches writers, directory empty",
+            done[0] == args.writers and not done[1],
+            f"reclaimed {done[0]} of {args.writers}, {len(done[1])} files left {done[1][:3]}",
+        ),
+        Check(
+            "segments looked at right after each kill",
+            True,
+            f"{present} of {killed} still there, {odd} of them "
+            f"with an odd seq (died mid-publish; the reader reclaims those at once)",
+        ),
         Check("RSS under 150 MiB", rss_after < RSS_LIMIT_KIB, f"{rss_before} KiB before, {rss_after} KiB after"),
         Check("cuda sample duration", True, med_max([s.duration for s in samples])),
         Check("waves", True, f"{killed} killed, {args.wave} per wave, at most {peak} alive, {elapsed:.0f} s"),
@@ -1196,10 +1424,15 @@ def wait_reclaimed(prober: Prober, shm_dir: Path, writers: int, timeout: float) 
 
 # ---------------------------------------------------------------- main
 
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--attack", choices=["fuzz", "sigkill", "junk", "both", "all"], default="both",
-                        help="both: fuzz and sigkill; all: the three")
+    parser.add_argument(
+        "--attack",
+        choices=["fuzz", "sigkill", "junk", "both", "all"],
+        default="both",
+        help="both: fuzz and sigkill; all: the three",
+    )
     parser.add_argument("--files", type=int, default=10_000, help="malformed files planted (fuzz)")
     parser.add_argument("--live", type=int, default=8, help="live C writers beside them (fuzz; one more starts after)")
     parser.add_argument("--samples", type=int, default=10, help="exporter samples measured after planting (fuzz)")
@@ -1208,13 +1441,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--wave", type=int, default=100, help="writers SIGKILLed at once (sigkill)")
     parser.add_argument("--devices", type=int, default=4, help="devices per churning writer (sigkill)")
     parser.add_argument("--interval", type=float, default=0.25, help="cuda sample interval, seconds (sigkill)")
-    parser.add_argument("--linger", type=float, default=2.0,
-                        help="--shm.linger for the exporters, where they have it (theirs is 120 s: a run would wait it out)")
+    parser.add_argument(
+        "--linger",
+        type=float,
+        default=2.0,
+        help="--shm.linger for the exporters, where they have it (theirs is 120 s: a run would wait it out)",
+    )
     parser.add_argument("--junk", type=int, default=100_000, help="empty files of the writers' form planted (junk)")
     parser.add_argument("--temps", type=int, default=250_000, help="temp names planted beside them (junk)")
     parser.add_argument("--junk-seconds", type=float, default=180.0, help="how long the junk attack waits at most")
-    parser.add_argument("--baseline-python", help="an interpreter whose alnair is the baseline: the junk attack runs "
-                        "against its exporter too, figures side by side (not checked)")
+    parser.add_argument(
+        "--baseline-python",
+        help="an interpreter whose alnair is the baseline: the junk attack runs "
+        "against its exporter too, figures side by side (not checked)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     if args.wave > args.alive:
@@ -1231,14 +1471,18 @@ def main() -> None:
     raise_fd_limit()  # the locker inherits it: it holds an fd per held file
     args.linger_flags, args.linger_in_effect = linger_flags(args.linger)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so every cleanup runs
-    print(f"machine: {machine()}; seed {args.seed}; exporter linger: "
-          f"{f'--shm.linger {args.linger:g}s' if args.linger_flags else 'none (no --shm.linger flag)'}")
+    print(
+        f"machine: {machine()}; seed {args.seed}; exporter linger: "
+        f"{f'--shm.linger {args.linger:g}s' if args.linger_flags else 'none (no --shm.linger flag)'}"
+    )
     ok, started = True, time.monotonic()
     tmp_root = "/dev/shm" if os.path.isdir("/dev/shm") else None  # tmpfs, as the writers' default directory
     with tempfile.TemporaryDirectory(prefix="alnair-hostile-", dir=tmp_root, ignore_cleanup_errors=True) as tmp:
         try:
             if args.attack in ("junk", "all"):
-                print(f"\njunk: {args.junk} + {args.temps} names beside {args.live} live writers, cuda sampled every 500 ms")
+                print(
+                    f"\njunk: {args.junk} + {args.temps} names beside {args.live} live writers, cuda sampled every 500 ms"
+                )
                 ok &= junk(args, Path(tmp))
                 end_children()
             if args.attack in ("fuzz", "both", "all"):
@@ -1246,8 +1490,10 @@ def main() -> None:
                 ok &= fuzz(args, Path(tmp))
                 end_children()
             if args.attack in ("sigkill", "both", "all"):
-                print(f"\nsigkill: {args.writers} churning writers, {args.wave} per wave, at most {args.alive} alive, "
-                      f"nice 19, {args.devices} devices each, exporter sampling every {args.interval} s")
+                print(
+                    f"\nsigkill: {args.writers} churning writers, {args.wave} per wave, at most {args.alive} alive, "
+                    f"nice 19, {args.devices} devices each, exporter sampling every {args.interval} s"
+                )
                 ok &= sigkill(args, Path(tmp))
         finally:
             end_children()

@@ -12,6 +12,7 @@ injector's RSS and open sockets are read. Expected: every review answered, RSS u
 whose alnair is another tree, as bench/web_flood.py takes it) the same is measured against that injector first
 and printed beside.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -83,8 +84,15 @@ def measure(python: str, counts: list[int], tls: bool) -> list[dict]:
                     held.append(context.wrap_socket(conn, server_hostname="127.0.0.1") if tls else conn)
                 started = time.perf_counter()
                 answered = review_answered(running)
-                rows.append({"idle": count, "review_answered": answered, "review_ms": (time.perf_counter() - started) * 1000,
-                             "rss_mib": rss_mib(running.proc.pid), "sockets": open_sockets(running.proc.pid)})
+                rows.append(
+                    {
+                        "idle": count,
+                        "review_answered": answered,
+                        "review_ms": (time.perf_counter() - started) * 1000,
+                        "rss_mib": rss_mib(running.proc.pid),
+                        "sockets": open_sockets(running.proc.pid),
+                    }
+                )
         finally:
             for conn in held:
                 conn.close()
@@ -108,13 +116,17 @@ def main() -> int:
     print("| idle connections | " + " | ".join(f"{name}: RSS MiB / sockets / review" for name in runs) + " |")
     print("|---|" + "---|" * len(runs))
     for i, count in enumerate(counts):
-        cells = [f"{r[i]['rss_mib']:.1f} / {r[i]['sockets']} / {'%.0f ms' % r[i]['review_ms'] if r[i]['review_answered'] else 'failed'}"
-                 for r in runs.values()]
+        cells = [
+            f"{r[i]['rss_mib']:.1f} / {r[i]['sockets']} / {'%.0f ms' % r[i]['review_ms'] if r[i]['review_answered'] else 'failed'}"
+            for r in runs.values()
+        ]
         print(f"| {count:,} | " + " | ".join(cells) + " |")
     worst = max(row["rss_mib"] for row in runs["this tree"])
     ok = worst < CHART_LIMIT_MIB - BODIES_MIB and all(row["review_answered"] for row in runs["this tree"])
-    print(f"{'met' if ok else 'NOT met'}: every review answered, RSS at most {worst:.1f} MiB "
-          f"(< the chart's {CHART_LIMIT_MIB} MiB less {BODIES_MIB} MiB of review bodies)")
+    print(
+        f"{'met' if ok else 'NOT met'}: every review answered, RSS at most {worst:.1f} MiB "
+        f"(< the chart's {CHART_LIMIT_MIB} MiB less {BODIES_MIB} MiB of review bodies)"
+    )
     return 0 if ok else 1
 
 

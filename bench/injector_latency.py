@@ -17,6 +17,7 @@ review body (what any webhook at least does), and the injector's own answer() fo
 a two-container training pod of a Job, with env, resources, probes and a managedFields entry, as the API server
 sends it at creation. Client and server share the machine's CPUs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,26 +41,44 @@ from alnair.injector.review import answer  # noqa: E402
 from injector_support import admission_review, container, make_pod  # noqa: E402
 from support import free_port, wait_until, write_tls_files  # noqa: E402
 
-ANNOTATIONS = {"alnair.io/memory-limit": "0=8Gi,1=4Gi", "alnair.io/compute-limit": "30",
-               "alnair.io/python-intercept": "true"}
+ANNOTATIONS = {
+    "alnair.io/memory-limit": "0=8Gi,1=4Gi",
+    "alnair.io/compute-limit": "30",
+    "alnair.io/python-intercept": "true",
+}
 WARMUP = 200
 
 
 def training_container(name: str) -> dict:
     env = [{"name": f"TRAIN_SETTING_{i}", "value": f"value-{i}"} for i in range(12)]
     env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
-    return container(name, env=env, ports=[{"containerPort": 29500, "name": "dist"}],
-                     resources={"limits": {"nvidia.com/gpu": "1", "memory": "64Gi"}, "requests": {"cpu": "8"}},
-                     volumeMounts=[{"name": "data", "mountPath": "/data", "readOnly": True}],
-                     readinessProbe={"tcpSocket": {"port": 29500}, "periodSeconds": 10})
+    return container(
+        name,
+        env=env,
+        ports=[{"containerPort": 29500, "name": "dist"}],
+        resources={"limits": {"nvidia.com/gpu": "1", "memory": "64Gi"}, "requests": {"cpu": "8"}},
+        volumeMounts=[{"name": "data", "mountPath": "/data", "readOnly": True}],
+        readinessProbe={"tcpSocket": {"port": 29500}, "periodSeconds": 10},
+    )
 
 
 def review_body(labels: dict | None = None, annotations: dict | None = None) -> bytes:
-    pod = make_pod(training_container("trainer"), training_container("evaluator"), labels=labels,
-                   annotations=annotations, volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}])
-    pod["metadata"]["managedFields"] = [{"manager": "job-controller", "operation": "Update", "apiVersion": "v1",
-                                         "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {}},
-                                                                                "f:spec": {"f:containers": {}}}}]
+    pod = make_pod(
+        training_container("trainer"),
+        training_container("evaluator"),
+        labels=labels,
+        annotations=annotations,
+        volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+    )
+    pod["metadata"]["managedFields"] = [
+        {
+            "manager": "job-controller",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:labels": {}}, "f:spec": {"f:containers": {}}},
+        }
+    ]
     return json.dumps(admission_review(pod)).encode()
 
 
@@ -75,9 +94,18 @@ def start_injector(directory: Path) -> tuple[subprocess.Popen, int]:
     write_tls_files(directory)
     port = free_port()
     log = open(directory / "injector.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "alnair.injector", f"--web.listen-address=127.0.0.1:{port}",
-                             f"--tls.cert-file={directory / 'server.crt'}", f"--tls.key-file={directory / 'server.key'}"],
-                            stdout=subprocess.DEVNULL, stderr=log)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "alnair.injector",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--tls.cert-file={directory / 'server.crt'}",
+            f"--tls.key-file={directory / 'server.key'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
     wait_until(lambda: "listening on" in (directory / "injector.log").read_text() or proc.poll() is not None, 20)
     if proc.poll() is not None:
         raise SystemExit(f"injector did not start: {(directory / 'injector.log').read_text()}")
@@ -110,8 +138,10 @@ def through_server(port: int, directory: Path, reviews: int) -> dict[str, list[f
 def in_process(reviews: int) -> dict[str, list[float]]:
     body = CASES["injected + annotations"][2]
     settings = Settings(f"/opt/alnair/{version()}", "/run/alnair/shm", False, version())
-    steps = {"json.loads + json.dumps alone": lambda: json.dumps(json.loads(body)).encode(),
-             "answer(), annotated pod": lambda: answer(body, settings)}
+    steps = {
+        "json.loads + json.dumps alone": lambda: json.dumps(json.loads(body)).encode(),
+        "answer(), annotated pod": lambda: answer(body, settings),
+    }
     times: dict[str, list[float]] = {name: [] for name in steps}
     for round_ in range(WARMUP + reviews):
         for name, step in steps.items():
@@ -124,8 +154,11 @@ def in_process(reviews: int) -> dict[str, list[float]]:
 
 def summary(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
-    return {"median_ms": statistics.median(ordered) * 1000, "p99_ms": ordered[int(len(ordered) * 0.99)] * 1000,
-            "max_ms": ordered[-1] * 1000}
+    return {
+        "median_ms": statistics.median(ordered) * 1000,
+        "p99_ms": ordered[int(len(ordered) * 0.99)] * 1000,
+        "max_ms": ordered[-1] * 1000,
+    }
 
 
 def machine() -> str:
@@ -153,7 +186,9 @@ def main() -> None:
     for name, figure in figures.items():
         print(f"| {name} | {figure['median_ms']:.3f} ms | {figure['p99_ms']:.3f} ms | {figure['max_ms']:.3f} ms |")
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": machine(), "reviews": args.reviews, "figures": figures}, indent=2))
+        Path(args.json).write_text(
+            json.dumps({"machine": machine(), "reviews": args.reviews, "figures": figures}, indent=2)
+        )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ medians per call. Instructions: valgrind --tool=callgrind counts instructions fo
 N and 2N launches in each variant; the difference divided by N is the exact
 instruction cost per launch, whatever else the machine is doing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,11 +26,27 @@ FAKE_DRIVER = ROOT / "tests" / "intercept" / "doubles" / "fake_libcuda.c"
 
 def build(work: Path) -> Path:
     subprocess.run(["make", "-s", "-C", str(INTERCEPT)], check=True)
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wl,-Bsymbolic", f"-I{INTERCEPT}",
-                    "-o", str(work / "libcuda.so.1"), str(FAKE_DRIVER), "-lpthread"], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-fvisibility=hidden",
+            "-Wl,-Bsymbolic",
+            f"-I{INTERCEPT}",
+            "-o",
+            str(work / "libcuda.so.1"),
+            str(FAKE_DRIVER),
+            "-lpthread",
+        ],
+        check=True,
+    )
     program = work / "launch_overhead"
-    subprocess.run(["gcc", "-O2", f"-I{INTERCEPT}", "-o", str(program), str(ROOT / "bench" / "launch_overhead.c"), "-ldl"],
-                   check=True)
+    subprocess.run(
+        ["gcc", "-O2", f"-I{INTERCEPT}", "-o", str(program), str(ROOT / "bench" / "launch_overhead.c"), "-ldl"],
+        check=True,
+    )
     return program
 
 
@@ -41,8 +58,13 @@ def environment(work: Path, preload: bool) -> dict[str, str]:
 
 
 def wall_ns(program: Path, work: Path, preload: bool, calls: int, rounds: int, mode: str = "launch") -> list[float]:
-    out = subprocess.run(["taskset", "-c", "1", str(program), str(calls), str(rounds), mode],
-                         env=environment(work, preload), capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["taskset", "-c", "1", str(program), str(calls), str(rounds), mode],
+        env=environment(work, preload),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [float(x) for x in out.split()]
 
 
@@ -51,8 +73,13 @@ def instructions(program: Path, work: Path, preload: bool, calls: int, mode: str
     valgrind's slowdown the 2N run would hold more of them and charge their work to the launches."""
     out_file = work / "callgrind.out"
     env = {**environment(work, preload), "ALNAIR_PUBLISH_INTERVAL_MS": "60000"}
-    result = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}", str(program), str(calls),
-                             "1", mode], env=env, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}", str(program), str(calls), "1", mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(re.search(r"Collected : (\d+)", result.stderr).group(1))
 
 

@@ -16,6 +16,7 @@ holding only a MultiProcessCollector, which reads every file in DIR per scrape.
 The environment variable must be set before prometheus_client is imported, hence
 a separate process rather than an import from the benchmark.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,13 +54,26 @@ def write_one_process() -> None:
         Counter(name, text, DEVICE_LABELS, registry=None).labels(pid, "0", UUID).inc()
     for name, text in DEVICE_GAUGES:
         Gauge(name, text, ["gpu", "uuid"], registry=None, multiprocess_mode="all").labels("0", UUID).set(0)
-    info = Gauge("alnair_cuda_process_info", "Identity of a process publishing CUDA counters; join on pid.",
-                 ["comm", "pod_uid", "container_id", "pid_namespace"], registry=None, multiprocess_mode="all")
+    info = Gauge(
+        "alnair_cuda_process_info",
+        "Identity of a process publishing CUDA counters; join on pid.",
+        ["comm", "pod_uid", "container_id", "pid_namespace"],
+        registry=None,
+        multiprocess_mode="all",
+    )
     info.labels("python", "", "", "4026531836").set(1)
-    Gauge("alnair_cuda_process_start_time_seconds", "Start time of the process, seconds since the epoch.",
-          registry=None, multiprocess_mode="all").set(time.time())
-    Gauge("alnair_cuda_last_update_timestamp_seconds", "When the process last published its counters.",
-          registry=None, multiprocess_mode="all").set(time.time())
+    Gauge(
+        "alnair_cuda_process_start_time_seconds",
+        "Start time of the process, seconds since the epoch.",
+        registry=None,
+        multiprocess_mode="all",
+    ).set(time.time())
+    Gauge(
+        "alnair_cuda_last_update_timestamp_seconds",
+        "When the process last published its counters.",
+        registry=None,
+        multiprocess_mode="all",
+    ).set(time.time())
 
 
 def fork_writer() -> int:

@@ -13,6 +13,7 @@ The double (tests/fake_pynvml.py) answers at Python speed, so this measures Alna
 request, the swap, the series and their text), not the driver's: on the H200 one real GPM sample took 53.5 us and
 computing 11 metrics 1.75 ms per GPU (issue 37's measurement), which a real GPU adds on top.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,9 +36,16 @@ def node(gpus: int, processes: int, gpm: bool) -> NvmlCollector:
     devices = []
     for g in range(gpus):
         pids = range(10_000 + g * processes, 10_000 + (g + 1) * processes)
-        devices.append(FakeGpu(f"GPU-{g:08x}-0000-4000-8000-000000000000", memory_used=60 * 2**30, utilization=(93, 40),
-                               processes={pid: 2**30 for pid in pids}, gpm_supported=gpm,
-                               gpm_rates={metric: 50.0 + metric for metric in GPM_METRICS}))
+        devices.append(
+            FakeGpu(
+                f"GPU-{g:08x}-0000-4000-8000-000000000000",
+                memory_used=60 * 2**30,
+                utilization=(93, 40),
+                processes={pid: 2**30 for pid in pids},
+                gpm_supported=gpm,
+                gpm_rates={metric: 50.0 + metric for metric in GPM_METRICS},
+            )
+        )
     collector = NvmlCollector(argparse.Namespace(procfs="/proc"), nvml=FakeNvml(devices))
     for _ in range(2):  # the first collect learns GPM support and takes the first sample
         collector.collect()
@@ -86,7 +94,7 @@ def main() -> None:
         on, off = node(gpus, args.processes, True), node(gpus, args.processes, False)
         times: dict[bool, list[float]] = {True: [], False: []}
         for round_ in range(args.rounds):
-            for gpm in ((True, False) if round_ % 2 == 0 else (False, True)):
+            for gpm in (True, False) if round_ % 2 == 0 else (False, True):
                 times[gpm].append(timed(on if gpm else off))
         for gpm in (False, True):
             print(f"{gpus:>4} {'on' if gpm else 'off':>3} {summary(times[gpm])}")

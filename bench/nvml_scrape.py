@@ -13,6 +13,7 @@ The stub (tests/fake_pynvml.py) answers at Python speed; real NVML calls are slo
 GPU's sample takes ~50 ms, mostly the two 20 ms PCIe throughput windows), which the baseline would pay
 per scrape and Alnair pays off the scrape path. The collector's own sample time is reported too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,14 @@ def busy_node(gpus: int, processes: int) -> FakeNvml:
     node = []
     for g in range(gpus):
         pids = range(10_000 + g * processes, 10_000 + (g + 1) * processes)
-        node.append(FakeGpu(f"GPU-{g:08x}-0000-4000-8000-000000000000", memory_used=60 * 2**30, utilization=(93, 40),
-                            processes={pid: 2**30 for pid in pids}))
+        node.append(
+            FakeGpu(
+                f"GPU-{g:08x}-0000-4000-8000-000000000000",
+                memory_used=60 * 2**30,
+                utilization=(93, 40),
+                processes={pid: 2**30 for pid in pids},
+            )
+        )
     return BusyNvml(node)
 
 
@@ -102,7 +109,9 @@ def main() -> None:
     runner.start()
     while runner.snapshot.state != "ok":
         time.sleep(0.05)
-    alnair = ExporterServer(("127.0.0.1", 0), load_web_config(""), ScrapeAssembler([runner], "bench"), [runner], ["nvml"], "/metrics", 0)
+    alnair = ExporterServer(
+        ("127.0.0.1", 0), load_web_config(""), ScrapeAssembler([runner], "bench"), [runner], ["nvml"], "/metrics", 0
+    )
     baseline = sample_in_request_server(NvmlCollector(options, nvml=busy_node(args.gpus, args.processes)))
     for server in (alnair, baseline):
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -120,9 +129,13 @@ def main() -> None:
     print(f"{'':<34}{'median ms':>10}{'p90 ms':>10}{'bytes':>10}")
     for name, label in (("alnair", "alnair (background sample)"), ("baseline", "baseline (sample in request)")):
         ordered = sorted(times[name])
-        print(f"{label:<34}{statistics.median(ordered) * 1e3:>10.2f}{ordered[int(0.9 * len(ordered))] * 1e3:>10.2f}{sizes[name]:>10}")
-    print(f"baseline / alnair median: {b / a:.1f}x; alnair's background sample (median): "
-          f"{statistics.median(sample_times) * 1e3:.1f} ms; target: alnair median < 50 ms: {'met' if a < 0.050 else 'NOT met'}")
+        print(
+            f"{label:<34}{statistics.median(ordered) * 1e3:>10.2f}{ordered[int(0.9 * len(ordered))] * 1e3:>10.2f}{sizes[name]:>10}"
+        )
+    print(
+        f"baseline / alnair median: {b / a:.1f}x; alnair's background sample (median): "
+        f"{statistics.median(sample_times) * 1e3:.1f} ms; target: alnair median < 50 ms: {'met' if a < 0.050 else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ log / its steps (linear in them: a 100 ms tick holds about 3000 bare steps). The
 cyclic GC is off while counting: a collection of torch's heap lands at an arbitrary
 step, and the hooks allocate no GC-tracked objects per step.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,9 @@ def realistic_loop(steps: int, batch: int = 64):
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(steps * batch, 256), torch.randint(0, 10, (steps * batch,)))
     loader = DataLoader(data, batch_size=batch, shuffle=True)
-    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
-                                torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 
     def run() -> None:
@@ -137,8 +139,18 @@ def counted_segments() -> None:
 def instructions_per_step() -> dict[str, dict[str, float]]:
     """Per loop, medians over rounds: plain instructions per step, added on the training thread, added by the fold."""
     with tempfile.TemporaryDirectory(prefix="alnair-bench-") as out:
-        command = ["env", "OMP_NUM_THREADS=1", "PYTHONHASHSEED=0", "valgrind", "--tool=callgrind", "--dump-before=getppid",
-                   f"--callgrind-out-file={out}/cg", sys.executable, __file__, "--child"]
+        command = [
+            "env",
+            "OMP_NUM_THREADS=1",
+            "PYTHONHASHSEED=0",
+            "valgrind",
+            "--tool=callgrind",
+            "--dump-before=getppid",
+            f"--callgrind-out-file={out}/cg",
+            sys.executable,
+            __file__,
+            "--child",
+        ]
         subprocess.run(command, capture_output=True, check=True)
         # a warm-up segment, then (plain, hooked) x (short, long) x (loop, fold)
         per_loop = 1 + CALLGRIND_ROUNDS * 2 * 2 * 2
@@ -217,8 +229,10 @@ def timings(rounds: int) -> dict[str, float]:
 
     torch.set_num_threads(1)
     switch = Switch()
-    print(f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cpus, "
-          f"{rounds} rounds, plain and hooked in random order; load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cpus, "
+        f"{rounds} rounds, plain and hooked in random order; load average {os.getloadavg()[0]:.2f}"
+    )
     print(f"{'loop':<10} {'clock':<5} {'plain ns/step':>14} {'added ns/step':>14} {'added %':>8} {'plain IQR %':>12}")
     bare = {}
     for loop in LOOPS:
@@ -227,8 +241,10 @@ def timings(rounds: int) -> dict[str, float]:
             if (loop, clock) == ("bare", "wall"):
                 bare = {"plain": plain, "added": added}
     publish = publish_microseconds()
-    print(f"publisher: {publish:.1f} µs per publish, at most {1 / PERIOD_SECONDS:.0f} publishes/s: "
-          f"{publish / PERIOD_SECONDS / 1e4:.3f}% of one core")
+    print(
+        f"publisher: {publish:.1f} µs per publish, at most {1 / PERIOD_SECONDS:.0f} publishes/s: "
+        f"{publish / PERIOD_SECONDS / 1e4:.3f}% of one core"
+    )
     PUBLISHER.stop()
     return bare
 
@@ -248,13 +264,18 @@ def main() -> None:
         per_loop = instructions_per_step()
         for loop, counts in per_loop.items():
             plain, added, fold = counts["plain"], counts["added"], counts["fold"]
-            print(f"{loop} loop, callgrind: {plain:.0f} instructions per plain step; added by the intercept: {added:.0f} on "
-                  f"the training thread + {fold:.0f} folded by the publisher = {added + fold:.0f} "
-                  f"({100 * (added + fold) / plain:.3f}%)")
+            print(
+                f"{loop} loop, callgrind: {plain:.0f} instructions per plain step; added by the intercept: {added:.0f} on "
+                f"the training thread + {fold:.0f} folded by the publisher = {added + fold:.0f} "
+                f"({100 * (added + fold) / plain:.3f}%)"
+            )
         plain, added, fold = (per_loop["bare"][k] for k in ("plain", "added", "fold"))
-        print(f"instructions per wall ns: plain loop {plain / bare['plain']:.2f}, "
-              f"the intercept's {added + fold:.0f} in {bare['added']:.0f} ns: {(added + fold) / bare['added']:.2f}"
-              if bare["added"] > 0 else f"instructions per wall ns: plain loop {plain / bare['plain']:.2f}")
+        print(
+            f"instructions per wall ns: plain loop {plain / bare['plain']:.2f}, "
+            f"the intercept's {added + fold:.0f} in {bare['added']:.0f} ns: {(added + fold) / bare['added']:.2f}"
+            if bare["added"] > 0
+            else f"instructions per wall ns: plain loop {plain / bare['plain']:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ alternating for --rounds rounds, builds the cuda collector through its own expor
 assembler) and times 100 samples and 1000 cached scrapes (the text is joined once per sample, the exporter's
 own metrics rendered per scrape). Prints the median and the minimum of each.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,12 @@ print(json.dumps({"samples": samples, "scrapes": scrapes, "segments": served}))
 @contextlib.contextmanager
 def idle_writers(count: int, shm_dir: Path):
     env = {**os.environ, "ALNAIR_SHM_DIR": str(shm_dir)}
-    writers = [subprocess.Popen([str(WRITER), "--devices", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True, env=env) for _ in range(count)]
+    writers = [
+        subprocess.Popen(
+            [str(WRITER), "--devices", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(count)
+    ]
     try:
         for writer in writers:
             read_ready(writer)
@@ -71,18 +76,30 @@ def main() -> None:
     raise_fd_limit()
     pythons = args.python.split(",")
     results: dict[str, dict[str, list[float]]] = {p: {"samples": [], "scrapes": []} for p in pythons}
-    with tempfile.TemporaryDirectory(prefix="alnair-cost-", dir="/dev/shm") as shm, idle_writers(args.segments, Path(shm)):
+    with (
+        tempfile.TemporaryDirectory(prefix="alnair-cost-", dir="/dev/shm") as shm,
+        idle_writers(args.segments, Path(shm)),
+    ):
         for _ in range(args.rounds):
             for python in pythons:
-                out = json.loads(subprocess.run([python, "-c", MEASURE, shm], capture_output=True, text=True,
-                                                check=True, cwd=tempfile.gettempdir()).stdout)
+                out = json.loads(
+                    subprocess.run(
+                        [python, "-c", MEASURE, shm],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                        cwd=tempfile.gettempdir(),
+                    ).stdout
+                )
                 assert out["segments"] == args.segments, out["segments"]
                 for key in ("samples", "scrapes"):
                     results[python][key] += out[key]
     print(f"{args.segments} segments, {args.rounds} alternating rounds; ms: median (min)")
     for python, r in results.items():
-        print(f"{python}: sample {statistics.median(r['samples']) * 1e3:.2f} ({min(r['samples']) * 1e3:.2f}), "
-              f"cached scrape {statistics.median(r['scrapes']) * 1e3:.3f} ({min(r['scrapes']) * 1e3:.3f})")
+        print(
+            f"{python}: sample {statistics.median(r['samples']) * 1e3:.2f} ({min(r['samples']) * 1e3:.2f}), "
+            f"cached scrape {statistics.median(r['scrapes']) * 1e3:.3f} ({min(r['scrapes']) * 1e3:.3f})"
+        )
 
 
 if __name__ == "__main__":

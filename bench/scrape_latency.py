@@ -21,6 +21,7 @@ With --against PYTHON the baseline is instead a second Alnair exporter, run by a
 another version installed (a virtual environment of an earlier commit), reading the same writers'
 segments: two builds side by side in one run, scraped alternately.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,7 +52,9 @@ STARTUP_TIMEOUT = 60.0
 
 SEGMENTS = re.compile(rb"^alnair_cuda_segments (\S+)$", re.M)
 SAMPLE_DURATION = re.compile(rb'^alnair_exporter_collector_duration_seconds\{collector="cuda"\} (\S+)$', re.M)
-SAMPLE_FINISHED = re.compile(rb'^alnair_exporter_collector_last_success_timestamp_seconds\{collector="cuda"\} (\S+)$', re.M)
+SAMPLE_FINISHED = re.compile(
+    rb'^alnair_exporter_collector_last_success_timestamp_seconds\{collector="cuda"\} (\S+)$', re.M
+)
 
 
 @dataclass
@@ -95,7 +98,9 @@ class Result:
             "alnair_sample_p90_ms": p90(self.alnair_sample_ms),
             "baseline_median_ms": baseline,
             "baseline_p90_ms": p90(self.baseline_scrape_ms),
-            "baseline_sample_median_ms": statistics.median(self.baseline_sample_ms) if self.baseline_sample_ms else None,
+            "baseline_sample_median_ms": statistics.median(self.baseline_sample_ms)
+            if self.baseline_sample_ms
+            else None,
             "ratio": baseline / alnair,
         }
 
@@ -174,8 +179,15 @@ def alnair_writers(count: int, shm_dir: Path) -> Iterator[None]:
     writers: list[subprocess.Popen] = []
     try:
         for _ in range(count):
-            writers.append(subprocess.Popen([str(WRITER), "--devices", "1", "--period-ms", "10"],
-                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env))
+            writers.append(
+                subprocess.Popen(
+                    [str(WRITER), "--devices", "1", "--period-ms", "10"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                )
+            )
         for writer in writers:
             read_ready(writer)
             writer.stdout.close()
@@ -192,8 +204,17 @@ def alnair_writers(count: int, shm_dir: Path) -> Iterator[None]:
 def alnair_exporter(count: int, shm_dir: Path, log_path: Path, python: str = sys.executable) -> Iterator[ScrapeClient]:
     """The real exporter, yielded once its background sample has seen all `count` segments."""
     port = free_port()
-    command = [python, "-m", "alnair.exporter", f"--web.listen-address=127.0.0.1:{port}",
-               "--shm.dir", str(shm_dir), "--no-collector.host", "--collector.cuda.interval", "1"]
+    command = [
+        python,
+        "-m",
+        "alnair.exporter",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--shm.dir",
+        str(shm_dir),
+        "--no-collector.host",
+        "--collector.cuda.interval",
+        "1",
+    ]
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
     client = ScrapeClient(port)
@@ -228,8 +249,13 @@ def multiproc_server(count: int, multiproc_dir: Path) -> Iterator[ScrapeClient]:
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(multiproc_dir)}
     subprocess.run([sys.executable, str(BASELINE), "write", str(count)], env=env, check=True)
     port = free_port()
-    process = subprocess.Popen([sys.executable, str(BASELINE), "serve", str(port)],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(
+        [sys.executable, str(BASELINE), "serve", str(port)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     client = ScrapeClient(port)
     try:
         read_ready(process)
@@ -265,19 +291,32 @@ def run_one(count: int, scrapes: int, against: str | None) -> Result:
         shm_dir, multiproc_dir = Path(tmp, "shm"), Path(tmp, "multiproc")
         shm_dir.mkdir()
         multiproc_dir.mkdir()
-        with alnair_writers(count, shm_dir), \
-                alnair_exporter(count, shm_dir, Path(tmp, "exporter.log")) as alnair_client, \
-                (alnair_exporter(count, shm_dir, Path(tmp, "against.log"), against) if against
-                 else multiproc_server(count, multiproc_dir)) as baseline_client:
+        with (
+            alnair_writers(count, shm_dir),
+            alnair_exporter(count, shm_dir, Path(tmp, "exporter.log")) as alnair_client,
+            (
+                alnair_exporter(count, shm_dir, Path(tmp, "against.log"), against)
+                if against
+                else multiproc_server(count, multiproc_dir)
+            ) as baseline_client,
+        ):
             alnair, baseline = Target("alnair", alnair_client), Target("baseline", baseline_client)
             scrape_alternately([alnair, baseline], scrapes)
             see_background_samples(alnair)
             if against:
                 see_background_samples(baseline)
     (alnair_total, alnair_pid), (baseline_total, baseline_pid) = series(alnair.last_body), series(baseline.last_body)
-    return Result(count, alnair_total, baseline_total, alnair_pid / count, baseline_pid / count,
-                  alnair.times_ms, list(alnair.background_ms.values()), baseline.times_ms,
-                  list(baseline.background_ms.values()))
+    return Result(
+        count,
+        alnair_total,
+        baseline_total,
+        alnair_pid / count,
+        baseline_pid / count,
+        alnair.times_ms,
+        list(alnair.background_ms.values()),
+        baseline.times_ms,
+        list(baseline.background_ms.values()),
+    )
 
 
 def machine() -> str:
@@ -287,9 +326,14 @@ def machine() -> str:
 
 
 COLUMNS = [
-    ("writers", "{:>7}"), ("series alnair", "{:>13}"), ("series baseline", "{:>15}"),
-    ("alnair scrape med/p90 ms", "{:>24}"), ("alnair sample med ms", "{:>20}"),
-    ("baseline scrape med/p90 ms", "{:>26}"), ("baseline sample med ms", "{:>22}"), ("ratio", "{:>6}"),
+    ("writers", "{:>7}"),
+    ("series alnair", "{:>13}"),
+    ("series baseline", "{:>15}"),
+    ("alnair scrape med/p90 ms", "{:>24}"),
+    ("alnair sample med ms", "{:>20}"),
+    ("baseline scrape med/p90 ms", "{:>26}"),
+    ("baseline sample med ms", "{:>22}"),
+    ("ratio", "{:>6}"),
 ]
 
 
@@ -299,12 +343,21 @@ def table_row(values: list) -> str:
 
 def print_result(result: Result) -> None:
     s = result.summary()
-    print(table_row([
-        result.writers, result.alnair_series, result.baseline_series,
-        f"{s['alnair_median_ms']:.2f} / {s['alnair_p90_ms']:.2f}", f"{s['alnair_sample_median_ms']:.1f}",
-        f"{s['baseline_median_ms']:.2f} / {s['baseline_p90_ms']:.2f}",
-        "-" if s["baseline_sample_median_ms"] is None else f"{s['baseline_sample_median_ms']:.1f}", f"{s['ratio']:.2f}x",
-    ]), flush=True)
+    print(
+        table_row(
+            [
+                result.writers,
+                result.alnair_series,
+                result.baseline_series,
+                f"{s['alnair_median_ms']:.2f} / {s['alnair_p90_ms']:.2f}",
+                f"{s['alnair_sample_median_ms']:.1f}",
+                f"{s['baseline_median_ms']:.2f} / {s['baseline_p90_ms']:.2f}",
+                "-" if s["baseline_sample_median_ms"] is None else f"{s['baseline_sample_median_ms']:.1f}",
+                f"{s['ratio']:.2f}x",
+            ]
+        ),
+        flush=True,
+    )
 
 
 def parse_args() -> argparse.Namespace:
@@ -312,8 +365,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--writers", default="10,100,1000", help="comma-separated writer counts")
     parser.add_argument("--scrapes", type=int, default=50, help="timed scrapes per server and writer count")
     parser.add_argument("--json", help="also write the results (with every timing) to this file")
-    parser.add_argument("--against", metavar="PYTHON",
-                        help="baseline: the exporter of the Alnair this interpreter has installed, not multiproc mode")
+    parser.add_argument(
+        "--against",
+        metavar="PYTHON",
+        help="baseline: the exporter of the Alnair this interpreter has installed, not multiproc mode",
+    )
     return parser.parse_args()
 
 
@@ -331,12 +387,21 @@ def main() -> None:
         results.append(run_one(count, args.scrapes, args.against))
         print_result(results[-1])
     for r in results:
-        print(f"series per writer at {r.writers}: alnair {r.alnair_series_per_writer:g}, "
-              f"baseline {r.baseline_series_per_writer:g}")
+        print(
+            f"series per writer at {r.writers}: alnair {r.alnair_series_per_writer:g}, "
+            f"baseline {r.baseline_series_per_writer:g}"
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": machine(), "scrapes": args.scrapes,
-                       "results": [{**asdict(r), **r.summary()} for r in results]}, f, indent=1)
+            json.dump(
+                {
+                    "machine": machine(),
+                    "scrapes": args.scrapes,
+                    "results": [{**asdict(r), **r.summary()} for r in results],
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ seconds (the pairs so far say how long one takes), so a GPU call's time limit ne
 reports the conditions it ran in, kept in the JSON beside its figure: its timed part's CPU time and context switches,
 its CPUs, and the GPU's SM clock, temperature and clock event reasons as it ended (NVML), to tell a slow run's cause.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,25 @@ sys.path.insert(0, str(REPO / "tests" / "gpu"))
 from check_python_and_cuda_records import free_port, shim  # noqa: E402
 
 # Student's t, two-sided 95%
-T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
-         15: 2.13, 20: 2.09, 25: 2.06, 30: 2.04, 40: 2.02, 60: 2.00}
+T_975 = {
+    1: 12.71,
+    2: 4.30,
+    3: 3.18,
+    4: 2.78,
+    5: 2.57,
+    6: 2.45,
+    7: 2.36,
+    8: 2.31,
+    9: 2.26,
+    10: 2.23,
+    12: 2.18,
+    15: 2.13,
+    20: 2.09,
+    25: 2.06,
+    30: 2.04,
+    40: 2.02,
+    60: 2.00,
+}
 RESNET = """
 try:
     from torchvision.models import resnet50
@@ -119,10 +137,21 @@ class Stack:
 
     def __init__(self, work: Path, env: dict[str, str]):
         self.port = free_port()
-        self.proc = subprocess.Popen([sys.executable, "-m", "alnair.exporter", f"--web.listen-address=127.0.0.1:{self.port}",
-                                      f"--shm.dir={env['ALNAIR_SHM_DIR']}", "--collector.cuda.interval=1s",
-                                      "--collector.python.interval=1s", "--collector.nvml.interval=1s"],
-                                     env=env, stdout=subprocess.DEVNULL, stderr=open(work / "exporter.log", "w"))
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "alnair.exporter",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                f"--shm.dir={env['ALNAIR_SHM_DIR']}",
+                "--collector.cuda.interval=1s",
+                "--collector.python.interval=1s",
+                "--collector.nvml.interval=1s",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(work / "exporter.log", "w"),
+        )
         self.scrapes, self.failures = 0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._scrape_every_second, daemon=True)
@@ -152,17 +181,30 @@ def pinned(cpus: str, command: list[str]) -> list[str]:
 def run(variant: str, args, env: dict[str, str]) -> tuple[float, dict]:
     """One run's samples per second and the conditions it ran in (CPU time and context switches of its timed part,
     the GPU's SM clock, temperature and clock event reasons at its end), which tell a slow run's cause."""
-    limits = {"ALNAIR_MEMORY_LIMIT": "120Gi", "ALNAIR_COMPUTE_LIMIT": "100", "ALNAIR_COMPUTE_SHARE": "50"} \
-        if variant == "limits" else {}
-    command = [sys.executable, "-c", PRELUDE + MODELS[args.model][0] + TIMED, str(args.steps), str(args.warmup), str(args.batch)]
+    limits = (
+        {"ALNAIR_MEMORY_LIMIT": "120Gi", "ALNAIR_COMPUTE_LIMIT": "100", "ALNAIR_COMPUTE_SHARE": "50"}
+        if variant == "limits"
+        else {}
+    )
+    command = [
+        sys.executable,
+        "-c",
+        PRELUDE + MODELS[args.model][0] + TIMED,
+        str(args.steps),
+        str(args.warmup),
+        str(args.batch),
+    ]
     if variant != "bare":
         command = [sys.executable, "-m", "alnair.intercept.launcher", *command]
-    out = subprocess.run(pinned(args.run_cpus, command), env={**env, **limits}, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run(
+        pinned(args.run_cpus, command), env={**env, **limits}, capture_output=True, text=True, timeout=600
+    )
     line = next((l for l in out.stdout.splitlines() if l.startswith("samples_per_second")), None)
     if out.returncode != 0 or line is None:
         raise RuntimeError(f"{variant} run failed: {out.stderr[-2000:]}")
-    conditions = next((json.loads(l.split(" ", 1)[1]) for l in out.stdout.splitlines() if l.startswith("conditions ")), {})
+    conditions = next(
+        (json.loads(l.split(" ", 1)[1]) for l in out.stdout.splitlines() if l.startswith("conditions ")), {}
+    )
     return float(line.split()[1]), conditions
 
 
@@ -180,7 +222,7 @@ def interval(ratios: list[float]) -> tuple[float, float]:
     if n < 2:
         return mean - 1, float("nan")
     t = T_975[min((k for k in T_975 if k >= n - 1), default=60)]
-    return mean - 1, t * statistics.stdev(ratios) / n ** 0.5
+    return mean - 1, t * statistics.stdev(ratios) / n**0.5
 
 
 def median_interval(ratios: list[float]) -> tuple[float, float, float]:
@@ -189,7 +231,7 @@ def median_interval(ratios: list[float]) -> tuple[float, float, float]:
     95.9% coverage). One slow run moves it by at most one place, where it moves the mean by its whole distance."""
     ordered, n = sorted(ratios), len(ratios)
     k, below = 0, 1  # below: 2^n P(Binomial(n, 1/2) <= k)
-    while below <= 0.025 * 2 ** n:
+    while below <= 0.025 * 2**n:
         k += 1
         below += math.comb(n, k)
     median = statistics.median(ordered) if ordered else float("nan")
@@ -204,17 +246,37 @@ def estimates(results: dict[str, list[float]]) -> dict[str, dict[str, float]]:
         ratios = [s / b for s, b in zip(results[variant], results["bare"])]
         cost, half = interval(ratios)
         median, low, high = median_interval(ratios)
-        out[variant] = {"cost": -cost, "cost_halfwidth": half, "median_ratio": median, "median_ratio_low": low,
-                        "median_ratio_high": high, "pairs": len(ratios)}
+        out[variant] = {
+            "cost": -cost,
+            "cost_halfwidth": half,
+            "median_ratio": median,
+            "median_ratio_low": low,
+            "median_ratio_high": high,
+            "pairs": len(ratios),
+        }
     return out
 
 
-def report(args, results: dict[str, list[float]], conditions: dict[str, list[dict]], settling: list, scrapes: int,
-           failures: int) -> dict:
+def report(
+    args,
+    results: dict[str, list[float]],
+    conditions: dict[str, list[dict]],
+    settling: list,
+    scrapes: int,
+    failures: int,
+) -> dict:
     """The runs so far and each variant's estimates (flat: stack_cost, stack_median_ratio, ...)."""
-    figures = {"pairs": min(len(v) for v in results.values()), "model": args.model, "steps": args.steps,
-               "batch": args.batch, "samples_per_second": results, "conditions": conditions, "settling": settling,
-               "scrapes": scrapes, "scrape_failures": failures}
+    figures = {
+        "pairs": min(len(v) for v in results.values()),
+        "model": args.model,
+        "steps": args.steps,
+        "batch": args.batch,
+        "samples_per_second": results,
+        "conditions": conditions,
+        "settling": settling,
+        "scrapes": scrapes,
+        "scrape_failures": failures,
+    }
     for variant, figure in estimates(results).items():
         figures.update({f"{variant}_{name}": value for name, value in figure.items() if name != "pairs"})
     return figures
@@ -224,31 +286,47 @@ def summarise(figures: dict) -> None:
     """Each variant's cost (mean ratio, Student's t) and its median ratio (sign-test interval) against bare."""
     results = figures["samples_per_second"]
     for variant, e in estimates(results).items():
-        print(f"{variant}: throughput ratio {1 - e['cost']:.4f}, cost {e['cost'] * 100:+.2f}% +- "
-              f"{e['cost_halfwidth'] * 100:.2f}% (95% CI, {e['pairs']} pairs); median ratio {e['median_ratio']:.4f} "
-              f"({e['median_ratio_low']:.4f}-{e['median_ratio_high']:.4f}, 95% sign-test CI); "
-              f"bare median {statistics.median(results['bare']):.1f} samples/s")
+        print(
+            f"{variant}: throughput ratio {1 - e['cost']:.4f}, cost {e['cost'] * 100:+.2f}% +- "
+            f"{e['cost_halfwidth'] * 100:.2f}% (95% CI, {e['pairs']} pairs); median ratio {e['median_ratio']:.4f} "
+            f"({e['median_ratio_low']:.4f}-{e['median_ratio_high']:.4f}, 95% sign-test CI); "
+            f"bare median {statistics.median(results['bare']):.1f} samples/s"
+        )
     print(f"exporter scraped {figures['scrapes']} times, {figures['scrape_failures']} failures")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=20)
-    parser.add_argument("--model", choices=sorted(MODELS), default="resnet50",
-                        help="resnet50 (GPU-bound) or mlp (a small MLP whose launches bound it)")
+    parser.add_argument(
+        "--model",
+        choices=sorted(MODELS),
+        default="resnet50",
+        help="resnet50 (GPU-bound) or mlp (a small MLP whose launches bound it)",
+    )
     parser.add_argument("--steps", type=int, help="timed steps (resnet50 120, mlp 3000)")
     parser.add_argument("--warmup", type=int, help="untimed steps first (resnet50 15, mlp 200)")
     parser.add_argument("--batch", type=int, help="resnet50 128, mlp 256")
-    parser.add_argument("--limits", action="store_true", help="also the stack with a memory limit, a 100%% compute cap and a 50%% share")
+    parser.add_argument(
+        "--limits", action="store_true", help="also the stack with a memory limit, a 100%% compute cap and a 50%% share"
+    )
     parser.add_argument("--json", help="also write the figures here, after every pair")
     parser.add_argument("--resume", type=Path, help="go on from the pairs in this --json file")
     parser.add_argument("--run-cpus", default="4-7", help="the CPUs each run is pinned to (taskset -c), or none")
     parser.add_argument("--exporter-cpus", default="0-1", help="the exporter's and this script's CPUs, or none")
-    parser.add_argument("--budget-seconds", type=float, default=0.0,
-                        help="start no pair that would end after this many seconds from the start (0: no budget); "
-                             "--resume goes on from there")
-    parser.add_argument("--settle-seconds", type=float, default=90.0,
-                        help="runs before the pairs for this long, kept out of the result (a fresh machine's are slow)")
+    parser.add_argument(
+        "--budget-seconds",
+        type=float,
+        default=0.0,
+        help="start no pair that would end after this many seconds from the start (0: no budget); "
+        "--resume goes on from there",
+    )
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=90.0,
+        help="runs before the pairs for this long, kept out of the result (a fresh machine's are slow)",
+    )
     parser.add_argument("--report", type=Path, help="print the figures of this --json file and run nothing")
     args = parser.parse_args()
     if args.report:
@@ -295,12 +373,15 @@ def main() -> int:
             if not next_pair_fits(args.budget_seconds, started, began_pairs, i - first):
                 print(f"stopping after {i} pairs: the next would pass --budget-seconds", flush=True)
                 break
-            for variant in (variants if i % 2 == 0 else variants[::-1]):  # ABBA: A B, B A, A B ...
+            for variant in variants if i % 2 == 0 else variants[::-1]:  # ABBA: A B, B A, A B ...
                 figure, seen = run(variant, args, env)
                 results[variant].append(figure)
                 conditions[variant].append(seen)
-                print(f"pair {i + 1:2d} {variant:6s} {figure:9.1f} samples/s  SM {seen.get('sm_mhz', '?')} MHz, "
-                      f"{seen.get('involuntary_switches', '?')} involuntary switches", flush=True)
+                print(
+                    f"pair {i + 1:2d} {variant:6s} {figure:9.1f} samples/s  SM {seen.get('sm_mhz', '?')} MHz, "
+                    f"{seen.get('involuntary_switches', '?')} involuntary switches",
+                    flush=True,
+                )
             if args.json:
                 Path(args.json).write_text(json.dumps(figures(), indent=1))
     finally:

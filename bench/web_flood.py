@@ -20,6 +20,7 @@ the exporter has exited. With --baseline-python (an interpreter whose alnair is 
 Expected here: only 200 and 503 to the flood, p99 of its 200s under 250 ms, the scraper 60 of 60, every
 connect within 100 ms, RSS growth under 5%, exit within 5 s of SIGTERM.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -113,6 +114,7 @@ async def timed_connect(port: int) -> float:
 def connect_burst(port: int) -> list[float]:
     """BURST connections opened at once, each one's connect time: on a loop of this thread's own, so that it
     times the exporter's listen backlog, not the flood client's loop."""
+
     async def burst() -> list[float]:
         return list(await asyncio.gather(*(timed_connect(port) for _ in range(BURST))))
 
@@ -160,6 +162,7 @@ async def hold_idle(port: int, stopped: asyncio.Event, closes: list[int]) -> Non
 def hold_idle_connections(port: int, count: int, stopped: threading.Event, closes: list[int]) -> None:
     """hold_idle `count` times, on a loop of this thread's own: the loop that takes the flood's times serves
     none of them."""
+
     async def hold_all() -> None:
         stop = asyncio.Event()
         holding = [asyncio.create_task(hold_idle(port, stop, closes)) for _ in range(count)]
@@ -187,8 +190,14 @@ async def run_load(process: subprocess.Popen, port: int, args: argparse.Namespac
     exit_seconds = await seconds_to_exit(process)  # the flood still going
     flood_stopped.set()
     await asyncio.gather(*flooding)
-    return {"flood": flood, "scrapes": scrapes, "burst": list(burst), "rss": rss, "idle_closed": len(idle_closes),
-            "exit_seconds": exit_seconds}
+    return {
+        "flood": flood,
+        "scrapes": scrapes,
+        "burst": list(burst),
+        "rss": rss,
+        "idle_closed": len(idle_closes),
+        "exit_seconds": exit_seconds,
+    }
 
 
 @contextlib.contextmanager
@@ -196,8 +205,19 @@ def exporter(python: str, shm_dir: Path, log_path: Path):
     port = free_port()
     supported = subprocess.run([python, "-m", "alnair.exporter", "--help"], capture_output=True, text=True).stdout
     priority = [f"--web.priority-sources={PRIORITY_SOURCE}"] if "--web.priority-sources" in supported else []
-    command = [python, "-m", "alnair.exporter", f"--web.listen-address=127.0.0.1:{port}", "--shm.dir", str(shm_dir),
-               "--no-collector.host", "--no-collector.nvml", "--collector.cuda.interval", "1", *priority]
+    command = [
+        python,
+        "-m",
+        "alnair.exporter",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--shm.dir",
+        str(shm_dir),
+        "--no-collector.host",
+        "--no-collector.nvml",
+        "--collector.cuda.interval",
+        "1",
+        *priority,
+    ]
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, cwd=tempfile.gettempdir())
     try:
@@ -219,14 +239,23 @@ def figures(python: str, priority: bool, run: dict) -> dict:
     admitted = [t * 1000 for s, t in flood if s == 200]
     rss_before, rss_after = run["rss"]
     return {
-        "python": python, "priority_sources_flag": priority, "flood_statuses": statuses,
-        "flood_200_p50_ms": p(admitted, 50), "flood_200_p99_ms": p(admitted, 99), "flood_200_max_ms": max(admitted, default=0),
-        "scraper_ok": sum(1 for s, _ in run["scrapes"] if s == 200), "scraper_total": len(run["scrapes"]),
+        "python": python,
+        "priority_sources_flag": priority,
+        "flood_statuses": statuses,
+        "flood_200_p50_ms": p(admitted, 50),
+        "flood_200_p99_ms": p(admitted, 99),
+        "flood_200_max_ms": max(admitted, default=0),
+        "scraper_ok": sum(1 for s, _ in run["scrapes"] if s == 200),
+        "scraper_total": len(run["scrapes"]),
         "scraper_statuses": sorted({s for s, _ in run["scrapes"]}),
-        "scraper_p99_ms": p([t * 1000 for _, t in run["scrapes"]], 99), "burst_connect_max_ms": max(run["burst"]) * 1000,
-        "burst_connect_p50_ms": statistics.median(run["burst"]) * 1000, "rss_before_mib": rss_before / 2**20,
-        "rss_after_mib": rss_after / 2**20, "rss_growth": rss_after / rss_before - 1,
-        "idle_closed": run["idle_closed"], "sigterm_exit_s": run["exit_seconds"],
+        "scraper_p99_ms": p([t * 1000 for _, t in run["scrapes"]], 99),
+        "burst_connect_max_ms": max(run["burst"]) * 1000,
+        "burst_connect_p50_ms": statistics.median(run["burst"]) * 1000,
+        "rss_before_mib": rss_before / 2**20,
+        "rss_after_mib": rss_after / 2**20,
+        "rss_growth": rss_after / rss_before - 1,
+        "idle_closed": run["idle_closed"],
+        "sigterm_exit_s": run["exit_seconds"],
     }
 
 
@@ -245,7 +274,10 @@ def measure(python: str, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="alnair-flood-", dir="/dev/shm") as tmp:
         shm_dir = Path(tmp, "shm")
         shm_dir.mkdir()
-        with alnair_writers(args.writers, shm_dir), exporter(python, shm_dir, Path(tmp, "exporter.log")) as (proc, port, priority):
+        with (
+            alnair_writers(args.writers, shm_dir),
+            exporter(python, shm_dir, Path(tmp, "exporter.log")) as (proc, port, priority),
+        ):
             time.sleep(3)  # a few background samples before the flood
             return figures(python, priority, asyncio.run(run_load(proc, port, args)))
 
@@ -253,13 +285,31 @@ def measure(python: str, args: argparse.Namespace) -> dict:
 def table(runs: dict[str, dict]) -> str:
     rows = [
         ("flood statuses", lambda f: ", ".join(f"{s}: {n:,}" for s, n in f["flood_statuses"].items())),
-        ("flood 200s p50 / p99 / max ms", lambda f: f"{f['flood_200_p50_ms']:.0f} / {f['flood_200_p99_ms']:.0f} / {f['flood_200_max_ms']:.0f}"),
-        ("priority scraper, new connection each second", lambda f: f"{f['scraper_ok']} of {f['scraper_total']} (statuses {f['scraper_statuses']}, p99 {f['scraper_p99_ms']:.0f} ms)"),
-        ("128 simultaneous connects p50 / max ms", lambda f: f"{f['burst_connect_p50_ms']:.0f} / {f['burst_connect_max_ms']:.0f}"),
-        ("RSS over the flood", lambda f: f"{f['rss_growth']:+.1%} ({f['rss_before_mib']:.1f} -> {f['rss_after_mib']:.1f} MiB)"),
+        (
+            "flood 200s p50 / p99 / max ms",
+            lambda f: f"{f['flood_200_p50_ms']:.0f} / {f['flood_200_p99_ms']:.0f} / {f['flood_200_max_ms']:.0f}",
+        ),
+        (
+            "priority scraper, new connection each second",
+            lambda f: (
+                f"{f['scraper_ok']} of {f['scraper_total']} (statuses {f['scraper_statuses']}, p99 {f['scraper_p99_ms']:.0f} ms)"
+            ),
+        ),
+        (
+            "128 simultaneous connects p50 / max ms",
+            lambda f: f"{f['burst_connect_p50_ms']:.0f} / {f['burst_connect_max_ms']:.0f}",
+        ),
+        (
+            "RSS over the flood",
+            lambda f: f"{f['rss_growth']:+.1%} ({f['rss_before_mib']:.1f} -> {f['rss_after_mib']:.1f} MiB)",
+        ),
         ("idle connections closed by the exporter (each opened again)", lambda f: f"{f['idle_closed']:,}"),
-        ("SIGTERM to exit, flood going", lambda f: f"{f['sigterm_exit_s']:.2f} s" if f["sigterm_exit_s"] < EXIT_WAIT
-         else f"> {EXIT_WAIT:.0f} s (killed)"),
+        (
+            "SIGTERM to exit, flood going",
+            lambda f: (
+                f"{f['sigterm_exit_s']:.2f} s" if f["sigterm_exit_s"] < EXIT_WAIT else f"> {EXIT_WAIT:.0f} s (killed)"
+            ),
+        ),
     ]
     lines = ["| | " + " | ".join(runs) + " |", "|---|" + "---|" * len(runs)]
     lines += [f"| {name} | " + " | ".join(cell(f) for f in runs.values()) + " |" for name, cell in rows]
@@ -269,7 +319,9 @@ def table(runs: dict[str, dict]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable, help="the interpreter whose Alnair runs the exporter")
-    parser.add_argument("--baseline-python", help="an interpreter whose Alnair is the baseline, run first and printed beside")
+    parser.add_argument(
+        "--baseline-python", help="an interpreter whose Alnair is the baseline, run first and printed beside"
+    )
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--flood", type=int, default=64)
     parser.add_argument("--idle", type=int, default=300)

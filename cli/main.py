@@ -1,4 +1,5 @@
 """`alnair`: command-line tools for a GPU node. `alnair top` on a terminal is a live screen; piped, one table."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,35 +12,60 @@ from alnair.commandline import OneLineParser, add_flag, duration, fail
 from alnair.profiler import profile
 
 from .node_gpus import NodeGpus
-from .top import (IDLE_AFTER, SORT_KEYS, NodeReader, gpu_lines, header_line, kernel_lines, kernel_rows, rows,
-                  sorted_rows, table_lines)
+from .top import (
+    IDLE_AFTER,
+    SORT_KEYS,
+    NodeReader,
+    gpu_lines,
+    header_line,
+    kernel_lines,
+    kernel_rows,
+    rows,
+    sorted_rows,
+    table_lines,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="alnair", description="Alnair command-line tools for a GPU node.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    top = commands.add_parser("top", help="live view of the node's GPUs (NVML) and its GPU and training processes (shared memory)",
-                              description="Per GPU (NVML, also when no writer runs): utilization, SM active (GPM, "
-                                          "Hopper and later), memory bandwidth utilization, memory used and total. "
-                                          "Per process: GPU, state (starting: no kernel launched yet; "
-                                          "idle: none for --idle-after; cap:NN%, share:NN%: active under a compute "
-                                          "cap or share, ALNAIR_COMPUTE_LIMIT or ALNAIR_COMPUTE_SHARE; turns:NN%: "
-                                          "an older writer taking turns, NN its window's share; else active), "
-                                          "kernel launches/s, GPU memory "
-                                          "and limit, the contexts' own memory, what the limit charges, "
-                                          "host-to-device and device-to-host copy bytes/s, GPU time % (its share of "
-                                          "its GPUs over the interval, each moment of a shared GPU divided among the "
-                                          "processes busy then), throttled %, "
-                                          "data-stall %, steps/s. On a terminal it refreshes every interval "
-                                          "(</> sort column, r reverse, q quit); piped, it prints one table.")
+    top = commands.add_parser(
+        "top",
+        help="live view of the node's GPUs (NVML) and its GPU and training processes (shared memory)",
+        description="Per GPU (NVML, also when no writer runs): utilization, SM active (GPM, "
+        "Hopper and later), memory bandwidth utilization, memory used and total. "
+        "Per process: GPU, state (starting: no kernel launched yet; "
+        "idle: none for --idle-after; cap:NN%, share:NN%: active under a compute "
+        "cap or share, ALNAIR_COMPUTE_LIMIT or ALNAIR_COMPUTE_SHARE; turns:NN%: "
+        "an older writer taking turns, NN its window's share; else active), "
+        "kernel launches/s, GPU memory "
+        "and limit, the contexts' own memory, what the limit charges, "
+        "host-to-device and device-to-host copy bytes/s, GPU time % (its share of "
+        "its GPUs over the interval, each moment of a shared GPU divided among the "
+        "processes busy then), throttled %, "
+        "data-stall %, steps/s. On a terminal it refreshes every interval "
+        "(</> sort column, r reverse, q quit); piped, it prints one table.",
+    )
     add_flag(top, "--shm.dir", default=naming.DEFAULT_DIR, help="Directory of the writers' segments.")
     top.add_argument("-d", "--interval", type=duration, default=1.0, help="Time between refreshes (default: 1s).")
-    top.add_argument("-s", "--sort", choices=SORT_KEYS, default="memory_used", help="Column to sort by (default: memory_used).")
+    top.add_argument(
+        "-s", "--sort", choices=SORT_KEYS, default="memory_used", help="Column to sort by (default: memory_used)."
+    )
     top.add_argument("--ascending", action="store_true", help="Sort smallest first (default: largest first).")
-    top.add_argument("-k", "--kernels", type=int, default=0, metavar="N",
-                     help="Also show the N kernels launched most often, by name, per process and GPU (default: 0).")
-    top.add_argument("--idle-after", type=duration, default=IDLE_AFTER,
-                     help="Seconds without a kernel launch before a process is idle (default: 60s).")
+    top.add_argument(
+        "-k",
+        "--kernels",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Also show the N kernels launched most often, by name, per process and GPU (default: 0).",
+    )
+    top.add_argument(
+        "--idle-after",
+        type=duration,
+        default=IDLE_AFTER,
+        help="Seconds without a kernel launch before a process is idle (default: 60s).",
+    )
     profile.add_parser(commands)
     return parser
 
@@ -62,7 +88,10 @@ def print_table(reader: NodeReader, gpus: NodeGpus, options: argparse.Namespace)
     if options.kernels:
         print("\n".join(["", *kernel_lines(kernel_rows(now, before, options.kernels))]))
     if reader.unreadable():
-        print(f"alnair top: {reader.unreadable()} segments unreadable: run as root or in the writers' group", file=sys.stderr)
+        print(
+            f"alnair top: {reader.unreadable()} segments unreadable: run as root or in the writers' group",
+            file=sys.stderr,
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

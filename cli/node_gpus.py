@@ -2,6 +2,7 @@
 driver (the NVIDIA container toolkit mounts it into GPU containers), so the training-side install needs no binding
 package and the rows appear whether or not any writer runs. Utilization and memory come from the device queries;
 SM active (the share of SMs busy, DCGM's SM_ACTIVE) from GPM, on Hopper and later, between two reads."""
+
 from __future__ import annotations
 
 import ctypes
@@ -26,14 +27,24 @@ class _GpmSupport(ctypes.Structure):
 
 
 class _GpmMetric(ctypes.Structure):
-    _fields_ = [("metricId", ctypes.c_uint), ("nvmlReturn", ctypes.c_int), ("value", ctypes.c_double),
-                ("shortName", ctypes.c_char_p), ("longName", ctypes.c_char_p), ("unit", ctypes.c_char_p)]
+    _fields_ = [
+        ("metricId", ctypes.c_uint),
+        ("nvmlReturn", ctypes.c_int),
+        ("value", ctypes.c_double),
+        ("shortName", ctypes.c_char_p),
+        ("longName", ctypes.c_char_p),
+        ("unit", ctypes.c_char_p),
+    ]
 
 
 class _GpmMetricsGet(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint), ("numMetrics", ctypes.c_uint),
-                ("sample1", ctypes.c_void_p), ("sample2", ctypes.c_void_p),
-                ("metrics", _GpmMetric * GPM_METRIC_SLOTS)]
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("numMetrics", ctypes.c_uint),
+        ("sample1", ctypes.c_void_p),
+        ("sample2", ctypes.c_void_p),
+        ("metrics", _GpmMetric * GPM_METRIC_SLOTS),
+    ]
 
 
 @dataclass
@@ -117,7 +128,9 @@ class NodeGpus:
         if not hasattr(self.nvml, "nvmlGpmQueryDeviceSupport"):
             return False
         support = _GpmSupport(version=1)
-        return self.nvml.nvmlGpmQueryDeviceSupport(handle, ctypes.byref(support)) == SUCCESS and bool(support.isSupportedDevice)
+        return self.nvml.nvmlGpmQueryDeviceSupport(handle, ctypes.byref(support)) == SUCCESS and bool(
+            support.isSupportedDevice
+        )
 
     def read(self) -> list[GpuRow]:
         return [self._row(index, handle) for index, handle in enumerate(self.handles)]
@@ -130,11 +143,13 @@ class NodeGpus:
         has_memory = self.nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) == SUCCESS
         gpm = self.gpm.get(index)
         return GpuRow(
-            index=index, name=name.value.decode(errors="replace") if has_name else "-",
+            index=index,
+            name=name.value.decode(errors="replace") if has_name else "-",
             utilization_pct=float(utilization.gpu) if has_utilization else None,
             memory_utilization_pct=float(utilization.memory) if has_utilization else None,
             sm_active_pct=gpm.sm_active() if gpm else None,
-            memory_used=memory.used if has_memory else None, memory_total=memory.total if has_memory else None,
+            memory_used=memory.used if has_memory else None,
+            memory_total=memory.total if has_memory else None,
         )
 
     def close(self) -> None:

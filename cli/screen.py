@@ -1,12 +1,23 @@
 """alnair top's interactive screen (curses): refreshes every interval, sorts by any column, like htop."""
+
 from __future__ import annotations
 
 import curses
 import time
 
 from .node_gpus import NodeGpus
-from .top import (COLUMNS, SORT_KEYS, NodeReader, gpu_lines, header_line, kernel_lines, kernel_rows, rows, sorted_rows,
-                  table_lines)
+from .top import (
+    COLUMNS,
+    SORT_KEYS,
+    NodeReader,
+    gpu_lines,
+    header_line,
+    kernel_lines,
+    kernel_rows,
+    rows,
+    sorted_rows,
+    table_lines,
+)
 
 HELP = "</> sort column  r reverse  q quit"
 
@@ -79,7 +90,11 @@ class TopScreen:
         lines += [(line, curses.A_NORMAL) for line in table_lines(sorted_rows(self.table, key, self.descending))]
         kernel_table = kernel_lines(self.kernels)
         if kernel_table:
-            lines += [("", 0), (kernel_table[0], curses.A_REVERSE), *[(line, curses.A_NORMAL) for line in kernel_table[1:]]]
+            lines += [
+                ("", 0),
+                (kernel_table[0], curses.A_REVERSE),
+                *[(line, curses.A_NORMAL) for line in kernel_table[1:]],
+            ]
         for y, (text, attribute) in enumerate(lines[:height]):
             try:
                 window.addnstr(y, 0, text, width - 1, attribute)

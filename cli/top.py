@@ -1,6 +1,7 @@
 """alnair top's table: the node's live writer processes read straight from shared memory, cuda and
 python segments joined by pid, with rates between two reads and each process's state (starting up, idle, its
 compute cap and share). Read only: nothing is ever removed."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -101,7 +102,9 @@ class NodeReader:
             p.caps = [d.compute_limit_percent for d in devices if d.compute_limit_percent]
             p.shares = [d.compute_share_percent for d in devices if d.compute_share_percent]
             p.turn_shares = [d.compute_quota_ns / d.compute_period_ns for d in devices if d.compute_period_ns]
-            p.kernels = {kernel_key(k): k.launches for k in parsed.record.kernels or () if kernel_key(k)[1] != OTHER_KERNELS}
+            p.kernels = {
+                kernel_key(k): k.launches for k in parsed.record.kernels or () if kernel_key(k)[1] != OTHER_KERNELS
+            }
             extensions = parsed.record.devices_ext
             p.copies_known = extensions is not None
             p.host_to_device_bytes = sum(e.copies[layout.COPY_HOST_TO_DEVICE].bytes for e in extensions or ())
@@ -176,7 +179,9 @@ def row(now: ProcessCounters, before: ProcessCounters | None, idle_after: float 
         steps = _rate(now.steps, before.steps, seconds)
         stall = _ratio_pct(now.data_wait_ns - before.data_wait_ns, now.step_ns - before.step_ns)
     return Row(
-        pid=now.pid, comm=now.comm, pod=now.pod_uid[:8] or "-",
+        pid=now.pid,
+        comm=now.comm,
+        pod=now.pod_uid[:8] or "-",
         gpus=",".join(map(str, now.gpus)) or "-",
         launches_per_s=launches,
         memory_used=now.memory_used if has_cuda else None,
@@ -184,12 +189,18 @@ def row(now: ProcessCounters, before: ProcessCounters | None, idle_after: float 
         context_memory=(now.context_memory or None) if now.memory_known else None,  # 0: not measured
         memory_charged=now.memory_charged if has_cuda and now.memory_known else None,
         state=state(now, idle_after),
-        host_to_device_per_s=to_device, device_to_host_per_s=to_host,
-        gpu_time_pct=gpu_time, throttled_pct=throttled, stall_pct=stall, steps_per_s=steps,
+        host_to_device_per_s=to_device,
+        device_to_host_per_s=to_host,
+        gpu_time_pct=gpu_time,
+        throttled_pct=throttled,
+        stall_pct=stall,
+        steps_per_s=steps,
     )
 
 
-def rows(now: dict[str, ProcessCounters], before: dict[str, ProcessCounters], idle_after: float = IDLE_AFTER) -> list[Row]:
+def rows(
+    now: dict[str, ProcessCounters], before: dict[str, ProcessCounters], idle_after: float = IDLE_AFTER
+) -> list[Row]:
     return [row(p, before.get(pid), idle_after) for pid, p in now.items()]
 
 

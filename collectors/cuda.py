@@ -1,4 +1,5 @@
 """The cuda collector: per-process, per-device counters the CUDA intercept publishes in shared memory."""
+
 from __future__ import annotations
 
 from alnair.abi import fields
@@ -18,9 +19,14 @@ class CudaCollector(SegmentCollector):
         """Every field the ABI's field table serves, from each struct of the records that have it: a writer older than
         an appended struct has none of its series, not zeros."""
         device, ext, memory = self._device_rows(processes)
-        rows = {"alnair_cuda_device": device, "alnair_cuda_device_ext": ext, "alnair_cuda_device_memory": memory,
-                "alnair_cuda_copy": self._copy_rows(processes), "alnair_cuda_activity": self._activity_rows(processes),
-                "alnair_cuda_kernel": self._kernel_rows(processes)}
+        rows = {
+            "alnair_cuda_device": device,
+            "alnair_cuda_device_ext": ext,
+            "alnair_cuda_device_memory": memory,
+            "alnair_cuda_copy": self._copy_rows(processes),
+            "alnair_cuda_activity": self._activity_rows(processes),
+            "alnair_cuda_kernel": self._kernel_rows(processes),
+        }
         for family in fields.families(rows):
             out.family(*family)
 
@@ -76,7 +82,9 @@ class CudaCollector(SegmentCollector):
             for k in p.record.kernels or ():
                 gpu, name = kernel_key(k)
                 uuid = device_uuid(devices[gpu])
-                labels = self.labels.get((p.segment.name, pid, gpu, uuid, "kernel", name),
-                                         {"pid": pid, "gpu": str(gpu), "uuid": uuid, "kernel": name})
+                labels = self.labels.get(
+                    (p.segment.name, pid, gpu, uuid, "kernel", name),
+                    {"pid": pid, "gpu": str(gpu), "uuid": uuid, "kernel": name},
+                )
                 rows.append((labels, k, devices[gpu]))
         return rows

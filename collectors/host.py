@@ -1,4 +1,5 @@
 """The host collector: CPU time per CPU and mode, memory, swap and load (psutil)."""
+
 from __future__ import annotations
 
 from typing import Iterator
@@ -35,7 +36,9 @@ class HostCollector:
         memory = psutil.virtual_memory()
         for field in MEMORY_FIELDS:
             if hasattr(memory, field):
-                yield GaugeMetricFamily(f"alnair_host_memory_{field}_bytes", f"Host memory: {field}.", value=getattr(memory, field))
+                yield GaugeMetricFamily(
+                    f"alnair_host_memory_{field}_bytes", f"Host memory: {field}.", value=getattr(memory, field)
+                )
         swap = psutil.swap_memory()
         yield GaugeMetricFamily("alnair_host_swap_total_bytes", "Host swap space.", value=swap.total)
         yield GaugeMetricFamily("alnair_host_swap_used_bytes", "Host swap in use.", value=swap.used)

@@ -1,6 +1,7 @@
 """The nvml collector: per-GPU (MIG instances included) and per-process GPU metrics from NVML,
 initialised once; processes carry pod identity through an _info series; XID errors counted on a watcher thread;
 GPM's profiling metrics over each interval (nvml_gpm)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -107,7 +108,9 @@ class NvmlCollector:
         """None for a GPU NVML lists but cannot open (it stays down: its uuid is unknown)."""
         try:
             handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
-            return Device(handle, str(index), text(self.nvml.nvmlDeviceGetUUID(handle)), text(self.nvml.nvmlDeviceGetName(handle)))
+            return Device(
+                handle, str(index), text(self.nvml.nvmlDeviceGetUUID(handle)), text(self.nvml.nvmlDeviceGetName(handle))
+            )
         except self.nvml.NVMLError as e:
             log.warning("GPU %d cannot be opened: %s", index, e)
             return None
@@ -138,10 +141,20 @@ class NvmlCollector:
             samples.extend(sampled)
         self.gpm.retain({d.uuid for d, _ in samples})
         out = ExpositionBuilder()
-        out.family("alnair_nvml_up", "gauge", "1 if NVML answered for the GPU this sample; 0 and none of its sampled series otherwise (its XID series stay).", up)
+        out.family(
+            "alnair_nvml_up",
+            "gauge",
+            "1 if NVML answered for the GPU this sample; 0 and none of its sampled series otherwise (its XID series stay).",
+            up,
+        )
         self._gpu_families(out, samples)
-        nvml_gpm.write_families(out, [(d, s.gpm) for d, s in samples], lambda d, i, labels: self.labels.get(
-            (d.uuid, "gpm", i), dict(sorted({"gpu": d.index, "uuid": d.uuid, **labels}.items()))))
+        nvml_gpm.write_families(
+            out,
+            [(d, s.gpm) for d, s in samples],
+            lambda d, i, labels: self.labels.get(
+                (d.uuid, "gpm", i), dict(sorted({"gpu": d.index, "uuid": d.uuid, **labels}.items()))
+            ),
+        )
         self._process_families(out, samples)
         self._xid_families(out)
         return out.text()
@@ -158,7 +171,9 @@ class NvmlCollector:
                 continue
             uuid = text(self.nvml.nvmlDeviceGetUUID(handle))
             known = next((d for d in gpu.instances if d.uuid == uuid), None)
-            instances.append(known or Device(handle, gpu.index, uuid, text(self.nvml.nvmlDeviceGetName(handle)), gpu.uuid))
+            instances.append(
+                known or Device(handle, gpu.index, uuid, text(self.nvml.nvmlDeviceGetName(handle)), gpu.uuid)
+            )
         gpu.instances = instances
         return instances
 
@@ -168,7 +183,11 @@ class NvmlCollector:
             return None
         try:
             return function(*args)
-        except (self.nvml.NVMLError_NotSupported, self.nvml.NVMLError_NoPermission, self.nvml.NVMLError_FunctionNotFound):
+        except (
+            self.nvml.NVMLError_NotSupported,
+            self.nvml.NVMLError_NoPermission,
+            self.nvml.NVMLError_FunctionNotFound,
+        ):
             device.unsupported.add(query)
             return None
 
@@ -178,13 +197,15 @@ class NvmlCollector:
         s.values["memory_used"], s.values["memory_total"] = memory.used, memory.total
         if (rates := self._optional(d, "utilization", nvml.nvmlDeviceGetUtilizationRates, h)) is not None:
             s.values["sm_util"], s.values["mem_util"] = rates.gpu / 100, rates.memory / 100
-        scaled = [("temperature", 1, nvml.nvmlDeviceGetTemperature, (h, nvml.NVML_TEMPERATURE_GPU)),
-                  ("power", 1e-3, nvml.nvmlDeviceGetPowerUsage, (h,)),
-                  ("energy", 1e-3, nvml.nvmlDeviceGetTotalEnergyConsumption, (h,)),
-                  ("sm_clock", 1e6, nvml.nvmlDeviceGetClockInfo, (h, nvml.NVML_CLOCK_SM)),
-                  ("mem_clock", 1e6, nvml.nvmlDeviceGetClockInfo, (h, nvml.NVML_CLOCK_MEM)),
-                  ("pcie_tx", 1024, nvml.nvmlDeviceGetPcieThroughput, (h, nvml.NVML_PCIE_UTIL_TX_BYTES)),
-                  ("pcie_rx", 1024, nvml.nvmlDeviceGetPcieThroughput, (h, nvml.NVML_PCIE_UTIL_RX_BYTES))]
+        scaled = [
+            ("temperature", 1, nvml.nvmlDeviceGetTemperature, (h, nvml.NVML_TEMPERATURE_GPU)),
+            ("power", 1e-3, nvml.nvmlDeviceGetPowerUsage, (h,)),
+            ("energy", 1e-3, nvml.nvmlDeviceGetTotalEnergyConsumption, (h,)),
+            ("sm_clock", 1e6, nvml.nvmlDeviceGetClockInfo, (h, nvml.NVML_CLOCK_SM)),
+            ("mem_clock", 1e6, nvml.nvmlDeviceGetClockInfo, (h, nvml.NVML_CLOCK_MEM)),
+            ("pcie_tx", 1024, nvml.nvmlDeviceGetPcieThroughput, (h, nvml.NVML_PCIE_UTIL_TX_BYTES)),
+            ("pcie_rx", 1024, nvml.nvmlDeviceGetPcieThroughput, (h, nvml.NVML_PCIE_UTIL_RX_BYTES)),
+        ]
         for key, scale, function, args in scaled:
             if (value := self._optional(d, key, function, *args)) is not None:
                 s.values[key] = value * scale
@@ -197,21 +218,36 @@ class NvmlCollector:
         if "memory_v2" not in d.unsupported and hasattr(self.nvml, "nvmlMemory_v2"):
             try:
                 return self.nvml.nvmlDeviceGetMemoryInfo(d.handle, version=self.nvml.nvmlMemory_v2)
-            except (self.nvml.NVMLError_ArgumentVersionMismatch, self.nvml.NVMLError_FunctionNotFound, self.nvml.NVMLError_NotSupported):
+            except (
+                self.nvml.NVMLError_ArgumentVersionMismatch,
+                self.nvml.NVMLError_FunctionNotFound,
+                self.nvml.NVMLError_NotSupported,
+            ):
                 d.unsupported.add("memory_v2")
         return self.nvml.nvmlDeviceGetMemoryInfo(d.handle)
 
     def _errors(self, d: Device, s: GpuSample) -> None:
         nvml, h = self.nvml, d.handle
         if (reasons := self._optional(d, "throttle", nvml.nvmlDeviceGetCurrentClocksThrottleReasons, h)) is not None:
-            s.labelled["throttle"] = {label: int(bool(reasons & getattr(nvml, constant))) for constant, label in THROTTLE_REASONS.items()}
-        ecc = {kind: self._optional(d, "ecc", nvml.nvmlDeviceGetTotalEccErrors, h, error_type, nvml.NVML_AGGREGATE_ECC)
-               for kind, error_type in (("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED), ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED))}
+            s.labelled["throttle"] = {
+                label: int(bool(reasons & getattr(nvml, constant))) for constant, label in THROTTLE_REASONS.items()
+            }
+        ecc = {
+            kind: self._optional(d, "ecc", nvml.nvmlDeviceGetTotalEccErrors, h, error_type, nvml.NVML_AGGREGATE_ECC)
+            for kind, error_type in (
+                ("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+                ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+            )
+        }
         if None not in ecc.values():
             s.labelled["ecc"] = ecc
-        retired = {cause: self._optional(d, "retired", nvml.nvmlDeviceGetRetiredPages, h, constant)
-                   for cause, constant in (("single_bit_ecc", nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
-                                           ("double_bit_ecc", nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR))}
+        retired = {
+            cause: self._optional(d, "retired", nvml.nvmlDeviceGetRetiredPages, h, constant)
+            for cause, constant in (
+                ("single_bit_ecc", nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+                ("double_bit_ecc", nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
+            )
+        }
         if None not in retired.values():
             s.labelled["retired"] = {cause: len(pages) for cause, pages in retired.items()}
         if (rows := self._optional(d, "remapped", nvml.nvmlDeviceGetRemappedRows, h)) is not None:
@@ -233,7 +269,9 @@ class NvmlCollector:
 
     def _utilization(self, d: Device) -> dict[int, tuple[float, float]] | None:
         try:
-            samples = self._optional(d, "process_utilization", self.nvml.nvmlDeviceGetProcessUtilization, d.handle, d.last_seen_us)
+            samples = self._optional(
+                d, "process_utilization", self.nvml.nvmlDeviceGetProcessUtilization, d.handle, d.last_seen_us
+            )
         except self.nvml.NVMLError as e:
             if e.value not in (self.nvml.NVML_ERROR_NOT_FOUND, self.nvml.NVML_SUCCESS):
                 raise
@@ -254,41 +292,106 @@ class NvmlCollector:
         return self.labels.get((d.uuid, pid), labels)
 
     def _gpu_families(self, out: ExpositionBuilder, samples: list[tuple[Device, GpuSample]]) -> None:
-        out.family("alnair_nvml_gpu_info", "gauge", "Identity of a GPU or MIG instance; join on uuid.",
-                   ((self.labels.get((d.uuid, "info"), {"gpu": d.index, "uuid": d.uuid, "name": d.name,
-                                                        "driver_version": self.driver_version, "parent_uuid": d.parent_uuid}), 1)
-                    for d, _ in samples))
+        out.family(
+            "alnair_nvml_gpu_info",
+            "gauge",
+            "Identity of a GPU or MIG instance; join on uuid.",
+            (
+                (
+                    self.labels.get(
+                        (d.uuid, "info"),
+                        {
+                            "gpu": d.index,
+                            "uuid": d.uuid,
+                            "name": d.name,
+                            "driver_version": self.driver_version,
+                            "parent_uuid": d.parent_uuid,
+                        },
+                    ),
+                    1,
+                )
+                for d, _ in samples
+            ),
+        )
         for metric, kind, help_text, key in GPU_FIELDS:
-            out.family(metric, kind, help_text, ((self._labels(d), s.values[key]) for d, s in samples if key in s.values))
+            out.family(
+                metric, kind, help_text, ((self._labels(d), s.values[key]) for d, s in samples if key in s.values)
+            )
         for metric, kind, help_text, label, key in GPU_LABELLED_FIELDS:
-            out.family(metric, kind, help_text, (
-                (self.labels.get((d.uuid, key, value), {"gpu": d.index, label: value, "uuid": d.uuid}), number)
-                for d, s in samples for value, number in s.labelled.get(key, {}).items()))
+            out.family(
+                metric,
+                kind,
+                help_text,
+                (
+                    (self.labels.get((d.uuid, key, value), {"gpu": d.index, label: value, "uuid": d.uuid}), number)
+                    for d, s in samples
+                    for value, number in s.labelled.get(key, {}).items()
+                ),
+            )
 
     def _process_families(self, out: ExpositionBuilder, samples: list[tuple[Device, GpuSample]]) -> None:
         rows = [(self._labels(d, pid), values) for d, s in samples for pid, values in s.processes.items()]
-        for position, (metric, help_text) in enumerate([
-                ("alnair_nvml_process_sm_utilization_ratio", "Share of the sample period the process's kernels ran on the GPU."),
-                ("alnair_nvml_process_memory_utilization_ratio", "Share of the sample period the process read or wrote device memory."),
-                ("alnair_nvml_process_memory_used_bytes", "Device memory the process holds.")]):
-            out.family(metric, "gauge", help_text, ((labels, values[position]) for labels, values in rows if values[position] is not None))
+        for position, (metric, help_text) in enumerate(
+            [
+                (
+                    "alnair_nvml_process_sm_utilization_ratio",
+                    "Share of the sample period the process's kernels ran on the GPU.",
+                ),
+                (
+                    "alnair_nvml_process_memory_utilization_ratio",
+                    "Share of the sample period the process read or wrote device memory.",
+                ),
+                ("alnair_nvml_process_memory_used_bytes", "Device memory the process holds."),
+            ]
+        ):
+            out.family(
+                metric,
+                "gauge",
+                help_text,
+                ((labels, values[position]) for labels, values in rows if values[position] is not None),
+            )
         pids = sorted({pid for _, s in samples for pid in s.processes})
         self.identity.retain((pid, 0) for pid in pids)
-        out.family("alnair_nvml_process_info", "gauge", "Pod identity of a process using a GPU; join on pid.",
-                   ((self.labels.get((pid, "identity", who := self.identity.of_pid(pid)), {"pid": str(pid), **who.labels()}), 1)
-                    for pid in pids))
+        out.family(
+            "alnair_nvml_process_info",
+            "gauge",
+            "Pod identity of a process using a GPU; join on pid.",
+            (
+                (
+                    self.labels.get(
+                        (pid, "identity", who := self.identity.of_pid(pid)), {"pid": str(pid), **who.labels()}
+                    ),
+                    1,
+                )
+                for pid in pids
+            ),
+        )
 
     def _xid_families(self, out: ExpositionBuilder) -> None:
         rows = [(w, self.labels.get((w.labels["uuid"], "xid"), w.labels)) for w in self.xids.counts()]
-        out.family("alnair_nvml_xid_watch_up", "gauge",
-                   "1 if the GPU's XID critical errors are being watched; 0 if registering for them failed or is not supported.",
-                   ((labels, int(w.watched)) for w, labels in rows))
-        out.family("alnair_nvml_xid_errors", "counter", "XID critical errors on the GPU since its watch began.",
-                   ((labels, w.total) for w, labels in rows if w.registered_once))
-        out.family("alnair_nvml_xid_errors_by_code", "counter",
-                   f"XID critical errors on the GPU since its watch began, by XID code ({MAX_XID_CODES} codes at most, later ones as other).",
-                   ((self.labels.get((w.labels["uuid"], "xid", code), {**w.labels, "xid": code}), number)
-                    for w, _ in rows if w.registered_once for code, number in w.codes()))
+        out.family(
+            "alnair_nvml_xid_watch_up",
+            "gauge",
+            "1 if the GPU's XID critical errors are being watched; 0 if registering for them failed or is not supported.",
+            ((labels, int(w.watched)) for w, labels in rows),
+        )
+        out.family(
+            "alnair_nvml_xid_errors",
+            "counter",
+            "XID critical errors on the GPU since its watch began.",
+            ((labels, w.total) for w, labels in rows if w.registered_once),
+        )
+        out.family(
+            "alnair_nvml_xid_errors_by_code",
+            "counter",
+            f"XID critical errors on the GPU since its watch began, by XID code ({MAX_XID_CODES} codes at most, later ones as other).",
+            (
+                (self.labels.get((w.labels["uuid"], "xid", code), {**w.labels, "xid": code}), number)
+                for w, _ in rows
+                if w.registered_once
+                for code, number in w.codes()
+            ),
+        )
 
 
 @dataclass
@@ -366,7 +469,9 @@ class XidWatcher:
             if watch.retry_at <= now:
                 self._register(watch, now)
         if not any(w.watched for w in self.watches.values()):  # nothing to wait on: sleep until a retry is due
-            return max(0.0, min((w.retry_at for w in self.watches.values() if w.retry_at < math.inf), default=now) - now)
+            return max(
+                0.0, min((w.retry_at for w in self.watches.values() if w.retry_at < math.inf), default=now) - now
+            )
         try:
             event = self.nvml.nvmlEventSetWait_v2(self._event_set, XID_WAIT_MS)
         except self.nvml.NVMLError_Timeout:
@@ -440,7 +545,10 @@ class XidWatcher:
     def _named_by_nvml(self, handle) -> XidWatch | None:
         """A watch for an event's device that is not among the GPUs registered, named by NVML from its handle."""
         try:
-            labels = {"gpu": str(self.nvml.nvmlDeviceGetIndex(handle)), "uuid": text(self.nvml.nvmlDeviceGetUUID(handle))}
+            labels = {
+                "gpu": str(self.nvml.nvmlDeviceGetIndex(handle)),
+                "uuid": text(self.nvml.nvmlDeviceGetUUID(handle)),
+            }
         except self.nvml.NVMLError as e:
             log.warning("an XID error on a device NVML cannot name (%s) is not counted", e)
             return None

@@ -1,5 +1,6 @@
 """GPM (GPU Performance Monitoring, Hopper and later) for the nvml collector: DCGM's profiling fields from NVML, each
 device's computed between its GPM sample of the collector's previous collect and this one's."""
+
 from __future__ import annotations
 
 import logging
@@ -124,14 +125,22 @@ class GpmSampler:
         self.request.sample1, self.request.sample2 = state.newer, state.older
         self.nvml.nvmlGpmMetricsGet(self.request)
         success = self.nvml.NVML_SUCCESS
-        return {i: metric.value * scale for i, (metric, (_, _, _, scale)) in enumerate(zip(self.request.metrics, SERIES))
-                if metric.nvmlReturn == success}
+        return {
+            i: metric.value * scale
+            for i, (metric, (_, _, _, scale)) in enumerate(zip(self.request.metrics, SERIES))
+            if metric.nvmlReturn == success
+        }
 
     def _refused(self, device, reason: str) -> None:
         self.refused.add(device.uuid)
         if device.uuid in self.devices:
             self._free(self.devices.pop(device.uuid))
-        log.info("GPU %s (%s): no GPM metrics (SM active, occupancy, pipes, DRAM, link bytes): %s", device.index, device.uuid, reason)
+        log.info(
+            "GPU %s (%s): no GPM metrics (SM active, occupancy, pipes, DRAM, link bytes): %s",
+            device.index,
+            device.uuid,
+            reason,
+        )
 
     def _free(self, state: GpmDevice) -> None:
         for sample in (state.older, state.newer):
@@ -146,5 +155,14 @@ def write_families(out, measured, label_set) -> None:
     its other labels)` the escaped label set of one series."""
     for family, help_text in FAMILIES.items():
         series = [(i, labels) for i, (name, labels, _, _) in enumerate(SERIES) if name == family]
-        out.family(family, "gauge", help_text, ((label_set(device, i, labels), values[i])
-                                                for device, values in measured for i, labels in series if i in values))
+        out.family(
+            family,
+            "gauge",
+            help_text,
+            (
+                (label_set(device, i, labels), values[i])
+                for device, values in measured
+                for i, labels in series
+                if i in values
+            ),
+        )

@@ -1,4 +1,5 @@
 """The python collector: per-process training-loop counters, custom counters and phases the Python intercept publishes."""
+
 from __future__ import annotations
 
 from alnair.abi import fields
@@ -23,10 +24,14 @@ class PythonCollector(SegmentCollector):
         for p in processes:
             name, pid, r = p.segment.name, p.segment.pid_label, p.record
             loops.append((self.labels.get((name, pid), {"pid": pid}), r, None))
-            counters += [(self.labels.get((name, pid, "c", c.name), {"pid": pid, "name": text(c.name)}), c, None)
-                         for c in r.counters[: r.counter_count]]
-            phases += [(self.labels.get((name, pid, "p", ph.name), {"pid": pid, "name": text(ph.name)}), ph, None)
-                       for ph in r.phases[: r.phase_count]]
+            counters += [
+                (self.labels.get((name, pid, "c", c.name), {"pid": pid, "name": text(c.name)}), c, None)
+                for c in r.counters[: r.counter_count]
+            ]
+            phases += [
+                (self.labels.get((name, pid, "p", ph.name), {"pid": pid, "name": text(ph.name)}), ph, None)
+                for ph in r.phases[: r.phase_count]
+            ]
         rows = {"alnair_python_record": loops, "alnair_python_counter": counters, "alnair_python_phase": phases}
         for family in fields.families(rows):
             out.family(*family)

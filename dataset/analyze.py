@@ -1,6 +1,7 @@
 """The analyses on the published table and on the campaign's runs in its schema: feature ranking, synthetic rows by
 interpolation, K-means with the elbow, and (campaign only) co-location interference. `python -m alnair_dataset.analyze`
 writes the figures (PNG), their tables (CSV) and report.md under dataset/data/analysis/."""
+
 from __future__ import annotations
 
 import os
@@ -10,15 +11,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from alnair_dataset import (clustering, interference, published, ranking, repeatability, sources, superseding,
-                            synthesis)
+from alnair_dataset import clustering, interference, published, ranking, repeatability, sources, superseding, synthesis
 
 TARGETS = ("MGUP", "MGMAP")
 MIN_ROWS = 6  # a table with fewer rows than this gets no feature ranking or clustering
 
 # what the column dictionary (published/alnair-open-data-columns.md) says the original published, to set beside ours
-PUBLISHED_R2 = {"MGUP": {"MaGTSAMP": 0.81, "Min_GPU_Util_%": 0.80, "MiGTSAMP": 0.70},
-                "MGMAP": {"SMU_used": 0.51, "GTSAMPR": 0.48, "GPUPR": 0.42}}
+PUBLISHED_R2 = {
+    "MGUP": {"MaGTSAMP": 0.81, "Min_GPU_Util_%": 0.80, "MiGTSAMP": 0.70},
+    "MGMAP": {"SMU_used": 0.51, "GTSAMPR": 0.48, "GPUPR": 0.42},
+}
 PUBLISHED_TOP_MGUP = ["Min_GPU_Util_%", "MaGTSAMP", "MiGTSAMP"]
 PUBLISHED_TABLE_I = {"swapped": (3.17, 2.44), "paired": (0.72, 0.61)}  # linear, Inception_v3 MaGTSAMP: RMSE, MAE
 PUBLISHED_CLUSTERS = {"sizes": [46, 82, 47], "centroids": [(21, 9, 5), (62, 43, 25), (89, 56, 51)]}
@@ -75,20 +77,32 @@ def rank_section(report: Report, table: pd.DataFrame, label: str, tag: str, publ
         top = result.weights.loc[result.ranks.index[:6], [f"r2_{m}" for m in ranking.CORRELATIONS]]
         top["mean_rank"] = result.ranks["mean_rank"]
         top.index.name = "feature"
-        report.add(f"**{target}** ({result.rows} rows, {result.weights.shape[0]} features that vary), the six best by "
-                   "average rank (r² Pearson, forest, Ridge, Lasso):", "", _table(top), "")
+        report.add(
+            f"**{target}** ({result.rows} rows, {result.weights.shape[0]} features that vary), the six best by "
+            "average rank (r² Pearson, forest, Ridge, Lasso):",
+            "",
+            _table(top),
+            "",
+        )
         if published_values:
             r2 = result.weights["r2_pearson"]
-            report.add("Published r² (Pearson) against ours: " + ", ".join(
-                f"{f} {v:.2f} / {r2[f]:.2f}" for f, v in PUBLISHED_R2[target].items()) + ".")
+            report.add(
+                "Published r² (Pearson) against ours: "
+                + ", ".join(f"{f} {v:.2f} / {r2[f]:.2f}" for f, v in PUBLISHED_R2[target].items())
+                + "."
+            )
             if target == "MGUP":
-                report.add(f"Published top three by average rank: {', '.join(PUBLISHED_TOP_MGUP)}; ours: "
-                           f"{', '.join(result.ranks.index[:3])}.")
+                report.add(
+                    f"Published top three by average rank: {', '.join(PUBLISHED_TOP_MGUP)}; ours: "
+                    f"{', '.join(result.ranks.index[:3])}."
+                )
             report.add("")
         ranking.plot(result, report.figure(f"ranking-{tag}-{target}.png", f"{label}: {target} feature ranking"))
 
 
-def synthesis_section(report: Report, table: pd.DataFrame, label: str, tag: str, published_values: bool) -> pd.DataFrame:
+def synthesis_section(
+    report: Report, table: pd.DataFrame, label: str, tag: str, published_values: bool
+) -> pd.DataFrame:
     report.add(f"### {label}", "")
     scored = synthesis.scores(table)
     report.save(scored, f"interpolation-{tag}.csv")
@@ -96,29 +110,46 @@ def synthesis_section(report: Report, table: pd.DataFrame, label: str, tag: str,
     if not models:
         report.add("No model was measured at two batch sizes or more: nothing to interpolate.", "")
         return synthesis.synthetic_rows(table)
-    view = scored.set_index(["target", "method"])[["models", "checked_models", "check_rmse", "check_mae",
-                                                   "held_out_points", "held_out_rmse", "held_out_mae"]]
+    view = scored.set_index(["target", "method"])[
+        ["models", "checked_models", "check_rmse", "check_mae", "held_out_points", "held_out_rmse", "held_out_mae"]
+    ]
     view.index = [f"{t} {m}" for t, m in view.index]
     view.index.name = "target, method"
-    report.add(f"Models measured at 2 or more batch sizes: {len(models)} ({', '.join(models)}).", "",
-               "`check_*`: the notebooks' check (the measured points regenerated from the synthetic ones), mean over the "
-               "checked models (those whose grid has a synthetic row between measured ones); `held_out_*`: each "
-               "interior measured point predicted from the model's other points over log2 batch size, pooled over the "
-               "models.", "", _table(view, 2), "")
+    report.add(
+        f"Models measured at 2 or more batch sizes: {len(models)} ({', '.join(models)}).",
+        "",
+        "`check_*`: the notebooks' check (the measured points regenerated from the synthetic ones), mean over the "
+        "checked models (those whose grid has a synthetic row between measured ones); `held_out_*`: each "
+        "interior measured point predicted from the model's other points over log2 batch size, pooled over the "
+        "models.",
+        "",
+        _table(view, 2),
+        "",
+    )
     most = max(s.index.nunique() for s in models.values())
     if most <= 3:
-        report.add(f"No model here has more than {most} batch sizes: a held-out point is predicted from 2, where every "
-                   "method is the straight line, so the held-out columns cannot tell the methods apart yet.", "")
+        report.add(
+            f"No model here has more than {most} batch sizes: a held-out point is predicted from 2, where every "
+            "method is the straight line, so the held-out columns cannot tell the methods apart yet.",
+            "",
+        )
     if published_values:
         series = synthesis.by_model(table, "MaGTSAMP")["Inception_v3"]
         swapped = synthesis.published_check(series, "linear", swap_128_256=True)
         paired = synthesis.published_check(series, "linear")
-        report.add(f"Table I (linear, Inception_v3 MaGTSAMP): published RMSE {PUBLISHED_TABLE_I['swapped'][0]}, MAE "
-                   f"{PUBLISHED_TABLE_I['swapped'][1]} with BS 128 and 256 swapped, ours {swapped.rmse:.3f} and "
-                   f"{swapped.mae:.3f}; paired correctly {paired.rmse:.3f} and {paired.mae:.3f} (the dictionary: "
-                   f"{PUBLISHED_TABLE_I['paired'][0]} and {PUBLISHED_TABLE_I['paired'][1]}).", "")
-    synthesis.plot(table, scored, report.figure(f"interpolation-{tag}.png", f"{label}: interpolation over batch size"),
-                   title=f"{label}: ")
+        report.add(
+            f"Table I (linear, Inception_v3 MaGTSAMP): published RMSE {PUBLISHED_TABLE_I['swapped'][0]}, MAE "
+            f"{PUBLISHED_TABLE_I['swapped'][1]} with BS 128 and 256 swapped, ours {swapped.rmse:.3f} and "
+            f"{swapped.mae:.3f}; paired correctly {paired.rmse:.3f} and {paired.mae:.3f} (the dictionary: "
+            f"{PUBLISHED_TABLE_I['paired'][0]} and {PUBLISHED_TABLE_I['paired'][1]}).",
+            "",
+        )
+    synthesis.plot(
+        table,
+        scored,
+        report.figure(f"interpolation-{tag}.png", f"{label}: interpolation over batch size"),
+        title=f"{label}: ",
+    )
     rows = synthesis.synthetic_rows(table)
     report.save(rows, f"synthetic-rows-{tag}.csv")
     return rows
@@ -137,15 +168,25 @@ def clustering_section(report: Report, rows: pd.DataFrame, label: str, tag: str,
     centroids = clusters.centroids.round(1)
     centroids.index.name = "cluster"
     centroids["rows"] = clusters.sizes
-    report.add(f"{len(rows)} rows ({int(rows.synthetic.sum())} synthetic, spline of order 2 as the notebook's input), "
-               f"features {', '.join(clustering.FEATURES)}. Elbow (Kneedle: the k farthest below the chord of the scaled inertia curve): k = "
-               f"{clustering.elbow_k(inertia)}; k = 3 as the notebook:", "", _table(centroids, 1), "")
+    report.add(
+        f"{len(rows)} rows ({int(rows.synthetic.sum())} synthetic, spline of order 2 as the notebook's input), "
+        f"features {', '.join(clustering.FEATURES)}. Elbow (Kneedle: the k farthest below the chord of the scaled inertia curve): k = "
+        f"{clustering.elbow_k(inertia)}; k = 3 as the notebook:",
+        "",
+        _table(centroids, 1),
+        "",
+    )
     if published_values:
-        report.add(f"The notebook's own 175 rows (its spreadsheet, not in the CSV) gave {PUBLISHED_CLUSTERS['sizes']} "
-                   f"rows around {PUBLISHED_CLUSTERS['centroids']}; the rows regenerated here from the CSV differ "
-                   "(the spreadsheet copies NasnetMobile's MaGTSAMP from MobileNet and did not fill every column by "
-                   "the same method), so sizes differ while the centroids stay within a few points.", "")
-    clustering.plot(rows, clusters, inertia, report.figure(f"clusters-{tag}.png", f"{label}: K-means"), title=f"{label}: ")
+        report.add(
+            f"The notebook's own 175 rows (its spreadsheet, not in the CSV) gave {PUBLISHED_CLUSTERS['sizes']} "
+            f"rows around {PUBLISHED_CLUSTERS['centroids']}; the rows regenerated here from the CSV differ "
+            "(the spreadsheet copies NasnetMobile's MaGTSAMP from MobileNet and did not fill every column by "
+            "the same method), so sizes differ while the centroids stay within a few points.",
+            "",
+        )
+    clustering.plot(
+        rows, clusters, inertia, report.figure(f"clusters-{tag}.png", f"{label}: K-means"), title=f"{label}: "
+    )
 
 
 def repeatability_section(report: Report, runs: pd.DataFrame, label: str) -> None:
@@ -155,17 +196,27 @@ def repeatability_section(report: Report, runs: pd.DataFrame, label: str) -> Non
         return
     report.save(found, "repeats.csv")
     table = repeatability.summary(found)
-    report.add(f"{len(found)} pairs of ok runs alone of one configuration (its solo runs, and the baselines a pair "
-               "measured on its own GPU), each metric's |later / earlier - 1|; the GPU machine is lent per session, "
-               "so runs of different sessions ran on different H200s and hosts:", "", _table(table, 3, index=False), "")
+    report.add(
+        f"{len(found)} pairs of ok runs alone of one configuration (its solo runs, and the baselines a pair "
+        "measured on its own GPU), each metric's |later / earlier - 1|; the GPU machine is lent per session, "
+        "so runs of different sessions ran on different H200s and hosts:",
+        "",
+        _table(table, 3, index=False),
+        "",
+    )
     repeatability.plot(found, report.figure("repeats.png", "repeatability"), title=f"{label}: ")
     machines = repeatability.machines(runs)
     if len(machines):
         report.save(machines, "repeats-by-gpu.csv")
-        report.add("Each GPU's runs alone against the same configurations' runs on other GPUs (duration / the others' "
-                   "median - 1; `share_lower`: the share of its runs that were shorter). A machine faster for every "
-                   "configuration is a factor of its host, not noise; a pair's slowdowns are taken against baselines "
-                   "on the pair's own GPU for this reason:", "", _table(machines, 3, index=False), "")
+        report.add(
+            "Each GPU's runs alone against the same configurations' runs on other GPUs (duration / the others' "
+            "median - 1; `share_lower`: the share of its runs that were shorter). A machine faster for every "
+            "configuration is a factor of its host, not noise; a pair's slowdowns are taken against baselines "
+            "on the pair's own GPU for this reason:",
+            "",
+            _table(machines, 3, index=False),
+            "",
+        )
 
 
 TARGET_MODE = "share-50-50"  # the sharing issue's target: its packing saving at or above time-slicing's median
@@ -175,26 +226,40 @@ def modes_section(report: Report, measured: pd.DataFrame) -> None:
     """The packing saving and slowdowns of each mode, and each mode against time-slicing on the same pairs."""
     summary = interference.by_mode(measured)
     report.save(summary, "pairs-by-mode.csv")
-    report.add("By mode (`modes.py`: `limit-*` caps each side, `share-*` promises each side its share and lends idle "
-               "time; slowdowns of both sides pooled, `apart`: a pair's two slowdowns apart):", "",
-               _table(summary, 3, index=False), "")
+    report.add(
+        "By mode (`modes.py`: `limit-*` caps each side, `share-*` promises each side its share and lends idle "
+        "time; slowdowns of both sides pooled, `apart`: a pair's two slowdowns apart):",
+        "",
+        _table(summary, 3, index=False),
+        "",
+    )
     against = interference.against_timeslice(measured)
     if len(against):
         report.save(against, "pairs-against-timeslice.csv")
-        report.add("Each mode against time-slicing on the same pairs (`difference`: the mode's saving less the "
-                   "time-sliced one, pair by pair; `lower`: pairs that saved less; `same_gpu`: pairs whose two modes "
-                   "ran on one GPU, the others each against baselines of its own GPU):", "",
-                   _table(against, 3, index=False), "")
+        report.add(
+            "Each mode against time-slicing on the same pairs (`difference`: the mode's saving less the "
+            "time-sliced one, pair by pair; `lower`: pairs that saved less; `same_gpu`: pairs whose two modes "
+            "ran on one GPU, the others each against baselines of its own GPU):",
+            "",
+            _table(against, 3, index=False),
+            "",
+        )
     target = against[against["mode"] == TARGET_MODE]
     if target.empty:
-        report.add(f"No `{TARGET_MODE}` pair measured with its time-sliced mode yet: the sharing issue's target (its "
-                   "packing saving at or above time-slicing's median on the same pairs) is not measured.", "")
+        report.add(
+            f"No `{TARGET_MODE}` pair measured with its time-sliced mode yet: the sharing issue's target (its "
+            "packing saving at or above time-slicing's median on the same pairs) is not measured.",
+            "",
+        )
     else:
         t = target.iloc[0]
-        report.add(f"The sharing issue's target: `{TARGET_MODE}` saved a median {t.saving_median:+.3f} against "
-                   f"time-slicing's {t.timeslice_saving_median:+.3f} on the same {t.pairs} pairs ({t.same_gpu} with "
-                   f"both modes on one GPU): {'at or above' if t.at_or_above_timeslice else 'below'} time-slicing's "
-                   f"median; pair by pair {t.difference_median:+.3f} (median), {t.lower} of {t.pairs} lower.", "")
+        report.add(
+            f"The sharing issue's target: `{TARGET_MODE}` saved a median {t.saving_median:+.3f} against "
+            f"time-slicing's {t.timeslice_saving_median:+.3f} on the same {t.pairs} pairs ({t.same_gpu} with "
+            f"both modes on one GPU): {'at or above' if t.at_or_above_timeslice else 'below'} time-slicing's "
+            f"median; pair by pair {t.difference_median:+.3f} (median), {t.lower} of {t.pairs} lower.",
+            "",
+        )
 
 
 def interference_section(report: Report, campaign: sources.Campaign) -> None:
@@ -202,40 +267,63 @@ def interference_section(report: Report, campaign: sources.Campaign) -> None:
     if len(result.measured):
         report.save(result.measured, "pairs-measured.csv")
         view = result.measured[["mode", "a", "b", "slowdown_a", "slowdown_b", "packing_saving"]].copy()
-        report.add(f"{len(result.measured)} measured pairs and modes ({result.pairs} distinct pairs):", "",
-                   _table(view, 3, index=False), "")
+        report.add(
+            f"{len(result.measured)} measured pairs and modes ({result.pairs} distinct pairs):",
+            "",
+            _table(view, 3, index=False),
+            "",
+        )
         modes_section(report, result.measured)
     superseded = int((campaign.pairs.get("status") == superseding.STATUS).sum()) if len(campaign.pairs) else 0
     if superseded:
-        report.add(f"Not counted: {superseded} pairs marked `{superseding.STATUS}` in pairs.csv (made before the "
-                   "compute limit's launch-cost fix, or against solo runs on another GPU: docs/dataset.md); the "
-                   "campaign measures them again.", "")
+        report.add(
+            f"Not counted: {superseded} pairs marked `{superseding.STATUS}` in pairs.csv (made before the "
+            "compute limit's launch-cost fix, or against solo runs on another GPU: docs/dataset.md); the "
+            "campaign measures them again.",
+            "",
+        )
     if not result.fitted:
-        report.add(f"No slowdown model: {result.reason}. The model (features: both jobs' solo {', '.join(interference.PROFILE)}, "
-                   "their GPU shares and solo durations; mean, Ridge and a random forest, cross-validated by pair so no "
-                   "pair's modes are split between training and test) runs once the campaign's pairs are in "
-                   "dataset/data/h200/.", "")
+        report.add(
+            f"No slowdown model: {result.reason}. The model (features: both jobs' solo {', '.join(interference.PROFILE)}, "
+            "their GPU shares and solo durations; mean, Ridge and a random forest, cross-validated by pair so no "
+            "pair's modes are split between training and test) runs once the campaign's pairs are in "
+            "dataset/data/h200/.",
+            "",
+        )
     else:
         report.save(result.cv, "slowdown-cv.csv")
         report.save(result.ranked, "pairs-ranked.csv")
         report.save(result.candidates, "pairs-candidates.csv")
         e = result.ranking_error
-        report.add(f"Slowdown models, out of fold ({min(5, result.pairs)}-fold by pair, {result.sides} sides):", "",
-                   _table(result.cv.set_index("model"), 3), "",
-                   f"Best: {result.best}. Ranking the measured pairs by its predicted packing saving: MAE "
-                   f"{100 * e['saving_mae']:.1f} points of saving, Spearman {e['spearman']:.2f} against the measured "
-                   f"ranking, {e['top_quarter_hits']} of the {e['top_quarter']} best measured pairs in the predicted "
-                   "top quarter.", "")
+        report.add(
+            f"Slowdown models, out of fold ({min(5, result.pairs)}-fold by pair, {result.sides} sides):",
+            "",
+            _table(result.cv.set_index("model"), 3),
+            "",
+            f"Best: {result.best}. Ranking the measured pairs by its predicted packing saving: MAE "
+            f"{100 * e['saving_mae']:.1f} points of saving, Spearman {e['spearman']:.2f} against the measured "
+            f"ranking, {e['top_quarter_hits']} of the {e['top_quarter']} best measured pairs in the predicted "
+            "top quarter.",
+            "",
+        )
         if len(result.candidates):
-            report.add("Unmeasured candidate pairs (time-slicing), best predicted saving first; a configuration beside "
-                       "a copy of itself (a sweep's trials) is a candidate too, though no measured pair is one:", "",
-                       _table(result.candidates, 3, index=False), "")
-    interference.plot(result, report.figure("interference.png", "co-location: slowdowns and packing saving"),
-                      title=f"{campaign.origin}: ")
+            report.add(
+                "Unmeasured candidate pairs (time-slicing), best predicted saving first; a configuration beside "
+                "a copy of itself (a sweep's trials) is a candidate too, though no measured pair is one:",
+                "",
+                _table(result.candidates, 3, index=False),
+                "",
+            )
+    interference.plot(
+        result,
+        report.figure("interference.png", "co-location: slowdowns and packing saving"),
+        title=f"{campaign.origin}: ",
+    )
 
 
 def run(out: Path = sources.ANALYSIS, data: Path = sources.DATA) -> Path:
     import matplotlib
+
     matplotlib.use("Agg")
 
     started = time.monotonic()
@@ -245,14 +333,21 @@ def run(out: Path = sources.ANALYSIS, data: Path = sources.DATA) -> Path:
     campaign = sources.load_campaign(data)
     converted, _ = published.convert(campaign.runs)
     new_label = f"campaign ({campaign.origin})"
-    report.add("# The analyses", "",
-               f"Made by `python -m alnair_dataset.analyze` (do not edit: rerun it). Inputs: the published table "
-               f"({len(original)} runs, P100) and the {campaign.origin} campaign's {len(converted)} solo runs in the "
-               f"published schema ({len(published.MEASURED)} of 66 columns measured) with "
-               f"{len(campaign.pairs)} pair rows. Every table below is also a CSV beside this file.", "")
+    report.add(
+        "# The analyses",
+        "",
+        f"Made by `python -m alnair_dataset.analyze` (do not edit: rerun it). Inputs: the published table "
+        f"({len(original)} runs, P100) and the {campaign.origin} campaign's {len(converted)} solo runs in the "
+        f"published schema ({len(published.MEASURED)} of 66 columns measured) with "
+        f"{len(campaign.pairs)} pair rows. Every table below is also a CSV beside this file.",
+        "",
+    )
     if campaign.origin == "calibration":
-        report.add("The campaign rows are the H200 calibration blocks (dataset/data/calibration/): smoke tests of "
-                   "the runner, not the campaign; their numbers show the analyses run, not what the workloads do.", "")
+        report.add(
+            "The campaign rows are the H200 calibration blocks (dataset/data/calibration/): smoke tests of "
+            "the runner, not the campaign; their numbers show the analyses run, not what the workloads do.",
+            "",
+        )
     report.add("## Feature ranking", "")
     rank_section(report, original, "published", "published", True)
     rank_section(report, converted, new_label, "campaign", False)

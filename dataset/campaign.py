@@ -16,6 +16,7 @@ A row is written as `incomplete` before its job starts and replaced when the job
 each job's process tree while it runs (process_sampler). DIR/pairs.csv holds each pair's slowdowns and packing
 saving with the keys of the four rows they come from; DIR/runs.parquet and DIR/pairs.parquet are written at the end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,11 +51,13 @@ ESTIMATE_MARGIN = 1.15  # a configuration measured before (another repeat) is ex
 PROFILE_OVERHEAD = 0.5  # seconds between one job's end and the next's start in practice (the first H200 block: 430.6 s
 # from the first start to the last end for 429.4 s of 13 wall times)
 
+
 class Stop(Exception):
     """SIGTERM or SIGINT: end the running jobs, mark their rows incomplete, stop the stack."""
 
 
 # ---------------------------------------------------------------------------------------------------- keys, grid
+
 
 def configurations(options) -> list[Config]:
     """The chosen configurations of the grid at repeat 0, interleaved (plan.interleaved: family by family in turn,
@@ -80,10 +83,13 @@ def row_settings(row: dict) -> tuple:
 
 
 def _chosen(run: Run, options) -> bool:
-    return ((not options.families or run.family in options.families) and (not options.models or run.model in options.models)
-            and (not options.batch_sizes or run.batch_size in options.batch_sizes)
-            and (not options.precisions or run.precision in options.precisions)
-            and (options.workers is None or run.workers in options.workers))
+    return (
+        (not options.families or run.family in options.families)
+        and (not options.models or run.model in options.models)
+        and (not options.batch_sizes or run.batch_size in options.batch_sizes)
+        and (not options.precisions or run.precision in options.precisions)
+        and (options.workers is None or run.workers in options.workers)
+    )
 
 
 def pair_specs(options, configs: list[Config]) -> list[tuple[Config, Config]]:
@@ -92,7 +98,7 @@ def pair_specs(options, configs: list[Config]) -> list[tuple[Config, Config]]:
     out: list[tuple[Config, Config]] = []
     for spec in options.pairs:
         if spec.startswith("auto:"):
-            out.extend(plan.auto_pairs(configs[:options.core], int(spec.split(":", 1)[1])))
+            out.extend(plan.auto_pairs(configs[: options.core], int(spec.split(":", 1)[1])))
             continue
         sides = spec.split("+")
         if len(sides) != 2:
@@ -102,8 +108,15 @@ def pair_specs(options, configs: list[Config]) -> list[tuple[Config, Config]]:
 
 
 def build_plan(options, configs: list[Config], pairs: list[tuple[Config, Config]]) -> list[plan.Item]:
-    return plan.build(configs, options.repeats, pairs, options.pair_modes, core_size=options.core,
-                      pairs_only=options.pairs_only, other_modes_pairs=options.other_modes_pairs)
+    return plan.build(
+        configs,
+        options.repeats,
+        pairs,
+        options.pair_modes,
+        core_size=options.core,
+        pairs_only=options.pairs_only,
+        other_modes_pairs=options.other_modes_pairs,
+    )
 
 
 def job_environment(base: dict[str, str], shm: str, fields: dict) -> dict[str, str]:
@@ -134,6 +147,7 @@ def _find(spec: str, options) -> Config:
 
 # ---------------------------------------------------------------------------------------------------- the campaign
 
+
 class Campaign:
     def __init__(self, options):
         self.options = options
@@ -162,8 +176,14 @@ class Campaign:
 
     def measured(self, config: Config) -> list[float]:
         """Wall times of the configuration's ok solo rows (any repeat)."""
-        return [row["wall_seconds"] for row in self.runs.rows if row["status"] == "ok" and row["role"] == "solo"
-                and row_settings(row) == config.settings and row["wall_seconds"]]
+        return [
+            row["wall_seconds"]
+            for row in self.runs.rows
+            if row["status"] == "ok"
+            and row["role"] == "solo"
+            and row_settings(row) == config.settings
+            and row["wall_seconds"]
+        ]
 
     def estimate(self, config: Config) -> float:
         same = self.measured(config)
@@ -177,13 +197,32 @@ class Campaign:
         if self.stack is None:
             self.versions = versions(self.options.device)
             self.stack = Stack(self.out, self.scratch, self.options.prometheus_binary)
-            say(f"exporter at {self.stack.target}, Prometheus at {self.stack.url} (data in {self.scratch / 'prometheus-data'})")
+            say(
+                f"exporter at {self.stack.target}, Prometheus at {self.stack.url} (data in {self.scratch / 'prometheus-data'})"
+            )
 
     # -- one or two jobs
     def command(self, run: Run) -> list[str]:
-        workload = [sys.executable, "-m", "alnair_dataset.workloads", run.family, "--model", run.model,
-                    "--batch-size", str(run.batch_size), "--steps", str(run.steps), "--device", run.device,
-                    "--seed", str(run.seed), "--precision", run.precision, "--workers", str(run.workers)]
+        workload = [
+            sys.executable,
+            "-m",
+            "alnair_dataset.workloads",
+            run.family,
+            "--model",
+            run.model,
+            "--batch-size",
+            str(run.batch_size),
+            "--steps",
+            str(run.steps),
+            "--device",
+            run.device,
+            "--seed",
+            str(run.seed),
+            "--precision",
+            run.precision,
+            "--workers",
+            str(run.workers),
+        ]
         return [sys.executable, "-m", "alnair.intercept.launcher", *workload]
 
     def execute(self, jobs: list[tuple[str, Config, dict]]) -> list[dict]:
@@ -192,17 +231,31 @@ class Campaign:
         rows, procs, samplers = [], [], []
         for key, config, extra in jobs:
             r = config.run
-            row = {"key": key, "status": "incomplete", "run_family": r.family, "run_model": r.model,
-                   "run_batch_size": r.batch_size, "run_steps": r.steps, "run_precision": r.precision,
-                   "run_workers": r.workers, "run_device": r.device, "run_seed": r.seed, "run_repeat": config.repeat,
-                   "started_at": time.time(), **(self.versions or {}), **extra}
+            row = {
+                "key": key,
+                "status": "incomplete",
+                "run_family": r.family,
+                "run_model": r.model,
+                "run_batch_size": r.batch_size,
+                "run_steps": r.steps,
+                "run_precision": r.precision,
+                "run_workers": r.workers,
+                "run_device": r.device,
+                "run_seed": r.seed,
+                "run_repeat": config.repeat,
+                "started_at": time.time(),
+                **(self.versions or {}),
+                **extra,
+            }
             self.runs.put(row)
             rows.append(row)
         for (key, config, extra), row in zip(jobs, rows):
             env = job_environment(dict(os.environ), str(self.stack.shm), extra)
             log = open(self.stack.logs / (re.sub(r"[^A-Za-z0-9_.-]+", "_", key) + ".log"), "w")
             row["started_at"] = time.time()
-            procs.append((subprocess.Popen(self.command(config.run), env=env, stdout=log, stderr=subprocess.STDOUT), log))
+            procs.append(
+                (subprocess.Popen(self.command(config.run), env=env, stdout=log, stderr=subprocess.STDOUT), log)
+            )
             samplers.append(ProcessSampler(procs[-1][0].pid))
         cut = False
         try:
@@ -270,9 +323,11 @@ class Campaign:
         self.ensure_stack()
         began = time.monotonic()
         [row] = self.execute([(config.key, config, {"role": "solo"})])
-        say(f"{label} {config.key}: {row['status']}, {row['wall_seconds']:.1f} s wall, "
+        say(
+            f"{label} {config.key}: {row['status']}, {row['wall_seconds']:.1f} s wall, "
             f"{_fmt(row.get('duration_seconds'))} s duration, {_fmt(row.get('steps'))} steps "
-            f"({time.monotonic() - began:.1f} s with the profile){self.budget_note()}")
+            f"({time.monotonic() - began:.1f} s with the profile){self.budget_note()}"
+        )
         return row if row["status"] != "incomplete" else None
 
     def on_this_gpu(self, row: dict) -> bool:
@@ -285,15 +340,22 @@ class Campaign:
 
     def latest_here(self, config: Config) -> dict | None:
         """The latest ok solo or baseline row of the configuration's settings that ran on this GPU."""
-        here = [r for r in self.runs.rows if r["status"] == "ok" and r["role"] in ("solo", "baseline")
-                and row_settings(r) == config.settings and self.on_this_gpu(r)]
+        here = [
+            r
+            for r in self.runs.rows
+            if r["status"] == "ok"
+            and r["role"] in ("solo", "baseline")
+            and row_settings(r) == config.settings
+            and self.on_this_gpu(r)
+        ]
         return here[-1] if here else None
 
     def alone_here(self, config: Config) -> bool:
         """Whether a pair could use a row of the configuration alone on this GPU without measuring one (baseline)."""
         solo = self.runs.done(config.key, self.finished)
-        return (solo is not None and (solo["status"] != "ok" or self.on_this_gpu(solo))) or \
-            self.latest_here(config) is not None
+        return (solo is not None and (solo["status"] != "ok" or self.on_this_gpu(solo))) or self.latest_here(
+            config
+        ) is not None
 
     def baseline(self, config: Config, label: str) -> dict | None:
         """A pair side's time alone on this GPU: its configuration's solo row (measured now when missing), or when
@@ -315,8 +377,10 @@ class Campaign:
             return None
         self.ensure_stack()
         [row] = self.execute([(key, config, {"role": "baseline"})])
-        say(f"{label} {key}: {row['status']}, {row['wall_seconds']:.1f} s wall (its solo run was on another GPU)"
-            f"{self.budget_note()}")
+        say(
+            f"{label} {key}: {row['status']}, {row['wall_seconds']:.1f} s wall (its solo run was on another GPU)"
+            f"{self.budget_note()}"
+        )
         return row if row["status"] != "incomplete" else None
 
     def pair(self, a: Config, b: Config, mode: str, label: str, partners: int = 0) -> None:
@@ -353,9 +417,14 @@ class Campaign:
             self.stop_for(pair_key, estimate)
             return
         self.ensure_stack()
-        jobs = [(f"{pair_key}|{side}", config, {"role": "shared", "pair_key": pair_key, "mode": mode,
-                                                 **modes.MODES[mode].side(index)})
-                for index, (side, config) in enumerate((("a", a), ("b", b)))]
+        jobs = [
+            (
+                f"{pair_key}|{side}",
+                config,
+                {"role": "shared", "pair_key": pair_key, "mode": mode, **modes.MODES[mode].side(index)},
+            )
+            for index, (side, config) in enumerate((("a", a), ("b", b)))
+        ]
         shared_a, shared_b = self.execute(jobs)
         if self.cut or "ok" != shared_a["status"] or "ok" != shared_b["status"]:
             say(f"{label} {pair_key}: shared run {shared_a['status']}/{shared_b['status']}")
@@ -363,8 +432,10 @@ class Campaign:
         self.pairs.put(pair_row(pair_key, mode, solo_a, solo_b, shared_a, shared_b))
         self.counts["pairs"] += 1
         row = self.pairs.rows[-1]
-        say(f"{label} {pair_key}: slowdowns {row['slowdown_a']:+.3f} / {row['slowdown_b']:+.3f}, "
-            f"packing saving {row['packing_saving']:+.3f}{self.budget_note()}")
+        say(
+            f"{label} {pair_key}: slowdowns {row['slowdown_a']:+.3f} / {row['slowdown_b']:+.3f}, "
+            f"packing saving {row['packing_saving']:+.3f}{self.budget_note()}"
+        )
 
     def holds(self, item: plan.Item) -> bool:
         """Whether the rows hold the step already (a finished solo row; an ok pair row)."""
@@ -375,8 +446,10 @@ class Campaign:
     def stop_for(self, what: str, estimate: float) -> None:
         """A step that does not fit in what is left waits for the next block; the later steps that fit still run."""
         if not self.stopped_by_budget:
-            say(f"budget: stopping before {what} (estimated {estimate:.0f} s, {max(0.0, self.left()):.0f} s left); "
-                "it waits for the next block, later steps that fit go on")
+            say(
+                f"budget: stopping before {what} (estimated {estimate:.0f} s, {max(0.0, self.left()):.0f} s left); "
+                "it waits for the next block, later steps that fit go on"
+            )
         self.stopped_by_budget = True
         self.counts["waiting"] += 1
 
@@ -395,7 +468,7 @@ class Campaign:
                 if item.key in ran_early:
                     continue
                 if not self.fits(MIN_JOB_SECONDS):  # nothing fits any more: name the first step left, and stop
-                    left = next((i for i in items[index - 1:] if not self.holds(i)), None)
+                    left = next((i for i in items[index - 1 :] if not self.holds(i)), None)
                     if left is not None:
                         self.stop_for(left.key, self.estimate(left.config) if left.config else MIN_JOB_SECONDS)
                     break
@@ -404,8 +477,9 @@ class Campaign:
                 elif self.holds(item):  # measured already: the pair's pending modes after it form their own group
                     self.counts["skipped"] += 1
                 else:
-                    partners = plan.partners_after(items, index - 1, self.options.pair_modes,
-                                                   lambda later: not self.holds(later))
+                    partners = plan.partners_after(
+                        items, index - 1, self.options.pair_modes, lambda later: not self.holds(later)
+                    )
                     self.pair(*item.pair, item.mode, f"[{index}/{len(items)} pair {item.mode}]", len(partners))
                     if item.pair in self.deferred:
                         continue
@@ -429,11 +503,24 @@ def pair_row(pair_key: str, mode: str, solo_a: dict, solo_b: dict, shared_a: dic
     1 - max(shared times) / (sum of solo times); with the mode's settings of each side (modes.Mode.pair_columns)."""
     sa, sb = solo_a["duration_seconds"], solo_b["duration_seconds"]
     ta, tb = shared_a["duration_seconds"], shared_b["duration_seconds"]
-    return {"pair_key": pair_key, "status": "ok", "mode": mode, **modes.MODES[mode].pair_columns(),
-            "solo_a_key": solo_a["key"], "solo_b_key": solo_b["key"], "shared_a_key": shared_a["key"],
-            "shared_b_key": shared_b["key"], "solo_a_seconds": sa, "solo_b_seconds": sb, "shared_a_seconds": ta,
-            "shared_b_seconds": tb, "slowdown_a": ta / sa - 1, "slowdown_b": tb / sb - 1,
-            "packing_saving": 1 - max(ta, tb) / (sa + sb), "measured_at": time.time()}
+    return {
+        "pair_key": pair_key,
+        "status": "ok",
+        "mode": mode,
+        **modes.MODES[mode].pair_columns(),
+        "solo_a_key": solo_a["key"],
+        "solo_b_key": solo_b["key"],
+        "shared_a_key": shared_a["key"],
+        "shared_b_key": shared_b["key"],
+        "solo_a_seconds": sa,
+        "solo_b_seconds": sb,
+        "shared_a_seconds": ta,
+        "shared_b_seconds": tb,
+        "slowdown_a": ta / sa - 1,
+        "slowdown_b": tb / sb - 1,
+        "packing_saving": 1 - max(ta, tb) / (sa + sb),
+        "measured_at": time.time(),
+    }
 
 
 def _fmt(value) -> str:
@@ -446,47 +533,97 @@ def say(line: str) -> None:
 
 # ---------------------------------------------------------------------------------------------------- command line
 
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog=PROG, description="Runs the dataset's grid under the intercepts, recorded by the exporter "
-                           "and Prometheus, and profiles each job into DIR/runs.csv; pairs into DIR/pairs.csv.")
-    parser.add_argument("--out", required=True, metavar="DIR", help="The campaign's directory (resumed when it has rows).")
+    parser = OneLineParser(
+        prog=PROG,
+        description="Runs the dataset's grid under the intercepts, recorded by the exporter "
+        "and Prometheus, and profiles each job into DIR/runs.csv; pairs into DIR/pairs.csv.",
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="The campaign's directory (resumed when it has rows)."
+    )
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--families", nargs="+", choices=tuple(grid.MODELS), help="Only these families.")
     parser.add_argument("--models", nargs="+", help="Only these models.")
     parser.add_argument("--batch-sizes", nargs="+", type=int_at_least(1), help="Only these batch sizes.")
     parser.add_argument("--precisions", nargs="+", choices=grid.PRECISIONS, help="Only these precisions.")
     parser.add_argument("--workers", nargs="+", type=int_at_least(0), help="Only these DataLoader worker counts.")
-    parser.add_argument("--repeats", type=int_at_least(1), default=1, help="Repeats of every configuration (default 1).")
+    parser.add_argument(
+        "--repeats", type=int_at_least(1), default=1, help="Repeats of every configuration (default 1)."
+    )
     parser.add_argument("--steps", type=int_at_least(1), help="Every job trains this many steps instead of the grid's.")
-    parser.add_argument("--pairs", nargs="*", default=[], metavar="PAIR",
-                        help="auto:N, or A+B with each side family:model:batch[:precision[:workers]].")
-    parser.add_argument("--pairs-only", action="store_true",
-                        help="Run only the pairs and their solo baselines, not every chosen configuration.")
-    parser.add_argument("--pair-modes", type=comma_separated(_mode), default=list(modes.DEFAULT),
-                        help=f"Comma-separated, of {modes.names()} (default: {','.join(modes.DEFAULT)}): limit-A-B sets "
-                        "ALNAIR_COMPUTE_LIMIT (a cap) of side a to A and of b to B, share-A-B ALNAIR_COMPUTE_SHARE (a "
-                        "share). A pair's first mode of each kind (time-sliced, capped, shared) runs in one block.")
-    parser.add_argument("--other-modes-pairs", type=int_at_least(0), metavar="K",
-                        help="Only the first K pairs (in the plan's order) run the modes after each kind's first "
-                        "(share-30-70 after share-50-50), each right after its pair's first ones, on the same "
-                        "baselines; default: every pair, after the targets.")
-    parser.add_argument("--budget-seconds", type=float, help="Stop before a job that would not end in this many seconds.")
-    parser.add_argument("--estimate-seconds", type=float,
-                        help="A job's expected wall time before one like it was measured (default: the grid's H200 estimate).")
-    parser.add_argument("--prometheus-binary", default=shutil.which("prometheus") or "prometheus", metavar="PATH",
-                        help="Prometheus's binary (default: prometheus on PATH).")
-    parser.add_argument("--scratch", metavar="DIR", help="Where Prometheus's data and the segments go (default: --out); "
-                        "on the GPU machine a local disk, so --out holds only the rows and logs that come back.")
+    parser.add_argument(
+        "--pairs",
+        nargs="*",
+        default=[],
+        metavar="PAIR",
+        help="auto:N, or A+B with each side family:model:batch[:precision[:workers]].",
+    )
+    parser.add_argument(
+        "--pairs-only",
+        action="store_true",
+        help="Run only the pairs and their solo baselines, not every chosen configuration.",
+    )
+    parser.add_argument(
+        "--pair-modes",
+        type=comma_separated(_mode),
+        default=list(modes.DEFAULT),
+        help=f"Comma-separated, of {modes.names()} (default: {','.join(modes.DEFAULT)}): limit-A-B sets "
+        "ALNAIR_COMPUTE_LIMIT (a cap) of side a to A and of b to B, share-A-B ALNAIR_COMPUTE_SHARE (a "
+        "share). A pair's first mode of each kind (time-sliced, capped, shared) runs in one block.",
+    )
+    parser.add_argument(
+        "--other-modes-pairs",
+        type=int_at_least(0),
+        metavar="K",
+        help="Only the first K pairs (in the plan's order) run the modes after each kind's first "
+        "(share-30-70 after share-50-50), each right after its pair's first ones, on the same "
+        "baselines; default: every pair, after the targets.",
+    )
+    parser.add_argument(
+        "--budget-seconds", type=float, help="Stop before a job that would not end in this many seconds."
+    )
+    parser.add_argument(
+        "--estimate-seconds",
+        type=float,
+        help="A job's expected wall time before one like it was measured (default: the grid's H200 estimate).",
+    )
+    parser.add_argument(
+        "--prometheus-binary",
+        default=shutil.which("prometheus") or "prometheus",
+        metavar="PATH",
+        help="Prometheus's binary (default: prometheus on PATH).",
+    )
+    parser.add_argument(
+        "--scratch",
+        metavar="DIR",
+        help="Where Prometheus's data and the segments go (default: --out); "
+        "on the GPU machine a local disk, so --out holds only the rows and logs that come back.",
+    )
     parser.add_argument("--retry-failed", action="store_true", help="Run configurations whose last row failed again.")
-    parser.add_argument("--list", action="store_true", help="Print the configurations and pairs, with their state; run nothing.")
-    parser.add_argument("--plan", action="store_true",
-                        help="Print the plan in the order it runs, each step's expected block and what the rows would cover "
-                        "after it, and when the targets are reached; run nothing.")
-    parser.add_argument("--core", type=int_at_least(1), default=plan.REPEATED_TARGET,
-                        help="The first N configurations of the interleaved order get their repeats early and make up "
-                        f"the auto pairs (default {plan.REPEATED_TARGET}).")
-    parser.add_argument("--block-seconds", type=float, default=plan.BLOCK_SECONDS,
-                        help=f"--plan: the campaign budget of one block (default {plan.BLOCK_SECONDS:g}).")
+    parser.add_argument(
+        "--list", action="store_true", help="Print the configurations and pairs, with their state; run nothing."
+    )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="Print the plan in the order it runs, each step's expected block and what the rows would cover "
+        "after it, and when the targets are reached; run nothing.",
+    )
+    parser.add_argument(
+        "--core",
+        type=int_at_least(1),
+        default=plan.REPEATED_TARGET,
+        help="The first N configurations of the interleaved order get their repeats early and make up "
+        f"the auto pairs (default {plan.REPEATED_TARGET}).",
+    )
+    parser.add_argument(
+        "--block-seconds",
+        type=float,
+        default=plan.BLOCK_SECONDS,
+        help=f"--plan: the campaign budget of one block (default {plan.BLOCK_SECONDS:g}).",
+    )
     return parser
 
 
@@ -494,16 +631,29 @@ def coverage_of(campaign: Campaign, items: list[plan.Item]) -> list[plan.Step]:
     """The plan walked from the rows there (ok solo rows, ok pairs), with the runner's estimates and budget rule."""
     solo = [r for r in campaign.runs.rows if r["role"] == "solo" and r["status"] == "ok"]
     coverage = plan.Coverage(
-        {r["key"] for r in solo}, {r["pair_key"] for r in campaign.pairs.rows if r["status"] == "ok"},
+        {r["key"] for r in solo},
+        {r["pair_key"] for r in campaign.pairs.rows if r["status"] == "ok"},
         {r["key"]: r["run_family"] for r in solo},
-        {r["key"]: row_settings(r) for r in solo})
+        {r["key"]: row_settings(r) for r in solo},
+    )
 
     def expected(config: Config) -> float:
         same = campaign.measured(config)
         return sum(same) / len(same) if same else grid.estimated_seconds(config.run)
-    return plan.walk(items, coverage, campaign.options.repeats, campaign.options.pair_modes, campaign.estimate,
-                     expected, job_fits, profile_seconds=PROFILE_OVERHEAD, startup_seconds=STACK_STARTUP,
-                     reserve_seconds=PROFILE_RESERVE, block_seconds=campaign.options.block_seconds)
+
+    return plan.walk(
+        items,
+        coverage,
+        campaign.options.repeats,
+        campaign.options.pair_modes,
+        campaign.estimate,
+        expected,
+        job_fits,
+        profile_seconds=PROFILE_OVERHEAD,
+        startup_seconds=STACK_STARTUP,
+        reserve_seconds=PROFILE_RESERVE,
+        block_seconds=campaign.options.block_seconds,
+    )
 
 
 def print_plan(campaign: Campaign, items: list[plan.Item]) -> None:
@@ -513,28 +663,42 @@ def print_plan(campaign: Campaign, items: list[plan.Item]) -> None:
     print("step\tblock\tseconds\tsolo\tfamilies\trepeated\tpairs\tkey")
     for s in steps:
         p = s.progress
-        print(f"{s.index}\t{s.block or 'done'}\t{s.seconds:.0f}\t{p.solo}\t{p.families}\t{p.repeated}\t{p.pairs}\t{s.item.key}")
-    for line in plan_summary(steps, campaign.options.repeats, campaign.options.block_seconds,
-                             campaign.options.pair_modes):
+        print(
+            f"{s.index}\t{s.block or 'done'}\t{s.seconds:.0f}\t{p.solo}\t{p.families}\t{p.repeated}\t{p.pairs}\t{s.item.key}"
+        )
+    for line in plan_summary(
+        steps, campaign.options.repeats, campaign.options.block_seconds, campaign.options.pair_modes
+    ):
         print(line)
 
 
 def plan_summary(steps: list[plan.Step], repeats: int, block_seconds: float, pair_modes: list[str]) -> list[str]:
     todo = [s for s in steps if s.block]
-    lines = [f"plan: {len(steps)} steps, {len(steps) - len(todo)} in the rows, {len(todo)} to do "
-             f"(~{sum(s.seconds for s in todo) / 3600:.1f} h in {max([s.block for s in todo], default=0)} blocks of "
-             f"{block_seconds:g} s)"]
-    targets = [("solo runs", lambda p: p.solo >= plan.SOLO_TARGET, plan.SOLO_TARGET),
-               ("families", lambda p: p.families >= len(grid.MODELS), len(grid.MODELS)),
-               ("configurations with every repeat", lambda p: p.repeated >= plan.REPEATED_TARGET, plan.REPEATED_TARGET),
-               (f"pairs in {sharing_kinds(pair_modes)}", lambda p: p.pairs >= plan.PAIR_TARGET, plan.PAIR_TARGET)]
+    lines = [
+        f"plan: {len(steps)} steps, {len(steps) - len(todo)} in the rows, {len(todo)} to do "
+        f"(~{sum(s.seconds for s in todo) / 3600:.1f} h in {max([s.block for s in todo], default=0)} blocks of "
+        f"{block_seconds:g} s)"
+    ]
+    targets = [
+        ("solo runs", lambda p: p.solo >= plan.SOLO_TARGET, plan.SOLO_TARGET),
+        ("families", lambda p: p.families >= len(grid.MODELS), len(grid.MODELS)),
+        ("configurations with every repeat", lambda p: p.repeated >= plan.REPEATED_TARGET, plan.REPEATED_TARGET),
+        (f"pairs in {sharing_kinds(pair_modes)}", lambda p: p.pairs >= plan.PAIR_TARGET, plan.PAIR_TARGET),
+    ]
     if repeats < 3:
         targets.pop(2)
     for name, met, target in targets:
         at = next((s for s in steps if met(s.progress)), None)
-        lines.append(f"plan: {target} {name}: " + ("never (not in the plan)" if at is None else
-                     "reached already" if at.block == 0 else
-                     f"in block {at.block}, after {steps.index(at) + 1 - (len(steps) - len(todo))} steps to do"))
+        lines.append(
+            f"plan: {target} {name}: "
+            + (
+                "never (not in the plan)"
+                if at is None
+                else "reached already"
+                if at.block == 0
+                else f"in block {at.block}, after {steps.index(at) + 1 - (len(steps) - len(todo))} steps to do"
+            )
+        )
     return lines
 
 
@@ -590,9 +754,11 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(number, handler)
     c = campaign.counts
     state = "stopped by the budget" if campaign.stopped_by_budget else "done"
-    say(f"{state}: {c['ok']} ok, {c['failed']} failed, {c['incomplete']} incomplete, {c['skipped']} already measured, "
+    say(
+        f"{state}: {c['ok']} ok, {c['failed']} failed, {c['incomplete']} incomplete, {c['skipped']} already measured, "
         f"{c['pairs']} pairs, {c['waiting']} waiting for the next block; {len([r for r in campaign.runs.rows if r['status'] == 'ok'])} ok rows in {campaign.runs.path} "
-        f"in {time.monotonic() - campaign.began:.0f} s")
+        f"in {time.monotonic() - campaign.began:.0f} s"
+    )
     return 0
 
 

@@ -1,6 +1,7 @@
 """The data card: dataset/data/datapackage.json, a Frictionless Data Package listing every committed data file with
 its sha256, size, license, origin and (tables) schema with each column's meaning. `python -m alnair_dataset.card`
 rewrites it; `--check` validates it with frictionless (schemas, checksums) and exits 1 when it is not valid."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,8 +18,10 @@ NOT_DATA = ("analysis",)  # figures and the report are made from the data by aln
 # building a row's dict once per cell (rows x columns², 37 s for h200/runs.parquet's 358 x 161 in 2026-12)
 TABLE = ".csv"
 APACHE = {"name": "Apache-2.0", "path": "https://www.apache.org/licenses/LICENSE-2.0", "title": "Apache License 2.0"}
-ORIGINAL = {"title": "CentaurusInfra/alnair, open-data/gpu-sharing (commit 185cbb5)",
-            "path": "https://github.com/CentaurusInfra/alnair/tree/185cbb537abcbacfc48c04a891437a585e205766/open-data/gpu-sharing"}
+ORIGINAL = {
+    "title": "CentaurusInfra/alnair, open-data/gpu-sharing (commit 185cbb5)",
+    "path": "https://github.com/CentaurusInfra/alnair/tree/185cbb537abcbacfc48c04a891437a585e205766/open-data/gpu-sharing",
+}
 ALNAIR = {"title": "Alnair's dataset campaign (python -m alnair_dataset.campaign)", "path": "docs/dataset.md"}
 
 
@@ -57,7 +60,9 @@ def _resource(path: Path, data: Path) -> dict:
     is_published = relative.startswith("published/")
     if path.suffix == TABLE:
         # every row read to infer types: a column is an integer only if every value is one
-        resource = Resource(path=relative, basepath=str(data), detector=Detector(sample_size=10**9, field_confidence=1.0))
+        resource = Resource(
+            path=relative, basepath=str(data), detector=Detector(sample_size=10**9, field_confidence=1.0)
+        )
         resource.infer(stats=True)
         descriptor = resource.to_descriptor()
         for stat in ("stats", "fields", "rows"):  # the inference's counts: kept out of the card
@@ -78,8 +83,21 @@ def _resource(path: Path, data: Path) -> dict:
     return {k: descriptor[k] for k in sorted(descriptor, key=_order)}
 
 
-_KEY_ORDER = ["name", "type", "path", "scheme", "format", "mediatype", "encoding", "bytes", "hash", "sources",
-              "licenses", "dialect", "schema"]
+_KEY_ORDER = [
+    "name",
+    "type",
+    "path",
+    "scheme",
+    "format",
+    "mediatype",
+    "encoding",
+    "bytes",
+    "hash",
+    "sources",
+    "licenses",
+    "dialect",
+    "schema",
+]
 
 
 def _order(key: str) -> int:
@@ -96,7 +114,8 @@ def build(data: Path = sources.DATA) -> dict:
             "as-is, and Alnair's campaign of PyTorch workloads measured by the Alnair exporter and Prometheus "
             f"(now: the {origin} rows): the rich runs and pairs tables, and the runs in the published 66-column "
             "schema (published-schema/). Column dictionaries: published/alnair-open-data-columns.md, "
-            "published-schema/columns.md, docs/dataset.md (the rich table)."),
+            "published-schema/columns.md, docs/dataset.md (the rich table)."
+        ),
         "homepage": "https://github.com/CentaurusInfra/alnair",
         "licenses": [APACHE],
         "sources": [ORIGINAL, ALNAIR],
@@ -126,10 +145,15 @@ def problems(data: Path = sources.DATA) -> list[str]:
     if found:
         return found
     # a changed file in one line, before frictionless's errors
-    found = [f"{r['path']}: sha256 is {sha256(data / r['path'])}, the card says {r['hash']}"
-             for r in descriptor["resources"] if r["hash"] != "sha256:" + sha256(data / r["path"])]
+    found = [
+        f"{r['path']}: sha256 is {sha256(data / r['path'])}, the card says {r['hash']}"
+        for r in descriptor["resources"]
+        if r["hash"] != "sha256:" + sha256(data / r["path"])
+    ]
     report = Package(str(card)).validate()
-    return found + [f"{task.name}: {' '.join(error)}" for task in report.tasks for error in task.flatten(["type", "note"])]
+    return found + [
+        f"{task.name}: {' '.join(error)}" for task in report.tasks for error in task.flatten(["type", "note"])
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """K-means over MGUP, MGMAP and MaGTSAMP, after the published Clustering notebook (k = 3, random_state 0, on measured
 and synthetic rows), with the elbow (inertia for k = 1..K, Kneedle's knee), and the notebook's "distance" (the sum of a
 row's distances to every centroid)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,10 +16,10 @@ SEED = 0
 @dataclass(frozen=True)
 class Clusters:
     k: int
-    labels: np.ndarray          # cluster of each row, numbered by ascending MGUP of the centroid
-    centroids: pd.DataFrame     # one row per cluster, FEATURES as columns
+    labels: np.ndarray  # cluster of each row, numbered by ascending MGUP of the centroid
+    centroids: pd.DataFrame  # one row per cluster, FEATURES as columns
     sizes: list[int]
-    distance: np.ndarray        # the notebook's: each row's summed distance to all centroids
+    distance: np.ndarray  # the notebook's: each row's summed distance to all centroids
 
 
 def kmeans(rows: pd.DataFrame, k: int = 3, features=FEATURES) -> Clusters:
@@ -26,7 +27,7 @@ def kmeans(rows: pd.DataFrame, k: int = 3, features=FEATURES) -> Clusters:
 
     X = rows[list(features)].to_numpy(float)
     model = KMeans(n_clusters=k, random_state=SEED, n_init=10).fit(X)
-    order = np.argsort(model.cluster_centers_[:, 0])       # cluster 0 has the lowest MGUP
+    order = np.argsort(model.cluster_centers_[:, 0])  # cluster 0 has the lowest MGUP
     relabel = np.empty(k, dtype=int)
     relabel[order] = np.arange(k)
     labels = relabel[model.labels_]
@@ -68,8 +69,13 @@ def plot(rows: pd.DataFrame, clusters: Clusters, inertia: pd.Series, path, title
     for ax, (x, y) in ((middle, ("MGUP", "MGMAP")), (right, ("MGUP", "MaGTSAMP"))):
         for c in range(clusters.k):
             chosen = clusters.labels == c
-            ax.scatter(rows[x][chosen & ~synthetic], rows[y][chosen & ~synthetic], s=30, color=f"C{c}",
-                       label=f"cluster {c} ({clusters.sizes[c]})")
+            ax.scatter(
+                rows[x][chosen & ~synthetic],
+                rows[y][chosen & ~synthetic],
+                s=30,
+                color=f"C{c}",
+                label=f"cluster {c} ({clusters.sizes[c]})",
+            )
             ax.scatter(rows[x][chosen & synthetic], rows[y][chosen & synthetic], s=12, color=f"C{c}", alpha=0.35)
         ax.scatter(clusters.centroids[x], clusters.centroids[y], marker="+", s=250, color="black", label="centroid")
         ax.set_xlabel(x)

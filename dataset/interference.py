@@ -2,6 +2,7 @@
 pair, and candidate pairs ranked by the packing saving it predicts, with its error against the measured pairs. The
 definitions are the original project's: slowdown = shared / solo - 1, packing saving = 1 - max(shared times) /
 (sum of solo times)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,8 +14,15 @@ import pandas as pd
 from . import modes
 
 # a job's solo profile: what the model knows of each side
-PROFILE = ("gpu_util_ratio_mean", "gpu_util_ratio_max", "gpu_memory_busy_ratio_mean", "gpu_memory_used_ratio_max",
-           "cpu_util_ratio_mean", "gpu_power_watts_mean", "data_stall_ratio")
+PROFILE = (
+    "gpu_util_ratio_mean",
+    "gpu_util_ratio_max",
+    "gpu_memory_busy_ratio_mean",
+    "gpu_memory_used_ratio_max",
+    "cpu_util_ratio_mean",
+    "gpu_power_watts_mean",
+    "data_stall_ratio",
+)
 MIN_PAIRS = 8  # distinct pairs (both modes of one pair count once) below which no model is fitted
 SEED = 0
 # features a model gets only where they vary over the examples: without share-* pairs every side's promised share is 0,
@@ -28,7 +36,8 @@ def slowdown(shared_seconds, solo_seconds):
 
 def packing_saving(solo_a, solo_b, shared_a, shared_b):
     return 1.0 - np.maximum(np.asarray(shared_a, float), np.asarray(shared_b, float)) / (
-        np.asarray(solo_a, float) + np.asarray(solo_b, float))
+        np.asarray(solo_a, float) + np.asarray(solo_b, float)
+    )
 
 
 def compute_share(limit, share=None) -> tuple[float, float]:
@@ -69,8 +78,17 @@ def mode_order(names) -> list[str]:
     return known + sorted(set(names) - set(known))
 
 
-BY_MODE_COLUMNS = ["mode", "pairs", "saving_median", "saving_min", "saving_max", "slowdown_median", "slowdown_min",
-                   "slowdown_max", "apart_median"]
+BY_MODE_COLUMNS = [
+    "mode",
+    "pairs",
+    "saving_median",
+    "saving_min",
+    "saving_max",
+    "slowdown_median",
+    "slowdown_min",
+    "slowdown_max",
+    "apart_median",
+]
 
 
 def by_mode(measured: pd.DataFrame) -> pd.DataFrame:
@@ -80,15 +98,34 @@ def by_mode(measured: pd.DataFrame) -> pd.DataFrame:
     for mode in mode_order(measured["mode"]) if len(measured) else []:
         m = measured[measured["mode"] == mode]
         sides = pd.concat([m.slowdown_a, m.slowdown_b])
-        rows.append({"mode": mode, "pairs": len(m), "saving_median": m.packing_saving.median(),
-                     "saving_min": m.packing_saving.min(), "saving_max": m.packing_saving.max(),
-                     "slowdown_median": sides.median(), "slowdown_min": sides.min(), "slowdown_max": sides.max(),
-                     "apart_median": (m.slowdown_a - m.slowdown_b).abs().median()})
+        rows.append(
+            {
+                "mode": mode,
+                "pairs": len(m),
+                "saving_median": m.packing_saving.median(),
+                "saving_min": m.packing_saving.min(),
+                "saving_max": m.packing_saving.max(),
+                "slowdown_median": sides.median(),
+                "slowdown_min": sides.min(),
+                "slowdown_max": sides.max(),
+                "apart_median": (m.slowdown_a - m.slowdown_b).abs().median(),
+            }
+        )
     return pd.DataFrame(rows, columns=BY_MODE_COLUMNS)
 
 
-AGAINST_COLUMNS = ["mode", "pairs", "same_gpu", "saving_median", "timeslice_saving_median", "difference_median",
-                   "difference_min", "difference_max", "lower", "at_or_above_timeslice"]
+AGAINST_COLUMNS = [
+    "mode",
+    "pairs",
+    "same_gpu",
+    "saving_median",
+    "timeslice_saving_median",
+    "difference_median",
+    "difference_min",
+    "difference_max",
+    "lower",
+    "at_or_above_timeslice",
+]
 
 
 def against_timeslice(measured: pd.DataFrame) -> pd.DataFrame:
@@ -111,12 +148,20 @@ def against_timeslice(measured: pd.DataFrame) -> pd.DataFrame:
         mine, theirs = mine.loc[common], timesliced.loc[common]
         difference = mine.packing_saving - theirs.packing_saving
         same_gpu = mine.gpu.notna() & (mine.gpu == theirs.gpu)
-        rows.append({"mode": mode, "pairs": len(common), "same_gpu": int(same_gpu.sum()),
-                     "saving_median": mine.packing_saving.median(),
-                     "timeslice_saving_median": theirs.packing_saving.median(),
-                     "difference_median": difference.median(), "difference_min": difference.min(),
-                     "difference_max": difference.max(), "lower": int((difference < 0).sum()),
-                     "at_or_above_timeslice": bool(mine.packing_saving.median() >= theirs.packing_saving.median())})
+        rows.append(
+            {
+                "mode": mode,
+                "pairs": len(common),
+                "same_gpu": int(same_gpu.sum()),
+                "saving_median": mine.packing_saving.median(),
+                "timeslice_saving_median": theirs.packing_saving.median(),
+                "difference_median": difference.median(),
+                "difference_min": difference.min(),
+                "difference_max": difference.max(),
+                "lower": int((difference < 0).sum()),
+                "at_or_above_timeslice": bool(mine.packing_saving.median() >= theirs.packing_saving.median()),
+            }
+        )
     return pd.DataFrame(rows, columns=AGAINST_COLUMNS)
 
 
@@ -127,28 +172,47 @@ def examples(runs: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, pair in measured_pairs(runs, pairs).iterrows():
         for me, other in (("a", "b"), ("b", "a")):
-            rows.append(_features(profiles.loc[pair[f"solo_{me}_key"]], profiles.loc[pair[f"solo_{other}_key"]],
-                                  *(compute_share(pair.get(f"compute_limit_{side}"), pair.get(f"compute_share_{side}"))
-                                    for side in (me, other)))
-                        | {"slowdown": pair[f"slowdown_{me}"], "group": pair["group"], "pair_key": pair["pair_key"],
-                           "side": me, "mode": pair["mode"]})
+            rows.append(
+                _features(
+                    profiles.loc[pair[f"solo_{me}_key"]],
+                    profiles.loc[pair[f"solo_{other}_key"]],
+                    *(
+                        compute_share(pair.get(f"compute_limit_{side}"), pair.get(f"compute_share_{side}"))
+                        for side in (me, other)
+                    ),
+                )
+                | {
+                    "slowdown": pair[f"slowdown_{me}"],
+                    "group": pair["group"],
+                    "pair_key": pair["pair_key"],
+                    "side": me,
+                    "mode": pair["mode"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def _features(me: pd.Series, other: pd.Series, my_share=(1.0, 0.0), other_share=(1.0, 0.0)) -> dict:
     """A side's features; the shares are compute_share's (most, least), time-slicing's by default."""
     found = {f"self_{c}": float(me[c]) for c in PROFILE} | {f"other_{c}": float(other[c]) for c in PROFILE}
-    return found | {"self_share": my_share[0], "other_share": other_share[0],
-                    "self_log_solo_seconds": float(np.log(me["duration_seconds"])),
-                    "other_log_solo_seconds": float(np.log(other["duration_seconds"])),
-                    "self_share_min": my_share[1], "other_share_min": other_share[1]}
+    return found | {
+        "self_share": my_share[0],
+        "other_share": other_share[0],
+        "self_log_solo_seconds": float(np.log(me["duration_seconds"])),
+        "other_log_solo_seconds": float(np.log(other["duration_seconds"])),
+        "self_share_min": my_share[1],
+        "other_share_min": other_share[1],
+    }
 
 
 def feature_names(data: pd.DataFrame | None = None) -> list[str]:
     """The model's features: both profiles, the most of the GPU each side may get (`*_share`) and its solo seconds,
     then the least each is promised (`*_share_min`, OPTIONAL: only where it varies over `data`'s examples)."""
-    names = ([f"self_{c}" for c in PROFILE] + [f"other_{c}" for c in PROFILE]
-             + ["self_share", "other_share", "self_log_solo_seconds", "other_log_solo_seconds"])
+    names = (
+        [f"self_{c}" for c in PROFILE]
+        + [f"other_{c}" for c in PROFILE]
+        + ["self_share", "other_share", "self_log_solo_seconds", "other_log_solo_seconds"]
+    )
     return names + [n for n in OPTIONAL if data is not None and n in data and data[n].nunique() > 1]
 
 
@@ -159,21 +223,23 @@ def _models() -> dict:
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    return {"mean (baseline)": DummyRegressor(),
-            "ridge": make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-3, 3, 13))),
-            "random forest": RandomForestRegressor(n_estimators=200, min_samples_leaf=2, random_state=SEED, n_jobs=1)}
+    return {
+        "mean (baseline)": DummyRegressor(),
+        "ridge": make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-3, 3, 13))),
+        "random forest": RandomForestRegressor(n_estimators=200, min_samples_leaf=2, random_state=SEED, n_jobs=1),
+    }
 
 
 @dataclass
 class Interference:
-    pairs: int                               # distinct measured pairs
-    sides: int                               # examples (two per pair and mode)
+    pairs: int  # distinct measured pairs
+    sides: int  # examples (two per pair and mode)
     fitted: bool
     reason: str = ""
-    cv: pd.DataFrame = field(default_factory=pd.DataFrame)          # per model: MAE, RMSE of slowdown, out of fold
+    cv: pd.DataFrame = field(default_factory=pd.DataFrame)  # per model: MAE, RMSE of slowdown, out of fold
     best: str = ""
-    ranked: pd.DataFrame = field(default_factory=pd.DataFrame)      # measured pairs: predicted vs measured saving
-    ranking_error: dict = field(default_factory=dict)               # MAE of saving, Spearman, top-k hit
+    ranked: pd.DataFrame = field(default_factory=pd.DataFrame)  # measured pairs: predicted vs measured saving
+    ranking_error: dict = field(default_factory=dict)  # MAE of saving, Spearman, top-k hit
     candidates: pd.DataFrame = field(default_factory=pd.DataFrame)  # unmeasured pairs, by predicted saving
     measured: pd.DataFrame = field(default_factory=pd.DataFrame)
 
@@ -188,7 +254,9 @@ def analyse(runs: pd.DataFrame, pairs: pd.DataFrame, min_pairs: int = MIN_PAIRS,
     groups = int(measured["group"].nunique()) if len(measured) else 0
     result = Interference(pairs=groups, sides=len(data), fitted=False, measured=measured)
     if groups < min_pairs:
-        result.reason = f"{groups} distinct measured pairs ({len(measured)} with their modes): a model needs {min_pairs}"
+        result.reason = (
+            f"{groups} distinct measured pairs ({len(measured)} with their modes): a model needs {min_pairs}"
+        )
         return result
     names = feature_names(data)
     features = data[names].astype(float)
@@ -201,7 +269,9 @@ def analyse(runs: pd.DataFrame, pairs: pd.DataFrame, min_pairs: int = MIN_PAIRS,
         for train, test in folds.split(X, y, data["group"]):
             oof[test] = clone(model).fit(X[train], y[train]).predict(X[test])
         predictions[name] = oof
-        rows.append({"model": name, "mae": float(np.mean(np.abs(oof - y))), "rmse": float(np.sqrt(np.mean((oof - y) ** 2)))})
+        rows.append(
+            {"model": name, "mae": float(np.mean(np.abs(oof - y))), "rmse": float(np.sqrt(np.mean((oof - y) ** 2)))}
+        )
     result.cv = pd.DataFrame(rows)
     result.best = result.cv.sort_values("mae").iloc[0]["model"]
     data["predicted_slowdown"] = predictions[result.best]
@@ -210,9 +280,12 @@ def analyse(runs: pd.DataFrame, pairs: pd.DataFrame, min_pairs: int = MIN_PAIRS,
     k = max(1, len(result.ranked) // 4)
     best_measured = set(result.ranked.nlargest(k, "packing_saving").pair_key)
     best_predicted = set(result.ranked.nlargest(k, "predicted_saving").pair_key)
-    result.ranking_error = {"saving_mae": float((result.ranked.predicted_saving - result.ranked.packing_saving).abs().mean()),
-                            "spearman": float(rho), "top_quarter": k,
-                            "top_quarter_hits": len(best_measured & best_predicted)}
+    result.ranking_error = {
+        "saving_mae": float((result.ranked.predicted_saving - result.ranked.packing_saving).abs().mean()),
+        "spearman": float(rho),
+        "top_quarter": k,
+        "top_quarter_hits": len(best_measured & best_predicted),
+    }
     result.fitted = True
     final = clone(_models()[result.best]).fit(X, y)
     result.candidates = _candidates(runs, measured, final, names, fill).head(top)
@@ -221,13 +294,17 @@ def analyse(runs: pd.DataFrame, pairs: pd.DataFrame, min_pairs: int = MIN_PAIRS,
 
 def _ranked(measured: pd.DataFrame, data: pd.DataFrame) -> pd.DataFrame:
     predicted = data.pivot_table(index="pair_key", columns="side", values="predicted_slowdown")
-    ranked = measured.set_index("pair_key")[["mode", "a", "b", "solo_a_seconds", "solo_b_seconds",
-                                             "slowdown_a", "slowdown_b", "packing_saving"]].copy()
+    ranked = measured.set_index("pair_key")[
+        ["mode", "a", "b", "solo_a_seconds", "solo_b_seconds", "slowdown_a", "slowdown_b", "packing_saving"]
+    ].copy()
     ranked["predicted_slowdown_a"] = predicted["a"]
     ranked["predicted_slowdown_b"] = predicted["b"]
-    ranked["predicted_saving"] = packing_saving(ranked.solo_a_seconds, ranked.solo_b_seconds,
-                                                ranked.solo_a_seconds * (1 + ranked.predicted_slowdown_a),
-                                                ranked.solo_b_seconds * (1 + ranked.predicted_slowdown_b))
+    ranked["predicted_saving"] = packing_saving(
+        ranked.solo_a_seconds,
+        ranked.solo_b_seconds,
+        ranked.solo_a_seconds * (1 + ranked.predicted_slowdown_a),
+        ranked.solo_b_seconds * (1 + ranked.predicted_slowdown_b),
+    )
     return ranked.sort_values("predicted_saving", ascending=False).reset_index()
 
 
@@ -237,7 +314,9 @@ def _candidates(runs: pd.DataFrame, measured: pd.DataFrame, model, names: list[s
     solo = solo.dropna(subset=["duration_seconds", "gpu_util_ratio_mean"])
     solo = solo.set_index("key")
     seen = set(measured["group"])
-    pairs = [(a, b) for a, b in combinations_with_replacement(sorted(solo.index), 2) if "+".join(sorted((a, b))) not in seen]
+    pairs = [
+        (a, b) for a, b in combinations_with_replacement(sorted(solo.index), 2) if "+".join(sorted((a, b))) not in seen
+    ]
     if not pairs:
         return pd.DataFrame()
     sides = [_features(solo.loc[me], solo.loc[other]) for a, b in pairs for me, other in ((a, b), (b, a))]
@@ -245,9 +324,15 @@ def _candidates(runs: pd.DataFrame, measured: pd.DataFrame, model, names: list[s
     sa, sb = predicted[0::2], predicted[1::2]
     ta = solo.loc[[a for a, _ in pairs], "duration_seconds"].to_numpy(float)
     tb = solo.loc[[b for _, b in pairs], "duration_seconds"].to_numpy(float)
-    found = pd.DataFrame({"a": [a for a, _ in pairs], "b": [b for _, b in pairs], "predicted_slowdown_a": sa,
-                          "predicted_slowdown_b": sb,
-                          "predicted_saving": packing_saving(ta, tb, ta * (1 + sa), tb * (1 + sb))})
+    found = pd.DataFrame(
+        {
+            "a": [a for a, _ in pairs],
+            "b": [b for _, b in pairs],
+            "predicted_slowdown_a": sa,
+            "predicted_slowdown_b": sb,
+            "predicted_saving": packing_saving(ta, tb, ta * (1 + sa), tb * (1 + sb)),
+        }
+    )
     return found.sort_values("predicted_saving", ascending=False, kind="stable").reset_index(drop=True)
 
 
@@ -259,7 +344,9 @@ def plot(result: Interference, path, title: str = "") -> None:
     m = result.measured
     if len(m) > 12:  # too many to label: each mode's distribution of slowdowns (both sides) and savings
         names = mode_order(m["mode"])
-        slowdowns = [100 * np.concatenate([m[m["mode"] == mode].slowdown_a, m[m["mode"] == mode].slowdown_b]) for mode in names]
+        slowdowns = [
+            100 * np.concatenate([m[m["mode"] == mode].slowdown_a, m[m["mode"] == mode].slowdown_b]) for mode in names
+        ]
         savings = [100 * m[m["mode"] == mode].packing_saving.to_numpy() for mode in names]
         x = np.arange(len(names))
         left.boxplot(slowdowns, positions=x - 0.2, widths=0.35, patch_artist=True, boxprops={"facecolor": "C0"})
@@ -277,19 +364,25 @@ def plot(result: Interference, path, title: str = "") -> None:
         left.set_ylabel("%")
         left.legend()
     else:  # no pairs yet: a sentence, not empty axes
-        left.text(0.5, 0.5, "no pair that counts yet (superseded ones are left out)", ha="center", va="center",
-                  fontsize=10)
+        left.text(
+            0.5, 0.5, "no pair that counts yet (superseded ones are left out)", ha="center", va="center", fontsize=10
+        )
         left.set_axis_off()
     left.set_title(f"{title}measured pairs ({result.pairs} distinct, {len(m)} with their modes)")
     if result.fitted:
         r = result.ranked
         right.scatter(r.packing_saving * 100, r.predicted_saving * 100)
-        lo, hi = 100 * min(r.packing_saving.min(), r.predicted_saving.min()), 100 * max(r.packing_saving.max(), r.predicted_saving.max())
+        lo, hi = (
+            100 * min(r.packing_saving.min(), r.predicted_saving.min()),
+            100 * max(r.packing_saving.max(), r.predicted_saving.max()),
+        )
         right.plot([lo, hi], [lo, hi], color="grey", linestyle="--")
         right.set_xlabel("measured packing saving (%)")
         right.set_ylabel("predicted packing saving (%), out of fold")
         e = result.ranking_error
-        right.set_title(f"{title}{result.best}: saving MAE {100 * e['saving_mae']:.1f} points, Spearman {e['spearman']:.2f}")
+        right.set_title(
+            f"{title}{result.best}: saving MAE {100 * e['saving_mae']:.1f} points, Spearman {e['spearman']:.2f}"
+        )
     else:
         right.text(0.5, 0.5, "no model: " + result.reason, ha="center", va="center", wrap=True, fontsize=10)
         right.set_axis_off()

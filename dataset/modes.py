@@ -7,6 +7,7 @@ tables' column dictionaries, the superseding rules, the interference analysis) a
 - `share-A-B`: ALNAIR_COMPUTE_SHARE, a share: at least A% and B% while the other side wants the GPU, and whatever it
   leaves idle otherwise (work-conserving; docs/intercept.md, Limits).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ KINDS = ("timeslice", "limit", "share")  # the kinds of sharing, in the order a 
 @dataclass(frozen=True)
 class Mode:
     name: str
-    variable: str | None                       # LIMIT, SHARE or None (time-slicing)
-    percents: tuple[int | None, int | None]    # a's and b's
+    variable: str | None  # LIMIT, SHARE or None (time-slicing)
+    percents: tuple[int | None, int | None]  # a's and b's
 
     @property
     def kind(self) -> str:
@@ -30,20 +31,30 @@ class Mode:
     def side(self, index: int) -> dict[str, int | None]:
         """The runs.csv settings of side a (0) or b (1): compute_limit_percent and compute_share_percent, the one of
         this mode's variable set and the other empty."""
-        return {f"{stem}_percent": self.percents[index] if variable == self.variable else None
-                for variable, stem in VARIABLES.items()}
+        return {
+            f"{stem}_percent": self.percents[index] if variable == self.variable else None
+            for variable, stem in VARIABLES.items()
+        }
 
     def pair_columns(self) -> dict[str, int | None]:
         """The pairs.csv settings: compute_limit_a, _b and compute_share_a, _b."""
-        return {f"{stem}_{side}": self.percents[index] if variable == self.variable else None
-                for variable, stem in VARIABLES.items() for index, side in enumerate("ab")}
+        return {
+            f"{stem}_{side}": self.percents[index] if variable == self.variable else None
+            for variable, stem in VARIABLES.items()
+            for index, side in enumerate("ab")
+        }
 
 
-MODES = {m.name: m for m in (
-    Mode("timeslice", None, (None, None)),
-    Mode("limit-50-50", LIMIT, (50, 50)), Mode("limit-30-70", LIMIT, (30, 70)),
-    Mode("share-50-50", SHARE, (50, 50)), Mode("share-30-70", SHARE, (30, 70)),
-)}
+MODES = {
+    m.name: m
+    for m in (
+        Mode("timeslice", None, (None, None)),
+        Mode("limit-50-50", LIMIT, (50, 50)),
+        Mode("limit-30-70", LIMIT, (30, 70)),
+        Mode("share-50-50", SHARE, (50, 50)),
+        Mode("share-30-70", SHARE, (30, 70)),
+    )
+}
 # --pair-modes' default: the modes before the share existed, so a block's plan stays what it was; ask for share-* by name
 DEFAULT = ("timeslice", "limit-50-50", "limit-30-70")
 

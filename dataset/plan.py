@@ -4,6 +4,7 @@ kind of sharing asked for, with their solo baselines), and what any prefix of th
 
 The plan is a fixed function of the options, never of the rows: the runner walks it in order and skips what
 runs.csv and pairs.csv hold, so a block resumes where the last one stopped and the order never shifts."""
+
 from __future__ import annotations
 
 import itertools
@@ -14,11 +15,11 @@ from . import modes as sharing
 from .workloads import grid
 from .workloads.common import Run
 
-SOLO_TARGET = 100       # solo runs, all five families
-REPEATED_TARGET = 20    # configurations with every repeat (the core: their repeats come early, the pairs use them)
-PAIR_TARGET = 30        # pairs measured in each kind of sharing --pair-modes has (time-sliced, capped, shared), with
-                        # their solo baselines
-BLOCK_SECONDS = 440.0   # a block's campaign budget (BLOCK_SECONDS=470 less the set-up and the script's margin)
+SOLO_TARGET = 100  # solo runs, all five families
+REPEATED_TARGET = 20  # configurations with every repeat (the core: their repeats come early, the pairs use them)
+PAIR_TARGET = 30  # pairs measured in each kind of sharing --pair-modes has (time-sliced, capped, shared), with
+# their solo baselines
+BLOCK_SECONDS = 440.0  # a block's campaign budget (BLOCK_SECONDS=470 less the set-up and the script's margin)
 # a shared run's expected wall time, as a multiple of its longer side's solo time (the calibration pairs: 1.1-1.7)
 SHARED_FACTOR = 1.5
 # the order of a model's configurations: fp32 in-process over every batch size first (a batch-size curve per model
@@ -27,8 +28,10 @@ VARIANTS = (("fp32", 0), ("bf16", 0), ("fp32", 4), ("bf16", 4))
 
 
 def key_of(run: Run, repeat: int) -> str:
-    return (f"{run.family}/{run.model}/b{run.batch_size}/s{run.steps}/{run.precision}/w{run.workers}/{run.device}"
-            f"/seed{run.seed}/r{repeat}")
+    return (
+        f"{run.family}/{run.model}/b{run.batch_size}/s{run.steps}/{run.precision}/w{run.workers}/{run.device}"
+        f"/seed{run.seed}/r{repeat}"
+    )
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Config:
 class Item:
     """One step of the plan: a solo run (`config`), or a pair in one mode (`pair`, `mode`); `with_targets`: a mode
     past the pair's target modes that runs in their block all the same (build's other_modes_pairs)."""
+
     config: Config | None = None
     pair: tuple[Config, Config] | None = None
     mode: str | None = None
@@ -88,8 +92,11 @@ def interleaved(runs: list[Run]) -> list[Run]:
             rotated = batches[shift:] + batches[:shift]
 
             def place(r: Run, rotated=rotated) -> tuple:
-                variant = VARIANTS.index((r.precision, r.workers)) if (r.precision, r.workers) in VARIANTS else len(VARIANTS)
+                variant = (
+                    VARIANTS.index((r.precision, r.workers)) if (r.precision, r.workers) in VARIANTS else len(VARIANTS)
+                )
                 return variant, r.precision, r.workers, rotated.index(r.batch_size)
+
             per_model.append(sorted(model_runs, key=place))
         per_family.append(round_robin(per_model))
     return round_robin(per_family)
@@ -105,11 +112,17 @@ def auto_pairs(core: list[Config], count: int) -> list[tuple[Config, Config]]:
     uses: Counter = Counter()
     chosen: list[tuple[Config, Config]] = []
     for _ in range(min(count, len(candidates))):
+
         def cost(pair):
             a, b = pair
             same = a.run.family == b.run.family
-            return (same, family_pairs[frozenset((a.run.family, b.run.family))], max(uses[a.key], uses[b.key]),
-                    uses[a.key] + uses[b.key])
+            return (
+                same,
+                family_pairs[frozenset((a.run.family, b.run.family))],
+                max(uses[a.key], uses[b.key]),
+                uses[a.key] + uses[b.key],
+            )
+
         best = min(candidates, key=cost)  # min keeps the first of equals: the core's order
         candidates.remove(best)
         chosen.append(best)
@@ -153,9 +166,13 @@ def partners_after(plan: list[Item], index: int, modes: list[str], pending) -> l
     item, early = plan[index], target_modes(modes)[0]
     if item.pair is None or item.mode not in early:
         return []
-    return [position for position in range(index + 1, len(plan))
-            if plan[position].pair == item.pair and (plan[position].mode in early or plan[position].with_targets)
-            and pending(plan[position])]
+    return [
+        position
+        for position in range(index + 1, len(plan))
+        if plan[position].pair == item.pair
+        and (plan[position].mode in early or plan[position].with_targets)
+        and pending(plan[position])
+    ]
 
 
 def group_need(needs: list[float], reserve: float) -> float:
@@ -164,9 +181,16 @@ def group_need(needs: list[float], reserve: float) -> float:
     return sum(needs) + reserve * (len(needs) - 1)
 
 
-def build(firsts: list[Config], repeats: int, pairs: list[tuple[Config, Config]], modes: list[str],
-          core_size: int = REPEATED_TARGET, solo_target: int = SOLO_TARGET, pairs_only: bool = False,
-          other_modes_pairs: int | None = None) -> list[Item]:
+def build(
+    firsts: list[Config],
+    repeats: int,
+    pairs: list[tuple[Config, Config]],
+    modes: list[str],
+    core_size: int = REPEATED_TARGET,
+    solo_target: int = SOLO_TARGET,
+    pairs_only: bool = False,
+    other_modes_pairs: int | None = None,
+) -> list[Item]:
     """The plan. `firsts`: the chosen configurations at repeat 0, in interleaved order. It begins with one core run
     of each family; then phase 1 (the targets) merges three streams: the core (the first `core_size` configurations) with all their repeats, repeat by repeat; the
     pairs in their target modes (target_modes), a pair's modes one after the other; and the other configurations' first
@@ -181,15 +205,23 @@ def build(firsts: list[Config], repeats: int, pairs: list[tuple[Config, Config]]
         pair_early = [Item(pair=p, mode=m) for p in pairs for m in early_modes]
         pair_late = [Item(pair=p, mode=m) for p in pairs for m in late_modes]
     else:
-        pair_early = [Item(pair=p, mode=m, with_targets=m in late_modes) for index, p in enumerate(pairs)
-                      for m in early_modes + (late_modes if index < other_modes_pairs else [])]
+        pair_early = [
+            Item(pair=p, mode=m, with_targets=m in late_modes)
+            for index, p in enumerate(pairs)
+            for m in early_modes + (late_modes if index < other_modes_pairs else [])
+        ]
         pair_late = []
     breadth = max(0, solo_target - len(core_runs))
     rest_early = [Item(config=c) for c in rest[:breadth]]
     rest_late = [Item(config=c) for c in rest[breadth:]]
     rest_repeats = [Item(config=c.at(r)) for r in range(1, repeats) for c in rest]
     head = len({c.run.family for c in core})  # one run of each family before anything else
-    plan = core_runs[:head] + merged([core_runs[head:], pair_early, rest_early]) + merged([rest_late, pair_late]) + rest_repeats
+    plan = (
+        core_runs[:head]
+        + merged([core_runs[head:], pair_early, rest_early])
+        + merged([rest_late, pair_late])
+        + rest_repeats
+    )
     if pairs_only:
         plan = [item for item in plan if item.pair is not None]
     return plan
@@ -197,10 +229,12 @@ def build(firsts: list[Config], repeats: int, pairs: list[tuple[Config, Config]]
 
 # ---------------------------------------------------------------------------------------------------- coverage
 
+
 @dataclass
 class Progress:
     """What the rows cover after some of the plan: solo runs, their families, configurations with every repeat,
     pairs measured in each kind of sharing the modes have (time-sliced, capped, shared)."""
+
     solo: int = 0
     families: int = 0
     repeated: int = 0
@@ -209,10 +243,10 @@ class Progress:
 
 @dataclass
 class Step:
-    index: int          # 1-based position in the plan
+    index: int  # 1-based position in the plan
     item: Item
-    block: int          # the block it is expected to run in (0: in the rows already)
-    seconds: float      # expected seconds (0 when in the rows)
+    block: int  # the block it is expected to run in (0: in the rows already)
+    seconds: float  # expected seconds (0 when in the rows)
     progress: Progress  # what the rows cover after it
 
 
@@ -220,12 +254,13 @@ class Coverage:
     """Walks the plan from the rows already there, counting what each step adds, and cuts it into blocks of
     `block_seconds` with the runner's own budget rule (`fits`) and expected times (`expected`)."""
 
-    def __init__(self, solo_done: set[str], pairs_done: set[str], solo_families: dict[str, str],
-                 solo_settings: dict[str, tuple]):
+    def __init__(
+        self, solo_done: set[str], pairs_done: set[str], solo_families: dict[str, str], solo_settings: dict[str, tuple]
+    ):
         self.solo = set(solo_done)
         self.pair_modes = set(pairs_done)
-        self.family = dict(solo_families)      # solo key -> family
-        self.settings = dict(solo_settings)    # solo key -> settings (without the repeat)
+        self.family = dict(solo_families)  # solo key -> family
+        self.settings = dict(solo_settings)  # solo key -> settings (without the repeat)
 
     def progress(self, repeats: int, modes: list[str]) -> Progress:
         per_settings = Counter(self.settings[k] for k in self.solo)
@@ -234,9 +269,12 @@ class Coverage:
             mode, pair = key.split("|", 1)
             kinds.setdefault(pair, set()).add(sharing.kind_of(mode))
         needed = {sharing.kind_of(m) for m in modes}
-        return Progress(solo=len(self.solo), families=len({self.family[k] for k in self.solo}),
-                        repeated=sum(1 for n in per_settings.values() if n >= repeats),
-                        pairs=sum(1 for found in kinds.values() if needed <= found))
+        return Progress(
+            solo=len(self.solo),
+            families=len({self.family[k] for k in self.solo}),
+            repeated=sum(1 for n in per_settings.values() if n >= repeats),
+            pairs=sum(1 for found in kinds.values() if needed <= found),
+        )
 
     def add(self, item: Item) -> None:
         configs = [item.config] if item.config is not None else list(item.pair)
@@ -248,9 +286,21 @@ class Coverage:
             self.pair_modes.add(item.key)
 
 
-def walk(plan: list[Item], coverage: Coverage, repeats: int, modes: list[str], estimate, expected, fits, *,
-         profile_seconds: float, startup_seconds: float, reserve_seconds: float, block_seconds: float = BLOCK_SECONDS,
-         max_blocks: int = 1000) -> list[Step]:
+def walk(
+    plan: list[Item],
+    coverage: Coverage,
+    repeats: int,
+    modes: list[str],
+    estimate,
+    expected,
+    fits,
+    *,
+    profile_seconds: float,
+    startup_seconds: float,
+    reserve_seconds: float,
+    block_seconds: float = BLOCK_SECONDS,
+    max_blocks: int = 1000,
+) -> list[Step]:
     """The plan as the runner goes through it, block after block: in each block every step not yet done, in plan
     order, that fits in what is left (the runner's rule: `fits(estimate, left, stack_up)`, `estimate(config)` its
     estimate of a solo job; a pair is budgeted the sum of its sides' after any baseline not measured in the same
@@ -277,8 +327,9 @@ def walk(plan: list[Item], coverage: Coverage, repeats: int, modes: list[str], e
             if item.config is not None:
                 return [(item.config, estimate(item.config), expected(item.config))]
             a, b = item.pair
-            return ([(c, estimate(c), expected(c)) for c in dict.fromkeys((a, b)) if c.key not in here]
-                    + [(None, estimate(a) + estimate(b), SHARED_FACTOR * max(expected(a), expected(b)))])
+            return [(c, estimate(c), expected(c)) for c in dict.fromkeys((a, b)) if c.key not in here] + [
+                (None, estimate(a) + estimate(b), SHARED_FACTOR * max(expected(a), expected(b)))
+            ]
 
         def place(item: Item) -> float | None:
             """Budget the step in this block: its seconds, or None when a job of it does not fit."""

@@ -1,6 +1,7 @@
 """Feature ranking for a target column (MGUP, MGMAP), after the published Feature_Selection notebook: r² of Pearson,
 Spearman and Kendall correlation, random-forest importance, and the Ridge and Lasso coefficients (RobustScaler,
 10-fold grid searches), and their average rank."""
+
 from __future__ import annotations
 
 import warnings
@@ -69,9 +70,12 @@ def model_weights(X: pd.DataFrame, y: pd.Series, forest_grid: dict | None = None
 
     folds = max(2, min(FOLDS, len(y)))
     grid = forest_grid or FOREST_GRID
-    forest = GridSearchCV(RandomForestRegressor(random_state=SEED, n_jobs=1),
-                          {k: [min(v, X.shape[1]) if k == "max_features" else v for v in vs] for k, vs in grid.items()},
-                          cv=folds, scoring="neg_mean_squared_error").fit(X, y)
+    forest = GridSearchCV(
+        RandomForestRegressor(random_state=SEED, n_jobs=1),
+        {k: [min(v, X.shape[1]) if k == "max_features" else v for v in vs] for k, vs in grid.items()},
+        cv=folds,
+        scoring="neg_mean_squared_error",
+    ).fit(X, y)
     weights = {"random_forest": pd.Series(forest.best_estimator_.feature_importances_, index=X.columns)}
     for name, model in (("ridge", Ridge), ("lasso", Lasso)):
         pipe = Pipeline([("scaler", RobustScaler()), ("model", model(random_state=SEED, max_iter=100_000))])
@@ -85,8 +89,8 @@ def model_weights(X: pd.DataFrame, y: pd.Series, forest_grid: dict | None = None
 @dataclass(frozen=True)
 class Ranking:
     target: str
-    weights: pd.DataFrame   # a column per method: r2_pearson ... lasso
-    ranks: pd.DataFrame     # the same, ranked (0 best), plus mean_rank (r², forest, Ridge, Lasso), sorted by it
+    weights: pd.DataFrame  # a column per method: r2_pearson ... lasso
+    ranks: pd.DataFrame  # the same, ranked (0 best), plus mean_rank (r², forest, Ridge, Lasso), sorted by it
     rows: int
 
 

@@ -1,5 +1,6 @@
 """What records a campaign's jobs: the real exporter over their segment directory and a real Prometheus scraping
 it every second, queried with `alnair profile`'s functions for each job's row."""
+
 from __future__ import annotations
 
 import os
@@ -27,18 +28,42 @@ class Stack:
         self.target = f"127.0.0.1:{exporter_port}"
         interval = f"{int(SCRAPE_INTERVAL * 500)}ms"  # samples twice a scrape
         with open(self.logs / "exporter.log", "a") as log:
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "alnair.exporter", f"--web.listen-address={self.target}", f"--shm.dir={self.shm}",
-                 f"--collector.python.interval={interval}", f"--collector.cuda.interval={interval}",
-                 f"--collector.nvml.interval={interval}", f"--collector.host.interval={interval}"],
-                stdout=subprocess.DEVNULL, stderr=log, env=_without_intercepts(os.environ)))
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "alnair.exporter",
+                        f"--web.listen-address={self.target}",
+                        f"--shm.dir={self.shm}",
+                        f"--collector.python.interval={interval}",
+                        f"--collector.cuda.interval={interval}",
+                        f"--collector.nvml.interval={interval}",
+                        f"--collector.host.interval={interval}",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    env=_without_intercepts(os.environ),
+                )
+            )
         config = out / "prometheus.yml"
-        config.write_text(f"global:\n  scrape_interval: {SCRAPE_INTERVAL:g}s\n  scrape_timeout: {SCRAPE_INTERVAL:g}s\n"
-                          f"scrape_configs:\n  - job_name: alnair\n    static_configs:\n      - targets: ['{self.target}']\n")
+        config.write_text(
+            f"global:\n  scrape_interval: {SCRAPE_INTERVAL:g}s\n  scrape_timeout: {SCRAPE_INTERVAL:g}s\n"
+            f"scrape_configs:\n  - job_name: alnair\n    static_configs:\n      - targets: ['{self.target}']\n"
+        )
         with open(self.logs / "prometheus.log", "a") as log:
-            self.procs.append(subprocess.Popen(
-                [binary, f"--config.file={config}", f"--storage.tsdb.path={scratch / 'prometheus-data'}",
-                 f"--web.listen-address=127.0.0.1:{prometheus_port}"], stdout=log, stderr=log))
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        binary,
+                        f"--config.file={config}",
+                        f"--storage.tsdb.path={scratch / 'prometheus-data'}",
+                        f"--web.listen-address=127.0.0.1:{prometheus_port}",
+                    ],
+                    stdout=log,
+                    stderr=log,
+                )
+            )
         self.url = f"http://127.0.0.1:{prometheus_port}"
         self.prometheus = Prometheus(self.url, timeout=60)
         deadline = time.monotonic() + 60

@@ -2,6 +2,7 @@
 anything (a pair's slowdown, a batch size's effect), split by whether the two runs had the same GPU. The campaign's
 GPU machine is lent per session, so runs of different sessions ran on different H200s and hosts. A pair's baseline
 rows (its configuration run alone again on the pair's GPU) are repeats too."""
+
 from __future__ import annotations
 
 from itertools import combinations
@@ -20,8 +21,11 @@ def differences(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, group in solo_runs(runs, ("solo", "baseline")).groupby(list(SETTINGS_COLUMNS), dropna=False, sort=False):
         for (_, first), (_, second) in combinations(group.iterrows(), 2):  # in the order they started
-            row = {"key": first["key"], "other_key": second["key"],
-                   "same_gpu": row_gpus(first.to_dict()) == row_gpus(second.to_dict())}
+            row = {
+                "key": first["key"],
+                "other_key": second["key"],
+                "same_gpu": row_gpus(first.to_dict()) == row_gpus(second.to_dict()),
+            }
             for metric in METRICS:
                 row[metric] = second[metric] / first[metric] - 1 if first[metric] else float("nan")
             rows.append(row)
@@ -34,8 +38,16 @@ def summary(found: pd.DataFrame) -> pd.DataFrame:
     for same, group in found.groupby("same_gpu"):
         for metric in METRICS:
             size = group[metric].abs().dropna()
-            rows.append({"runs_on": "one GPU" if same else "two GPUs", "metric": metric, "pairs_of_runs": len(size),
-                         "median_abs": size.median(), "p90_abs": size.quantile(0.9), "max_abs": size.max()})
+            rows.append(
+                {
+                    "runs_on": "one GPU" if same else "two GPUs",
+                    "metric": metric,
+                    "pairs_of_runs": len(size),
+                    "median_abs": size.median(),
+                    "p90_abs": size.quantile(0.9),
+                    "max_abs": size.max(),
+                }
+            )
     return pd.DataFrame(rows, columns=["runs_on", "metric", "pairs_of_runs", "median_abs", "p90_abs", "max_abs"])
 
 
@@ -55,8 +67,9 @@ def machines(runs: pd.DataFrame, metric: str = "duration_seconds") -> pd.DataFra
     if not ratios:
         return pd.DataFrame(columns=columns)
     by_gpu = pd.DataFrame(ratios).groupby("gpu")["ratio"]
-    table = by_gpu.agg(runs="size", median="median", min="min", max="max",
-                       share_lower=lambda ratio: (ratio < 0).mean()).reset_index()
+    table = by_gpu.agg(
+        runs="size", median="median", min="min", max="max", share_lower=lambda ratio: (ratio < 0).mean()
+    ).reset_index()
     return table.sort_values("median", kind="stable").reset_index(drop=True)[columns]
 
 
@@ -69,8 +82,13 @@ def plot(found: pd.DataFrame, path, title: str = "") -> None:
         group = found[found.same_gpu == same]
         for i, metric in enumerate(METRICS):
             values = 100 * group[metric].abs().dropna()
-            ax.scatter([i + offset] * len(values), values, color=colour, alpha=0.7,
-                       label=("one GPU" if same else "two GPUs") if i == 0 else None)
+            ax.scatter(
+                [i + offset] * len(values),
+                values,
+                color=colour,
+                alpha=0.7,
+                label=("one GPU" if same else "two GPUs") if i == 0 else None,
+            )
     ax.set_xticks(range(len(METRICS)), METRICS, fontsize=8)
     ax.set_ylabel("|later / earlier - 1| (%)")
     ax.set_title(f"{title}repeats of one configuration ({len(found)} pairs of runs)")

@@ -1,5 +1,6 @@
 """Where the dataset's committed files are, and how each table loads: the published CSV as-is, and the campaign's
 runs and pairs (the H200 campaign's when dataset/data/h200/ has them, else the calibration blocks)."""
+
 from __future__ import annotations
 
 import argparse
@@ -34,9 +35,10 @@ def load_published(path: Path = PUBLISHED_CSV) -> pd.DataFrame:
 @dataclass(frozen=True)
 class Campaign:
     """The campaign's rows: every attempt (runs) and every pair and mode (pairs), with where they came from."""
+
     runs: pd.DataFrame
     pairs: pd.DataFrame
-    origin: str                 # "h200" or "calibration"
+    origin: str  # "h200" or "calibration"
     files: tuple[Path, ...]
 
 
@@ -87,6 +89,7 @@ def command_line(module: str, description: str, out: str | None = None) -> argpa
     parser = argparse.ArgumentParser(prog=f"python -m alnair_dataset.{module}", description=description)
     parser.add_argument("--data", type=Path, default=DATA, help="the data folder (default: the committed one)")
     if out:
-        parser.add_argument("--out", type=Path, default=None,
-                            help=f"default: DATA/{out}; the folder's earlier outputs are replaced")
+        parser.add_argument(
+            "--out", type=Path, default=None, help=f"default: DATA/{out}; the folder's earlier outputs are replaced"
+        )
     return parser

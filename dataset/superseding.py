@@ -11,6 +11,7 @@ changes them. Share-* pairs are newer than the one fix so far (781c624), so it m
 --baselines-elsewhere: a pair whose solo rows ran on other GPUs than its shared rows (the H200s lent for different
 blocks differ by up to a third in one configuration's time, which a slowdown would take for interference).
 A superseded pair's two shared rows go with it."""
+
 from __future__ import annotations
 
 import functools
@@ -30,8 +31,9 @@ STATUS = "superseded"
 @functools.cache  # every row of a block names the same commit
 def has_fix(commit: str, fix: str, repo: Path) -> bool:
     """Whether `commit` contains `fix`; ValueError when git does not know one of them (a shallow or foreign clone)."""
-    found = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", fix, commit],
-                           capture_output=True, text=True)
+    found = subprocess.run(
+        ["git", "-C", str(repo), "merge-base", "--is-ancestor", fix, commit], capture_output=True, text=True
+    )
     if found.returncode not in (0, 1):
         raise ValueError(f"git cannot tell whether {commit} contains {fix}: {found.stderr.strip() or 'unknown commit'}")
     return found.returncode == 0
@@ -49,8 +51,11 @@ def supersede(out: Path, fix: str | None = None, repo: Path | None = None, basel
         shared, solo = ([latest.get(pair[f"{role}_{side}_key"]) for side in "ab"] for role in ("shared", "solo"))
         if None in shared or None in solo:
             raise ValueError(f"pair {pair['pair_key']}: its solo and shared rows are not all ok rows of {runs.path}")
-        before_fix = fix is not None and modes.limited(pair["mode"]) and not all(
-            side["git_commit"] and has_fix(side["git_commit"], fix, repo or Path.cwd()) for side in shared)
+        before_fix = (
+            fix is not None
+            and modes.limited(pair["mode"])
+            and not all(side["git_commit"] and has_fix(side["git_commit"], fix, repo or Path.cwd()) for side in shared)
+        )
         elsewhere = baselines_elsewhere and any(row_gpus(s) != row_gpus(h) for s, h in zip(solo, shared))
         if before_fix or elsewhere:
             stale.append((pair, shared))
@@ -64,15 +69,26 @@ def supersede(out: Path, fix: str | None = None, repo: Path | None = None, basel
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog=PROG, description="Marks a campaign's pairs that a later finding made wrong as "
-                           "superseded; the next campaign block measures them again.")
+    parser = OneLineParser(
+        prog=PROG,
+        description="Marks a campaign's pairs that a later finding made wrong as "
+        "superseded; the next campaign block measures them again.",
+    )
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="The campaign's directory.")
-    parser.add_argument("--limited-before", metavar="COMMIT",
-                        help="The commit that fixed the compute limiter: limit-* and share-* pairs whose shared rows "
-                        "lack it are superseded.")
-    parser.add_argument("--baselines-elsewhere", action="store_true",
-                        help="Pairs whose solo rows ran on other GPUs than their shared rows are superseded.")
-    parser.add_argument("--repo", type=Path, default=Path.cwd(), help="The git checkout that knows the commits (default: .).")
+    parser.add_argument(
+        "--limited-before",
+        metavar="COMMIT",
+        help="The commit that fixed the compute limiter: limit-* and share-* pairs whose shared rows "
+        "lack it are superseded.",
+    )
+    parser.add_argument(
+        "--baselines-elsewhere",
+        action="store_true",
+        help="Pairs whose solo rows ran on other GPUs than their shared rows are superseded.",
+    )
+    parser.add_argument(
+        "--repo", type=Path, default=Path.cwd(), help="The git checkout that knows the commits (default: .)."
+    )
     options = parser.parse_args(argv)
     if options.limited_before is None and not options.baselines_elsewhere:
         fail(PROG, "give --limited-before COMMIT, --baselines-elsewhere or both")
@@ -82,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         count = supersede(options.out, options.limited_before, options.repo, options.baselines_elsewhere)
     except ValueError as e:
         fail(PROG, str(e))
-    print(f"{PROG}: {count} pairs are superseded (they and their {2 * count} shared rows); the next campaign blocks "
-          "measure them again")
+    print(
+        f"{PROG}: {count} pairs are superseded (they and their {2 * count} shared rows); the next campaign blocks "
+        "measure them again"
+    )
     return 0
 
 

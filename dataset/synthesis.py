@@ -2,6 +2,7 @@
 column placed on a 21-point batch-size grid, the gaps filled by one of six interpolations (scipy), and two scores:
 the published check (regenerate the measured points from the synthetic ones) and held-out points (each interior
 measured point predicted from the others)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -68,7 +69,7 @@ class Errors:
     @classmethod
     def of(cls, true, predicted) -> "Errors":
         error = np.asarray(predicted, float) - np.asarray(true, float)
-        mse = float(np.mean(error ** 2)) if len(error) else float("nan")
+        mse = float(np.mean(error**2)) if len(error) else float("nan")
         return cls(float(np.sqrt(mse)), mse, float(np.mean(np.abs(error))) if len(error) else float("nan"), len(error))
 
 
@@ -139,12 +140,21 @@ def scores(table: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
                 predicted += p
             held = Errors.of(true, predicted)
             check_mse = float(np.mean([c.mse for c in checks])) if checks else float("nan")
-            out.append({"target": target, "method": method, "models": len(models), "checked_models": len(checks),
-                        "check_rmse": float(np.mean([c.rmse for c in checks])) if checks else float("nan"),
-                        "check_mse": check_mse,
-                        "check_mae": float(np.mean([c.mae for c in checks])) if checks else float("nan"),
-                        "held_out_points": held.points, "held_out_rmse": held.rmse, "held_out_mse": held.mse,
-                        "held_out_mae": held.mae})
+            out.append(
+                {
+                    "target": target,
+                    "method": method,
+                    "models": len(models),
+                    "checked_models": len(checks),
+                    "check_rmse": float(np.mean([c.rmse for c in checks])) if checks else float("nan"),
+                    "check_mse": check_mse,
+                    "check_mae": float(np.mean([c.mae for c in checks])) if checks else float("nan"),
+                    "held_out_points": held.points,
+                    "held_out_rmse": held.rmse,
+                    "held_out_mse": held.mse,
+                    "held_out_mae": held.mae,
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -162,8 +172,14 @@ def synthetic_rows(table: pd.DataFrame, method: str = "spline2", targets=TARGETS
         filled = {t: fill(measured[t], method) for t in targets}
         first = filled[targets[0]]
         for i in range(len(first)):
-            rows.append({"Model": model, "BS": int(first.BS[i]), **{t: filled[t].value[i] for t in targets},
-                         "synthetic": bool(first.synthetic[i])})
+            rows.append(
+                {
+                    "Model": model,
+                    "BS": int(first.BS[i]),
+                    **{t: filled[t].value[i] for t in targets},
+                    "synthetic": bool(first.synthetic[i]),
+                }
+            )
     found = pd.DataFrame(rows)
     # a curve may overshoot between or beyond measured points; the targets are percentages
     found[list(targets)] = found[list(targets)].clip(0.0, 100.0)

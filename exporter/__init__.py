@@ -1,4 +1,5 @@
 """The Alnair exporter: collector registry, background sampling and the HTTP endpoint (the `exporter` extra)."""
+
 from __future__ import annotations
 
 from alnair.commandline import main_of_extra

@@ -1,4 +1,5 @@
 """`python -m alnair.exporter` runs the exporter."""
+
 from . import main
 
 main()

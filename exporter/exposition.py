@@ -4,6 +4,7 @@ prometheus_client validates and escapes every label name of every sample; a
 collector with one series set per process can instead escape each label set once,
 keep it across samples, and join lines here. The output is the same text format.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """alnair-exporter: parse flags, start one sampler per enabled collector, serve HTTP."""
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,16 @@ COLLECTORS_STOP_SECONDS = 1.0
 
 def listen(options, web, assembler, runners, known) -> ExporterServer:
     host, port = options.web_listen_address
-    args = (web, assembler, runners, known, options.web_telemetry_path, options.web_max_requests, MAX_CONNECTIONS,
-            options.web_priority_sources)
+    args = (
+        web,
+        assembler,
+        runners,
+        known,
+        options.web_telemetry_path,
+        options.web_max_requests,
+        MAX_CONNECTIONS,
+        options.web_priority_sources,
+    )
     try:
         return ExporterServer((host, port), *args)  # ":port" falls back to IPv4 on a host without IPv6
     except OSError as e:
@@ -45,15 +54,27 @@ def main(argv: list[str] | None = None) -> None:
     except WebConfigError as e:
         fail(str(e))
     chosen = enabled_collectors(options, known)
-    runners = [CollectorRunner(spec, options, getattr(options, f"collector_{spec.name}_interval"),
-                               retry_after=options.collector_retry_interval) for spec in chosen]
+    runners = [
+        CollectorRunner(
+            spec,
+            options,
+            getattr(options, f"collector_{spec.name}_interval"),
+            retry_after=options.collector_retry_interval,
+        )
+        for spec in chosen
+    ]
     assembler = ScrapeAssembler(runners, options.node_name)
     server = listen(options, web, assembler, runners, [c.name for c in known])
     for runner in runners:
         runner.start()
     host, port = server.server_address[:2]
-    log.info("listening on %s:%d (%s), collectors: %s", host, port, "https" if web.ssl_context else "http",
-             ", ".join(r.name for r in runners) or "none")
+    log.info(
+        "listening on %s:%d (%s), collectors: %s",
+        host,
+        port,
+        "https" if web.ssl_context else "http",
+        ", ".join(r.name for r in runners) or "none",
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -9,6 +9,7 @@ that several collectors declare with the same function (added once); and `check_
 returns why the options cannot work (the exporter exits 2 with it) when the collector is enabled. See
 docs/plugins.md.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Protocol, Union, runtime_checkable
@@ -20,8 +21,19 @@ from alnair.commandline import RepeatedList, add_flag, comma_separated, duration
 from .exposition import ExpositionBuilder, LabelSets, label_set, render
 
 __all__ = [
-    "Collector", "CollectorUnavailable", "ExpositionBuilder", "LabelSets", "label_set", "render",
-    "add_flag", "duration", "comma_separated", "RepeatedList", "flag_type", "int_between", "parse_bool",
+    "Collector",
+    "CollectorUnavailable",
+    "ExpositionBuilder",
+    "LabelSets",
+    "label_set",
+    "render",
+    "add_flag",
+    "duration",
+    "comma_separated",
+    "RepeatedList",
+    "flag_type",
+    "int_between",
+    "parse_bool",
 ]
 
 

@@ -1,5 +1,6 @@
 """Finding collectors: every factory registered under the `alnair.collectors` entry-point group, with
 what it says of itself (help, default on or off, interval, flags)."""
+
 from __future__ import annotations
 
 import logging
@@ -31,9 +32,17 @@ class CollectorSpec:
 
     @classmethod
     def of(cls, name: str, factory: Callable, built_in: bool = False) -> "CollectorSpec":
-        return cls(name, factory, str(getattr(factory, "help", "")), bool(getattr(factory, "default_enabled", True)),
-                   float(getattr(factory, "default_interval_seconds", 5.0)), getattr(factory, "add_arguments", None), built_in,
-                   getattr(factory, "shared_arguments", None), getattr(factory, "check_options", None))
+        return cls(
+            name,
+            factory,
+            str(getattr(factory, "help", "")),
+            bool(getattr(factory, "default_enabled", True)),
+            float(getattr(factory, "default_interval_seconds", 5.0)),
+            getattr(factory, "add_arguments", None),
+            built_in,
+            getattr(factory, "shared_arguments", None),
+            getattr(factory, "check_options", None),
+        )
 
 
 def load_collector(entry: EntryPoint) -> CollectorSpec | None:

@@ -1,5 +1,6 @@
 """Background sampling: one thread per collector keeps its latest rendered snapshot,
 so a scrape only concatenates bytes and a slow or hung collector never blocks it."""
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,14 @@ class CollectorRunner:
     The collector is constructed on that thread too, so a source that is missing at
     start (no GPU, Redis down) is retried instead of failing the exporter."""
 
-    def __init__(self, spec: CollectorSpec, options: argparse.Namespace, interval: float,
-                 clock: Callable[[], float] = time.monotonic, retry_after: float = UNAVAILABLE_RETRY_SECONDS):
+    def __init__(
+        self,
+        spec: CollectorSpec,
+        options: argparse.Namespace,
+        interval: float,
+        clock: Callable[[], float] = time.monotonic,
+        retry_after: float = UNAVAILABLE_RETRY_SECONDS,
+    ):
         self.name = spec.name
         self.spec = spec
         self.options = options

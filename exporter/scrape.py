@@ -7,6 +7,7 @@ Each family name belongs to one collector: a join refuses, for good, a collector
 emits a family the exporter or a collector before it in the registry's order emits,
 so two collectors never repeat a HELP/TYPE and Prometheus never rejects the scrape.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -79,12 +80,26 @@ class ScrapeAssembler:
         return b"".join(parts)
 
     def _own_metrics(self) -> Iterator[Metric]:
-        duration = GaugeMetricFamily("alnair_exporter_collector_duration_seconds", "Duration of the collector's last sample.", labels=["collector"])
-        success = GaugeMetricFamily("alnair_exporter_collector_success", "1 if the collector's last sample succeeded and is fresh.", labels=["collector"])
-        last = GaugeMetricFamily("alnair_exporter_collector_last_success_timestamp_seconds", "When the collector last sampled successfully.", labels=["collector"])
-        refused = GaugeMetricFamily("alnair_exporter_collector_refused",
-                                    "1 if the collector is not served: it emits a family another collector or the exporter emits.",
-                                    labels=["collector"])
+        duration = GaugeMetricFamily(
+            "alnair_exporter_collector_duration_seconds",
+            "Duration of the collector's last sample.",
+            labels=["collector"],
+        )
+        success = GaugeMetricFamily(
+            "alnair_exporter_collector_success",
+            "1 if the collector's last sample succeeded and is fresh.",
+            labels=["collector"],
+        )
+        last = GaugeMetricFamily(
+            "alnair_exporter_collector_last_success_timestamp_seconds",
+            "When the collector last sampled successfully.",
+            labels=["collector"],
+        )
+        refused = GaugeMetricFamily(
+            "alnair_exporter_collector_refused",
+            "1 if the collector is not served: it emits a family another collector or the exporter emits.",
+            labels=["collector"],
+        )
         for runner in self.runners:
             snapshot = runner.snapshot
             duration.add_metric([runner.name], snapshot.duration_seconds)
@@ -93,7 +108,9 @@ class ScrapeAssembler:
             if snapshot.last_success_unix is not None:
                 last.add_metric([runner.name], snapshot.last_success_unix)
         yield from (duration, success, last, refused)
-        rejected = CounterMetricFamily("alnair_exporter_scrapes_rejected", "Scrapes refused because --web.max-requests were in flight.")
+        rejected = CounterMetricFamily(
+            "alnair_exporter_scrapes_rejected", "Scrapes refused because --web.max-requests were in flight."
+        )
         rejected.add_metric([], self.rejected_scrapes)
         yield rejected
         yield from self._process.collect()

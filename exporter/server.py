@@ -5,6 +5,7 @@ Connections, timeouts and shutdown are alnair.webserver's (aiohttp underneath): 
 a few Python lines on the loop and no thread, so a flood of anonymous clients cannot take the CPU from admitted
 scrapes through thread switching. Renders and bcrypt checks run on small thread pools off the loop.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -51,9 +52,18 @@ def accepts_gzip(accept_encoding: str) -> bool:
 
 
 class ExporterServer(BoundedServer):
-    def __init__(self, address: tuple[str, int], web: WebConfig, assembler: ScrapeAssembler,
-                 runners: list[CollectorRunner], known: list[str], metrics_path: str, max_requests: int,
-                 max_connections: int = MAX_CONNECTIONS, priority_sources: Sequence[IPNetwork] = ()):
+    def __init__(
+        self,
+        address: tuple[str, int],
+        web: WebConfig,
+        assembler: ScrapeAssembler,
+        runners: list[CollectorRunner],
+        known: list[str],
+        metrics_path: str,
+        max_requests: int,
+        max_connections: int = MAX_CONNECTIONS,
+        priority_sources: Sequence[IPNetwork] = (),
+    ):
         super().__init__(address, log, IDLE_TIMEOUT, max_connections)
         self.live_web = LiveWebConfig(web)
         self.assembler = assembler
@@ -106,13 +116,17 @@ class ExporterServer(BoundedServer):
         if not self.has_priority(request.remote) and not web.allows_request():
             return reply(HTTPStatus.TOO_MANY_REQUESTS, b"Too Many Requests\n", web)
         if not await self._check_basic_auth(web, request.headers.get("Authorization")):
-            return reply(HTTPStatus.UNAUTHORIZED, b"Unauthorized\n", web, extra={"WWW-Authenticate": 'Basic realm="alnair"'})
+            return reply(
+                HTTPStatus.UNAUTHORIZED, b"Unauthorized\n", web, extra={"WWW-Authenticate": 'Basic realm="alnair"'}
+            )
         if request.path == self.metrics_path:
             return await self._metrics(request, web)
         if request.path == "/healthz":
             hung = self.unhealthy()
             if hung:
-                return reply(HTTPStatus.SERVICE_UNAVAILABLE, f"collectors not sampling: {', '.join(hung)}\n".encode(), web)
+                return reply(
+                    HTTPStatus.SERVICE_UNAVAILABLE, f"collectors not sampling: {', '.join(hung)}\n".encode(), web
+                )
             return reply(HTTPStatus.OK, b"ok\n", web)
         if request.path == "/":
             return reply(HTTPStatus.OK, index_page(self).encode(), web, "text/html; charset=utf-8")
@@ -144,8 +158,9 @@ class ExporterServer(BoundedServer):
         return await asyncio.get_running_loop().run_in_executor(self._checkers, web.check_basic_auth, authorization)
 
 
-def reply(status: HTTPStatus, body: bytes, web: WebConfig, content_type: str = TEXT,
-          extra: dict[str, str] | None = None) -> aio.Response:
+def reply(
+    status: HTTPStatus, body: bytes, web: WebConfig, content_type: str = TEXT, extra: dict[str, str] | None = None
+) -> aio.Response:
     return aio.Response(status=status, body=body, headers=headers(web, content_type, extra))
 
 
@@ -159,13 +174,21 @@ def index_page(server: ExporterServer) -> str:
         s = runner.snapshot
         state = "refused" if runner.refusal else "hung" if runner.hung() else s.state
         detail = runner.refusal or s.detail
-        rows.append(f"<tr><td>{html.escape(runner.name)}</td><td>{state}</td><td>{runner.interval:g}s</td>"
-                    f"<td>{s.duration_seconds * 1000:.1f} ms</td><td>{html.escape(detail)}</td></tr>")
+        rows.append(
+            f"<tr><td>{html.escape(runner.name)}</td><td>{state}</td><td>{runner.interval:g}s</td>"
+            f"<td>{s.duration_seconds * 1000:.1f} ms</td><td>{html.escape(detail)}</td></tr>"
+        )
     enabled = {r.name for r in server.runners}
-    rows += [f"<tr><td>{html.escape(name)}</td><td>disabled</td><td></td><td></td><td></td></tr>"
-             for name in server.known if name not in enabled]
+    rows += [
+        f"<tr><td>{html.escape(name)}</td><td>disabled</td><td></td><td></td><td></td></tr>"
+        for name in server.known
+        if name not in enabled
+    ]
     path = html.escape(server.metrics_path)
-    return ("<!doctype html><html><head><title>Alnair exporter</title></head><body>"
-            f"<h1>Alnair exporter {html.escape(version())}</h1><p><a href=\"{path}\">Metrics</a> &middot; <a href=\"/healthz\">Health</a></p>"
-            "<table><tr><th>collector</th><th>state</th><th>interval</th><th>last sample</th><th>detail</th></tr>"
-            + "".join(rows) + "</table></body></html>\n")
+    return (
+        "<!doctype html><html><head><title>Alnair exporter</title></head><body>"
+        f'<h1>Alnair exporter {html.escape(version())}</h1><p><a href="{path}">Metrics</a> &middot; <a href="/healthz">Health</a></p>'
+        "<table><tr><th>collector</th><th>state</th><th>interval</th><th>last sample</th><th>detail</th></tr>"
+        + "".join(rows)
+        + "</table></body></html>\n"
+    )

@@ -1,5 +1,6 @@
 """The web config file's values as its parser reads them: the one-line problem a bad value raises, typed optional
 fields, and files read whole with the stamps that tell later whether they changed."""
+
 from __future__ import annotations
 
 import hashlib

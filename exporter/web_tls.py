@@ -2,6 +2,7 @@
 API alone: versions, Go's cipher suites and a curve by their Go names, client certificates by Go's
 client_auth_type, client_allowed_sans checked after the handshake. What that API cannot set (several curves, a
 client certificate taken unverified) is refused in one line."""
+
 from __future__ import annotations
 
 import contextlib
@@ -15,8 +16,14 @@ from .web_fields import Invalid, check_boolean, optional_string, read_regular
 # The toolkit's TLSConfig.IsEnabled: any of these, non-empty, turns TLS on; min_version and the like alone do not.
 _TLS_SWITCHES = ("cert", "key", "client_ca", "cert_file", "key_file", "client_ca_file", "client_auth_type")
 # tls_server_config's keys
-TLS_KEYS = set(_TLS_SWITCHES) | {"cipher_suites", "curve_preferences", "min_version", "max_version",
-                                 "prefer_server_cipher_suites", "client_allowed_sans"}
+TLS_KEYS = set(_TLS_SWITCHES) | {
+    "cipher_suites",
+    "curve_preferences",
+    "min_version",
+    "max_version",
+    "prefer_server_cipher_suites",
+    "client_allowed_sans",
+}
 
 _TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -114,7 +121,9 @@ def server_context(tls: dict, base_dir: str, reads: list) -> ssl.SSLContext | No
     if not any(optional_string(tls, "tls_server_config", key) for key in _TLS_SWITCHES):
         return None
     for name in ("cert", "key"):
-        if not (optional_string(tls, "tls_server_config", name) or optional_string(tls, "tls_server_config", f"{name}_file")):
+        if not (
+            optional_string(tls, "tls_server_config", name) or optional_string(tls, "tls_server_config", f"{name}_file")
+        ):
             raise Invalid(f"tls_server_config is missing one of {name} or {name}_file")
     if min_version > max_version:
         raise Invalid("tls_server_config.min_version is above tls_server_config.max_version")
@@ -138,7 +147,10 @@ def _version(tls: dict, key: str, default: str) -> ssl.TLSVersion:
 
 def _pem(tls: dict, name: str, base_dir: str, reads: list) -> _Pem | None:
     """The PEM text of `name` given inline, or read from `name`_file (relative to the config's directory)."""
-    inline, path = optional_string(tls, "tls_server_config", name), optional_string(tls, "tls_server_config", f"{name}_file")
+    inline, path = (
+        optional_string(tls, "tls_server_config", name),
+        optional_string(tls, "tls_server_config", f"{name}_file"),
+    )
     if inline and path:  # the toolkit would silently take the file
         raise Invalid(f"tls_server_config has both {name} and {name}_file: give one")
     if inline:
@@ -182,8 +194,10 @@ def _set_cipher_suites(ctx: ssl.SSLContext, names: list[str]) -> None:
     if tls12:
         ctx.set_ciphers(":".join(tls12))
     elif ctx.maximum_version < ssl.TLSVersion.TLSv1_3:
-        raise Invalid("tls_server_config.cipher_suites names TLS 1.3 suites only and max_version is below TLS13: "
-                       "no handshake could succeed")
+        raise Invalid(
+            "tls_server_config.cipher_suites names TLS 1.3 suites only and max_version is below TLS13: "
+            "no handshake could succeed"
+        )
     else:
         # Go then has no suite for TLS 1.2 and fails those handshakes; OpenSSL refuses an empty list, so TLS 1.2
         # is not offered at all, which fails them the same.
@@ -195,8 +209,10 @@ def _set_curves(ctx: ssl.SSLContext, names: list[str]) -> None:
     needs SSL_CTX_set1_groups_list, which it does not call."""
     curves = list(dict.fromkeys(names))
     if len(curves) > 1:
-        raise Invalid(f"tls_server_config.curve_preferences names {len(curves)} curves; Python's ssl module sets one: "
-                       "give one, or none for OpenSSL's defaults")
+        raise Invalid(
+            f"tls_server_config.curve_preferences names {len(curves)} curves; Python's ssl module sets one: "
+            "give one, or none for OpenSSL's defaults"
+        )
     if curves:
         ctx.set_ecdh_curve(_CURVES[curves[0]])
 
@@ -204,17 +220,23 @@ def _set_curves(ctx: ssl.SSLContext, names: list[str]) -> None:
 def _client_auth(ctx: ssl.SSLContext, tls: dict, base_dir: str, reads: list, sans: list[str] | None) -> None:
     auth = optional_string(tls, "tls_server_config", "client_auth_type") or "NoClientCert"
     if auth in _UNVERIFIED_CLIENT_AUTH:
-        raise Invalid(f"tls_server_config.client_auth_type {auth} takes a client certificate unverified, which "
-                       "Python's ssl module cannot: use VerifyClientCertIfGiven or RequireAndVerifyClientCert")
+        raise Invalid(
+            f"tls_server_config.client_auth_type {auth} takes a client certificate unverified, which "
+            "Python's ssl module cannot: use VerifyClientCertIfGiven or RequireAndVerifyClientCert"
+        )
     if auth not in _CLIENT_AUTH:
-        raise Invalid(f"tls_server_config.client_auth_type {auth!r} is not one of "
-                       f"{', '.join([*_CLIENT_AUTH, *_UNVERIFIED_CLIENT_AUTH])}")
+        raise Invalid(
+            f"tls_server_config.client_auth_type {auth!r} is not one of "
+            f"{', '.join([*_CLIENT_AUTH, *_UNVERIFIED_CLIENT_AUTH])}"
+        )
     verify_mode = _CLIENT_AUTH[auth]
     if verify_mode == ssl.CERT_NONE and (tls.get("client_ca") or tls.get("client_ca_file")):
         raise Invalid("tls_server_config.client_ca_file (or client_ca) is set but client_auth_type is NoClientCert")
     if sans is not None and verify_mode == ssl.CERT_NONE:  # the toolkit ignores them
-        raise Invalid("tls_server_config.client_allowed_sans needs client_auth_type VerifyClientCertIfGiven or "
-                       "RequireAndVerifyClientCert: the names of an unverified certificate prove nothing")
+        raise Invalid(
+            "tls_server_config.client_allowed_sans needs client_auth_type VerifyClientCertIfGiven or "
+            "RequireAndVerifyClientCert: the names of an unverified certificate prove nothing"
+        )
     _load_client_ca(ctx, _pem(tls, "client_ca", base_dir, reads), verify_mode != ssl.CERT_NONE)
     ctx.verify_mode = verify_mode
     ctx.client_allowed_sans = None if sans is None else frozenset(sans)

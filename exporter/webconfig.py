@@ -2,6 +2,7 @@
 for the HTTP endpoint. It is read as prometheus/exporter-toolkit reads it, and read again when it, or a file it
 names, changes; docs/security.md lists where the exporter differs from the toolkit, and why. tls_server_config's
 context is made in web_tls.py; web_fields.py reads the file and its typed values."""
+
 from __future__ import annotations
 
 import base64
@@ -96,8 +97,9 @@ class WebConfig:
     # Verdicts by (user, sha256 of the password): a repeated attempt, failed or not, costs a hash, not a bcrypt.
     _outcomes: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False, compare=False)
     _cache_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
-    _bcrypt_slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(BCRYPT_PARALLEL),
-                                                      init=False, repr=False, compare=False)
+    _bcrypt_slots: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(BCRYPT_PARALLEL), init=False, repr=False, compare=False
+    )
 
     @property
     def auth_required(self) -> bool:
@@ -306,8 +308,11 @@ def _scalar_texts(node: yaml.Node | None) -> dict[str, str]:
     """Each scalar value of a mapping as written, null as "": Go reads `X-XSS-Protection: 1` into a string as "1"."""
     if not isinstance(node, yaml.MappingNode):
         return {}
-    return {key.value: "" if value.tag == _NULL_TAG else value.value for key, value in node.value
-            if isinstance(key, yaml.ScalarNode) and isinstance(value, yaml.ScalarNode)}
+    return {
+        key.value: "" if value.tag == _NULL_TAG else value.value
+        for key, value in node.value
+        if isinstance(key, yaml.ScalarNode) and isinstance(value, yaml.ScalarNode)
+    }
 
 
 def _users(users: dict) -> dict[str, bytes]:
@@ -316,8 +321,10 @@ def _users(users: dict) -> dict[str, bytes]:
         if match is None:
             raise Invalid(f"basic_auth_users.{user} is not a bcrypt hash ($2a$, $2b$ or $2y$)")
         if int(match[1]) not in BCRYPT_COSTS:
-            raise Invalid(f"basic_auth_users.{user} has bcrypt cost {match[1]}, outside "
-                           f"{BCRYPT_COSTS.start}-{BCRYPT_COSTS.stop - 1}: hash it again (htpasswd -nbBC 12 USER PASSWORD)")
+            raise Invalid(
+                f"basic_auth_users.{user} has bcrypt cost {match[1]}, outside "
+                f"{BCRYPT_COSTS.start}-{BCRYPT_COSTS.stop - 1}: hash it again (htpasswd -nbBC 12 USER PASSWORD)"
+            )
     return {user: hashed.encode("ascii") for user, hashed in users.items()}
 
 

@@ -1,6 +1,7 @@
 """alnair-injector: the mutating admission webhook that puts Alnair's intercepts into opted-in pods
 (docs/injection.md). Its one dependency is aiohttp (the `injector` extra); it imports neither the exporter nor
 the intercept."""
+
 from __future__ import annotations
 
 from alnair.commandline import main_of_extra

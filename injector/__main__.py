@@ -1,4 +1,5 @@
 """`python -m alnair.injector` runs the webhook."""
+
 from . import main
 
 main()

@@ -1,5 +1,6 @@
 """alnair-injector's flags, each also read from ALNAIR_<FLAG> when the flag is not given (alnair.commandline's
 conventions: one-line errors that exit 2, every default in --help)."""
+
 from __future__ import annotations
 
 import argparse
@@ -36,19 +37,48 @@ def host_path(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog=PROG, description="Alnair's mutating admission webhook: puts the CUDA and Python "
-                                                  "intercepts into the pods it is sent (docs/injection.md).")
-    add_flag(parser, "--web.listen-address", type=listen_address, default=DEFAULT_LISTEN,
-             help="Address to serve HTTPS on (POST /mutate, GET /healthz).")
-    add_flag(parser, "--tls.cert-file", default="", help="Serving certificate (PEM, chain included); required. "
-             "Read again for new connections when it changes.")
+    parser = OneLineParser(
+        prog=PROG,
+        description="Alnair's mutating admission webhook: puts the CUDA and Python "
+        "intercepts into the pods it is sent (docs/injection.md).",
+    )
+    add_flag(
+        parser,
+        "--web.listen-address",
+        type=listen_address,
+        default=DEFAULT_LISTEN,
+        help="Address to serve HTTPS on (POST /mutate, GET /healthz).",
+    )
+    add_flag(
+        parser,
+        "--tls.cert-file",
+        default="",
+        help="Serving certificate (PEM, chain included); required. Read again for new connections when it changes.",
+    )
     add_flag(parser, "--tls.key-file", default="", help="Its private key (PEM); required.")
-    add_flag(parser, "--library.host-path", type=host_path, default=f"/opt/alnair/{version()}",
-             help="Node directory holding lib/libalnair.so and python/, mounted read-only at /opt/alnair.")
-    add_flag(parser, "--shm.host-path", type=host_path, default=DEFAULT_SHM_HOST_PATH,
-             help="Node directory of the shared-memory segments (the exporter's --shm.dir), mounted at /run/alnair/shm.")
-    add_flag(parser, "--python-intercept-default", type=flag_type(parse_bool), default=False, nargs="?", const=True,
-             help="Turn the Python intercept on in pods without an alnair.io/python-intercept annotation.")
+    add_flag(
+        parser,
+        "--library.host-path",
+        type=host_path,
+        default=f"/opt/alnair/{version()}",
+        help="Node directory holding lib/libalnair.so and python/, mounted read-only at /opt/alnair.",
+    )
+    add_flag(
+        parser,
+        "--shm.host-path",
+        type=host_path,
+        default=DEFAULT_SHM_HOST_PATH,
+        help="Node directory of the shared-memory segments (the exporter's --shm.dir), mounted at /run/alnair/shm.",
+    )
+    add_flag(
+        parser,
+        "--python-intercept-default",
+        type=flag_type(parse_bool),
+        default=False,
+        nargs="?",
+        const=True,
+        help="Turn the Python intercept on in pods without an alnair.io/python-intercept annotation.",
+    )
     logs.add_flags(parser)
     return parser
 

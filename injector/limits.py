@@ -6,6 +6,7 @@ A parser returns the reason a value is refused, or None. The C side has no Pytho
 intercept's Python half never reads these variables), so this is the one Python definition; the tests mirror
 tests/intercept/test_configuration.py case for case.
 """
+
 from __future__ import annotations
 
 import re

@@ -1,4 +1,5 @@
 """alnair-injector's start: flags, the certificate, the listening socket, then serving until SIGTERM."""
+
 from __future__ import annotations
 
 import logging
@@ -28,9 +29,13 @@ def main(argv: list[str] | None = None) -> None:
         server = InjectorServer((host, port), tls, settings)  # ":port" falls back to IPv4 without IPv6
     except OSError as e:
         fail(f"cannot listen on {host or '*'}:{port}: {e.strerror or e}")
-    log.info("listening on %s:%d (https); library %s, segments %s, Python intercept %s by default",
-             *server.server_address[:2], settings.library_host_path, settings.shm_host_path,
-             "on" if settings.python_intercept_default else "off")
+    log.info(
+        "listening on %s:%d (https); library %s, segments %s, Python intercept %s by default",
+        *server.server_address[:2],
+        settings.library_host_path,
+        settings.shm_host_path,
+        "on" if settings.python_intercept_default else "off",
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

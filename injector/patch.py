@@ -5,6 +5,7 @@ would read it, as are the limits a container sets itself (docs/injection.md).
 Idempotent by content: each volume, mount and variable is added only where it is missing, so reviewing an
 injected pod again yields no operation, and a container another webhook added since gets what it lacks
 (reinvocationPolicy IfNeeded)."""
+
 from __future__ import annotations
 
 import posixpath
@@ -30,9 +31,11 @@ LIBRARY = f"{LIB_MOUNT}/lib/libalnair.so"
 PYTHON_PATH = f"{LIB_MOUNT}/python"
 
 # Annotation -> (variable, its syntax's check): the intercept's own grammar (injector/limits.py).
-LIMITS = {MEMORY_LIMIT: ("ALNAIR_MEMORY_LIMIT", limits.memory_limit),
-          COMPUTE_LIMIT: ("ALNAIR_COMPUTE_LIMIT", limits.compute_limit),
-          COMPUTE_SHARE: ("ALNAIR_COMPUTE_SHARE", limits.compute_share)}
+LIMITS = {
+    MEMORY_LIMIT: ("ALNAIR_MEMORY_LIMIT", limits.memory_limit),
+    COMPUTE_LIMIT: ("ALNAIR_COMPUTE_LIMIT", limits.compute_limit),
+    COMPUTE_SHARE: ("ALNAIR_COMPUTE_SHARE", limits.compute_share),
+}
 OWN_LIMITS = dict(LIMITS.values())  # variable -> check, for the values containers set themselves
 _NOUNS = {"containers": "container", "initContainers": "init container"}  # as messages name a container
 SHOWN_AT_MOST = 150  # characters of a refused value in the message, as the intercept cuts its own line
@@ -59,6 +62,7 @@ class NotAPod(Exception):
 @dataclass(frozen=True)
 class Container:
     """One of the pod's containers, its shape checked where injection reads it."""
+
     where: str  # its JSON Pointer
     label: str  # as messages name it: container 'trainer', init container 'fetch'
     fields: dict
@@ -102,8 +106,14 @@ def containers(spec: dict, kind: str) -> list[Container]:
         fields = _mapping(item, f"{where}/{index}")
         name = _string(fields.get("name", ""), f"{where}/{index}/name")
         env = _list(fields.get("env", []), f"{where}/{index}/env")
-        found.append(Container(f"{where}/{index}", f"{noun} {name!r}", fields,
-                               [_variable(e, f"{where}/{index}/env/{i}") for i, e in enumerate(env)]))
+        found.append(
+            Container(
+                f"{where}/{index}",
+                f"{noun} {name!r}",
+                fields,
+                [_variable(e, f"{where}/{index}/env/{i}") for i, e in enumerate(env)],
+            )
+        )
     return found
 
 
@@ -139,9 +149,11 @@ def own_limit_problems(container: Container, warnings: list[str]) -> list[str]:
         if name not in OWN_LIMITS:
             continue
         if "valueFrom" in entry:
-            warnings.append(f"{container.label} sets {name} from valueFrom, which the webhook cannot check: if the "
-                            "library refuses its value, that container runs without the limit (the library says "
-                            "so on its stderr)")
+            warnings.append(
+                f"{container.label} sets {name} from valueFrom, which the webhook cannot check: if the "
+                "library refuses its value, that container runs without the limit (the library says "
+                "so on its stderr)"
+            )
         elif why := _why(OWN_LIMITS[name], value):
             problems.append(f"{container.label} sets {name}={quoted(value)}: {why}")
     return problems
@@ -160,11 +172,15 @@ def wanted_environment(annotations: dict[str, str], python_default: bool) -> dic
 def volume_operations(spec: dict, settings: Settings) -> list[dict]:
     """The two hostPath volumes, unless the pod already has volumes of those names (then they are used)."""
     volumes = _list(spec.get("volumes", []), "/spec/volumes")
-    names = {_string(_mapping(v, f"/spec/volumes/{i}").get("name", ""), f"/spec/volumes/{i}/name")
-             for i, v in enumerate(volumes)}
-    missing = [{"name": name, "hostPath": {"path": path, "type": "Directory"}}
-               for name, path in ((LIB_VOLUME, settings.library_host_path), (SHM_VOLUME, settings.shm_host_path))
-               if name not in names]
+    names = {
+        _string(_mapping(v, f"/spec/volumes/{i}").get("name", ""), f"/spec/volumes/{i}/name")
+        for i, v in enumerate(volumes)
+    }
+    missing = [
+        {"name": name, "hostPath": {"path": path, "type": "Directory"}}
+        for name, path in ((LIB_VOLUME, settings.library_host_path), (SHM_VOLUME, settings.shm_host_path))
+        if name not in names
+    ]
     return _appended("/spec/volumes", "volumes" in spec, missing)
 
 
@@ -173,11 +189,18 @@ def mount_operations(container: Container) -> list[dict]:
     second mount there is invalid)."""
     where = f"{container.where}/volumeMounts"
     mounts = _list(container.fields.get("volumeMounts", []), where)
-    taken = {posixpath.normpath(_string(_mapping(m, f"{where}/{i}").get("mountPath", ""), f"{where}/{i}/mountPath"))
-             for i, m in enumerate(mounts)}
-    missing = [mount for mount in ({"name": LIB_VOLUME, "mountPath": LIB_MOUNT, "readOnly": True},
-                                   {"name": SHM_VOLUME, "mountPath": SHM_MOUNT})
-               if mount["mountPath"] not in taken]
+    taken = {
+        posixpath.normpath(_string(_mapping(m, f"{where}/{i}").get("mountPath", ""), f"{where}/{i}/mountPath"))
+        for i, m in enumerate(mounts)
+    }
+    missing = [
+        mount
+        for mount in (
+            {"name": LIB_VOLUME, "mountPath": LIB_MOUNT, "readOnly": True},
+            {"name": SHM_VOLUME, "mountPath": SHM_MOUNT},
+        )
+        if mount["mountPath"] not in taken
+    ]
     return _appended(where, "volumeMounts" in container.fields, missing)
 
 
@@ -195,8 +218,10 @@ def env_operations(container: Container, wanted: dict[str, str], warnings: list[
         if entry is None:
             added.append({"name": name, "value": extend("")})
         elif "valueFrom" in entry:
-            warnings.append(f"{container.label} sets {name} from valueFrom, which the webhook cannot extend: it is "
-                            "left as it is, without Alnair's entry")
+            warnings.append(
+                f"{container.label} sets {name} from valueFrom, which the webhook cannot extend: it is "
+                "left as it is, without Alnair's entry"
+            )
         elif (value := entry.get("value", "")) != extend(value):
             operations.append({"op": "add", "path": f"{where}/{index[name]}/value", "value": extend(value)})
     added += [{"name": n, "value": v} for n, v in wanted.items() if n not in index]

@@ -6,6 +6,7 @@ answered 400: with failurePolicy Ignore the API server then admits the pod uninj
 webhook is down. A bad annotation, or a bad limit a
 container sets in its own env, is the pod author's to fix, so it is a refusal (allowed false), which kubectl
 shows."""
+
 from __future__ import annotations
 
 import base64
@@ -30,9 +31,14 @@ class BadReview(Exception):
 def answer(body: bytes, settings: Settings) -> bytes:
     """The AdmissionReview to send back for a request body; raises BadReview."""
     request = parse(body)
-    return json.dumps({"apiVersion": API_VERSION, "kind": "AdmissionReview",
-                       "response": {"uid": request["uid"], **response(request, settings)}},
-                      separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "AdmissionReview",
+            "response": {"uid": request["uid"], **response(request, settings)},
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 def parse(body: bytes) -> dict[str, Any]:
@@ -48,8 +54,10 @@ def parse(body: bytes) -> dict[str, Any]:
     if not isinstance(review, dict):
         raise BadReview("the body is not a JSON object")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
-        raise BadReview(f"want an AdmissionReview of {API_VERSION}, got kind {review.get('kind')!r} "
-                        f"of apiVersion {review.get('apiVersion')!r}")
+        raise BadReview(
+            f"want an AdmissionReview of {API_VERSION}, got kind {review.get('kind')!r} "
+            f"of apiVersion {review.get('apiVersion')!r}"
+        )
     request = review.get("request")
     if not isinstance(request, dict):
         raise BadReview("the AdmissionReview has no request")

@@ -5,6 +5,7 @@ so is what a review may hold: its body, read within BODY_TIMEOUT, and REVIEWS_AT
 at once, on one thread off the loop. Every new connection is set up with the certificate as it is on disk then
 (LiveTLS), so cert-manager's rotation takes effect without a restart; connections already open keep the
 certificate they began with."""
+
 from __future__ import annotations
 
 import asyncio
@@ -50,8 +51,10 @@ def load_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     try:
         context.load_cert_chain(cert_file, key_file)
     except (OSError, ssl.SSLError) as e:
-        raise TLSError(f"cannot load --tls.cert-file {cert_file} with --tls.key-file {key_file}: "
-                       f"{getattr(e, 'strerror', None) or e}") from None
+        raise TLSError(
+            f"cannot load --tls.cert-file {cert_file} with --tls.key-file {key_file}: "
+            f"{getattr(e, 'strerror', None) or e}"
+        ) from None
     return context
 
 
@@ -148,7 +151,8 @@ class InjectorServer(BoundedServer):
                 log.warning("the connection from %s ended inside its review's body", request.remote)
                 return closing(reply(HTTPStatus.BAD_REQUEST, b"the body ended early\n"))
             status, text, content_type = await asyncio.get_running_loop().run_in_executor(
-                self._reviewer, review, body, self.settings, request.remote)
+                self._reviewer, review, body, self.settings, request.remote
+            )
         return reply(status, text, content_type=content_type)
 
 
@@ -174,7 +178,9 @@ def review(body: bytes, settings: Settings, client: str) -> tuple[HTTPStatus, by
         return HTTPStatus.INTERNAL_SERVER_ERROR, b"the injector failed on this review; its log says why\n", TEXT
 
 
-def reply(status: HTTPStatus, body: bytes, extra: dict[str, str] | None = None, content_type: str = TEXT) -> web.Response:
+def reply(
+    status: HTTPStatus, body: bytes, extra: dict[str, str] | None = None, content_type: str = TEXT
+) -> web.Response:
     headers = {"Server": f"alnair-injector/{version()}", "Content-Type": content_type, **(extra or {})}
     return web.Response(status=status, body=body, headers=headers)
 
@@ -182,4 +188,3 @@ def reply(status: HTTPStatus, body: bytes, extra: dict[str, str] | None = None, 
 def closing(response: web.Response) -> web.Response:
     response.force_close()
     return response
-

@@ -1,4 +1,5 @@
 """The writers' side: the CUDA intercept library (C, LD_PRELOAD) and the Python intercept."""
+
 from pathlib import Path
 
 SOURCE_DIR = Path(__file__).resolve().parent

@@ -1,4 +1,5 @@
 """Turning the Python intercept on: the environment switch, and hooking PyTorch once it is imported."""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ Works without PyTorch and without the environment switch. Nothing here raises in
 names are mapped to what the record can hold, and bad names and amounts are reported once on
 stderr and ignored (the rules: docs/python-api.md).
 """
+
 from __future__ import annotations
 
 import time
@@ -27,7 +28,9 @@ class Counter:
             return
         if type(amount) is not int or amount < 0:
             name = self._slot.name
-            RECORDER.warn_once(f"inc:{name}", f"counter {name!r}: inc() takes an int >= 0, got {shown(amount)}; ignored")
+            RECORDER.warn_once(
+                f"inc:{name}", f"counter {name!r}: inc() takes an int >= 0, got {shown(amount)}; ignored"
+            )
             return
         RECORDER.add(self._slot, amount)
 

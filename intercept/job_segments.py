@@ -7,6 +7,7 @@ is renamed into the directory (inotify, abi.arrivals: a process living a few ms 
 poll, and reads them once the job has ended. Announcing a reader instead would make every writer on the machine
 leave its segment behind, with no exporter to reclaim it.
 """
+
 from __future__ import annotations
 
 import os
@@ -164,18 +165,23 @@ def _final_record(fd: int) -> FinalRecord | None:
         if len(raw) < layout.HEADER_SIZE:
             return None
         header = layout.ShmHeader.from_buffer_copy(raw)
-        if (header.magic != layout.SHM_MAGIC or header.abi_version != layout.ABI_VERSION
-                or header.record_kind not in KINDS or header.header_size != layout.HEADER_SIZE
-                or header.record_size > MAX_RECORD_SIZE):
+        if (
+            header.magic != layout.SHM_MAGIC
+            or header.abi_version != layout.ABI_VERSION
+            or header.record_kind not in KINDS
+            or header.header_size != layout.HEADER_SIZE
+            or header.record_size > MAX_RECORD_SIZE
+        ):
             return None
         size = layout.HEADER_SIZE + min(header.record_size, RECORD_SIZES[header.record_kind])
         raw = os.pread(fd, size, 0)
         if not header.seq & 1 and len(raw) == size and _SEQ.unpack(os.pread(fd, 8, layout.SEQ_OFFSET))[0] == header.seq:
             try:
-                record = PARSERS[header.record_kind](raw[layout.HEADER_SIZE:])
+                record = PARSERS[header.record_kind](raw[layout.HEADER_SIZE :])
             except MalformedRecord:
                 return None
-            return FinalRecord(header.record_kind, layout.ShmHeader.from_buffer_copy(raw), record,
-                               lock_holder(fd) is not None)
+            return FinalRecord(
+                header.record_kind, layout.ShmHeader.from_buffer_copy(raw), record, lock_holder(fd) is not None
+            )
         time.sleep(0.001 * (attempt + 1))  # a publish takes microseconds
     return None

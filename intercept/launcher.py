@@ -9,6 +9,7 @@ command starts, children included, inherits the switch through the environment. 
 --profile (or ALNAIR_PROFILE) it stays the command's parent instead, to write the job's
 profile when it ends (supervisor.py), and exits as the command did.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,10 @@ from .activation import ENV_SWITCH, PROFILE_VARIABLE
 
 PROG = "alnair-run"
 BOOTSTRAP_DIR = intercept.SOURCE_DIR / "bootstrap"  # holds the sitecustomize that activates each interpreter
-USAGE = (f"usage: {PROG} [--version] [--profile PATH] COMMAND [ARG...]   (runs COMMAND with Alnair's Python and CUDA "
-         f"intercepts; --profile, or {PROFILE_VARIABLE}: write the job's profile to PATH when it ends, %p its pid)")
+USAGE = (
+    f"usage: {PROG} [--version] [--profile PATH] COMMAND [ARG...]   (runs COMMAND with Alnair's Python and CUDA "
+    f"intercepts; --profile, or {PROFILE_VARIABLE}: write the job's profile to PATH when it ends, %p its pid)"
+)
 
 
 def cuda_library() -> Path | None:
@@ -71,8 +74,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     library = cuda_library()
     if library is None:
-        print(f"{PROG}: CUDA intercept library not built (make -C {intercept.SOURCE_DIR}); "
-              "running with the Python intercept only", file=sys.stderr)
+        print(
+            f"{PROG}: CUDA intercept library not built (make -C {intercept.SOURCE_DIR}); "
+            "running with the Python intercept only",
+            file=sys.stderr,
+        )
     env = intercept_environment(dict(os.environ), library)
     value = os.environ.get(PROFILE_VARIABLE, "") if profile is None else profile
     path = supervisor.target(value, PROFILE_VARIABLE if profile is None else "--profile", PROG)

@@ -1,5 +1,6 @@
 """A job's profile: its processes' final records as one JSON document, written whole (docs/profile.md has the schema
 by example; profile_summary.py the lines printed beside it)."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,15 @@ SCHEMA_VERSION = 1
 TOP_KERNELS = 20  # kernels named per GPU in the job's totals, the rest summed as "(other)": as each record keeps them
 TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")  # the resolution of process start times
 # each device's, summed over the job's processes
-DEVICE_FIELDS = ("kernel_launches", "graph_launches", "allocations", "failed_allocations", "limit_denied_allocations",
-                 "peak_bytes", "throttled_ns")
+DEVICE_FIELDS = (
+    "kernel_launches",
+    "graph_launches",
+    "allocations",
+    "failed_allocations",
+    "limit_denied_allocations",
+    "peak_bytes",
+    "throttled_ns",
+)
 LIMIT_FIELDS = ("memory_limit_bytes", "compute_limit_percent", "compute_share_percent")
 TRAINING_FIELDS = ("steps", "samples", "epochs", "optimizer_steps", "data_wait_ns", "step_ns")
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -82,12 +90,17 @@ def _cuda(record) -> dict:
     section = {
         "first_allocation_ns": (activity.first_allocation_ns or None) if activity else None,
         "first_launch_ns": (activity.first_launch_ns or None) if activity else None,
-        "devices": [_cuda_device(device, record.devices_ext[i] if record.devices_ext else None)
-                    for i, device in enumerate(record.devices)],
+        "devices": [
+            _cuda_device(device, record.devices_ext[i] if record.devices_ext else None)
+            for i, device in enumerate(record.devices)
+        ],
     }
     if record.kernels is not None:  # a writer older than the kernel table has none: absent, not empty
-        section["kernels"] = [{"index": index, "name": name, "launches": k.launches}
-                              for k in record.kernels for index, name in [kernel_key(k)]]
+        section["kernels"] = [
+            {"index": index, "name": name, "launches": k.launches}
+            for k in record.kernels
+            for index, name in [kernel_key(k)]
+        ]
     return section
 
 
@@ -98,22 +111,27 @@ def _cuda_device(device: layout.CudaDevice, ext: layout.CudaDeviceExt | None) ->
     entry["gpu_time_ns"] = device.gpu_time_ns if measured else None
     entry["busy_ns"] = ext.busy_ns if measured and ext else None
     if ext is not None:
-        entry["copies"] = {name: {"copies": c.copies, "bytes": c.bytes, "sync_ns": c.sync_ns}
-                           for name, c in zip(layout.COPY_DIRECTION_NAMES, ext.copies)}
+        entry["copies"] = {
+            name: {"copies": c.copies, "bytes": c.bytes, "sync_ns": c.sync_ns}
+            for name, c in zip(layout.COPY_DIRECTION_NAMES, ext.copies)
+        }
     return entry
 
 
 def _python(record: layout.PythonRecord) -> dict:
     section = {field: getattr(record, field) for field in TRAINING_FIELDS}
-    section.update({
-        "first_step_ns": record.first_step_ns or None,
-        "dataloader_worker": bool(record.flags & layout.PYTHON_DATALOADER_WORKER),
-        "samples_per_second": _ratio(record.samples, record.step_ns / 1e9),
-        "data_stall_fraction": _ratio(record.data_wait_ns, record.step_ns),
-        "counters": {text(c.name): c.value for c in record.counters[: record.counter_count]},
-        "phases": {text(p.name): {"count": p.count, "total_ns": p.total_ns}
-                   for p in record.phases[: record.phase_count]},
-    })
+    section.update(
+        {
+            "first_step_ns": record.first_step_ns or None,
+            "dataloader_worker": bool(record.flags & layout.PYTHON_DATALOADER_WORKER),
+            "samples_per_second": _ratio(record.samples, record.step_ns / 1e9),
+            "data_stall_fraction": _ratio(record.data_wait_ns, record.step_ns),
+            "counters": {text(c.name): c.value for c in record.counters[: record.counter_count]},
+            "phases": {
+                text(p.name): {"count": p.count, "total_ns": p.total_ns} for p in record.phases[: record.phase_count]
+            },
+        }
+    )
     return section
 
 
@@ -170,8 +188,9 @@ def _device_total(entries: list[dict], wall_ns: int) -> dict:
         total[field] = sum(measured) if measured else None
     with_copies = [e["copies"] for e in entries if "copies" in e]
     if with_copies:
-        total["copies"] = {name: _copy_total([c[name] for c in with_copies], wall_ns)
-                           for name in layout.COPY_DIRECTION_NAMES}
+        total["copies"] = {
+            name: _copy_total([c[name] for c in with_copies], wall_ns) for name in layout.COPY_DIRECTION_NAMES
+        }
     return total
 
 

@@ -1,4 +1,5 @@
 """The summary a job's profile prints on stderr when it is written: the job, each GPU, training (docs/profile.md)."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -14,8 +15,10 @@ ARROWS = {"host_to_device": "host->device", "device_to_host": "device->host", "d
 
 def summary(profile: dict, path: str) -> str:
     """A few lines for a person: the job, then each device, then training."""
-    lines = [f"alnair: profile of `{_command_words(profile['command'])}` ({_exit_words(profile['exit'])}) in {path}",
-             "  " + "; ".join(_job_facts(profile))]
+    lines = [
+        f"alnair: profile of `{_command_words(profile['command'])}` ({_exit_words(profile['exit'])}) in {path}",
+        "  " + "; ".join(_job_facts(profile)),
+    ]
     limits = _limits_by_device(profile["processes"])
     for device in profile["devices"]:
         lines += _device_lines(device, limits.get(gpu_key(device), set()), profile["wall_ns"])
@@ -56,8 +59,11 @@ def _limits_by_device(processes: list[dict]) -> dict[str, set[tuple]]:
 
 
 def _device_lines(device: dict, limits: set[tuple], wall_ns: int) -> list[str]:
-    gpu_time = (f"GPU time {_seconds(device['gpu_time_ns'])} ({device['gpu_time_ns'] / wall_ns:.0%} of wall)"
-                if device["gpu_time_ns"] is not None and wall_ns else "GPU time not measured")
+    gpu_time = (
+        f"GPU time {_seconds(device['gpu_time_ns'])} ({device['gpu_time_ns'] / wall_ns:.0%} of wall)"
+        if device["gpu_time_ns"] is not None and wall_ns
+        else "GPU time not measured"
+    )
     graphs = f", {device['graph_launches']:,} graphs" if device["graph_launches"] else ""
     facts = [gpu_time, f"peak memory {_bytes(device['peak_bytes'])}", f"{device['kernel_launches']:,} launches{graphs}"]
     facts += [_limit_words(limit) for limit in sorted(limits)]
@@ -65,15 +71,19 @@ def _device_lines(device: dict, limits: set[tuple], wall_ns: int) -> list[str]:
         facts.append(f"throttled {_seconds(device['throttled_ns'])}")
     lines = [f"  {device['uuid'] or gpu_key(device) + ' (UUID not known)'}: " + ", ".join(facts)]
     copies = device.get("copies", {})
-    moved = [f"{ARROWS[name]} {c['copies']:,} ({_bytes(c['bytes'])}, {_bytes(c['bytes_per_second'])}/s"
-             + (f", sync {_seconds(c['sync_ns'])})" if c["sync_ns"] else ")")
-             for name, c in copies.items() if c["copies"]]
+    moved = [
+        f"{ARROWS[name]} {c['copies']:,} ({_bytes(c['bytes'])}, {_bytes(c['bytes_per_second'])}/s"
+        + (f", sync {_seconds(c['sync_ns'])})" if c["sync_ns"] else ")")
+        for name, c in copies.items()
+        if c["copies"]
+    ]
     if moved:
         lines.append("    copies: " + "; ".join(moved))
     named = [k for k in device.get("kernels", ()) if k["name"] != OTHER_KERNELS][:SUMMARY_KERNELS]
     if named:
-        lines.append("    top kernels: " + "; ".join(f"{_cut(k['name'], KERNEL_SHOWN_AT_MOST)} {k['launches']:,}"
-                                                     for k in named))
+        lines.append(
+            "    top kernels: " + "; ".join(f"{_cut(k['name'], KERNEL_SHOWN_AT_MOST)} {k['launches']:,}" for k in named)
+        )
     return lines
 
 

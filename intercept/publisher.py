@@ -4,6 +4,7 @@ The segment and the thread start with the first recorded event, so processes tha
 record nothing (most DataLoader workers) publish nothing. A fork child starts over
 with zeroed counters and, once it records something, its own segment.
 """
+
 from __future__ import annotations
 
 import os
@@ -137,4 +138,3 @@ class Publisher:
         self._start_lock = threading.Lock()
         self._forget_state()
         self.recorder.reset()
-

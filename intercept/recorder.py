@@ -5,6 +5,7 @@ moment the loop asks for a batch to the moment it asks for the next one (or the
 iterator ends), so it holds the data wait and the loop body; data-stall fraction
 is data wait / step time.
 """
+
 from __future__ import annotations
 
 import sys
@@ -175,7 +176,9 @@ class Recorder:
         """times: ask, arrival, ask, arrival... of whole batches."""
         batches, arrivals = len(times) // 2, times[1::2]
         if loader_pass.sizes is None:
-            samples = loader_pass.samples_after(loader_pass.steps + batches) - loader_pass.samples_after(loader_pass.steps)
+            samples = loader_pass.samples_after(loader_pass.steps + batches) - loader_pass.samples_after(
+                loader_pass.steps
+            )
         else:  # each size was logged before its arrival
             samples = sum(loader_pass.sizes[:batches])
             del loader_pass.sizes[:batches]
@@ -219,7 +222,9 @@ class Recorder:
             if slot is None and len(table) < limit:
                 slot = table[published] = make(published)
         if slot is None:
-            self.warn_once(f"{what}:full", f"at most {limit} {what}s per process; {shown(name)} and later ones are not recorded")
+            self.warn_once(
+                f"{what}:full", f"at most {limit} {what}s per process; {shown(name)} and later ones are not recorded"
+            )
         elif len(names) < MAX_SPELLINGS:  # bounded, and refused names never cached: made-up ones would grow it
             names[name] = slot
         return slot
@@ -230,7 +235,9 @@ class Recorder:
         published = as_text(name) if isinstance(name, str) else ""
         if not published or len(published.encode()) > MAX_NAME_BYTES:
             text = shown(name)
-            self.warn_once(f"{what}:{text}", f"{what} name must be 1 to {MAX_NAME_BYTES} bytes of text, got {text}; not recorded")
+            self.warn_once(
+                f"{what}:{text}", f"{what} name must be 1 to {MAX_NAME_BYTES} bytes of text, got {text}; not recorded"
+            )
             return None
         return published
 
@@ -257,4 +264,3 @@ class Recorder:
                 print(f"alnair: {message}", file=sys.stderr)
             except Exception:  # stderr closed or gone: the line is lost, the program runs on
                 pass
-

@@ -6,6 +6,7 @@ loop. Like the C writer, it relies on the CPU keeping stores in order (x86-64 do
 The mapping is made through libc: Python's mmap module keeps a duplicate descriptor
 (before 3.13), and closing that one would drop the process's liveness lock.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -6,6 +6,7 @@ prints the summary and exits as the command did (its code, or its signal). alnai
 so; with ALNAIR_PROFILE in a pod's environment, the job's first intercepted Python forks at start: the child goes
 on as the program and the parent, keeping the pid the container runtime signals, watches it.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -39,8 +40,10 @@ def target(value: str, setting: str, prog: str) -> str | None:
     path = os.path.abspath(value.replace("%p", str(os.getpid())))
     reason = profile.unwritable(path)
     if reason:
-        print(f"{prog}: ignoring {setting}={_quoted(value)}: cannot write there ({reason}); writing no profile",
-              file=sys.stderr)
+        print(
+            f"{prog}: ignoring {setting}={_quoted(value)}: cannot write there ({reason}); writing no profile",
+            file=sys.stderr,
+        )
         return None
     return path
 
@@ -168,6 +171,10 @@ def _command_line() -> list[str]:
 def _quoted(value: str) -> str:
     """In quotes on one line, as the C library shows a refused value: quotes, backslashes, control and non-ASCII
     bytes as \\xNN, cut short past SHOWN_AT_MOST characters."""
-    shown = "".join(c if " " <= c < "\x7f" and c not in '"\\' else
-                    "".join(f"\\x{b:02x}" for b in c.encode("utf-8", "surrogateescape")) for c in value[:SHOWN_AT_MOST])
+    shown = "".join(
+        c
+        if " " <= c < "\x7f" and c not in '"\\'
+        else "".join(f"\\x{b:02x}" for b in c.encode("utf-8", "surrogateescape"))
+        for c in value[:SHOWN_AT_MOST]
+    )
     return f'"{shown}{"..." if len(value) > SHOWN_AT_MOST else ""}"'

@@ -1,5 +1,6 @@
 """This process's one recorder and one publisher, wired together: the first recorded event starts
 publishing, a fork child starts over, and a clean exit publishes once more and removes the segment."""
+
 from __future__ import annotations
 
 import atexit

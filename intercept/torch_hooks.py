@@ -5,6 +5,7 @@ enabled; passes started under torch.no_grad() or torch.inference_mode()
 (evaluation) are not counted. Hooks are installed once `import torch` finishes, so
 activating the intercept never imports PyTorch itself.
 """
+
 from __future__ import annotations
 
 import importlib.abc
@@ -49,7 +50,11 @@ def sampler_batches(iterator) -> tuple[int, int, int]:
     from torch.utils.data.dataloader import _DatasetKind
 
     sampler = iterator._index_sampler
-    if iterator._dataset_kind != _DatasetKind.Map or not iterator._auto_collation or not isinstance(sampler, BatchSampler):
+    if (
+        iterator._dataset_kind != _DatasetKind.Map
+        or not iterator._auto_collation
+        or not isinstance(sampler, BatchSampler)
+    ):
         return 0, 0, 0
     try:
         full, rest = divmod(len(sampler.sampler), sampler.batch_size)
@@ -125,7 +130,9 @@ def install(recorder: Recorder = RECORDER) -> None:
     try:
         from torch.optim.optimizer import register_optimizer_step_post_hook
     except ImportError:
-        recorder.warn_once("optimizer", f"torch {torch.__version__} has no optimizer step hooks; optimizer steps not counted")
+        recorder.warn_once(
+            "optimizer", f"torch {torch.__version__} has no optimizer step hooks; optimizer steps not counted"
+        )
     else:
         register_optimizer_step_post_hook(recorder.optimizer_stepped)  # a bound method: one frame per step
     PUBLISHER.flag_sources += [lambda: layout.PYTHON_TORCH, _dataloader_worker_flag]

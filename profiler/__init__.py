@@ -2,6 +2,7 @@
 
 Its public API, for tools built on it (the dataset lab's campaign profiles each job with it), is the names below;
 the modules behind them may change."""
+
 from .columns import columns as row_columns  # the module's own name stays the module's
 from .jobs import EXITS, STARTS
 from .profile import job_rows

@@ -1,6 +1,7 @@
 """The profile row's columns: name, type (str, int, float) and meaning, in output order. Ratios are 0-1 and
 quantities in base units (Prometheus's conventions); the published dataset's percent columns are these x 100
 (docs/dataset.md maps each)."""
+
 from __future__ import annotations
 
 STATS = ("min", "max", "mean", "range")
@@ -51,17 +52,32 @@ MEASURES = [
     ("cuda_graph_launches", float, "CUDA graph launches, process total"),
     ("cuda_allocations", float, "device memory allocations, process total"),
     ("cuda_allocations_denied", float, "allocations refused by ALNAIR_MEMORY_LIMIT, process total"),
-    ("cuda_throttled_seconds", float, "time launches waited for a compute limit, process total (a cap's or a "
-     "share's debt of GPU time; writers before the GPU-time limits: the cap's turns)"),
-    ("cuda_gpu_time_seconds", float, "GPU time the process got (alnair_cuda_gpu_time_seconds_total: its busy time, "
-     "each moment divided among the processes busy on the GPU then), process total, summed over its GPUs (empty: not "
-     "measured, as for writers before GPU time)"),
-    ("cuda_gpu_time_ratio", float, "cuda_gpu_time_seconds / (duration_seconds x the GPUs it was measured on): the "
-     "mean share of its GPUs' time it got over its run (empty: not measured)"),
+    (
+        "cuda_throttled_seconds",
+        float,
+        "time launches waited for a compute limit, process total (a cap's or a "
+        "share's debt of GPU time; writers before the GPU-time limits: the cap's turns)",
+    ),
+    (
+        "cuda_gpu_time_seconds",
+        float,
+        "GPU time the process got (alnair_cuda_gpu_time_seconds_total: its busy time, "
+        "each moment divided among the processes busy on the GPU then), process total, summed over its GPUs (empty: not "
+        "measured, as for writers before GPU time)",
+    ),
+    (
+        "cuda_gpu_time_ratio",
+        float,
+        "cuda_gpu_time_seconds / (duration_seconds x the GPUs it was measured on): the "
+        "mean share of its GPUs' time it got over its run (empty: not measured)",
+    ),
     ("cuda_memory_limit_bytes", float, "ALNAIR_MEMORY_LIMIT (empty: none)"),
     ("cuda_compute_limit_ratio", float, "ALNAIR_COMPUTE_LIMIT / 100: the cap (empty: none)"),
-    ("cuda_compute_share_ratio", float, "ALNAIR_COMPUTE_SHARE / 100: the share (alnair_cuda_compute_share_ratio; "
-     "empty: none)"),
+    (
+        "cuda_compute_share_ratio",
+        float,
+        "ALNAIR_COMPUTE_SHARE / 100: the share (alnair_cuda_compute_share_ratio; empty: none)",
+    ),
     ("steps", float, "training steps (DataLoader batches), process total"),
     ("samples", float, "samples in those batches"),
     ("epochs", float, "DataLoader passes run to the end"),
@@ -71,8 +87,12 @@ MEASURES = [
     ("step_seconds_p95", float, "95th percentile of the same"),
     ("data_stall_ratio", float, "time waiting for batches / time in steps"),
     ("time_to_first_step_seconds", float, "process start to its first step"),
-    ("gpu_util_ratio_training_min", float, "min of gpu_util_ratio over the scrapes between the job's second step and "
-     "its last (its step counter's): the GPU idles through start-up and exit, so gpu_util_ratio_min is 0 for most jobs"),
+    (
+        "gpu_util_ratio_training_min",
+        float,
+        "min of gpu_util_ratio over the scrapes between the job's second step and "
+        "its last (its step counter's): the GPU idles through start-up and exit, so gpu_util_ratio_min is 0 for most jobs",
+    ),
 ]
 
 

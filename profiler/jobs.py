@@ -6,6 +6,7 @@ ranks differ in GPUs, steps and memory, and summing them would hide that); each 
 and `pod_processes`, so grouping by (namespace, pod) is one step. DataLoader workers are no rows of their own:
 their parent counts the steps, and their CPU and memory show in the node's columns.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,22 +22,44 @@ INFO_FAMILIES = ("alnair_python_process_info", "alnair_cuda_process_info", "alna
 STARTS = ("alnair_python_process_start_time_seconds", "alnair_cuda_process_start_time_seconds")
 EXITS = ("alnair_python_process_exited_timestamp_seconds", "alnair_cuda_process_exited_timestamp_seconds")
 PROCESS_FAMILIES = (
-    *STARTS, *EXITS,
-    "alnair_python_dataloader_worker", "alnair_python_steps_total", "alnair_python_samples_total",
-    "alnair_python_step_seconds_total", "alnair_python_data_wait_seconds_total", "alnair_python_epochs_total",
-    "alnair_python_optimizer_steps_total", "alnair_python_time_to_first_step_seconds",
-    "alnair_cuda_kernel_launches_total", "alnair_cuda_graph_launches_total", "alnair_cuda_memory_peak_bytes",
-    "alnair_cuda_allocations_total", "alnair_cuda_allocations_denied_total", "alnair_cuda_throttled_seconds_total",
-    "alnair_cuda_gpu_time_seconds_total", "alnair_cuda_memory_limit_bytes", "alnair_cuda_compute_limit_ratio",
+    *STARTS,
+    *EXITS,
+    "alnair_python_dataloader_worker",
+    "alnair_python_steps_total",
+    "alnair_python_samples_total",
+    "alnair_python_step_seconds_total",
+    "alnair_python_data_wait_seconds_total",
+    "alnair_python_epochs_total",
+    "alnair_python_optimizer_steps_total",
+    "alnair_python_time_to_first_step_seconds",
+    "alnair_cuda_kernel_launches_total",
+    "alnair_cuda_graph_launches_total",
+    "alnair_cuda_memory_peak_bytes",
+    "alnair_cuda_allocations_total",
+    "alnair_cuda_allocations_denied_total",
+    "alnair_cuda_throttled_seconds_total",
+    "alnair_cuda_gpu_time_seconds_total",
+    "alnair_cuda_memory_limit_bytes",
+    "alnair_cuda_compute_limit_ratio",
     "alnair_cuda_compute_share_ratio",
-    "alnair_nvml_process_sm_utilization_ratio", "alnair_nvml_process_memory_used_bytes",
+    "alnair_nvml_process_sm_utilization_ratio",
+    "alnair_nvml_process_memory_used_bytes",
 )
 NODE_FAMILIES = (
-    "alnair_node_info", "alnair_exporter_build_info", "alnair_host_cpus", "alnair_host_cpu_seconds_total",
-    "alnair_host_memory_total_bytes", "alnair_host_memory_available_bytes",
-    "alnair_nvml_gpu_info", "alnair_nvml_sm_utilization_ratio", "alnair_nvml_memory_utilization_ratio",
-    "alnair_nvml_memory_used_bytes", "alnair_nvml_memory_total_bytes", "alnair_nvml_temperature_celsius",
-    "alnair_nvml_power_watts", "alnair_nvml_energy_joules_total",
+    "alnair_node_info",
+    "alnair_exporter_build_info",
+    "alnair_host_cpus",
+    "alnair_host_cpu_seconds_total",
+    "alnair_host_memory_total_bytes",
+    "alnair_host_memory_available_bytes",
+    "alnair_nvml_gpu_info",
+    "alnair_nvml_sm_utilization_ratio",
+    "alnair_nvml_memory_utilization_ratio",
+    "alnair_nvml_memory_used_bytes",
+    "alnair_nvml_memory_total_bytes",
+    "alnair_nvml_temperature_celsius",
+    "alnair_nvml_power_watts",
+    "alnair_nvml_energy_joules_total",
 )
 IDLE_MODES = ("idle", "iowait")
 # Steps the training minimum leaves out as warm-up (kernels built and tuned, lazy allocations): in block 22 a BERT's
@@ -123,8 +146,15 @@ def discover(prometheus: Prometheus, info_selector: str, start: float, end: floa
     return jobs
 
 
-def fetch(prometheus: Prometheus, jobs: dict[tuple[str, str], Job], process_selector: str, node_selector: str,
-          start: float, end: float, progress) -> dict[str, dict[str, list[Series]]]:
+def fetch(
+    prometheus: Prometheus,
+    jobs: dict[tuple[str, str], Job],
+    process_selector: str,
+    node_selector: str,
+    start: float,
+    end: float,
+    progress,
+) -> dict[str, dict[str, list[Series]]]:
     """Every family, one query each for all jobs: process families go to their jobs, node families are returned
     by instance."""
     nodes: dict[str, dict[str, list[Series]]] = defaultdict(lambda: defaultdict(list))
@@ -179,9 +209,16 @@ def span(job: Job) -> tuple[float, float, str]:
 def row(job: Job, node: Node) -> dict:
     out = dict.fromkeys(NAMES)
     start, end, source = span(job)
-    out.update(job=f"{job.pid}@{job.instance}", instance=job.instance, pid=job.pid, start_time=start, end_time=end,
-               duration_seconds=None if start is None or end is None else end - start, duration_source=source,
-               **job.info)
+    out.update(
+        job=f"{job.pid}@{job.instance}",
+        instance=job.instance,
+        pid=job.pid,
+        start_time=start,
+        end_time=end,
+        duration_seconds=None if start is None or end is None else end - start,
+        duration_source=source,
+        **job.info,
+    )
     out["scrapes"] = max((len(s.times) for found in job.families.values() for s in found), default=0)
     out.update(_metadata(job, node))
     window = (start if start is not None else 0.0, end if end is not None else 0.0)
@@ -196,13 +233,16 @@ def _metadata(job: Job, node: Node) -> dict:
     uuids = job.uuids()
     gpu = node.gpus.get(uuids[0], {}).get("alnair_nvml_gpu_info") if uuids else None
     cpus = node.last("alnair_host_cpus")
-    return {"node": node.label("alnair_node_info", "node"),
-            "exporter_version": node.label("alnair_exporter_build_info", "version"),
-            "node_cpus": None if cpus is None else int(cpus),
-            "node_memory_total_bytes": node.last("alnair_host_memory_total_bytes"),
-            "gpu_count": len(uuids), "gpu_uuids": ",".join(uuids),
-            "gpu_model": gpu.labels.get("name") if gpu else None,
-            "driver_version": gpu.labels.get("driver_version") if gpu else None}
+    return {
+        "node": node.label("alnair_node_info", "node"),
+        "exporter_version": node.label("alnair_exporter_build_info", "version"),
+        "node_cpus": None if cpus is None else int(cpus),
+        "node_memory_total_bytes": node.last("alnair_host_memory_total_bytes"),
+        "gpu_count": len(uuids),
+        "gpu_uuids": ",".join(uuids),
+        "gpu_model": gpu.labels.get("name") if gpu else None,
+        "driver_version": gpu.labels.get("driver_version") if gpu else None,
+    }
 
 
 def _statistics(job: Job, node: Node, window: tuple[float, float], training: tuple[float, float] | None) -> dict:
@@ -212,24 +252,38 @@ def _statistics(job: Job, node: Node, window: tuple[float, float], training: tup
         return [v for g in gpus if family in g for v in timeline(g[family]).window(*within)]
 
     def used_ratio() -> list[float]:
-        return [v for g in gpus if {"alnair_nvml_memory_used_bytes", "alnair_nvml_memory_total_bytes"} <= g.keys()
-                for v in ts.ratio(timeline(g["alnair_nvml_memory_used_bytes"]),
-                                  timeline(g["alnair_nvml_memory_total_bytes"])).window(*window)]
+        return [
+            v
+            for g in gpus
+            if {"alnair_nvml_memory_used_bytes", "alnair_nvml_memory_total_bytes"} <= g.keys()
+            for v in ts.ratio(
+                timeline(g["alnair_nvml_memory_used_bytes"]), timeline(g["alnair_nvml_memory_total_bytes"])
+            ).window(*window)
+        ]
 
-    process_util = [v for s in job.families.get("alnair_nvml_process_sm_utilization_ratio", [])
-                    for v in timeline(s).window(*window)]
-    values = {"cpu_util_ratio": node.cpu_util.window(*window), "sys_memory_util_ratio": node.memory_util.window(*window),
-              "gpu_util_ratio": device("alnair_nvml_sm_utilization_ratio"),
-              "gpu_memory_busy_ratio": device("alnair_nvml_memory_utilization_ratio"),
-              "gpu_memory_used_ratio": used_ratio(), "gpu_memory_used_bytes": device("alnair_nvml_memory_used_bytes"),
-              "gpu_temperature_celsius": device("alnair_nvml_temperature_celsius"),
-              "gpu_power_watts": device("alnair_nvml_power_watts"), "gpu_process_util_ratio": process_util}
+    process_util = [
+        v for s in job.families.get("alnair_nvml_process_sm_utilization_ratio", []) for v in timeline(s).window(*window)
+    ]
+    values = {
+        "cpu_util_ratio": node.cpu_util.window(*window),
+        "sys_memory_util_ratio": node.memory_util.window(*window),
+        "gpu_util_ratio": device("alnair_nvml_sm_utilization_ratio"),
+        "gpu_memory_busy_ratio": device("alnair_nvml_memory_utilization_ratio"),
+        "gpu_memory_used_ratio": used_ratio(),
+        "gpu_memory_used_bytes": device("alnair_nvml_memory_used_bytes"),
+        "gpu_temperature_celsius": device("alnair_nvml_temperature_celsius"),
+        "gpu_power_watts": device("alnair_nvml_power_watts"),
+        "gpu_process_util_ratio": process_util,
+    }
     out = {}
     for prefix, _ in STATISTICS:
         for stat, value in zip(("min", "max", "mean", "range"), ts.summary(values[prefix])):
             out[f"{prefix}_{stat}"] = value
-    energy = [ts.increase(timeline(g["alnair_nvml_energy_joules_total"]).pairs(*window))
-              for g in gpus if "alnair_nvml_energy_joules_total" in g]
+    energy = [
+        ts.increase(timeline(g["alnair_nvml_energy_joules_total"]).pairs(*window))
+        for g in gpus
+        if "alnair_nvml_energy_joules_total" in g
+    ]
     out["gpu_energy_joules"] = sum(e for e in energy if e is not None) if any(e is not None for e in energy) else None
     memory = [v for s in job.families.get("alnair_nvml_process_memory_used_bytes", []) for v in s.values]
     out["gpu_process_memory_max_bytes"] = max(memory) if memory else None
@@ -243,17 +297,19 @@ def _cuda(job: Job, duration: float | None) -> dict:
     peaks = [max(s.values) for s in job.families.get("alnair_cuda_memory_peak_bytes", []) if s.values]
     gpu_time = job.total("alnair_cuda_gpu_time_seconds_total")
     measured = sum(1 for s in job.families.get("alnair_cuda_gpu_time_seconds_total", []) if s.values)  # its GPUs
-    return {"cuda_memory_peak_bytes": sum(peaks) if peaks else None,
-            "cuda_kernel_launches": job.total("alnair_cuda_kernel_launches_total"),
-            "cuda_graph_launches": job.total("alnair_cuda_graph_launches_total"),
-            "cuda_allocations": job.total("alnair_cuda_allocations_total"),
-            "cuda_allocations_denied": job.total("alnair_cuda_allocations_denied_total"),
-            "cuda_throttled_seconds": job.total("alnair_cuda_throttled_seconds_total"),
-            "cuda_gpu_time_seconds": gpu_time,
-            "cuda_gpu_time_ratio": gpu_time / (duration * measured) if gpu_time is not None and duration else None,
-            "cuda_memory_limit_bytes": job.total("alnair_cuda_memory_limit_bytes"),
-            "cuda_compute_limit_ratio": _last(job, "alnair_cuda_compute_limit_ratio"),
-            "cuda_compute_share_ratio": _last(job, "alnair_cuda_compute_share_ratio")}
+    return {
+        "cuda_memory_peak_bytes": sum(peaks) if peaks else None,
+        "cuda_kernel_launches": job.total("alnair_cuda_kernel_launches_total"),
+        "cuda_graph_launches": job.total("alnair_cuda_graph_launches_total"),
+        "cuda_allocations": job.total("alnair_cuda_allocations_total"),
+        "cuda_allocations_denied": job.total("alnair_cuda_allocations_denied_total"),
+        "cuda_throttled_seconds": job.total("alnair_cuda_throttled_seconds_total"),
+        "cuda_gpu_time_seconds": gpu_time,
+        "cuda_gpu_time_ratio": gpu_time / (duration * measured) if gpu_time is not None and duration else None,
+        "cuda_memory_limit_bytes": job.total("alnair_cuda_memory_limit_bytes"),
+        "cuda_compute_limit_ratio": _last(job, "alnair_cuda_compute_limit_ratio"),
+        "cuda_compute_share_ratio": _last(job, "alnair_cuda_compute_share_ratio"),
+    }
 
 
 def _last(job: Job, family: str) -> float | None:
@@ -266,11 +322,14 @@ def _python(job: Job) -> dict:
     samples, wait = _last(job, "alnair_python_samples_total"), _last(job, "alnair_python_data_wait_seconds_total")
     total_seconds = _last(job, "alnair_python_step_seconds_total")
     per_step, weights = ts.per_event(timeline(seconds), timeline(steps)) if steps and seconds else ([], [])
-    return {"steps": _last(job, "alnair_python_steps_total"), "samples": samples,
-            "epochs": _last(job, "alnair_python_epochs_total"),
-            "optimizer_steps": _last(job, "alnair_python_optimizer_steps_total"),
-            "samples_per_second": samples / total_seconds if samples is not None and total_seconds else None,
-            "step_seconds_p50": ts.weighted_percentile(per_step, weights, 0.5),
-            "step_seconds_p95": ts.weighted_percentile(per_step, weights, 0.95),
-            "data_stall_ratio": wait / total_seconds if wait is not None and total_seconds else None,
-            "time_to_first_step_seconds": _last(job, "alnair_python_time_to_first_step_seconds")}
+    return {
+        "steps": _last(job, "alnair_python_steps_total"),
+        "samples": samples,
+        "epochs": _last(job, "alnair_python_epochs_total"),
+        "optimizer_steps": _last(job, "alnair_python_optimizer_steps_total"),
+        "samples_per_second": samples / total_seconds if samples is not None and total_seconds else None,
+        "step_seconds_p50": ts.weighted_percentile(per_step, weights, 0.5),
+        "step_seconds_p95": ts.weighted_percentile(per_step, weights, 0.95),
+        "data_stall_ratio": wait / total_seconds if wait is not None and total_seconds else None,
+        "time_to_first_step_seconds": _last(job, "alnair_python_time_to_first_step_seconds"),
+    }

@@ -1,4 +1,5 @@
 """Rows to CSV (the standard library) or Parquet (pyarrow, the `parquet` extra), with typed columns."""
+
 from __future__ import annotations
 
 import csv

@@ -3,6 +3,7 @@ raw samples of every matching series, checked answers, and errors as one line (P
 
 Whatever a server answers is untrusted: each request has a deadline over the whole exchange and a bound on the
 answer's size, every part of an answer is checked before use, and server text is made printable."""
+
 from __future__ import annotations
 
 import http.client
@@ -166,8 +167,10 @@ class Prometheus:
         while chunk := response.read1(CHUNK_BYTES):
             body += chunk
             if len(body) > self.max_bytes:
-                raise ProfileError(f"{self.url}: the answer to {path} is larger than {self.max_bytes / MiB:g} MiB: "
-                                   "ask for less (a shorter range, narrower selectors) or raise --max-answer-mib")
+                raise ProfileError(
+                    f"{self.url}: the answer to {path} is larger than {self.max_bytes / MiB:g} MiB: "
+                    "ask for less (a shorter range, narrower selectors) or raise --max-answer-mib"
+                )
         return body
 
     def _unanswered(self, path: str, error: Exception) -> ProfileError:

@@ -1,5 +1,6 @@
 """What `alnair profile` reads: the time range and the label matchers, as PromQL selectors for the three kinds of
 query (process info, per-process values, per-node values)."""
+
 from __future__ import annotations
 
 import datetime
@@ -61,8 +62,9 @@ class Selection:
 
     def __post_init__(self):
         if not self.start < self.end:
-            raise ProfileError(f"empty range: the start ({rfc3339(self.start)}) is not before the end "
-                               f"({rfc3339(self.end)})")
+            raise ProfileError(
+                f"empty range: the start ({rfc3339(self.start)}) is not before the end ({rfc3339(self.end)})"
+            )
         self.raw = self.raw.strip().removeprefix("{").removesuffix("}").strip()
 
     def _matchers(self, names: tuple[str, ...]) -> list[str]:

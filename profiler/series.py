@@ -1,5 +1,6 @@
 """Arithmetic on raw samples: a window of a timeline, its min/max/mean/range, a counter's increase, per-scrape rates
 of two counters, and percentiles weighted by how many events each value stands for."""
+
 from __future__ import annotations
 
 import bisect
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 @dataclass
 class Timeline:
     """Sorted (time, value) samples of one quantity."""
+
     times: list[float] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
 

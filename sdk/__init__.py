@@ -3,6 +3,7 @@
 The rest of the namespace is the exporter and its tools (alnair.exporter, alnair.collectors, ...);
 importing this package starts nothing.
 """
+
 from __future__ import annotations
 
 __all__ = ["counter", "phase", "__version__"]

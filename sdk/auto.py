@@ -1,4 +1,5 @@
 """`import alnair.auto`: the one line that turns on the Python intercept (PyTorch hooks and publishing)."""
+
 from alnair.intercept.activation import activate
 
 activate()

@@ -1,5 +1,6 @@
 """The conventions every Alnair command shares: one-line errors that exit 2, flags with environment
 fallbacks and their defaults in --help, Prometheus-style durations, and --version."""
+
 from __future__ import annotations
 
 import argparse
@@ -225,5 +226,11 @@ def add_flag(parser, flag: str, *, type: Callable = str, default=None, help: str
     checked like the flag; --help shows the default and the variable."""
     dest = flag.lstrip("-").replace(".", "_").replace("-", "_")
     text = format_duration(default) if type is duration else shown(default)
-    parser.add_argument(flag, dest=dest, type=type, default=env_default(flag, type, default),
-                        help=f"{help} (default: {text}) [env {env_name(flag)}]", **extra)
+    parser.add_argument(
+        flag,
+        dest=dest,
+        type=type,
+        default=env_default(flag, type, default),
+        help=f"{help} (default: {text}) [env {env_name(flag)}]",
+        **extra,
+    )

@@ -7,6 +7,7 @@ Every logger's records go through the root logger's one handler, so log calls st
 they pass as `extra` follows msg as keys of its own, and a traceback is the key `exception`. A line never
 breaks: logfmt quotes and escapes (Go's strconv.Quote), JSON escapes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,17 +24,36 @@ FORMATS = ("logfmt", "json")
 FIXED_KEYS = ("time", "level", "source", "msg")
 # A LogRecord's own attributes; any other was passed as `extra`.
 _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-            "\v": "\\v"}
+_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+}
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """--log.level and --log.format (ALNAIR_LOG_LEVEL, ALNAIR_LOG_FORMAT): what a bad value says, and --help."""
-    add_flag(parser, "--log.level", type=one_of(*LEVELS, aliases={"warning": "warn"}), default="info",
-             help="Only log messages at this level or above: debug, info, warn or error (warning is read as warn).")
-    add_flag(parser, "--log.format", type=one_of(*FORMATS), default="logfmt",
-             help="Format of the log lines on stderr: logfmt (time=... level=... source=... msg=...) or json "
-                  "(one object a line).")
+    add_flag(
+        parser,
+        "--log.level",
+        type=one_of(*LEVELS, aliases={"warning": "warn"}),
+        default="info",
+        help="Only log messages at this level or above: debug, info, warn or error (warning is read as warn).",
+    )
+    add_flag(
+        parser,
+        "--log.format",
+        type=one_of(*FORMATS),
+        default="logfmt",
+        help="Format of the log lines on stderr: logfmt (time=... level=... source=... msg=...) or json "
+        "(one object a line).",
+    )
 
 
 def configure(prog: str, argv: list[str] | None, stream: TextIO | None = None) -> argparse.Namespace:
@@ -74,8 +94,12 @@ class _Handler(logging.StreamHandler):
 
 class _Formatter(logging.Formatter):
     def fields(self, record: logging.LogRecord) -> dict[str, object]:
-        fields: dict[str, object] = {"time": timestamp(record.created), "level": level_name(record.levelno),
-                                     "source": f"{record.filename}:{record.lineno}", "msg": record.getMessage()}
+        fields: dict[str, object] = {
+            "time": timestamp(record.created),
+            "level": level_name(record.levelno),
+            "source": f"{record.filename}:{record.lineno}",
+            "msg": record.getMessage(),
+        }
         for key, value in vars(record).items():
             if key not in _RECORD_ATTRIBUTES:
                 fields[f"extra.{key}" if key in FIXED_KEYS else key] = value
@@ -93,8 +117,10 @@ class LogfmtFormatter(_Formatter):
 
 class JsonFormatter(_Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        fields = {key: str(value) if isinstance(value, float) and not math.isfinite(value) else value
-                  for key, value in self.fields(record).items()}
+        fields = {
+            key: str(value) if isinstance(value, float) and not math.isfinite(value) else value
+            for key, value in self.fields(record).items()
+        }
         # ASCII (non-ASCII characters as \u escapes): valid JSON whatever the stream's encoding
         return json.dumps(fields, default=str, separators=(",", ":"))
 

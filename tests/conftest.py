@@ -1,4 +1,5 @@
 """Shared fixtures: the C test writer built from the ABI header, writer processes, a running exporter."""
+
 from __future__ import annotations
 
 import subprocess
@@ -26,8 +27,22 @@ def fake_nvml_dir(tmp_path_factory) -> Path:
     """A directory holding the fake libnvidia-ml.so.1 (tests/doubles), for the LD_LIBRARY_PATH of the tests that
     want it: the intercept's limits and alnair top's GPU rows."""
     d = tmp_path_factory.mktemp("fake-nvml")
-    subprocess.run(["gcc", "-std=gnu11", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-fvisibility=hidden",
-                    "-o", str(d / "libnvidia-ml.so.1"), str(ROOT / "tests" / "doubles" / "fake_libnvml.c")], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-std=gnu11",
+            "-O2",
+            "-Wall",
+            "-Werror",
+            "-shared",
+            "-fPIC",
+            "-fvisibility=hidden",
+            "-o",
+            str(d / "libnvidia-ml.so.1"),
+            str(ROOT / "tests" / "doubles" / "fake_libnvml.c"),
+        ],
+        check=True,
+    )
     return d
 
 

@@ -1,5 +1,6 @@
 """A test double of the pynvml module: GPUs described in Python, answering with pynvml's own constants,
 structures' field names and NVMLError subclasses (so the collector's error handling is the real one)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -13,9 +14,23 @@ import pynvml
 
 XID = pynvml.nvmlEventTypeXidCriticalError
 # The GPM metrics a Hopper GPU measures here, by pynvml's ids: percentages, and MiB/s for those ending _PER_SEC.
-GPM_METRICS = [getattr(pynvml, f"NVML_GPM_METRIC_{name}") for name in (
-    "GRAPHICS_UTIL", "SM_UTIL", "SM_OCCUPANCY", "ANY_TENSOR_UTIL", "FP64_UTIL", "FP32_UTIL", "FP16_UTIL", "DRAM_BW_UTIL",
-    "PCIE_TX_PER_SEC", "PCIE_RX_PER_SEC", "NVLINK_TOTAL_TX_PER_SEC", "NVLINK_TOTAL_RX_PER_SEC")]
+GPM_METRICS = [
+    getattr(pynvml, f"NVML_GPM_METRIC_{name}")
+    for name in (
+        "GRAPHICS_UTIL",
+        "SM_UTIL",
+        "SM_OCCUPANCY",
+        "ANY_TENSOR_UTIL",
+        "FP64_UTIL",
+        "FP32_UTIL",
+        "FP16_UTIL",
+        "DRAM_BW_UTIL",
+        "PCIE_TX_PER_SEC",
+        "PCIE_RX_PER_SEC",
+        "NVLINK_TOTAL_TX_PER_SEC",
+        "NVLINK_TOTAL_RX_PER_SEC",
+    )
+]
 
 
 @dataclass
@@ -39,7 +54,9 @@ class FakeGpu:
     mig: list["FakeGpu"] | None = None  # None: MIG off; a list of slots (None entries are empty slots)
     unsupported: set[str] = field(default_factory=set)  # pynvml function names this GPU refuses
     lost: bool = False  # fallen off the bus: every call fails
-    supported_events: int = XID | pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError | pynvml.nvmlEventTypePState
+    supported_events: int = (
+        XID | pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError | pynvml.nvmlEventTypePState
+    )
     register_error: int | None = None  # the NVML code nvmlDeviceRegisterEvents fails with (NO_PERMISSION: not root)
     # nvmlGpmQueryDeviceSupport's answer (Hopper and later); False: GPM samples NOT_SUPPORTED
     gpm_supported: bool = True
@@ -90,8 +107,13 @@ class FakeEventSet:
 class FakeNvml:
     """Use as `NvmlCollector(options, nvml=FakeNvml([...]))`; GPUs can be changed between samples."""
 
-    def __init__(self, gpus: list[FakeGpu], driver_loaded: bool = True, driver_version: str = "550.54.15",
-                 missing: set[str] = frozenset()):
+    def __init__(
+        self,
+        gpus: list[FakeGpu],
+        driver_loaded: bool = True,
+        driver_version: str = "550.54.15",
+        missing: set[str] = frozenset(),
+    ):
         for name in dir(pynvml):
             if name.startswith(("NVML", "nvmlClocks", "nvmlMemory_v", "nvmlEventType", "c_nvmlGpm")):
                 setattr(self, name, getattr(pynvml, name))
@@ -182,13 +204,18 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, gpu):
         g = self._device("nvmlDeviceGetComputeRunningProcesses", gpu)
-        return [SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
-                for pid, used in g.processes.items()]
+        return [
+            SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+            for pid, used in g.processes.items()
+        ]
 
     def nvmlDeviceGetProcessUtilization(self, gpu, last_seen_us):
         g = self._device("nvmlDeviceGetProcessUtilization", gpu)
-        newer = [SimpleNamespace(pid=pid, timeStamp=at, smUtil=sm, memUtil=memory, encUtil=0, decUtil=0)
-                 for pid, at, sm, memory in g.utilization_samples if at > last_seen_us]
+        newer = [
+            SimpleNamespace(pid=pid, timeStamp=at, smUtil=sm, memUtil=memory, encUtil=0, decUtil=0)
+            for pid, at, sm, memory in g.utilization_samples
+            if at > last_seen_us
+        ]
         if not newer:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return newer
@@ -247,14 +274,20 @@ class FakeNvml:
         if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         older, newer = self._gpm_sample(request.sample1), self._gpm_sample(request.sample2)
-        if (request.numMetrics > pynvml.NVML_GPM_METRIC_MAX or older.gpu is None or newer.gpu is not older.gpu
-                or newer.taken_ns <= older.taken_ns):
+        if (
+            request.numMetrics > pynvml.NVML_GPM_METRIC_MAX
+            or older.gpu is None
+            or newer.gpu is not older.gpu
+            or newer.taken_ns <= older.taken_ns
+        ):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         seconds = (newer.taken_ns - older.taken_ns) / 1e9
-        for metric in request.metrics[:request.numMetrics]:
+        for metric in request.metrics[: request.numMetrics]:
             measured = metric.metricId in older.counters and metric.metricId in newer.counters
             metric.nvmlReturn = pynvml.NVML_SUCCESS if measured else pynvml.NVML_ERROR_NOT_SUPPORTED
-            metric.value = (newer.counters[metric.metricId] - older.counters[metric.metricId]) / seconds if measured else 0.0
+            metric.value = (
+                (newer.counters[metric.metricId] - older.counters[metric.metricId]) / seconds if measured else 0.0
+            )
         return request
 
     def _gpm_sample(self, handle) -> FakeGpmSample:
@@ -330,8 +363,15 @@ class FakeNvml:
         with self._events:
             for event_set in self.event_sets:
                 if not event_set.freed and any(g is gpu and types & XID for g, types in event_set.registered):
-                    event_set.events.append(SimpleNamespace(device=device or gpu, eventType=XID, eventData=xid,
-                                                            gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF))
+                    event_set.events.append(
+                        SimpleNamespace(
+                            device=device or gpu,
+                            eventType=XID,
+                            eventData=xid,
+                            gpuInstanceId=0xFFFFFFFF,
+                            computeInstanceId=0xFFFFFFFF,
+                        )
+                    )
             self._events.notify_all()
 
     def hang_waits(self, hung: bool) -> None:

@@ -1,5 +1,6 @@
 """Reading a daemon's log as a log pipeline would (alnair.logs): a strict logfmt parser, JSON lines, and the checks
 every line passes whatever its format: time, level, source and msg first, each of the right form."""
+
 from __future__ import annotations
 
 import datetime

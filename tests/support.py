@@ -1,4 +1,5 @@
 """Helpers the tests share: writer and exporter processes, exposition parsing, polling."""
+
 from __future__ import annotations
 
 import contextlib
@@ -66,7 +67,10 @@ class Writer:
 
     def __init__(self, binary: Path, shm_dir: Path, args: list[str], env: dict[str, str] | None = None):
         self.proc = subprocess.Popen(
-            [str(binary), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [str(binary), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
             env={**os.environ, "ALNAIR_SHM_DIR": str(shm_dir), **(env or {})},
         )
         line = read_line(self.proc.stdout, 10)
@@ -114,15 +118,28 @@ def free_port() -> int:
 class Exporter:
     """`python -m alnair.exporter` (or a `script` that runs it) on a free loopback port; its log goes to a file."""
 
-    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None, python: str = sys.executable,
-                 script: str | None = None):
+    def __init__(
+        self,
+        args: list[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        python: str = sys.executable,
+        script: str | None = None,
+    ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(
-                [python, *([script] if script else ["-m", "alnair.exporter"]), f"--web.listen-address=127.0.0.1:{self.port}", *args],
-                stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, **(env or {})},
+                [
+                    python,
+                    *([script] if script else ["-m", "alnair.exporter"]),
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    *args,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env={**os.environ, **(env or {})},
             )
         try:
             wait_until(lambda: "listening on" in self.log() or self.proc.poll() is not None, timeout=20)
@@ -204,7 +221,9 @@ class Locker:
     )
 
     def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-c", self.SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", self.SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
 
     def lock(self, path: Path) -> None:
         self.proc.stdin.write(f"{path}\n")
@@ -222,8 +241,12 @@ class PythonProgram:
 
     def __init__(self, code: str, shm_dir: Path, env: dict[str, str] | None = None, timeout: float = 60):
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env={**os.environ, "ALNAIR_SHM_DIR": str(shm_dir), **(env or {})},
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "ALNAIR_SHM_DIR": str(shm_dir), **(env or {})},
         )
         self.pid = self.proc.pid
         line = read_line(self.proc.stdout, timeout)
@@ -243,19 +266,26 @@ def cuda_record_program(setup: str) -> str:
     """The code of a PythonProgram that publishes one cuda record, laid out as the intercept lays it, and keeps it
     until stdin closes: for fields the C test writer cannot set (device flags, GPU time, the compute share).
     `setup` fills `record`, a layout.CudaRecord with no devices yet, `layout` imported."""
-    return "\n".join(textwrap.dedent(part) for part in ("""
+    return "\n".join(
+        textwrap.dedent(part)
+        for part in (
+            """
         import ctypes, sys
         from alnair.abi import layout
         from alnair.intercept.segment_writer import WriterSegment
 
         record = layout.CudaRecord(max_devices=layout.CUDA_MAX_DEVICES)
-        """, setup, """
+        """,
+            setup,
+            """
         segment = WriterSegment(layout.KIND_CUDA, ctypes.sizeof(layout.CudaRecord))
         segment.publish(bytes(record))
         print("ready", flush=True)
         sys.stdin.read()
         segment.close()
-        """))
+        """,
+        )
+    )
 
 
 def python_records(shm_dir: Path) -> dict[int, object]:
@@ -283,8 +313,20 @@ class RedisServer:
             pytest.fail("redis-server is not installed: .ci/run installs it (apt-get install redis-server)")
         self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                        "--dir", str(directory), *args]
+        self.command = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+            *args,
+        ]
         self.start()
 
     def start(self) -> None:
@@ -354,7 +396,9 @@ def tracked_tree(tmp_path_factory) -> Path:
     """The checkout's tracked files alone, as CI's clone has them: a build/ left in the working tree
     by an earlier install must not supply files the package no longer ships."""
     tree = tmp_path_factory.mktemp("src")
-    names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    names = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    )
     for name in filter(None, names):
         if (ROOT / name).is_file():
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
@@ -375,11 +419,16 @@ def write_tls_files(directory: Path) -> None:
     now = datetime.datetime.now(datetime.timezone.utc)
 
     def issue(subject, key, issuer, issuer_key, ca, san=None):
-        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=1))
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(issuer)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
         if san:
             builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
         return builder.sign(issuer_key, hashes.SHA256())
@@ -387,12 +436,19 @@ def write_tls_files(directory: Path) -> None:
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
     ca = issue(ca_name, ca_key, ca_name, ca_key, True)
-    server = issue(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "server")]), key, ca_name, ca_key,
-                   False, [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    server = issue(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "server")]),
+        key,
+        ca_name,
+        ca_key,
+        False,
+        [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+    )
     (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (directory / "server.crt").write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    (directory / "server.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                             serialization.NoEncryption()))
+    (directory / "server.key").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
 
 
 def cluster_port() -> int:
@@ -421,12 +477,35 @@ class RedisCluster:
             node_dir.mkdir()
             # A node that loses sight of a primary for 1 s fails over to its replica; the others keep
             # serving their slots meanwhile (full coverage not required), as the cache wants.
-            self.servers.append(RedisServer(node_dir, "--cluster-enabled", "yes", "--cluster-config-file",
-                                            str(node_dir / "nodes.conf"), "--cluster-node-timeout", "1000",
-                                            "--cluster-require-full-coverage", "no", port=cluster_port()))
+            self.servers.append(
+                RedisServer(
+                    node_dir,
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    str(node_dir / "nodes.conf"),
+                    "--cluster-node-timeout",
+                    "1000",
+                    "--cluster-require-full-coverage",
+                    "no",
+                    port=cluster_port(),
+                )
+            )
         addresses = [f"127.0.0.1:{s.port}" for s in self.servers]
-        subprocess.run([require_binary("redis-cli"), "--cluster", "create", *addresses, "--cluster-replicas", "1",
-                        "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [
+                require_binary("redis-cli"),
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                "1",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         self.url = "redis+cluster://" + ",".join(addresses)
         self.wait_healthy()
 
@@ -442,8 +521,15 @@ class RedisCluster:
         nodes = []
         for line in text.strip().splitlines():
             fields = line.split()
-            nodes.append({"id": fields[0], "port": int(fields[1].split("@")[0].rsplit(":", 1)[1]),
-                          "flags": fields[2].split(","), "primary": fields[3], "slots": fields[8:]})
+            nodes.append(
+                {
+                    "id": fields[0],
+                    "port": int(fields[1].split("@")[0].rsplit(":", 1)[1]),
+                    "flags": fields[2].split(","),
+                    "primary": fields[3],
+                    "slots": fields[8:],
+                }
+            )
         return nodes
 
     def primaries(self) -> list[RedisServer]:
@@ -463,7 +549,10 @@ class RedisCluster:
                 info = client.execute_command("CLUSTER", "INFO").decode()
                 if "cluster_state:ok" not in info or "cluster_known_nodes:6" not in info:
                     return False
-                if client.info("replication")["role"] == "slave" and client.info("replication")["master_link_status"] != "up":
+                if (
+                    client.info("replication")["role"] == "slave"
+                    and client.info("replication")["master_link_status"] != "up"
+                ):
                     return False
             return len(self.primaries()) == len(self.servers) // 2
         except redis.RedisError:
@@ -510,7 +599,8 @@ def cluster(redis_cluster):
 
 def newest_glibc_needed(library: Path) -> str | None:
     """The newest GLIBC_x.y symbol version an ELF file requires, from its version-needs section (binutils' readelf)."""
-    dump = subprocess.run(["readelf", "--version-info", "--wide", str(library)], capture_output=True, text=True,
-                          check=True).stdout
+    dump = subprocess.run(
+        ["readelf", "--version-info", "--wide", str(library)], capture_output=True, text=True, check=True
+    ).stdout
     needed = set(re.findall(r"Name: (GLIBC_[0-9.]+)", dump))
     return max(needed, key=lambda name: tuple(int(n) for n in name.removeprefix("GLIBC_").split(".")), default=None)

@@ -2,6 +2,7 @@
 connections from elsewhere keeps a priority peer out; at a limit, the connection of that class idle the longest
 (between requests, or still sending one) is closed for the new one, and only when every one of them is being
 answered is the new one refused."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,5 @@
 """The listening socket: ':port' serves IPv6 and IPv4 alike, and falls back to IPv4 on a host without IPv6."""
+
 from __future__ import annotations
 
 import errno

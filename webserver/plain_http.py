@@ -1,5 +1,6 @@
 """A plain HTTP request on a TLS port, told by its first five bytes before any handshake, is answered as Go's
 net/http answers it (node_exporter's too), so the client's error says what is wrong instead of a TLS failure."""
+
 from __future__ import annotations
 
 import asyncio

@@ -1,6 +1,7 @@
 """aiohttp's server log, given to it as its logger: a request it cannot parse becomes one warning line naming the
 client and the problem. aiohttp would log it with a traceback, or at debug level when a connection's first bytes
 are not HTTP at all; other errors keep aiohttp's words and traceback."""
+
 from __future__ import annotations
 
 import logging

@@ -13,6 +13,7 @@ alive, closes idle ones and answers malformed requests 400. Every limit in time:
 - on shutdown, SHUTDOWN_GRACE for the requests being answered (twice, at most: aiohttp waits once for the
   handler, once for the connection's task), while idle connections close at once and no new one is accepted.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -103,10 +104,16 @@ class BoundedServer:
             pass
 
     async def _serve(self) -> None:
-        http = web.Server(self._answer, loop=self._loop, keepalive_timeout=self.idle_timeout,
-                          lingering_time=LINGER_SECONDS, max_headers=MAX_HEADERS, access_log=None,
-                          auto_decompress=False,  # a body is taken as sent, never inflated
-                          logger=RequestLog(self.log, {}))
+        http = web.Server(
+            self._answer,
+            loop=self._loop,
+            keepalive_timeout=self.idle_timeout,
+            lingering_time=LINGER_SECONDS,
+            max_headers=MAX_HEADERS,
+            access_log=None,
+            auto_decompress=False,  # a body is taken as sent, never inflated
+            logger=RequestLog(self.log, {}),
+        )
         accepting = self._loop.create_task(self._accept(http))
         try:
             await self._stop.wait()
@@ -167,8 +174,11 @@ class BoundedServer:
             if context is not None and await refused_plain_http(conn, HANDSHAKE_TIMEOUT):
                 return False
             await self._loop.connect_accepted_socket(
-                lambda: _Tracked(http(), slot, self), conn, ssl=context,
-                ssl_handshake_timeout=HANDSHAKE_TIMEOUT if context else None)
+                lambda: _Tracked(http(), slot, self),
+                conn,
+                ssl=context,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT if context else None,
+            )
             return True
         except OSError as e:  # ssl.SSLError and TimeoutError are OSErrors
             self.log.debug("connection from %s ended before its first request: %s", client_host, e)

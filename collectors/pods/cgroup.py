@@ -1,5 +1,6 @@
 """Pod UID and container id from /proc/<pid>/cgroup: cgroup v1 and v2, systemd and cgroupfs drivers,
 containerd, CRI-O and Docker naming."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,13 @@ POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]
 # "crio-conmon-<id>" is CRI-O's monitor process, not the container, so it does not match.
 CONTAINER = re.compile(r"^(?:(docker|cri-containerd|crio|containerd|libpod)-)?([0-9a-f]{64})(?:\.scope)?$")
 # The scheme Kubernetes writes in status.containerStatuses[].containerID, by cgroup prefix.
-RUNTIME_SCHEME = {"docker": "docker", "cri-containerd": "containerd", "containerd": "containerd",
-                  "crio": "cri-o", "libpod": "podman"}
+RUNTIME_SCHEME = {
+    "docker": "docker",
+    "cri-containerd": "containerd",
+    "containerd": "containerd",
+    "crio": "cri-o",
+    "libpod": "podman",
+}
 
 
 @dataclass(frozen=True)

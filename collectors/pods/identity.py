@@ -1,5 +1,6 @@
 """Who a pid is: its pod UID and container id from its cgroup, its pod, namespace and container names
 from the pod watch when known; one resolver per exporter, shared by every collector that labels pids."""
+
 from __future__ import annotations
 
 import threading
@@ -21,8 +22,13 @@ class ProcessIdentity:
     container: str
 
     def labels(self) -> dict[str, str]:
-        return {"pod_uid": self.pod_uid, "container_id": self.container_id, "pod": self.pod,
-                "namespace": self.namespace, "container": self.container}
+        return {
+            "pod_uid": self.pod_uid,
+            "container_id": self.container_id,
+            "pod": self.pod,
+            "namespace": self.namespace,
+            "container": self.container,
+        }
 
 
 class PodIdentity:
@@ -41,8 +47,9 @@ class PodIdentity:
         self._cgroups: dict[tuple[int, int], CgroupIdentity] = {}
         self._contradicted: set[tuple[int, int]] = set()
 
-    def of_pid(self, pid: int | None, pod_uid: str = "", container_id: str = "", started: int = 0,
-               alive: bool = True) -> ProcessIdentity:
+    def of_pid(
+        self, pid: int | None, pod_uid: str = "", container_id: str = "", started: int = 0, alive: bool = True
+    ) -> ProcessIdentity:
         """`pod_uid`/`container_id`: what the process claimed of itself; the cgroup of `pid` wins. A process
         that has exited is known only by what was read while it lived: its pid and its claim are anyone's now."""
         if not alive:

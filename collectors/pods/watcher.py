@@ -1,5 +1,6 @@
 """The node's pods by UID, kept by one list+watch on the Kubernetes API (field selector spec.nodeName),
 so naming a pod never costs a request."""
+
 from __future__ import annotations
 
 import json
@@ -78,8 +79,10 @@ class PodWatcher:
                 log.warning("no permission to watch pods (%s): pods are named by cgroup-derived UID only", status)
             return DENIED_RETRY_SECONDS
         if failures == 0:
-            log.warning("Kubernetes API unreachable (%s): keeping the last known pod names, retrying",
-                        f"{type(error).__name__}: {error}"[:200])
+            log.warning(
+                "Kubernetes API unreachable (%s): keeping the last known pod names, retrying",
+                f"{type(error).__name__}: {error}"[:200],
+            )
         return BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS) - 1)]
 
     def _list(self) -> str:
@@ -93,8 +96,14 @@ class PodWatcher:
     def _watch(self, version: str) -> str:
         """Applies one watch's events; returns the resourceVersion to resume from."""
         response = self.api.list_pod_for_all_namespaces(
-            field_selector=self.field_selector, watch=True, resource_version=version, allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_TIMEOUT_SECONDS, _preload_content=False, _request_timeout=(10, WATCH_TIMEOUT_SECONDS + 30))
+            field_selector=self.field_selector,
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_TIMEOUT_SECONDS,
+            _preload_content=False,
+            _request_timeout=(10, WATCH_TIMEOUT_SECONDS + 30),
+        )
         try:
             for event in events(checked(response)):
                 version = self._apply(event) or version
@@ -122,6 +131,7 @@ def checked(response):
     """The urllib3 response, or the ApiException a non-2xx status means."""
     if not 200 <= response.status < 300:
         from kubernetes.client.exceptions import ApiException
+
         raise ApiException(http_resp=response)
     return response
 
@@ -139,8 +149,11 @@ def events(response) -> Iterator[dict]:
 
 def pod_names(pod: dict) -> PodNames:
     metadata, status = pod["metadata"], pod.get("status") or {}
-    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or []),
-                *(status.get("ephemeralContainerStatuses") or [])]
+    statuses = [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+        *(status.get("ephemeralContainerStatuses") or []),
+    ]
     containers = {s["containerID"].rpartition("://")[2]: s["name"] for s in statuses if s.get("containerID")}
     return PodNames(metadata["name"], metadata.get("namespace", ""), containers)
 

@@ -1,5 +1,6 @@
 """The skeleton every collector of one segment kind shares: read the directory each sample, render its
 record's families, then the per-process identity and the directory's self-metrics."""
+
 from __future__ import annotations
 
 import logging
@@ -31,8 +32,9 @@ def announce_reader(shm_dir: str) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         os.close(os.open(os.path.join(shm_dir, naming.READER_MARKER), flags, 0o644))
     except OSError as e:  # read-only, a planted symlink or FIFO: writers then remove their segments at exit
-        log.warning("cannot mark %s as read by this exporter (%s): segments of exited writers are not kept", shm_dir,
-                    e.strerror)
+        log.warning(
+            "cannot mark %s as read by this exporter (%s): segments of exited writers are not kept", shm_dir, e.strerror
+        )
 
 
 class SegmentCollector:
@@ -44,13 +46,25 @@ class SegmentCollector:
 
     @staticmethod
     def shared_arguments(parser) -> None:
-        add_flag(parser, "--shm.dir", default=naming.DEFAULT_DIR, help="Directory of the writers' shared-memory segments.")
-        add_flag(parser, "--shm.linger", type=duration, default=120.0,
-                 help="How long an exited writer's last record is still served, so scrapes see its final counters.")
+        add_flag(
+            parser, "--shm.dir", default=naming.DEFAULT_DIR, help="Directory of the writers' shared-memory segments."
+        )
+        add_flag(
+            parser,
+            "--shm.linger",
+            type=duration,
+            default=120.0,
+            help="How long an exited writer's last record is still served, so scrapes see its final counters.",
+        )
         # The memory bound docs/security.md states is for the default cap: the flag may lower it, never raise it.
-        add_flag(parser, "--shm.max-segments", type=int_between(1, DEFAULT_MAX_SEGMENTS), default=DEFAULT_MAX_SEGMENTS,
-                 help=f"Segments of each kind read per sample at most, 1 to {DEFAULT_MAX_SEGMENTS}; more are counted as "
-                      "skipped (over_limit).")
+        add_flag(
+            parser,
+            "--shm.max-segments",
+            type=int_between(1, DEFAULT_MAX_SEGMENTS),
+            default=DEFAULT_MAX_SEGMENTS,
+            help=f"Segments of each kind read per sample at most, 1 to {DEFAULT_MAX_SEGMENTS}; more are counted as "
+            "skipped (over_limit).",
+        )
 
     @staticmethod
     def check_options(options) -> str | None:
@@ -61,11 +75,14 @@ class SegmentCollector:
 
     def __init__(self, options):
         announce_reader(options.shm_dir)
-        self.directory = SegmentDirectory(options.shm_dir, self.kind,
-                                          max_segments=getattr(options, "shm_max_segments", DEFAULT_MAX_SEGMENTS),
-                                          linger_seconds=getattr(options, "shm_linger", 0.0),
-                                          state_path=os.path.join(options.shm_dir, naming.reader_state_name(self.kind)),
-                                          watch_arrivals=True)
+        self.directory = SegmentDirectory(
+            options.shm_dir,
+            self.kind,
+            max_segments=getattr(options, "shm_max_segments", DEFAULT_MAX_SEGMENTS),
+            linger_seconds=getattr(options, "shm_linger", 0.0),
+            state_path=os.path.join(options.shm_dir, naming.reader_state_name(self.kind)),
+            watch_arrivals=True,
+        )
         # the boot time moves only when the wall clock is stepped: read it once, not every sample
         self.boot_seconds = boot_time_seconds(options.procfs)
         self.clock_ticks = os.sysconf("SC_CLK_TCK")
@@ -83,6 +100,13 @@ class SegmentCollector:
         self.labels.new_sample()
         out = ExpositionBuilder()
         self.record_families(out, processes)
-        process_families(out, layout.KIND_NAMES[self.kind], processes, self.labels, self.boot_seconds,
-                         self.clock_ticks, self.identity)
+        process_families(
+            out,
+            layout.KIND_NAMES[self.kind],
+            processes,
+            self.labels,
+            self.boot_seconds,
+            self.clock_ticks,
+            self.identity,
+        )
         return out.text() + render(directory_metrics(self.directory, processes))

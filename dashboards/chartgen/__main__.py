@@ -1,5 +1,6 @@
 """`python -m chartgen` (with helm/ and dashboards/ on the path; `make chart`) writes helm/alnair/templates/_rules.tpl;
 `--check` writes nothing and exits 1 when the committed file is not what dashgen generates."""
+
 from __future__ import annotations
 
 import argparse

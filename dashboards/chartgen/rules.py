@@ -3,6 +3,7 @@ as they are; the alerts are built by dashgen's own functions with a placeholder 
 of defaults (and of the job), and each string that holds one becomes a Go template action that puts the chart's value
 (prometheusRule.settings, scrape.job) there. So thresholds change with the values, and the text around them is
 dashgen's, whatever it says."""
+
 from __future__ import annotations
 
 import json
@@ -90,7 +91,7 @@ def sequence(items: list, indent: int) -> list[str]:
     for item in items:
         if isinstance(item, dict):
             inner = mapping(item, indent + 2)
-            lines += [pad + "- " + inner[0][indent + 2:], *inner[1:]]
+            lines += [pad + "- " + inner[0][indent + 2 :], *inner[1:]]
         else:
             lines.append(f"{pad}- {scalar(item)}")
     return lines
@@ -101,8 +102,10 @@ def define(name: str, body: list[str]) -> str:
 
 
 def alert_body() -> list[str]:
-    body = ["{{- $disabled := .Values.prometheusRule.disabledAlerts -}}",
-            "{{- $settings := .Values.prometheusRule.settings -}}"]
+    body = [
+        "{{- $disabled := .Values.prometheusRule.disabledAlerts -}}",
+        "{{- $settings := .Values.prometheusRule.settings -}}",
+    ]
     for group in alert_groups_with_placeholders():
         names = [rule["alert"] for rule in group["rules"]]
         every = " ".join(f"(has {go_string(n)} $disabled)" for n in names)
@@ -119,10 +122,12 @@ def alert_body() -> list[str]:
 
 
 def template() -> str:
-    return "\n".join([
-        HEADER,
-        define("alnair.rules.recording", sequence(recording.groups(), 0)),
-        define("alnair.rules.v04Compat", sequence(recording.groups(compat.GROUPS), 0)),
-        define("alnair.rules.dcgmNames", sequence(recording.groups(dcgm_names.GROUPS), 0)),
-        define("alnair.rules.alerts", alert_body()),
-    ])
+    return "\n".join(
+        [
+            HEADER,
+            define("alnair.rules.recording", sequence(recording.groups(), 0)),
+            define("alnair.rules.v04Compat", sequence(recording.groups(compat.GROUPS), 0)),
+            define("alnair.rules.dcgmNames", sequence(recording.groups(dcgm_names.GROUPS), 0)),
+            define("alnair.rules.alerts", alert_body()),
+        ]
+    )

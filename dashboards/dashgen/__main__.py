@@ -1,5 +1,6 @@
 """`python -m dashgen` writes every generated file; `--check` writes nothing and exits 1 naming the
 files that differ from what the code generates (as CI's test does)."""
+
 from __future__ import annotations
 
 import argparse

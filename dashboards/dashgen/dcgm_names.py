@@ -2,6 +2,7 @@
 use, recorded from the nvml collector's series in DCGM's units and with dcgm-exporter's labels (gpu, UUID, device,
 modelName, Hostname, DCGM_FI_DRIVER_VERSION, and namespace, pod, container of the pods using the GPU), so dashboards
 and alerts built for dcgm-exporter keep working. docs/dcgm-migration.md says what differs and what is not served."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,8 +12,19 @@ from .recording import Recorded
 
 # The labels every recorded series has: dcgm-exporter's, as its metrics template writes them (pci_bus_id aside:
 # Alnair does not read it), and Prometheus's own instance and job.
-DCGM_LABELS = ("instance", "job", "gpu", "UUID", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION",
-               "namespace", "pod", "container")
+DCGM_LABELS = (
+    "instance",
+    "job",
+    "gpu",
+    "UUID",
+    "device",
+    "modelName",
+    "Hostname",
+    "DCGM_FI_DRIVER_VERSION",
+    "namespace",
+    "pod",
+    "container",
+)
 LABELS = "uuid_pod:alnair_nvml_gpu_info:dcgm_labels"  # recorded first; every DCGM name takes its labels from it
 
 # Whole GPUs only: dcgm-exporter labels a MIG instance with its parent's UUID and GPU_I_ID, which Alnair lacks.
@@ -28,9 +40,12 @@ def processes_in_pods(collector: str, series: str) -> str:
 
 # Pods using each GPU: a process NVML lists on it (with memory or utilization; NVML hides one or the other on some
 # GPUs), or one whose CUDA intercept used it (its pod is known even where the exporter cannot see its pid).
-PODS = by(["instance", "uuid", "namespace", "pod", "container"], "group",
-          f"{processes_in_pods('nvml', 'alnair_nvml_process_memory_used_bytes or alnair_nvml_process_sm_utilization_ratio')}"
-          f" or {processes_in_pods('cuda', 'alnair_cuda_memory_used_bytes')}")
+PODS = by(
+    ["instance", "uuid", "namespace", "pod", "container"],
+    "group",
+    f"{processes_in_pods('nvml', 'alnair_nvml_process_memory_used_bytes or alnair_nvml_process_sm_utilization_ratio')}"
+    f" or {processes_in_pods('cuda', 'alnair_cuda_memory_used_bytes')}",
+)
 
 
 def gpu_labels() -> str:
@@ -39,8 +54,13 @@ def gpu_labels() -> str:
     used = f"{atom(PODS)} * on (instance, uuid) group_left (gpu, job, name, driver_version) {GPUS}"
     joined = f"{used} or on (instance, uuid) {GPUS}"
     labelled = with_node(RULES, joined)
-    for label, source, value in (("UUID", "uuid", "$1"), ("device", "gpu", "nvidia$1"), ("modelName", "name", "$1"),
-                                 ("Hostname", "node", "$1"), ("DCGM_FI_DRIVER_VERSION", "driver_version", "$1")):
+    for label, source, value in (
+        ("UUID", "uuid", "$1"),
+        ("device", "gpu", "nvidia$1"),
+        ("modelName", "name", "$1"),
+        ("Hostname", "node", "$1"),
+        ("DCGM_FI_DRIVER_VERSION", "driver_version", "$1"),
+    ):
         labelled = renamed(labelled, label, source, value)
     return by(DCGM_LABELS, "group", labelled)
 
@@ -57,7 +77,9 @@ class DcgmName:
     @property
     def expr(self) -> str:
         """The converted source on each label set of LABELS for its GPU (several: one per pod using it)."""
-        return f'{renamed(self.conversion.format(self.source), "UUID", "uuid")} * on (instance, UUID) group_right {LABELS}'
+        return (
+            f"{renamed(self.conversion.format(self.source), 'UUID', 'uuid')} * on (instance, UUID) group_right {LABELS}"
+        )
 
 
 GPM = "NVML's GPM: Hopper and later only"
@@ -107,11 +129,16 @@ NAMES = [
 # fmt: on
 
 DCGM = [
-    Recorded(LABELS, gpu_labels(),
-             "per GPU (whole GPUs, not MIG instances) and pod using it, or per GPU no pod uses: 1, with dcgm-exporter's "
-             "labels (gpu, UUID, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION, namespace, pod, container)"),
-    *(Recorded(n.name, n.expr, f"{n.what} ({n.unit}), from `{n.conversion.format(n.source)}` on the labels above")
-      for n in NAMES),
+    Recorded(
+        LABELS,
+        gpu_labels(),
+        "per GPU (whole GPUs, not MIG instances) and pod using it, or per GPU no pod uses: 1, with dcgm-exporter's "
+        "labels (gpu, UUID, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION, namespace, pod, container)",
+    ),
+    *(
+        Recorded(n.name, n.expr, f"{n.what} ({n.unit}), from `{n.conversion.format(n.source)}` on the labels above")
+        for n in NAMES
+    ),
 ]
 
 GROUPS = {"alnair-dcgm-names": DCGM}

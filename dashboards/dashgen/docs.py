@@ -1,6 +1,7 @@
 """docs/dashboards.md, the recorded-series list of dashboards/README.md and the table of DCGM names in
 docs/dcgm-migration.md, written from the same objects the dashboards and rules are built from, so the documentation
 shows the PromQL and thresholds that ship."""
+
 from __future__ import annotations
 
 import re
@@ -73,14 +74,24 @@ def variables_section(dashboards: tuple[Dashboard, ...]) -> str:
     for (name, label, query, hidden), boards in seen.items():
         source = f"`{cell(query)}`" if query else "Prometheus data sources"
         lines.append(f"| `{name}` | {label}{' (hidden)' if hidden else ''} | {source} | {', '.join(boards)} |")
-    lines += ["", "`instance` follows `node`: the exporter of each chosen node (Prometheus's `instance` label names the "
-              "exporter, `alnair_node_info` its node). Every variable allows several values and All.", ""]
+    lines += [
+        "",
+        "`instance` follows `node`: the exporter of each chosen node (Prometheus's `instance` label names the "
+        "exporter, `alnair_node_info` its node). Every variable allows several values and All.",
+        "",
+    ]
     return "\n".join(lines)
 
 
 def dashboard_section(d: Dashboard) -> str:
-    lines = [f"## {d.title}", "", f"`dashboards/json/{file_name(d)}` (uid `{d.uid}`): {d.description}", "",
-             "Variables: " + ", ".join(f"`{v.name}`" for v in d.variables if not v.hidden) + ".", ""]
+    lines = [
+        f"## {d.title}",
+        "",
+        f"`dashboards/json/{file_name(d)}` (uid `{d.uid}`): {d.description}",
+        "",
+        "Variables: " + ", ".join(f"`{v.name}`" for v in d.variables if not v.hidden) + ".",
+        "",
+    ]
     for r in d.rows:
         lines += [f"### {r.title}", ""]
         lines += [panel_section(p) for p in r.panels]
@@ -93,16 +104,24 @@ def panel_section(p: Panel) -> str:
 
 
 def alerts_section() -> str:
-    lines = ["## Alerts", "", "`dashboards/rules/alerts.yaml`, with the defaults below; every alert also has a "
-             "description and an action (what to do) in its annotations. `alerts.groups(overrides)` in "
-             "dashboards/dashgen/alerts.py renders the file with other settings.", "",
-             "| alert | severity | for | settings | summary |", "|---|---|---|---|---|"]
+    lines = [
+        "## Alerts",
+        "",
+        "`dashboards/rules/alerts.yaml`, with the defaults below; every alert also has a "
+        "description and an action (what to do) in its annotations. `alerts.groups(overrides)` in "
+        "dashboards/dashgen/alerts.py renders the file with other settings.",
+        "",
+        "| alert | severity | for | settings | summary |",
+        "|---|---|---|---|---|",
+    ]
     for group in alerts.groups():
         for rule in group["rules"]:
             settings = alerts.DEFAULTS[rule["alert"]]
             others = ", ".join(f"{k} `{cell(v)}`" for k, v in settings.items() if k not in ("for", "severity")) or "-"
-            lines.append(f"| {rule['alert']} | {settings['severity']} | {settings['for']} | {others} | "
-                         f"{readable(rule['annotations']['summary'])} |")
+            lines.append(
+                f"| {rule['alert']} | {settings['severity']} | {settings['for']} | {others} | "
+                f"{readable(rule['annotations']['summary'])} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -124,8 +143,11 @@ def file_name(d: Dashboard) -> str:
 def recorded_list() -> str:
     """The list dashboards/README.md carries between BEGIN and END."""
     lines = [BEGIN, ""]
-    for title, groups in (("recording.yaml", recording.GROUPS), ("v04-compat.yaml", compat.GROUPS),
-                          ("dcgm-names.yaml", dcgm_names.GROUPS)):
+    for title, groups in (
+        ("recording.yaml", recording.GROUPS),
+        ("v04-compat.yaml", compat.GROUPS),
+        ("dcgm-names.yaml", dcgm_names.GROUPS),
+    ):
         for name, rules in groups.items():
             lines += [f"`{title}`, group `{name}`:", ""]
             lines += [f"- `{r.record}`: {r.meaning}" for r in rules]
@@ -136,8 +158,10 @@ def recorded_list() -> str:
 def dcgm_table() -> str:
     """The table docs/dcgm-migration.md carries between DCGM_BEGIN and DCGM_END: each name, its unit, its source."""
     lines = [DCGM_BEGIN, "", "| dcgm-exporter name | what | unit | recorded from | differs |", "|---|---|---|---|---|"]
-    lines += [f"| `{n.name}` | {n.what} | {n.unit} | `{cell(n.conversion.format(n.source))}` | {n.differs or '-'} |"
-              for n in dcgm_names.NAMES]
+    lines += [
+        f"| `{n.name}` | {n.what} | {n.unit} | `{cell(n.conversion.format(n.source))}` | {n.differs or '-'} |"
+        for n in dcgm_names.NAMES
+    ]
     return "\n".join([*lines, "", DCGM_END])
 
 

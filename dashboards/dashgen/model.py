@@ -1,5 +1,6 @@
 """What a dashboard is made of, as plain data: the dashboard modules declare these, render.py turns them into
 Grafana's JSON through grafana-foundation-sdk, docs.py into docs/dashboards.md."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -59,19 +60,25 @@ def timeseries(title: str, description: str, unit: str, *queries: Query, **optio
 
 
 def stat(title: str, description: str, unit: str, *queries: Query, **options) -> Panel:
-    return Panel("stat", title, description, unit, tuple(Query(q.expr, q.legend, instant=True) for q in queries), **options)
+    return Panel(
+        "stat", title, description, unit, tuple(Query(q.expr, q.legend, instant=True) for q in queries), **options
+    )
 
 
 def table(title: str, description: str, unit: str, query: Query, **options) -> Panel:
     return Panel("table", title, description, unit, (Query(query.expr, query.legend, instant=True),), **options)
 
 
-def states(title: str, description: str, *queries: Query, off: tuple[str, str], on: tuple[str, str], **options) -> Panel:
+def states(
+    title: str, description: str, *queries: Query, off: tuple[str, str], on: tuple[str, str], **options
+) -> Panel:
     """A state timeline of 0/1 series, each value shown as its (text, colour)."""
     return state_timeline(title, description, *queries, states={0: off, 1: on}, **options)
 
 
-def state_timeline(title: str, description: str, *queries: Query, states: dict[int, tuple[str, str]], **options) -> Panel:
+def state_timeline(
+    title: str, description: str, *queries: Query, states: dict[int, tuple[str, str]], **options
+) -> Panel:
     """A state timeline of series whose values name states: each value shown as its (text, colour)."""
     return Panel("state-timeline", title, description, "none", queries, states=states, **options)
 

@@ -1,5 +1,6 @@
 """Every generated file, by its path in the repository: the dashboards' JSON, the rules files, docs/dashboards.md,
 dashboards/README.md with its list of recorded series and docs/dcgm-migration.md with its table of names."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,8 +9,13 @@ from . import dataset_cache, docs, exporter_health, gpu_sharing, node_gpus, rule
 from .render import render
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: dashboards/dashgen/outputs.py
-DASHBOARDS = (node_gpus.DASHBOARD, gpu_sharing.DASHBOARD, training.DASHBOARD, dataset_cache.DASHBOARD,
-              exporter_health.DASHBOARD)
+DASHBOARDS = (
+    node_gpus.DASHBOARD,
+    gpu_sharing.DASHBOARD,
+    training.DASHBOARD,
+    dataset_cache.DASHBOARD,
+    exporter_health.DASHBOARD,
+)
 README = "dashboards/README.md"
 DCGM_MIGRATION = "docs/dcgm-migration.md"
 

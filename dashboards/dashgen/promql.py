@@ -1,6 +1,7 @@
 """PromQL building blocks. Every query the dashboards and the rules share is written once, as a function of a
 Scope: the dashboards render it with Grafana's variables and `$__rate_interval`, the rules without filters over a
 fixed window, so a recorded series and the panel that shows the same thing cannot drift apart."""
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,18 @@ class Scope:
 
 
 # Grafana variables by the label they filter (dashboards/dashgen/variables.py defines them).
-DASHBOARD = Scope("$__rate_interval", {"instance": "$instance", "uuid": "$gpu", "namespace": "$namespace", "pod": "$pod",
-                                       "redis": "$redis", "dataset": "$dataset", "job_name": "$cache_job"})
+DASHBOARD = Scope(
+    "$__rate_interval",
+    {
+        "instance": "$instance",
+        "uuid": "$gpu",
+        "namespace": "$namespace",
+        "pod": "$pod",
+        "redis": "$redis",
+        "dataset": "$dataset",
+        "job_name": "$cache_job",
+    },
+)
 # Rules see no variables. 5m holds at least four scrapes at Prometheus's default 1m interval and ten at the common
 # 30s, so one missed scrape does not empty a rate; the alerts read these series, so their windows are the same.
 RULES = Scope("5m")
@@ -53,7 +64,9 @@ def increase(scope: Scope, metric: str, labels: Sequence[str] = (), *matchers: s
 
 def atom(expr: str) -> str:
     """`expr` as an operand: parenthesised unless it is a selector or one function call."""
-    if _PRIMARY.fullmatch(expr) or (re.match(r"[a-z_]+\s*\(", expr) and _closing_paren(expr, expr.index("(")) == len(expr) - 1):
+    if _PRIMARY.fullmatch(expr) or (
+        re.match(r"[a-z_]+\s*\(", expr) and _closing_paren(expr, expr.index("(")) == len(expr) - 1
+    ):
         return expr
     return f"({expr})"
 
@@ -96,8 +109,11 @@ def ratio(numerator: str, denominator: str) -> str:
 
 # What the dashboards show and the rules record alike.
 
+
 def gpu_memory_used_share(scope: Scope) -> str:
-    return ratio(selector(scope, "alnair_nvml_memory_used_bytes", GPU), selector(scope, "alnair_nvml_memory_total_bytes", GPU))
+    return ratio(
+        selector(scope, "alnair_nvml_memory_used_bytes", GPU), selector(scope, "alnair_nvml_memory_total_bytes", GPU)
+    )
 
 
 def memory_of_limit(scope: Scope) -> str:
@@ -110,8 +126,11 @@ def gpu_time_share(scope: Scope) -> str:
     """Per pod and GPU: the share of the GPU's time the pod's processes got, from the intercept's GPU time (each moment
     divided among the processes busy on the GPU then), so a time-sliced GPU's pods add up to its busy share, at most 1.
     By `uuid` alone: the cuda collector's `gpu` is the CUDA ordinal each process sees, which processes may not share."""
-    return by(["instance", "uuid", "namespace", "pod"], "sum",
-              with_pod(scope, rate(scope, "alnair_cuda_gpu_time_seconds_total", GPU), "cuda"))
+    return by(
+        ["instance", "uuid", "namespace", "pod"],
+        "sum",
+        with_pod(scope, rate(scope, "alnair_cuda_gpu_time_seconds_total", GPU), "cuda"),
+    )
 
 
 def data_stall(scope: Scope, labels: Sequence[str] | None = None) -> str:
@@ -126,8 +145,10 @@ def data_stall(scope: Scope, labels: Sequence[str] | None = None) -> str:
 def cache_hit_ratio(scope: Scope, kind: str, labels: Sequence[str]) -> str:
     """Hits over all fetches (hits, misses, fallbacks) of the dataset cache, per `kind` ("dataset" or "job")."""
     filtered = DATASET if kind == "dataset" else CACHE_JOB
-    hits, misses, fallbacks = (by(labels, "sum", rate(scope, f"alnair_cache_{kind}_{c}_total", filtered))
-                               for c in ("hits", "misses", "fallbacks"))
+    hits, misses, fallbacks = (
+        by(labels, "sum", rate(scope, f"alnair_cache_{kind}_{c}_total", filtered))
+        for c in ("hits", "misses", "fallbacks")
+    )
     return ratio(hits, f"{hits} + {misses} + {fallbacks}")
 
 
@@ -142,8 +163,10 @@ CLUSTER_SLOTS = 16384  # hash slots of every Redis Cluster
 
 def cache_node_memory_of_max(scope: Scope) -> str:
     """Per Redis Cluster node (`redis`, `node`): memory used over its maxmemory (nodes without a maximum left out)."""
-    return ratio(selector(scope, "alnair_cache_node_memory_used_bytes", REDIS),
-                 selector(scope, "alnair_cache_node_memory_max_bytes", REDIS))
+    return ratio(
+        selector(scope, "alnair_cache_node_memory_used_bytes", REDIS),
+        selector(scope, "alnair_cache_node_memory_max_bytes", REDIS),
+    )
 
 
 def gpus_answering(scope: Scope) -> str:

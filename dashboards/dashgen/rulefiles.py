@@ -1,4 +1,5 @@
 """The rules files' text: Prometheus rule groups as YAML, in the order the code lists them, one line per expression."""
+
 from __future__ import annotations
 
 import yaml

@@ -1,5 +1,6 @@
 """The dashboards' template variables. `instance` (hidden) follows `node`: the exporter's `alnair_node_info{node}`
 names its node and Prometheus's `instance` label the exporter, so every query filters on `instance` alone."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -16,8 +17,12 @@ FLEET = Variable("node", "Node", "label_values(alnair_node_info, node)", all_val
 INSTANCE = Variable("instance", "Exporter", 'label_values(alnair_node_info{node=~"$node"}, instance)', hidden=True)
 GPU = Variable("gpu", "GPU", 'label_values(alnair_nvml_gpu_info{instance=~"$instance"}, uuid)', all_value=".*")
 REDIS = Variable("redis", "Redis", "label_values(alnair_cache_up, redis)", all_value=".*")
-DATASET = Variable("dataset", "Dataset", 'label_values(alnair_cache_dataset_samples{redis=~"$redis"}, dataset)', all_value=".*")
-CACHE_JOB = Variable("cache_job", "Job", 'label_values(alnair_cache_job_hits_total{redis=~"$redis"}, job_name)', all_value=".*")
+DATASET = Variable(
+    "dataset", "Dataset", 'label_values(alnair_cache_dataset_samples{redis=~"$redis"}, dataset)', all_value=".*"
+)
+CACHE_JOB = Variable(
+    "cache_job", "Job", 'label_values(alnair_cache_job_hits_total{redis=~"$redis"}, job_name)', all_value=".*"
+)
 
 
 def _process_info(collectors: Sequence[str]) -> str:
@@ -30,4 +35,6 @@ def namespace(*collectors: str) -> Variable:
 
 
 def pod(*collectors: str) -> Variable:
-    return Variable("pod", "Pod", f'label_values({_process_info(collectors)}, namespace=~"$namespace"}}, pod)', all_value=".*")
+    return Variable(
+        "pod", "Pod", f'label_values({_process_info(collectors)}, namespace=~"$namespace"}}, pod)', all_value=".*"
+    )

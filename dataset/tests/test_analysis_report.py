@@ -1,5 +1,6 @@
 """`python -m alnair_dataset.analyze`: the committed report embeds every committed figure, and a run writes the
 report, its figures and tables, with the published values reproduced beside the dictionary's."""
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,13 @@ def test_a_run_writes_the_report_figures_and_tables(h200, monkeypatch):
     assert "ours 3.177 and 2.448; paired correctly 0.723 and 0.608" in report
     assert "No slowdown model: 2 distinct measured pairs" in report  # the calibration pairs
     assert "No `share-50-50` pair measured with its time-sliced mode yet" in report  # nor any share
-    for name in ("ranking-published-MGUP.csv", "interpolation-campaign.csv", "clusters-published.csv",
-                 "pairs-measured.csv", "pairs-by-mode.csv"):
+    for name in (
+        "ranking-published-MGUP.csv",
+        "interpolation-campaign.csv",
+        "clusters-published.csv",
+        "pairs-measured.csv",
+        "pairs-by-mode.csv",
+    ):
         assert (out / name).stat().st_size > 0
     ranked = pd.read_csv(out / "ranking-campaign-MGUP.csv")
     assert len(ranked) > 5 and "MGUP" not in set(ranked.feature)

@@ -1,6 +1,7 @@
 """Synthetic rows over batch size: the notebooks' grids and six interpolations; on the published CSV the example of
 Table I (linear, InceptionV3 MaGTSAMP) gives the published RMSE and MAE with its swapped pairing, and the
 dictionary's corrected values paired right; held-out points score each method."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +22,7 @@ def test_table_one_is_reproduced_with_and_without_its_swap(table):
     assert (swapped.rmse, swapped.mae) == (pytest.approx(3.1765, abs=1e-4), pytest.approx(2.4475, abs=1e-4))
     paired = synthesis.published_check(inception, "linear")
     assert (round(paired.rmse, 2), round(paired.mae, 2)) == (0.72, 0.61)
-    assert paired.mse == pytest.approx(paired.rmse ** 2)
+    assert paired.mse == pytest.approx(paired.rmse**2)
 
 
 def test_the_grid_gives_sixteen_synthetic_points_and_seventeen_for_dcgan(table):
@@ -38,9 +39,14 @@ def test_each_method_matches_pandas_interpolation_by_row_position(table):
     mobilenet = synthesis.by_model(table, "MGUP")["MobileNet"]
     grid = synthesis.GRIDS["classify"]
     placed = pd.Series([mobilenet.get(bs, np.nan) for bs in grid], dtype=float)
-    for method, pandas_method, extra in (("linear", "linear", {}), ("pchip", "pchip", {}),
-                                         ("barycentric", "barycentric", {}), ("krogh", "krogh", {}),
-                                         ("cubicspline", "cubicspline", {}), ("spline2", "spline", {"order": 2})):
+    for method, pandas_method, extra in (
+        ("linear", "linear", {}),
+        ("pchip", "pchip", {}),
+        ("barycentric", "barycentric", {}),
+        ("krogh", "krogh", {}),
+        ("cubicspline", "cubicspline", {}),
+        ("spline2", "spline", {"order": 2}),
+    ):
         expected = placed.interpolate(method=pandas_method, limit_direction="both", **extra)
         ours = synthesis.fill(mobilenet, method)
         assert np.allclose(ours.value, expected, atol=1e-6), method
@@ -57,7 +63,7 @@ def test_held_out_points_score_a_method_by_what_it_could_not_see():
     true, predicted = synthesis.held_out(bent, "linear")
     assert np.allclose(predicted, [30.0, 75.0])
     error = synthesis.Errors.of(true, predicted)
-    assert (error.mae, error.mse) == (17.5, (20 ** 2 + 15 ** 2) / 2)
+    assert (error.mae, error.mse) == (17.5, (20**2 + 15**2) / 2)
 
 
 def test_scores_cover_every_target_and_method(table):
@@ -72,12 +78,13 @@ def test_scores_cover_every_target_and_method(table):
 
 
 def test_a_model_whose_grid_has_no_synthetic_row_has_no_published_check():
-    adjacent = pd.Series({2: 10.0, 8: 20.0})           # next to each other on the classify grid
-    off_grid = pd.Series({10: 30.0, 64: 40.0})         # a DQN: 64 is on neither grid
+    adjacent = pd.Series({2: 10.0, 8: 20.0})  # next to each other on the classify grid
+    off_grid = pd.Series({10: 30.0, 64: 40.0})  # a DQN: 64 is on neither grid
     for measured in (adjacent, off_grid):
         assert synthesis.published_check(measured, "linear").points == 0
-    table = pd.DataFrame({"Model": ["a", "a", "b", "b", "b"], "BS": [2, 8, 2, 8, 32],
-                          "MGUP": [10.0, 20.0, 10.0, 20.0, 40.0]})
+    table = pd.DataFrame(
+        {"Model": ["a", "a", "b", "b", "b"], "BS": [2, 8, 2, 8, 32], "MGUP": [10.0, 20.0, 10.0, 20.0, 40.0]}
+    )
     linear = synthesis.scores(table, targets=("MGUP",)).set_index("method").loc["linear"]
     b_alone = synthesis.published_check(pd.Series({2: 10.0, 8: 20.0, 32: 40.0}), "linear")
     assert b_alone.points == 3 and b_alone.rmse > 0

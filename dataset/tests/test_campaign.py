@@ -2,6 +2,7 @@
 exporter serves their records and a real Prometheus scrapes them; the rows are checked against the runner's own
 wall times, a second campaign resumes past everything, and a budget either stops before a job or ends one, its
 row marked incomplete."""
+
 from __future__ import annotations
 
 import csv
@@ -22,7 +23,20 @@ from alnair_dataset.tables import Table, run_columns
 # `python3 -c "import torch"`, 0.95 s seen here under load), stays under 10% of the wall time. 5,000 steps (7.7 s)
 # passed only while the start time was read up to 1 s early from /proc/stat's btime, which hid the teardown.
 STEPS = 10000
-GRID = ["--device", "cpu", "--families", "dqn", "--batch-sizes", "10", "--precisions", "fp32", "--repeats", "2", "--steps", str(STEPS)]
+GRID = [
+    "--device",
+    "cpu",
+    "--families",
+    "dqn",
+    "--batch-sizes",
+    "10",
+    "--precisions",
+    "fp32",
+    "--repeats",
+    "2",
+    "--steps",
+    str(STEPS),
+]
 PAIR = ["--pairs", "dqn:dqn:10+dqn:dqn:10", "--pair-modes", "timeslice"]
 
 
@@ -32,11 +46,23 @@ def prometheus_binary() -> str:
 
 
 def run_campaign(out, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "alnair_dataset.campaign", "--out", str(out), *args,
-                           "--prometheus-binary", prometheus_binary()],
-                          capture_output=True, text=True, timeout=400,
-                          # two jobs of one thread each share 2 cores
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "alnair_dataset.campaign",
+            "--out",
+            str(out),
+            *args,
+            "--prometheus-binary",
+            prometheus_binary(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        # two jobs of one thread each share 2 cores
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def rows(path) -> list[dict]:
@@ -132,7 +158,9 @@ def test_a_pair_whose_solo_ran_on_another_gpu_measures_its_baseline_here(measure
     assert new["solo_a_key"] == new["solo_b_key"] == old["solo_a_key"] + "|baseline|cpu"
     assert (baseline["role"], baseline["status"], float(baseline["steps"])) == ("baseline", "ok", STEPS)
     assert shared["status"] == "ok" and float(shared["started_at"]) > float(baseline["ended_at"])
-    assert float(new["slowdown_a"]) == pytest.approx(float(shared["duration_seconds"]) / float(baseline["duration_seconds"]) - 1)
+    assert float(new["slowdown_a"]) == pytest.approx(
+        float(shared["duration_seconds"]) / float(baseline["duration_seconds"]) - 1
+    )
     # the dataset's solo runs are still the two configurations' rows
     assert sum(r["role"] == "solo" for r in rows(tmp_path / "runs.csv")) == 2
 
@@ -148,27 +176,69 @@ def test_a_job_outliving_the_budget_is_ended_and_its_row_marked_incomplete(tmp_p
     monkeypatch.setattr(campaign, "STACK_STARTUP", 0.0)
     monkeypatch.setattr(campaign, "PROFILE_RESERVE", 0.0)
     monkeypatch.setattr(campaign, "SHUTDOWN_RESERVE", 2.0)
-    code = campaign.main(["--out", str(tmp_path), "--device", "cpu", "--families", "dqn", "--batch-sizes", "10",
-                          "--precisions", "fp32", "--steps", "100000", "--estimate-seconds", "1", "--budget-seconds", "14",
-                          "--prometheus-binary", prometheus_binary()])
+    code = campaign.main(
+        [
+            "--out",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--families",
+            "dqn",
+            "--batch-sizes",
+            "10",
+            "--precisions",
+            "fp32",
+            "--steps",
+            "100000",
+            "--estimate-seconds",
+            "1",
+            "--budget-seconds",
+            "14",
+            "--prometheus-binary",
+            prometheus_binary(),
+        ]
+    )
     assert code == 0
     assert "stopped by the budget: 0 ok, 0 failed, 1 incomplete" in capsys.readouterr().err
     [row] = rows(tmp_path / "runs.csv")
-    assert row["status"] == "incomplete" and row["exit_code"] == "-15" and row["steps"] == "" and float(row["wall_seconds"]) > 0
+    assert (
+        row["status"] == "incomplete"
+        and row["exit_code"] == "-15"
+        and row["steps"] == ""
+        and float(row["wall_seconds"]) > 0
+    )
     assert not (tmp_path / "pairs.csv").exists()
-    campaign.main(["--out", str(tmp_path), "--device", "cpu", "--families", "dqn", "--batch-sizes", "10",
-                   "--precisions", "fp32", "--steps", "100000", "--list"])
+    campaign.main(
+        [
+            "--out",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--families",
+            "dqn",
+            "--batch-sizes",
+            "10",
+            "--precisions",
+            "fp32",
+            "--steps",
+            "100000",
+            "--list",
+        ]
+    )
     assert capsys.readouterr().out.split("\t")[1] == "to do"  # an incomplete row is run again
 
 
-@pytest.mark.parametrize("mode, side, variables", [
-    ("timeslice", 0, {}),
-    ("limit-50-50", 1, {"ALNAIR_COMPUTE_LIMIT": "50"}),
-    ("limit-30-70", 0, {"ALNAIR_COMPUTE_LIMIT": "30"}),
-    ("share-50-50", 0, {"ALNAIR_COMPUTE_SHARE": "50"}),
-    ("share-30-70", 0, {"ALNAIR_COMPUTE_SHARE": "30"}),
-    ("share-30-70", 1, {"ALNAIR_COMPUTE_SHARE": "70"}),
-])
+@pytest.mark.parametrize(
+    "mode, side, variables",
+    [
+        ("timeslice", 0, {}),
+        ("limit-50-50", 1, {"ALNAIR_COMPUTE_LIMIT": "50"}),
+        ("limit-30-70", 0, {"ALNAIR_COMPUTE_LIMIT": "30"}),
+        ("share-50-50", 0, {"ALNAIR_COMPUTE_SHARE": "50"}),
+        ("share-30-70", 0, {"ALNAIR_COMPUTE_SHARE": "30"}),
+        ("share-30-70", 1, {"ALNAIR_COMPUTE_SHARE": "70"}),
+    ],
+)
 def test_a_pair_side_gets_its_modes_variable_and_never_the_other(mode, side, variables):
     # the campaign's own environment sets both: a job keeps neither unless its mode gives it
     inherited = {"PATH": "/usr/bin", "ALNAIR_COMPUTE_LIMIT": "10", "ALNAIR_COMPUTE_SHARE": "20"}
@@ -178,16 +248,21 @@ def test_a_pair_side_gets_its_modes_variable_and_never_the_other(mode, side, var
     assert inherited["ALNAIR_COMPUTE_LIMIT"] == "10"  # the campaign's own is untouched
 
 
-@pytest.mark.parametrize("mode, settings", [
-    ("timeslice", (None, None, None, None)),
-    ("limit-30-70", (30, 70, None, None)),
-    ("share-50-50", (None, None, 50, 50)),
-    ("share-30-70", (None, None, 30, 70)),
-])
+@pytest.mark.parametrize(
+    "mode, settings",
+    [
+        ("timeslice", (None, None, None, None)),
+        ("limit-30-70", (30, 70, None, None)),
+        ("share-50-50", (None, None, 50, 50)),
+        ("share-30-70", (None, None, 30, 70)),
+    ],
+)
 def test_a_pair_row_records_each_sides_setting_of_its_mode(mode, settings):
     solo_a, solo_b = {"key": "a", "duration_seconds": 20.0}, {"key": "b", "duration_seconds": 30.0}
     shared_a, shared_b = {"key": "p|a", "duration_seconds": 25.0}, {"key": "p|b", "duration_seconds": 36.0}
     row = campaign.pair_row("p", mode, solo_a, solo_b, shared_a, shared_b)
-    assert tuple(row[k] for k in ("compute_limit_a", "compute_limit_b", "compute_share_a", "compute_share_b")) == settings
+    assert (
+        tuple(row[k] for k in ("compute_limit_a", "compute_limit_b", "compute_share_a", "compute_share_b")) == settings
+    )
     assert (row["mode"], row["slowdown_a"], row["slowdown_b"]) == (mode, 0.25, pytest.approx(0.2))
     assert row["packing_saving"] == pytest.approx(1 - 36 / 50)

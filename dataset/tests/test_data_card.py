@@ -1,6 +1,7 @@
 """The data card (dataset/data/datapackage.json): frictionless validates it (schemas and checksums), it lists every
 committed data file with the sha256 of its bytes and a license, it is what `python -m alnair_dataset.card` makes
 from the files now, and a changed file is caught."""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,5 +1,6 @@
 """The dataset's import contracts (dataset/pyproject.toml) hold on the product and the dataset laid out as installed,
 a backwards import breaks them, and every part of the product but its public API is forbidden to the dataset."""
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,14 @@ def installed_layout(target: Path) -> Path:
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess:
     linter = shutil.which("lint-imports") or pytest.fail("lint-imports is missing: pip install -e './dataset[test]'")
-    return subprocess.run([linter, "--config", str(CONFIG), "--no-cache"], cwd=tree, text=True, capture_output=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(tree)})
+    return subprocess.run(
+        [linter, "--config", str(CONFIG), "--no-cache"],
+        cwd=tree,
+        text=True,
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+    )
 
 
 def contracts() -> list[dict]:
@@ -57,19 +64,27 @@ def test_every_part_of_the_product_but_its_public_api_is_forbidden_to_the_datase
     """A part added to the product is outside the public API until it is named here and in the contract."""
     parts = {package for package in package_dirs(PRODUCT) if package.count(".") == 1}
     parts |= {f"alnair.{module.stem}" for module in (PRODUCT / "sdk").glob("*.py") if module.stem != "__init__"}
-    parts |= {f"alnair.profiler.{module.stem}" for module in (PRODUCT / "profiler").glob("*.py")
-              if module.stem != "__init__"}
+    parts |= {
+        f"alnair.profiler.{module.stem}" for module in (PRODUCT / "profiler").glob("*.py") if module.stem != "__init__"
+    }
     [public_api] = [c for c in contracts() if c["name"] == PUBLIC_ONLY]
     assert set(public_api["forbidden_modules"]) == parts - PUBLIC
 
 
-@pytest.mark.parametrize("module, backwards_import, contract", [
-    ("alnair_dataset/campaign.py", "import alnair.intercept.launcher", PUBLIC_ONLY),
-    ("alnair_dataset/recording.py", "from alnair.profiler.jobs import STARTS", PUBLIC_ONLY),
-    ("alnair_dataset/workloads/common.py", "import alnair.auto", PUBLIC_ONLY),
-    ("alnair/cli/top.py", "import alnair_dataset.plan", "The product never imports the dataset"),
-    ("alnair_dataset/modes.py", "import alnair_dataset.plan", "No import cycles between the dataset's sibling modules"),
-])
+@pytest.mark.parametrize(
+    "module, backwards_import, contract",
+    [
+        ("alnair_dataset/campaign.py", "import alnair.intercept.launcher", PUBLIC_ONLY),
+        ("alnair_dataset/recording.py", "from alnair.profiler.jobs import STARTS", PUBLIC_ONLY),
+        ("alnair_dataset/workloads/common.py", "import alnair.auto", PUBLIC_ONLY),
+        ("alnair/cli/top.py", "import alnair_dataset.plan", "The product never imports the dataset"),
+        (
+            "alnair_dataset/modes.py",
+            "import alnair_dataset.plan",
+            "No import cycles between the dataset's sibling modules",
+        ),
+    ],
+)
 def test_a_backwards_import_breaks_its_contract(tree, module, backwards_import, contract):
     target = tree / module
     target.write_text(target.read_text() + f"\n{backwards_import}  # deliberately backwards\n")

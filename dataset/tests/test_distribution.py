@@ -1,5 +1,6 @@
 """The dataset's wheel, built offline from its tracked files: the modules, the workloads and every data file under
 alnair_dataset/, nothing else of the folder, and the product as a dependency."""
+
 from __future__ import annotations
 
 import email
@@ -16,8 +17,11 @@ DATASET = Path(__file__).resolve().parents[1]
 
 def tracked(prefix: str = "") -> list[str]:
     """The folder's tracked files (as CI's clone has them), relative to it."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--", prefix or "."], cwd=DATASET, capture_output=True,
-                            check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(["git", "ls-files", "-z", "--", prefix or "."], cwd=DATASET, capture_output=True, check=True)
+        .stdout.decode()
+        .split("\0")
+    )
     return [name for name in listed if name and (DATASET / name).is_file()]
 
 
@@ -27,8 +31,12 @@ def wheel_files(tmp_path_factory) -> dict[str, bytes]:
     for name in tracked():
         (tree / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(DATASET / name, tree / name)
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out),
-                             str(tree)], capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(tree)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     [built] = out.glob("alnair_dataset-*-py3-none-any.whl")
     with zipfile.ZipFile(built) as archive:

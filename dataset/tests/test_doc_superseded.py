@@ -1,6 +1,7 @@
 """docs/dataset.md's data section opens with the superseded rows and the pandas line that drops them; the line, run
 as written on the committed campaign files, leaves no superseded row and one row per key, the rows
 alnair_dataset.sources.load_campaign counts."""
+
 from __future__ import annotations
 
 import re

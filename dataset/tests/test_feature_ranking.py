@@ -1,5 +1,6 @@
 """Feature ranking on the published CSV reproduces what its column dictionary says the notebook published: the r²
 (Pearson) of the three best features for MGUP and MGMAP, and the top three of MGUP by average rank."""
+
 from __future__ import annotations
 
 import pandas as pd

@@ -1,6 +1,7 @@
 """K-means as the clustering notebook ran it (k = 3, random_state 0, MGUP / MGMAP / MaGTSAMP) on the 175 rows made
 from the published CSV: its centroids within a few points of the published ones; the elbow finds the k of clear
 clusters (Kneedle's knee)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -2,6 +2,7 @@
 early, deterministic, resumable from the rows measured (the first H200 block's 13 runs, kept in first_block/ so
 the checks do not move as the campaign goes on, count as done), and what the blocks of GPU time are expected to
 cover (the runner's own estimates and budget rule)."""
+
 from __future__ import annotations
 
 import shutil
@@ -70,7 +71,7 @@ def test_every_prefix_of_the_plan_spans_the_families_it_can(committed):
 def test_auto_pairs_spread_over_family_pairs_and_use_the_core(committed):
     _, _, configs, pairs, _ = committed
     assert len(pairs) == 30 and len({(a.key, b.key) for a, b in pairs}) == 30
-    core = {c.key for c in configs[:plan.REPEATED_TARGET]}
+    core = {c.key for c in configs[: plan.REPEATED_TARGET]}
     assert all(a.key in core and b.key in core and a.run.family != b.run.family for a, b in pairs)
     per_family_pair = Counter(frozenset((a.run.family, b.run.family)) for a, b in pairs)
     assert len(per_family_pair) == 10 and set(per_family_pair.values()) == {3}
@@ -90,10 +91,16 @@ def test_the_targets_need_about_20_blocks_and_every_block_advances_them_all(comm
     _, _, _, _, steps = committed
     blocks = max(s.block for s in steps)
     reach = {}
-    for name, met in (("solo", lambda p: p.solo >= plan.SOLO_TARGET), ("repeated", lambda p: p.repeated >= 20),
-                      ("pairs", lambda p: p.pairs >= 30), ("families", lambda p: p.families == 5)):
+    for name, met in (
+        ("solo", lambda p: p.solo >= plan.SOLO_TARGET),
+        ("repeated", lambda p: p.repeated >= 20),
+        ("pairs", lambda p: p.pairs >= 30),
+        ("families", lambda p: p.families == 5),
+    ):
         reach[name] = next(s.block for s in steps if met(s.progress))
-    print(f"\nthe targets from the committed rows, blocks of {plan.BLOCK_SECONDS:g} s: {reach}; the whole plan {blocks}")
+    print(
+        f"\nthe targets from the committed rows, blocks of {plan.BLOCK_SECONDS:g} s: {reach}; the whole plan {blocks}"
+    )
     assert reach["families"] == 1  # the next block runs every family
     # 15 blocks when a baseline measured once served every later pair; a pair now measures its baselines on its own
     # GPU, and the walk assumes every block gets another one
@@ -135,13 +142,20 @@ def test_pairs_only_keeps_the_pairs_and_their_order(tmp_path, kind):
     assert not any(i.with_targets for i in items)
 
 
-@pytest.mark.parametrize("modes, targets, others, kinds", [
-    ("timeslice,limit-50-50,limit-30-70", ["timeslice", "limit-50-50"], ["limit-30-70"], "timeslice and limit"),
-    ("timeslice,share-50-50,share-30-70", ["timeslice", "share-50-50"], ["share-30-70"], "timeslice and share"),
-    ("share-30-70,timeslice,share-50-50", ["share-30-70", "timeslice"], ["share-50-50"], "timeslice and share"),
-    ("timeslice,limit-50-50,limit-30-70,share-50-50,share-30-70", ["timeslice", "limit-50-50", "share-50-50"],
-     ["limit-30-70", "share-30-70"], "timeslice and limit and share"),
-])
+@pytest.mark.parametrize(
+    "modes, targets, others, kinds",
+    [
+        ("timeslice,limit-50-50,limit-30-70", ["timeslice", "limit-50-50"], ["limit-30-70"], "timeslice and limit"),
+        ("timeslice,share-50-50,share-30-70", ["timeslice", "share-50-50"], ["share-30-70"], "timeslice and share"),
+        ("share-30-70,timeslice,share-50-50", ["share-30-70", "timeslice"], ["share-50-50"], "timeslice and share"),
+        (
+            "timeslice,limit-50-50,limit-30-70,share-50-50,share-30-70",
+            ["timeslice", "limit-50-50", "share-50-50"],
+            ["limit-30-70", "share-30-70"],
+            "timeslice and limit and share",
+        ),
+    ],
+)
 def test_a_pairs_target_modes_are_its_first_of_each_kind_of_sharing(modes, targets, others, kinds):
     assert plan.target_modes(modes.split(",")) == (targets, others)
     assert campaign.sharing_kinds(modes.split(",")) == kinds
@@ -152,12 +166,14 @@ def test_the_share_campaign_runs_the_first_pairs_30_70_share_in_their_50_50_bloc
     first 10 also at share-30-70, right after and in the same block (partners); the rows hold every time-sliced one."""
     shutil.copy(sources.H200 / "runs.csv", tmp_path / "runs.csv")
     shutil.copy(sources.H200 / "pairs.csv", tmp_path / "pairs.csv")
-    runner, items, _, pairs = planned(tmp_path, "--pairs-only", "--pair-modes", "timeslice,share-50-50,share-30-70",
-                                      "--other-modes-pairs", "10")
+    runner, items, _, pairs = planned(
+        tmp_path, "--pairs-only", "--pair-modes", "timeslice,share-50-50,share-30-70", "--other-modes-pairs", "10"
+    )
     assert len(items) == 30 * 2 + 10
     by_pair = [[i for i in items if i.pair == p] for p in pairs]
-    assert [[i.mode for i in found] for found in by_pair] == \
-        [["timeslice", "share-50-50", "share-30-70"]] * 10 + [["timeslice", "share-50-50"]] * 20
+    assert [[i.mode for i in found] for found in by_pair] == [["timeslice", "share-50-50", "share-30-70"]] * 10 + [
+        ["timeslice", "share-50-50"]
+    ] * 20
     assert [i.with_targets for i in items[:3]] == [False, False, True]
     modes = runner.options.pair_modes
     assert plan.partners_after(items, 0, modes, lambda _: True) == [1, 2]  # the two shares wait with the time-sliced
@@ -169,7 +185,8 @@ def test_the_share_campaign_runs_the_first_pairs_30_70_share_in_their_50_50_bloc
     assert all(block[i.key] == block[items[3 * n + 1].key] for n in range(10) for i in by_pair[n][1:])
     assert max(s.progress.pairs for s in steps) == 30  # in timeslice and share
     assert [line for line in campaign.plan_summary(steps, 1, 520, modes) if "pairs in" in line][0].startswith(
-        "plan: 30 pairs in timeslice and share: in block ")
+        "plan: 30 pairs in timeslice and share: in block "
+    )
 
 
 def test_a_pair_counts_for_the_target_once_measured_in_every_kind_of_sharing_asked():
@@ -183,28 +200,70 @@ def test_a_step_that_does_not_fit_waits_while_a_later_one_that_fits_runs():
     small, large = (plan.Config(grid.configurations("cuda", 0)[i], 0) for i in (0, 1))
     items = [plan.Item(config=large), plan.Item(config=small)]
     seconds = {small.key: 10.0, large.key: 100.0}
-    steps = plan.walk(items, plan.Coverage(set(), set(), {}, {}), 1, ["timeslice"], lambda c: seconds[c.key],
-                      lambda c: seconds[c.key], lambda need, left, up: need <= left, profile_seconds=0,
-                      startup_seconds=0, reserve_seconds=0, block_seconds=60)
+    steps = plan.walk(
+        items,
+        plan.Coverage(set(), set(), {}, {}),
+        1,
+        ["timeslice"],
+        lambda c: seconds[c.key],
+        lambda c: seconds[c.key],
+        lambda need, left, up: need <= left,
+        profile_seconds=0,
+        startup_seconds=0,
+        reserve_seconds=0,
+        block_seconds=60,
+    )
     assert [(s.item.key, s.block) for s in steps] == [(small.key, 1)]  # the large one never fits a block
 
 
 def test_the_runner_defers_a_step_that_does_not_fit_and_runs_a_later_one_that_does(tmp_path, monkeypatch):
     monkeypatch.setattr(campaign, "STACK_STARTUP", 0.0)
     options = campaign.build_parser().parse_args(
-        ["--out", str(tmp_path), "--device", "cpu", "--families", "dqn", "--batch-sizes", "10", "64", "--precisions",
-         "fp32", "--repeats", "2", "--estimate-seconds", "100", "--budget-seconds", "60"])
+        [
+            "--out",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--families",
+            "dqn",
+            "--batch-sizes",
+            "10",
+            "64",
+            "--precisions",
+            "fp32",
+            "--repeats",
+            "2",
+            "--estimate-seconds",
+            "100",
+            "--budget-seconds",
+            "60",
+        ]
+    )
     configs = campaign.configurations(options)
     runner = campaign.Campaign(options)
     measured = configs[1].run  # dqn b64, measured before at 5 s: its repeat is estimated at 5.75 s
-    runner.runs.put({"key": configs[1].key, "status": "ok", "role": "solo", "run_family": measured.family,
-                     "run_model": measured.model, "run_batch_size": measured.batch_size, "run_steps": measured.steps,
-                     "run_precision": measured.precision, "run_workers": measured.workers, "run_device": "cpu",
-                     "wall_seconds": 5.0})
+    runner.runs.put(
+        {
+            "key": configs[1].key,
+            "status": "ok",
+            "role": "solo",
+            "run_family": measured.family,
+            "run_model": measured.model,
+            "run_batch_size": measured.batch_size,
+            "run_steps": measured.steps,
+            "run_precision": measured.precision,
+            "run_workers": measured.workers,
+            "run_device": "cpu",
+            "wall_seconds": 5.0,
+        }
+    )
     ran = []
     monkeypatch.setattr(runner, "ensure_stack", lambda: None)
-    monkeypatch.setattr(runner, "execute", lambda jobs: ran.extend(k for k, _, _ in jobs) or
-                        [{"key": jobs[0][0], "status": "ok", "wall_seconds": 5.0}])
+    monkeypatch.setattr(
+        runner,
+        "execute",
+        lambda jobs: ran.extend(k for k, _, _ in jobs) or [{"key": jobs[0][0], "status": "ok", "wall_seconds": 5.0}],
+    )
     items = campaign.build_plan(options, configs, [])
     runner.run(items)
     assert runner.stopped_by_budget and runner.counts["waiting"] == 2  # b10's two repeats, 100 s each
@@ -220,9 +279,19 @@ def walk_three(block_seconds: float, first_seconds: float, second: str) -> list[
     seconds = {s1.key: first_seconds, s2.key: 10.0, a.key: 10.0, b.key: 10.0}
     ts, lim = (plan.Item(pair=(a, b), mode=m) for m in ("timeslice", second))
     items = [plan.Item(config=s1), ts, plan.Item(config=s2), lim]
-    steps = plan.walk(items, plan.Coverage(set(), set(), {}, {}), 1, ["timeslice", second],
-                      lambda c: seconds[c.key], lambda c: seconds[c.key], lambda need, left, up: need <= left,
-                      profile_seconds=0, startup_seconds=0, reserve_seconds=0, block_seconds=block_seconds)
+    steps = plan.walk(
+        items,
+        plan.Coverage(set(), set(), {}, {}),
+        1,
+        ["timeslice", second],
+        lambda c: seconds[c.key],
+        lambda c: seconds[c.key],
+        lambda need, left, up: need <= left,
+        profile_seconds=0,
+        startup_seconds=0,
+        reserve_seconds=0,
+        block_seconds=block_seconds,
+    )
     names = {s1.key: "s1", s2.key: "s2", ts.key: "ts", lim.key: "lim"}
     return [(names[s.item.key], s.block) for s in steps]
 
@@ -245,9 +314,27 @@ def fake_runner(tmp_path, monkeypatch, budget: float, pair_modes: str):
     b64) and another (b1024)."""
     monkeypatch.setattr(campaign, "STACK_STARTUP", 0.0)
     options = campaign.build_parser().parse_args(
-        ["--out", str(tmp_path), "--device", "cpu", "--families", "dqn", "--batch-sizes", "10", "64", "1024",
-         "--precisions", "fp32", "--pair-modes", pair_modes, "--estimate-seconds", "10",
-         "--budget-seconds", str(budget)])
+        [
+            "--out",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--families",
+            "dqn",
+            "--batch-sizes",
+            "10",
+            "64",
+            "1024",
+            "--precisions",
+            "fp32",
+            "--pair-modes",
+            pair_modes,
+            "--estimate-seconds",
+            "10",
+            "--budget-seconds",
+            str(budget),
+        ]
+    )
     a, b, other = sorted(campaign.configurations(options), key=lambda c: c.run.batch_size)
     runner = campaign.Campaign(options)
     ran = []
@@ -256,10 +343,23 @@ def fake_runner(tmp_path, monkeypatch, budget: float, pair_modes: str):
         found = []
         for key, config, fields in jobs:
             r = config.run
-            found.append({"key": key, "status": "ok", "wall_seconds": 10.0, "duration_seconds": 9.0, "gpu_uuids": "",
-                          "run_family": r.family, "run_model": r.model, "run_batch_size": r.batch_size,
-                          "run_steps": r.steps, "run_precision": r.precision, "run_workers": r.workers,
-                          "run_device": r.device, **fields})
+            found.append(
+                {
+                    "key": key,
+                    "status": "ok",
+                    "wall_seconds": 10.0,
+                    "duration_seconds": 9.0,
+                    "gpu_uuids": "",
+                    "run_family": r.family,
+                    "run_model": r.model,
+                    "run_batch_size": r.batch_size,
+                    "run_steps": r.steps,
+                    "run_precision": r.precision,
+                    "run_workers": r.workers,
+                    "run_device": r.device,
+                    **fields,
+                }
+            )
             runner.runs.put(found[-1])
             ran.append(key)
         return found
@@ -278,10 +378,16 @@ def runner_with_a_pair(tmp_path, monkeypatch, budget: float, second: str):
 
 
 # the settings of the second mode's two sides, in runs.csv (each side's row) and pairs.csv (the pair's row)
-SETTINGS = {"limit-50-50": ({"compute_limit_percent": 50, "compute_share_percent": None},
-                            {"compute_limit_a": 50, "compute_limit_b": 50, "compute_share_a": None, "compute_share_b": None}),
-            "share-50-50": ({"compute_limit_percent": None, "compute_share_percent": 50},
-                            {"compute_limit_a": None, "compute_limit_b": None, "compute_share_a": 50, "compute_share_b": 50})}
+SETTINGS = {
+    "limit-50-50": (
+        {"compute_limit_percent": 50, "compute_share_percent": None},
+        {"compute_limit_a": 50, "compute_limit_b": 50, "compute_share_a": None, "compute_share_b": None},
+    ),
+    "share-50-50": (
+        {"compute_limit_percent": None, "compute_share_percent": 50},
+        {"compute_limit_a": None, "compute_limit_b": None, "compute_share_a": 50, "compute_share_b": 50},
+    ),
+}
 
 
 @pytest.mark.parametrize("second", SECOND_MODES)
@@ -309,14 +415,23 @@ def test_the_runner_holds_back_a_pair_whose_modes_do_not_both_fit(tmp_path, monk
 
 
 @pytest.mark.parametrize("budget, both", [(1000, True), (60, False)])
-def test_a_held_time_sliced_mode_leaves_the_two_shares_to_run_together_or_not_at_all(tmp_path, monkeypatch, budget,
-                                                                                      both):
+def test_a_held_time_sliced_mode_leaves_the_two_shares_to_run_together_or_not_at_all(
+    tmp_path, monkeypatch, budget, both
+):
     # the share campaign: time-sliced in the rows, then the 50/50 share with the 30/70 one planned with it; in 60 s
     # each fits alone (no time passes here), the two with their baselines not (78 s and the rule's 11)
     runner, ran, (a, b, other) = fake_runner(tmp_path, monkeypatch, budget, "timeslice,share-50-50,share-30-70")
     runner.pairs.put({"pair_key": f"timeslice|{a.key}|{b.key}", "status": "ok", "mode": "timeslice"})
-    runner.run([plan.Item(pair=(a, b), mode="timeslice"), plan.Item(pair=(a, b), mode="share-50-50"),
-                plan.Item(config=other), plan.Item(pair=(a, b), mode="share-30-70", with_targets=True)])
+    runner.run(
+        [
+            plan.Item(pair=(a, b), mode="timeslice"),
+            plan.Item(pair=(a, b), mode="share-50-50"),
+            plan.Item(config=other),
+            plan.Item(pair=(a, b), mode="share-30-70", with_targets=True),
+        ]
+    )
     shares = [f"{m}|{a.key}|{b.key}|{side}" for m in ("share-50-50", "share-30-70") for side in "ab"]
     assert ran == ([a.key, b.key, *shares, other.key] if both else [other.key])
-    assert (runner.counts["pairs"], runner.counts["skipped"], runner.counts["waiting"]) == ((2, 1, 0) if both else (0, 1, 2))
+    assert (runner.counts["pairs"], runner.counts["skipped"], runner.counts["waiting"]) == (
+        (2, 1, 0) if both else (0, 1, 2)
+    )

@@ -1,5 +1,6 @@
 """psutil's samples of a job's process tree: a short CPU job that holds a known amount of memory, starts a known
 number of threads and one child process, checked against what it did."""
+
 from __future__ import annotations
 
 import contextlib
@@ -74,7 +75,9 @@ def test_cpu_is_the_spinning_threads(sampled):
 
 def test_node_columns_are_differences_over_the_run_and_levels_within_it(sampled):
     row, wall = sampled
-    cpu = sum(row[f"sys_cpu_{m}_seconds"] for m in ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"))
+    cpu = sum(
+        row[f"sys_cpu_{m}_seconds"] for m in ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    )
     assert 0 < cpu < wall * 64  # at most every CPU over the run: a difference, not a counter since boot
     assert row["sys_ctx_switches"] > 0 and row["sys_interrupts"] >= 0
     assert 0 < row["sys_memory_percent"] < 100 and row["sys_memory_available_bytes"] > 0

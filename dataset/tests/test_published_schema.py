@@ -1,6 +1,7 @@
 """The campaign's runs in the published 66-column schema: the published names in their order, values per run from
 the rich table's columns (x 100 for ratios; the psutil ones from the campaign's sampler of each job), empty where
 nothing measures them, and committed files that the converter regenerates byte for byte."""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,5 @@
 """Repeats of one configuration, compared two by two, split by whether they ran on the same GPU."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -6,27 +7,54 @@ import pytest
 
 from alnair_dataset import repeatability
 
-SETTINGS = {"run_family": "dqn", "run_model": "dqn", "run_batch_size": 10, "run_steps": 5700, "run_precision": "fp32",
-            "run_workers": 0, "run_device": "cuda"}
+SETTINGS = {
+    "run_family": "dqn",
+    "run_model": "dqn",
+    "run_batch_size": 10,
+    "run_steps": 5700,
+    "run_precision": "fp32",
+    "run_workers": 0,
+    "run_device": "cuda",
+}
 
 
 def run(key, started, seconds, gpu, status="ok", role="solo", **settings) -> dict:
-    return {"key": key, "status": status, "role": role, "started_at": started, "gpu_uuids": gpu, **SETTINGS, **settings,
-            "duration_seconds": seconds, "step_seconds_p50": seconds / 10_000, "time_to_first_step_seconds": 8.0,
-            "gpu_util_ratio_mean": 0.04}
+    return {
+        "key": key,
+        "status": status,
+        "role": role,
+        "started_at": started,
+        "gpu_uuids": gpu,
+        **SETTINGS,
+        **settings,
+        "duration_seconds": seconds,
+        "step_seconds_p50": seconds / 10_000,
+        "time_to_first_step_seconds": 8.0,
+        "gpu_util_ratio_mean": 0.04,
+    }
 
 
 def test_every_two_repeats_are_compared_in_the_order_they_ran():
-    runs = pd.DataFrame([
-        run("a/r2", 3, 36.3, "GPU-2"), run("a/r0", 1, 30.0, "GPU-1"), run("a/r1", 2, 33.0, "GPU-2"),
-        run("a/failed", 4, 99.0, "GPU-2", status="failed"), run("a/shared", 5, 60.0, "GPU-2", role="shared"),
-        run("b/r0", 1, 20.0, "GPU-1", run_batch_size=64),  # alone: nothing to compare
-        run("c/r0", 1, 20.0, "GPU-1", run_batch_size=32),
-        # a pair's baseline: a repeat
-        run("c/r0|baseline|GPU-2", 6, 25.0, "GPU-2", role="baseline", run_batch_size=32),
-    ])
+    runs = pd.DataFrame(
+        [
+            run("a/r2", 3, 36.3, "GPU-2"),
+            run("a/r0", 1, 30.0, "GPU-1"),
+            run("a/r1", 2, 33.0, "GPU-2"),
+            run("a/failed", 4, 99.0, "GPU-2", status="failed"),
+            run("a/shared", 5, 60.0, "GPU-2", role="shared"),
+            run("b/r0", 1, 20.0, "GPU-1", run_batch_size=64),  # alone: nothing to compare
+            run("c/r0", 1, 20.0, "GPU-1", run_batch_size=32),
+            # a pair's baseline: a repeat
+            run("c/r0|baseline|GPU-2", 6, 25.0, "GPU-2", role="baseline", run_batch_size=32),
+        ]
+    )
     found = repeatability.differences(runs).set_index(["key", "other_key"])
-    assert sorted(found.index) == [("a/r0", "a/r1"), ("a/r0", "a/r2"), ("a/r1", "a/r2"), ("c/r0", "c/r0|baseline|GPU-2")]
+    assert sorted(found.index) == [
+        ("a/r0", "a/r1"),
+        ("a/r0", "a/r2"),
+        ("a/r1", "a/r2"),
+        ("c/r0", "c/r0|baseline|GPU-2"),
+    ]
     assert found.loc[("c/r0", "c/r0|baseline|GPU-2"), "duration_seconds"] == pytest.approx(0.25)
     found = found.drop(("c/r0", "c/r0|baseline|GPU-2"))
     assert found.loc[("a/r0", "a/r1"), "duration_seconds"] == pytest.approx(0.1)
@@ -40,13 +68,19 @@ def test_every_two_repeats_are_compared_in_the_order_they_ran():
 
 
 def test_a_machine_faster_for_every_configuration_shows_in_its_own_row():
-    runs = pd.DataFrame([
-        run("a/r0", 1, 30.0, "GPU-1"), run("a/r1", 2, 33.0, "GPU-2"), run("a/r2", 3, 24.0, "GPU-3"),
-        run("b/r0", 1, 20.0, "GPU-1", run_batch_size=64), run("b/r1", 3, 16.0, "GPU-3", run_batch_size=64),
-        run("b/r2", 4, 17.0, "GPU-3", run_batch_size=64),
-        run("c/r0", 1, 50.0, "GPU-1", run_batch_size=32), run("c/r1", 2, 50.0, "GPU-1", run_batch_size=32),  # one GPU
-        run("a/shared", 5, 60.0, "GPU-3", role="shared"),  # shared runs are not runs alone
-    ])
+    runs = pd.DataFrame(
+        [
+            run("a/r0", 1, 30.0, "GPU-1"),
+            run("a/r1", 2, 33.0, "GPU-2"),
+            run("a/r2", 3, 24.0, "GPU-3"),
+            run("b/r0", 1, 20.0, "GPU-1", run_batch_size=64),
+            run("b/r1", 3, 16.0, "GPU-3", run_batch_size=64),
+            run("b/r2", 4, 17.0, "GPU-3", run_batch_size=64),
+            run("c/r0", 1, 50.0, "GPU-1", run_batch_size=32),
+            run("c/r1", 2, 50.0, "GPU-1", run_batch_size=32),  # one GPU
+            run("a/shared", 5, 60.0, "GPU-3", role="shared"),  # shared runs are not runs alone
+        ]
+    )
     table = repeatability.machines(runs).set_index("gpu")
     assert list(table.index) == ["GPU-3", "GPU-1", "GPU-2"]  # fastest first
     # GPU-3: a 24 against median(30, 33); b 16 and 17 against 20

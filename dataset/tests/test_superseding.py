@@ -1,5 +1,6 @@
 """Pairs made before a fix of the compute limiter (capped and shared pairs alike), or against baselines from another
 GPU, are marked superseded and planned again; the rest stay."""
+
 from __future__ import annotations
 
 import os
@@ -18,13 +19,30 @@ LIMITED = ["limit-50-50", "share-50-50"]  # the modes under the limiter: a cap a
 
 def selection(mode: str) -> list[str]:
     """The campaign's flags: the two pairs, time-sliced and in `mode`."""
-    return ["--device", "cpu", "--families", "dqn", "--pairs", *PAIRS, "--pairs-only", "--pair-modes", f"timeslice,{mode}"]
+    return [
+        "--device",
+        "cpu",
+        "--families",
+        "dqn",
+        "--pairs",
+        *PAIRS,
+        "--pairs-only",
+        "--pair-modes",
+        f"timeslice,{mode}",
+    ]
 
 
 def git(repo, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -57,24 +75,55 @@ def write_campaign(out, commits: dict, mode: str = "limit-50-50") -> dict:
         a, b = item.pair
         for config in dict.fromkeys((a, b)):
             if runs.done(config.key) is None:
-                runs.put({"key": config.key, "status": "ok", "role": "solo", "wall_seconds": 30.0,
-                          "git_commit": commits["before"], "gpu_uuids": "GPU-1"})
+                runs.put(
+                    {
+                        "key": config.key,
+                        "status": "ok",
+                        "role": "solo",
+                        "wall_seconds": 30.0,
+                        "git_commit": commits["before"],
+                        "gpu_uuids": "GPU-1",
+                    }
+                )
         later = b.run.batch_size == 64
         commit = commits["after" if later and item.mode == mode else "before"]
         gpu = "GPU-2" if later and item.mode == "timeslice" else "GPU-1"
         for side in "ab":
-            runs.put({"key": f"{key}|{side}", "status": "ok", "role": "shared", "pair_key": key, "mode": item.mode,
-                      "git_commit": commit, "gpu_uuids": gpu})
-        pairs.put({"pair_key": key, "status": "ok", "mode": item.mode, "solo_a_key": a.key, "solo_b_key": b.key,
-                   "shared_a_key": f"{key}|a", "shared_b_key": f"{key}|b", "packing_saving": 0.1})
+            runs.put(
+                {
+                    "key": f"{key}|{side}",
+                    "status": "ok",
+                    "role": "shared",
+                    "pair_key": key,
+                    "mode": item.mode,
+                    "git_commit": commit,
+                    "gpu_uuids": gpu,
+                }
+            )
+        pairs.put(
+            {
+                "pair_key": key,
+                "status": "ok",
+                "mode": item.mode,
+                "solo_a_key": a.key,
+                "solo_b_key": b.key,
+                "shared_a_key": f"{key}|a",
+                "shared_b_key": f"{key}|b",
+                "packing_saving": 0.1,
+            }
+        )
         made[key] = (commit, gpu)
     return made
 
 
 def listed(out, mode: str = "limit-50-50") -> dict[str, str]:
     """`campaign --list`'s state of every pair step (ok, or to do)."""
-    result = subprocess.run([sys.executable, "-m", "alnair_dataset.campaign", "--out", str(out), *selection(mode), "--list"],
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "alnair_dataset.campaign", "--out", str(out), *selection(mode), "--list"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return dict(line.split("\t")[:2] for line in result.stdout.splitlines() if line.count("|") == 2)
 
 

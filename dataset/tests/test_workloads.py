@@ -1,5 +1,6 @@
 """Every workload trains a few steps on the CPU from its entry point; the grid's seeds are fixed; CartPole's
 physics behave as gym's; bad settings are one line and exit 2."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,13 @@ from alnair_dataset.workloads.dqn import CartPole
 
 # (family, model, extra flags): tiny batches, 2 steps; the CNNs at 96 px (their shapes, a fraction of the time)
 WORKLOADS = [
-    *[("classify", model, ["--image-size", "96"]) for model in ("resnet50", "mobilenet_v3", "efficientnet_v2", "inception_v3")],
-    ("segment", "unet", []), ("dqn", "dqn", []), ("dcgan", "dcgan", []),
+    *[
+        ("classify", model, ["--image-size", "96"])
+        for model in ("resnet50", "mobilenet_v3", "efficientnet_v2", "inception_v3")
+    ],
+    ("segment", "unet", []),
+    ("dqn", "dqn", []),
+    ("dcgan", "dcgan", []),
     *[("bert", model, []) for model in entry.bert.MODELS],
 ]
 
@@ -29,11 +35,14 @@ def test_workers_and_bf16_train_too(capsys):
     assert "2 steps of 2" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["classify", "--model", "vgg16", "--batch-size", "2", "--steps", "2"], "--model: classify has resnet50"),
-    (["dqn", "--batch-size", "2", "--steps", "2", "--precision", "fp16"], "--precision fp16 needs --device cuda"),
-    (["bert", "--batch-size", "0", "--steps", "2"], "must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["classify", "--model", "vgg16", "--batch-size", "2", "--steps", "2"], "--model: classify has resnet50"),
+        (["dqn", "--batch-size", "2", "--steps", "2", "--precision", "fp16"], "--precision fp16 needs --device cuda"),
+        (["bert", "--batch-size", "0", "--steps", "2"], "must be >= 1"),
+    ],
+)
 def test_bad_settings_are_one_line_and_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         entry.main(argv)

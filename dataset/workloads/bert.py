@@ -2,6 +2,7 @@
 tutorial): BERT encoders of 2 or 4 layers and hidden size 128-768 (the 'small BERTs'; 64 dimensions per head,
 feed-forward 4x hidden), built by transformers from a config with random weights, a two-class head, AdamW at
 3e-5, on IMDB-like reviews: 128 WordPiece ids ([CLS] ... [SEP], padded) and a label."""
+
 from __future__ import annotations
 
 import re
@@ -11,15 +12,30 @@ import torch
 from .common import Run, Synthetic, loader, train
 
 SEQUENCE, VOCABULARY, CLS, SEP, FIRST_WORD = 128, 30522, 101, 102, 1996  # bert-base-uncased's ids
-MODELS = ("bert-L2-H128", "bert-L2-H256", "bert-L2-H512", "bert-L2-H768", "bert-L4-H128", "bert-L4-H256", "bert-L4-H512")
+MODELS = (
+    "bert-L2-H128",
+    "bert-L2-H256",
+    "bert-L2-H512",
+    "bert-L2-H768",
+    "bert-L4-H128",
+    "bert-L4-H256",
+    "bert-L4-H512",
+)
 
 
 def config(model: str):
     from transformers import BertConfig  # the dataset extra; imported here so the other workloads need no transformers
 
     layers, hidden = map(int, re.fullmatch(r"bert-L(\d+)-H(\d+)", model).groups())
-    return BertConfig(vocab_size=VOCABULARY, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=hidden // 64,
-                      intermediate_size=4 * hidden, max_position_embeddings=512, num_labels=2)
+    return BertConfig(
+        vocab_size=VOCABULARY,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        intermediate_size=4 * hidden,
+        max_position_embeddings=512,
+        num_labels=2,
+    )
 
 
 def imdb_like(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,5 +1,6 @@
 """Image classification as the originals ran it (IDs 1-25): a backbone, frozen, and a Dense(43) head trained on
 GTSRB, whose 43 classes of road signs are small images (here 32x32) resized to the backbone's input size."""
+
 from __future__ import annotations
 
 import torch

@@ -1,6 +1,7 @@
 """What every workload shares: the run's settings, seeding, synthetic datasets whose samples depend only on the
 seed and their index (so DataLoader workers make the same data), precision, and the training loop, which takes
 its batches from a DataLoader so the Python intercept counts each as a step."""
+
 from __future__ import annotations
 
 import contextlib
@@ -49,8 +50,15 @@ class Synthetic(Dataset):
 
 def loader(dataset: Dataset, run: Run) -> DataLoader:
     """Exactly `run.steps` batches of `run.batch_size`: the intercept's step count is then the run's."""
-    return DataLoader(dataset, batch_size=run.batch_size, shuffle=False, drop_last=True, num_workers=run.workers,
-                      pin_memory=run.device == "cuda", persistent_workers=False)
+    return DataLoader(
+        dataset,
+        batch_size=run.batch_size,
+        shuffle=False,
+        drop_last=True,
+        num_workers=run.workers,
+        pin_memory=run.device == "cuda",
+        persistent_workers=False,
+    )
 
 
 def autocast(run: Run):
@@ -72,7 +80,9 @@ def to_device(batch, device: str):
     return batch.to(device, non_blocking=True)
 
 
-def train(run: Run, model: torch.nn.Module, batches: DataLoader, loss_of: Callable, optimizer: torch.optim.Optimizer) -> int:
+def train(
+    run: Run, model: torch.nn.Module, batches: DataLoader, loss_of: Callable, optimizer: torch.optim.Optimizer
+) -> int:
     """One optimizer step per batch; `loss_of(model, batch)` gives the loss. Returns the steps taken."""
     model.train()
     grads, steps = scaler(run), 0

@@ -3,6 +3,7 @@
 target network. CartPole-v0 is written here in numpy (gym's physics, Euler integration at 50 Hz, 200 steps at
 most), since gym is not a dependency. The replay buffer lives in the training process, so DQN loads in-process
 (workers are ignored); a DataLoader still hands out the batches, one per step, so they count as steps."""
+
 from __future__ import annotations
 
 import math
@@ -21,6 +22,7 @@ GAMMA, EPSILON, TARGET_EVERY, INITIAL_COLLECT, CAPACITY = 0.99, 0.1, 100, 100, 1
 class CartPole:
     """gym's CartPole-v0: push the cart left (0) or right (1); reward 1 per step until the pole passes 12 degrees,
     the cart leaves +-2.4, or 200 steps."""
+
     GRAVITY, CART_MASS, POLE_MASS, HALF_LENGTH, FORCE, TAU = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
     THETA_LIMIT, X_LIMIT, MAX_STEPS = 12 * 2 * math.pi / 360, 2.4, 200
 
@@ -40,8 +42,14 @@ class CartPole:
         temp = (force + pole_moment * theta_dot**2 * sin) / total
         theta_acc = (self.GRAVITY * sin - cos * temp) / (self.HALF_LENGTH * (4 / 3 - self.POLE_MASS * cos**2 / total))
         x_acc = temp - pole_moment * theta_acc * cos / total
-        self.state = np.array([x + self.TAU * x_dot, x_dot + self.TAU * x_acc,
-                               theta + self.TAU * theta_dot, theta_dot + self.TAU * theta_acc])
+        self.state = np.array(
+            [
+                x + self.TAU * x_dot,
+                x_dot + self.TAU * x_acc,
+                theta + self.TAU * theta_dot,
+                theta_dot + self.TAU * theta_acc,
+            ]
+        )
         self.steps += 1
         fallen = abs(self.state[0]) > self.X_LIMIT or abs(self.state[2]) > self.THETA_LIMIT
         return self.state.astype(np.float32), 1.0, bool(fallen or self.steps >= self.MAX_STEPS)
@@ -61,7 +69,13 @@ class Replay(Dataset):
 
     def add(self, state, action, reward, next_state, done) -> None:
         i = self.position
-        self.states[i], self.actions[i], self.rewards[i], self.next_states[i], self.done[i] = state, action, reward, next_state, done
+        self.states[i], self.actions[i], self.rewards[i], self.next_states[i], self.done[i] = (
+            state,
+            action,
+            reward,
+            next_state,
+            done,
+        )
         self.position, self.size = (i + 1) % CAPACITY, min(self.size + 1, CAPACITY)
 
     def __len__(self) -> int:
@@ -69,7 +83,9 @@ class Replay(Dataset):
 
     def __getitem__(self, index: int):
         j = self.rng.integers(0, self.size, self.batch_size)
-        return tuple(torch.from_numpy(a[j]) for a in (self.states, self.actions, self.rewards, self.next_states, self.done))
+        return tuple(
+            torch.from_numpy(a[j]) for a in (self.states, self.actions, self.rewards, self.next_states, self.done)
+        )
 
 
 def q_network() -> nn.Module:

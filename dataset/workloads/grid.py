@@ -1,6 +1,7 @@
 """The parameter grid: every family and model at the original dataset's batch sizes, in fp32 and bf16, loading
 in-process and with 4 workers. Each configuration has its own fixed seed, derived from its settings (so adding
 configurations changes no other's), and a repeat number for measuring variance."""
+
 from __future__ import annotations
 
 import zlib
@@ -10,8 +11,11 @@ from . import bert, classify, dcgan, dqn, segment
 from .common import Run
 
 BATCH_SIZES = {  # the published runs' (column dictionary: how the published runs were made)
-    "classify": (2, 32, 128, 256, 1024), "segment": (2, 32, 256, 1024), "dqn": (10, 64, 1024, 3000),
-    "dcgan": (2, 32, 256, 1024), "bert": (32, 256),
+    "classify": (2, 32, 128, 256, 1024),
+    "segment": (2, 32, 256, 1024),
+    "dqn": (10, 64, 1024, 3000),
+    "dcgan": (2, 32, 256, 1024),
+    "bert": (32, 256),
 }
 # Steps per configuration: each job should take 20-40 s on the H200 (GPU time comes in blocks of minutes). A step is
 # modelled as a fixed cost (Python, the DataLoader, kernel launches) plus a cost per sample (the GPU's work and the
@@ -24,11 +28,20 @@ TRAINING_SECONDS = 20.0  # plus start-up (STARTUP_SECONDS) makes some 30 s a job
 STARTUP_SECONDS = 10.0  # H200: 7-10 s to the first step (torch, CUDA's context, the model; BERTs 15 s), 1 s to exit
 STEP_SECONDS = {"classify": 0.007, "segment": 0.025, "dqn": 0.0035, "dcgan": 0.006, "bert": 0.008}  # H200, per step
 SAMPLE_SECONDS = {  # per sample: the frozen backbone's forward at its input size, or the whole model's step
-    "resnet50": 1.45e-4, "efficientnet_v2": 5.6e-4,  # H200
-    "mobilenet_v3": 4.5e-5, "inception_v3": 2e-4,  # guesses: resnet50's scaled by the backbones' FLOPs
-    "unet": 7.8e-4, "dqn": 1e-6, "dcgan": 9e-5, "bert-L2-H512": 1.1e-4,  # H200 (unet: its samples, made on the CPU)
-    "bert-L2-H128": 3e-5, "bert-L2-H256": 5e-5, "bert-L2-H768": 1.9e-4,  # guesses: bert-L2-H512's scaled by size
-    "bert-L4-H128": 5e-5, "bert-L4-H256": 8.5e-5, "bert-L4-H512": 2e-4,
+    "resnet50": 1.45e-4,
+    "efficientnet_v2": 5.6e-4,  # H200
+    "mobilenet_v3": 4.5e-5,
+    "inception_v3": 2e-4,  # guesses: resnet50's scaled by the backbones' FLOPs
+    "unet": 7.8e-4,
+    "dqn": 1e-6,
+    "dcgan": 9e-5,
+    "bert-L2-H512": 1.1e-4,  # H200 (unet: its samples, made on the CPU)
+    "bert-L2-H128": 3e-5,
+    "bert-L2-H256": 5e-5,
+    "bert-L2-H768": 1.9e-4,  # guesses: bert-L2-H512's scaled by size
+    "bert-L4-H128": 5e-5,
+    "bert-L4-H256": 8.5e-5,
+    "bert-L4-H512": 2e-4,
 }
 MIN_STEPS, MAX_STEPS = 20, 20_000
 
@@ -50,8 +63,13 @@ def estimated_seconds(run: Run) -> float:
     return STARTUP_SECONDS + run.steps * step_seconds(run.family, run.model, run.batch_size)
 
 
-MODELS = {"classify": classify.MODELS, "segment": segment.MODELS, "dqn": dqn.MODELS, "dcgan": dcgan.MODELS,
-          "bert": bert.MODELS}
+MODELS = {
+    "classify": classify.MODELS,
+    "segment": segment.MODELS,
+    "dqn": dqn.MODELS,
+    "dcgan": dcgan.MODELS,
+    "bert": bert.MODELS,
+}
 PRECISIONS = ("fp32", "bf16")
 WORKERS = (0, 4)
 

@@ -1,6 +1,7 @@
 """U-Net segmentation as the originals ran it (IDs 37-41, TensorFlow's segmentation tutorial): a MobileNetV2
 encoder, frozen, and a pix2pix decoder (transposed convolutions) trained on Oxford-IIIT Pet images at 128x128 with
 three classes per pixel (pet, border, background)."""
+
 from __future__ import annotations
 
 import torch
@@ -16,7 +17,9 @@ SIZE = 128
 
 def upsample(cin: int, cout: int) -> nn.Module:
     """pix2pix.upsample: a 4x4 transposed convolution of stride 2, batch norm, ReLU."""
-    return nn.Sequential(nn.ConvTranspose2d(cin, cout, 4, 2, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+    return nn.Sequential(
+        nn.ConvTranspose2d(cin, cout, 4, 2, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)
+    )
 
 
 class UNet(nn.Module):
@@ -25,7 +28,9 @@ class UNet(nn.Module):
         self.down = nn.ModuleList(mobilenet_v2_stages())
         self.down.requires_grad_(False)  # the tutorial's down_stack.trainable = False
         skips = (96, 32, 24, 16)
-        self.up = nn.ModuleList([upsample(320, 512), upsample(512 + 96, 256), upsample(256 + 32, 128), upsample(128 + 24, 64)])
+        self.up = nn.ModuleList(
+            [upsample(320, 512), upsample(512 + 96, 256), upsample(256 + 32, 128), upsample(128 + 24, 64)]
+        )
         self.last = nn.ConvTranspose2d(64 + skips[-1], CLASSES, 4, 2, 1)
 
     def forward(self, x):

@@ -3,6 +3,7 @@ torchvision wheel installable here matches the CPU build of torch 2.13 (PyPI's 0
 Each `*_features` module maps images to the pooled feature vector the originals' TF-Hub backbones gave.
 Left out, as they change no shape or cost that matters here: stochastic depth (EfficientNetV2) and Inception v3's
 auxiliary classifier (the feature-vector model has none)."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -48,8 +49,9 @@ class Residual(nn.Module):
 class Bottleneck(nn.Module):
     def __init__(self, cin: int, planes: int, stride: int):
         super().__init__()
-        self.body = nn.Sequential(conv_bn(cin, planes, 1), conv_bn(planes, planes, 3, stride),
-                                  conv_bn(planes, planes * 4, 1, act=None))
+        self.body = nn.Sequential(
+            conv_bn(cin, planes, 1), conv_bn(planes, planes, 3, stride), conv_bn(planes, planes * 4, 1, act=None)
+        )
         self.down = conv_bn(cin, planes * 4, 1, stride, act=None) if stride != 1 or cin != planes * 4 else nn.Identity()
 
     def forward(self, x):
@@ -67,11 +69,21 @@ def resnet50_features() -> tuple[nn.Module, int]:
 
 # ---- MobileNetV3-Large (torchvision mobilenet_v3_large) ----
 MOBILENET_V3_LARGE = [  # in, kernel, expanded, out, squeeze-excite, hardswish, stride
-    (16, 3, 16, 16, False, False, 1), (16, 3, 64, 24, False, False, 2), (24, 3, 72, 24, False, False, 1),
-    (24, 5, 72, 40, True, False, 2), (40, 5, 120, 40, True, False, 1), (40, 5, 120, 40, True, False, 1),
-    (40, 3, 240, 80, False, True, 2), (80, 3, 200, 80, False, True, 1), (80, 3, 184, 80, False, True, 1),
-    (80, 3, 184, 80, False, True, 1), (80, 3, 480, 112, True, True, 1), (112, 3, 672, 112, True, True, 1),
-    (112, 5, 672, 160, True, True, 2), (160, 5, 960, 160, True, True, 1), (160, 5, 960, 160, True, True, 1),
+    (16, 3, 16, 16, False, False, 1),
+    (16, 3, 64, 24, False, False, 2),
+    (24, 3, 72, 24, False, False, 1),
+    (24, 5, 72, 40, True, False, 2),
+    (40, 5, 120, 40, True, False, 1),
+    (40, 5, 120, 40, True, False, 1),
+    (40, 3, 240, 80, False, True, 2),
+    (80, 3, 200, 80, False, True, 1),
+    (80, 3, 184, 80, False, True, 1),
+    (80, 3, 184, 80, False, True, 1),
+    (80, 3, 480, 112, True, True, 1),
+    (112, 3, 672, 112, True, True, 1),
+    (112, 5, 672, 160, True, True, 2),
+    (160, 5, 960, 160, True, True, 1),
+    (160, 5, 960, 160, True, True, 1),
 ]
 
 
@@ -87,35 +99,60 @@ def mobilenet_v3_block(cin, kernel, expanded, cout, se, hardswish, stride) -> nn
 
 def mobilenet_v3_features() -> tuple[nn.Module, int]:
     blocks = [mobilenet_v3_block(*row) for row in MOBILENET_V3_LARGE]
-    return nn.Sequential(conv_bn(3, 16, 3, 2, act=nn.Hardswish), *blocks, conv_bn(160, 960, 1, act=nn.Hardswish),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(960, 1280), nn.Hardswish()), 1280
+    return nn.Sequential(
+        conv_bn(3, 16, 3, 2, act=nn.Hardswish),
+        *blocks,
+        conv_bn(160, 960, 1, act=nn.Hardswish),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(960, 1280),
+        nn.Hardswish(),
+    ), 1280
 
 
 # ---- EfficientNetV2-S (torchvision efficientnet_v2_s) ----
 EFFICIENTNET_V2_S = [  # fused, expansion, stride, in, out, layers
-    (True, 1, 1, 24, 24, 2), (True, 4, 2, 24, 48, 4), (True, 4, 2, 48, 64, 4),
-    (False, 4, 2, 64, 128, 6), (False, 6, 1, 128, 160, 9), (False, 6, 2, 160, 256, 15),
+    (True, 1, 1, 24, 24, 2),
+    (True, 4, 2, 24, 48, 4),
+    (True, 4, 2, 48, 64, 4),
+    (False, 4, 2, 64, 128, 6),
+    (False, 6, 1, 128, 160, 9),
+    (False, 6, 2, 160, 256, 15),
 ]
 
 
 def efficientnet_block(fused: bool, expansion: int, stride: int, cin: int, cout: int) -> nn.Module:
     expanded, silu = cin * expansion, nn.SiLU
     if fused:
-        layers = ([conv_bn(cin, expanded, 3, stride, act=silu), conv_bn(expanded, cout, 1, act=None)] if expansion != 1
-                  else [conv_bn(cin, cout, 3, stride, act=silu)])
+        layers = (
+            [conv_bn(cin, expanded, 3, stride, act=silu), conv_bn(expanded, cout, 1, act=None)]
+            if expansion != 1
+            else [conv_bn(cin, cout, 3, stride, act=silu)]
+        )
     else:
-        layers = [conv_bn(cin, expanded, 1, act=silu), conv_bn(expanded, expanded, 3, stride, groups=expanded, act=silu),
-                  SqueezeExcite(expanded, max(1, cin // 4), act=nn.SiLU, gate=nn.Sigmoid), conv_bn(expanded, cout, 1, act=None)]
+        layers = [
+            conv_bn(cin, expanded, 1, act=silu),
+            conv_bn(expanded, expanded, 3, stride, groups=expanded, act=silu),
+            SqueezeExcite(expanded, max(1, cin // 4), act=nn.SiLU, gate=nn.Sigmoid),
+            conv_bn(expanded, cout, 1, act=None),
+        ]
     return Residual(nn.Sequential(*layers), stride == 1 and cin == cout)
 
 
 def efficientnet_v2_features() -> tuple[nn.Module, int]:
     blocks = []
     for fused, expansion, stride, cin, cout, count in EFFICIENTNET_V2_S:
-        blocks += [efficientnet_block(fused, expansion, stride if i == 0 else 1, cin if i == 0 else cout, cout)
-                   for i in range(count)]
-    return nn.Sequential(conv_bn(3, 24, 3, 2, act=nn.SiLU), *blocks, conv_bn(256, 1280, 1, act=nn.SiLU),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten()), 1280
+        blocks += [
+            efficientnet_block(fused, expansion, stride if i == 0 else 1, cin if i == 0 else cout, cout)
+            for i in range(count)
+        ]
+    return nn.Sequential(
+        conv_bn(3, 24, 3, 2, act=nn.SiLU),
+        *blocks,
+        conv_bn(256, 1280, 1, act=nn.SiLU),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+    ), 1280
 
 
 # ---- Inception v3 (torchvision inception_v3, without the auxiliary head) ----
@@ -149,51 +186,97 @@ def avg_pool_conv(cin: int, cout: int) -> nn.Module:
 
 
 def inception_a(cin: int, pool: int) -> nn.Module:
-    return Branches(basic(cin, 64, 1), nn.Sequential(basic(cin, 48, 1), basic(48, 64, 5)),
-                    nn.Sequential(basic(cin, 64, 1), basic(64, 96, 3), basic(96, 96, 3)), avg_pool_conv(cin, pool))
+    return Branches(
+        basic(cin, 64, 1),
+        nn.Sequential(basic(cin, 48, 1), basic(48, 64, 5)),
+        nn.Sequential(basic(cin, 64, 1), basic(64, 96, 3), basic(96, 96, 3)),
+        avg_pool_conv(cin, pool),
+    )
 
 
 def inception_b(cin: int) -> nn.Module:
-    return Branches(unpadded(cin, 384, 3, 2), nn.Sequential(basic(cin, 64, 1), basic(64, 96, 3), unpadded(96, 96, 3, 2)),
-                    nn.MaxPool2d(3, 2))
+    return Branches(
+        unpadded(cin, 384, 3, 2),
+        nn.Sequential(basic(cin, 64, 1), basic(64, 96, 3), unpadded(96, 96, 3, 2)),
+        nn.MaxPool2d(3, 2),
+    )
 
 
 def inception_c(cin: int, c7: int) -> nn.Module:
-    return Branches(basic(cin, 192, 1),
-                    nn.Sequential(basic(cin, c7, 1), basic(c7, c7, (1, 7)), basic(c7, 192, (7, 1))),
-                    nn.Sequential(basic(cin, c7, 1), basic(c7, c7, (7, 1)), basic(c7, c7, (1, 7)), basic(c7, c7, (7, 1)),
-                                  basic(c7, 192, (1, 7))),
-                    avg_pool_conv(cin, 192))
+    return Branches(
+        basic(cin, 192, 1),
+        nn.Sequential(basic(cin, c7, 1), basic(c7, c7, (1, 7)), basic(c7, 192, (7, 1))),
+        nn.Sequential(
+            basic(cin, c7, 1),
+            basic(c7, c7, (7, 1)),
+            basic(c7, c7, (1, 7)),
+            basic(c7, c7, (7, 1)),
+            basic(c7, 192, (1, 7)),
+        ),
+        avg_pool_conv(cin, 192),
+    )
 
 
 def inception_d(cin: int) -> nn.Module:
-    return Branches(nn.Sequential(basic(cin, 192, 1), unpadded(192, 320, 3, 2)),
-                    nn.Sequential(basic(cin, 192, 1), basic(192, 192, (1, 7)), basic(192, 192, (7, 1)), unpadded(192, 192, 3, 2)),
-                    nn.MaxPool2d(3, 2))
+    return Branches(
+        nn.Sequential(basic(cin, 192, 1), unpadded(192, 320, 3, 2)),
+        nn.Sequential(basic(cin, 192, 1), basic(192, 192, (1, 7)), basic(192, 192, (7, 1)), unpadded(192, 192, 3, 2)),
+        nn.MaxPool2d(3, 2),
+    )
 
 
 def inception_e(cin: int) -> nn.Module:
-    return Branches(basic(cin, 320, 1), (basic(cin, 384, 1), basic(384, 384, (1, 3)), basic(384, 384, (3, 1))),
-                    (nn.Sequential(basic(cin, 448, 1), basic(448, 384, 3)), basic(384, 384, (1, 3)), basic(384, 384, (3, 1))),
-                    avg_pool_conv(cin, 192))
+    return Branches(
+        basic(cin, 320, 1),
+        (basic(cin, 384, 1), basic(384, 384, (1, 3)), basic(384, 384, (3, 1))),
+        (nn.Sequential(basic(cin, 448, 1), basic(448, 384, 3)), basic(384, 384, (1, 3)), basic(384, 384, (3, 1))),
+        avg_pool_conv(cin, 192),
+    )
 
 
 def unpadded(cin: int, cout: int, kernel: int, stride: int = 1) -> nn.Module:
     """Inception's valid (unpadded) convolutions: the stem's and the grid reductions', which make 299 px 8x8."""
-    return nn.Sequential(nn.Conv2d(cin, cout, kernel, stride, bias=False), nn.BatchNorm2d(cout, eps=0.001), nn.ReLU(inplace=True))
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, kernel, stride, bias=False), nn.BatchNorm2d(cout, eps=0.001), nn.ReLU(inplace=True)
+    )
 
 
 def inception_v3_features() -> tuple[nn.Module, int]:
-    stem = [unpadded(3, 32, 3, 2), unpadded(32, 32, 3), basic(32, 64, 3), nn.MaxPool2d(3, 2), unpadded(64, 80, 1),
-            unpadded(80, 192, 3), nn.MaxPool2d(3, 2)]
-    mixed = [inception_a(192, 32), inception_a(256, 64), inception_a(288, 64), inception_b(288),
-             inception_c(768, 128), inception_c(768, 160), inception_c(768, 160), inception_c(768, 192),
-             inception_d(768), inception_e(1280), inception_e(2048)]
+    stem = [
+        unpadded(3, 32, 3, 2),
+        unpadded(32, 32, 3),
+        basic(32, 64, 3),
+        nn.MaxPool2d(3, 2),
+        unpadded(64, 80, 1),
+        unpadded(80, 192, 3),
+        nn.MaxPool2d(3, 2),
+    ]
+    mixed = [
+        inception_a(192, 32),
+        inception_a(256, 64),
+        inception_a(288, 64),
+        inception_b(288),
+        inception_c(768, 128),
+        inception_c(768, 160),
+        inception_c(768, 160),
+        inception_c(768, 192),
+        inception_d(768),
+        inception_e(1280),
+        inception_e(2048),
+    ]
     return nn.Sequential(*stem, *mixed, nn.AdaptiveAvgPool2d(1), nn.Flatten()), 2048
 
 
 # ---- MobileNetV2 (the U-Net's encoder, torchvision mobilenet_v2) ----
-MOBILENET_V2 = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
+MOBILENET_V2 = [
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+]
 
 
 def mobilenet_v2_stages() -> list[nn.Module]:
@@ -204,7 +287,7 @@ def mobilenet_v2_stages() -> list[nn.Module]:
     for expansion, cout, count, stride in MOBILENET_V2:
         for index in range(count):
             hidden, step = cin * expansion, stride if index == 0 else 1
-            layers = ([conv_bn(cin, hidden, 1, act=relu6)] if expansion != 1 else [])
+            layers = [conv_bn(cin, hidden, 1, act=relu6)] if expansion != 1 else []
             layers += [conv_bn(hidden, hidden, 3, step, groups=hidden, act=relu6), conv_bn(hidden, cout, 1, act=None)]
             blocks.append(Residual(nn.Sequential(*layers), step == 1 and cin == cout))
             cin = cout
@@ -212,5 +295,9 @@ def mobilenet_v2_stages() -> list[nn.Module]:
     return [nn.Sequential(*blocks[a:b]) for a, b in zip((0, *cuts), cuts)]
 
 
-FEATURES = {"resnet50": resnet50_features, "mobilenet_v3": mobilenet_v3_features,
-            "efficientnet_v2": efficientnet_v2_features, "inception_v3": inception_v3_features}
+FEATURES = {
+    "resnet50": resnet50_features,
+    "mobilenet_v3": mobilenet_v3_features,
+    "efficientnet_v2": efficientnet_v2_features,
+    "inception_v3": inception_v3_features,
+}

@@ -1,5 +1,6 @@
 """An Alnair exporter plug-in: the node's open file handles and their limit, from the kernel's
 /proc/sys/fs/file-nr. Everything it uses comes from alnair.exporter.plugin."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,12 @@ class OpenFilesCollector:
 
     @classmethod
     def add_arguments(cls, parser) -> None:
-        add_flag(parser, "--collector.files.source", default="sys/fs/file-nr",
-                 help="The kernel's file-nr, relative to --path.procfs.")
+        add_flag(
+            parser,
+            "--collector.files.source",
+            default="sys/fs/file-nr",
+            help="The kernel's file-nr, relative to --path.procfs.",
+        )
 
     def __init__(self, options):
         self.path = os.path.join(options.procfs, options.collector_files_source)

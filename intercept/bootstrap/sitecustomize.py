@@ -1,5 +1,6 @@
 """Put first on PYTHONPATH by alnair-run: turns on the intercept in every Python it starts,
 then runs the sitecustomize this one shadows, if there is one."""
+
 import importlib.machinery
 import importlib.util
 import os

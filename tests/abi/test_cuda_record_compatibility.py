@@ -1,6 +1,7 @@
 """The cuda record's appended fields (activity, per-device copies) and readers on either side of them:
 a reader that predates them reads a new writer's record, and a new reader reads an old writer's shorter one
 with the new fields absent (None), not zero."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,15 +10,34 @@ from alnair.abi import layout, records
 from alnair.abi.segments import SegmentDirectory
 
 OLD_RECORD_SIZE = layout.CUDA_ACTIVITY_OFFSET  # what writers published before the fields were appended
-NEW_FIELDS = ["--set", "host_to_device.bytes=1000", "--set", "device_to_host.copies=7", "--set", "device_to_device.sync_ns=5",
-              "--set", "first_launch_ns=1500000000", "--set", "first_allocation_ns=900000000",
-              "--set", "last_launch_time_ns=1700000000000000000", "--set", "kernel_launches=42",
-              "--set", "context_bytes=500000000", "--set", "pool_reserved_bytes=3000", "--set", "charged_bytes=9000"]
+NEW_FIELDS = [
+    "--set",
+    "host_to_device.bytes=1000",
+    "--set",
+    "device_to_host.copies=7",
+    "--set",
+    "device_to_device.sync_ns=5",
+    "--set",
+    "first_launch_ns=1500000000",
+    "--set",
+    "first_allocation_ns=900000000",
+    "--set",
+    "last_launch_time_ns=1700000000000000000",
+    "--set",
+    "kernel_launches=42",
+    "--set",
+    "context_bytes=500000000",
+    "--set",
+    "pool_reserved_bytes=3000",
+    "--set",
+    "charged_bytes=9000",
+]
 
 
 def read(shm_dir, pid: int):
-    return next(p for p in SegmentDirectory(str(shm_dir), layout.KIND_CUDA, reclaim=False).read()
-                if p.segment.holder_pid == pid)
+    return next(
+        p for p in SegmentDirectory(str(shm_dir), layout.KIND_CUDA, reclaim=False).read() if p.segment.holder_pid == pid
+    )
 
 
 def test_a_new_writers_record_reads_in_full(start_writer, shm_dir):
@@ -26,7 +46,10 @@ def test_a_new_writers_record_reads_in_full(start_writer, shm_dir):
     assert parsed.segment.header.record_size == layout.CUDA_RECORD_SIZE
     r = parsed.record
     assert (r.activity.first_launch_ns, r.activity.first_allocation_ns, r.activity.last_launch_time_ns) == (
-        1_500_000_000, 900_000_000, 1_700_000_000_000_000_000)
+        1_500_000_000,
+        900_000_000,
+        1_700_000_000_000_000_000,
+    )
     h2d, d2h, d2d = layout.COPY_HOST_TO_DEVICE, layout.COPY_DEVICE_TO_HOST, layout.COPY_DEVICE_TO_DEVICE
     assert [e.copies[h2d].bytes for e in r.devices_ext] == [1000, 1001]  # devices_ext[i] is devices[i]'s
     assert [e.copies[d2h].copies for e in r.devices_ext] == [7, 8]
@@ -54,8 +77,9 @@ def test_a_new_reader_reads_an_old_writers_shorter_record_with_the_new_fields_ab
     assert [d.kernel_launches for d in parsed.record.devices] == [42, 43]
 
 
-@pytest.mark.parametrize("size", [OLD_RECORD_SIZE + 8, layout.CUDA_DEVICES_EXT_OFFSET + 100,
-                                  layout.CUDA_DEVICES_MEMORY_OFFSET + 10])
+@pytest.mark.parametrize(
+    "size", [OLD_RECORD_SIZE + 8, layout.CUDA_DEVICES_EXT_OFFSET + 100, layout.CUDA_DEVICES_MEMORY_OFFSET + 10]
+)
 def test_a_record_that_ends_inside_an_appended_struct_lacks_it(size):
     record = layout.CudaRecord(device_count=1, max_devices=layout.CUDA_MAX_DEVICES)
     record.activity.first_launch_ns = 3

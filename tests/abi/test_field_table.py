@@ -1,6 +1,7 @@
 """The field table (abi/fields.py) against the header, field by field: every field of every struct a reader sees is
 served by a line or listed as not served, with a reason; a line names a number field that exists. The check runs on
 the package and, to show it catches drift, on scratch copies with one field or one line changed."""
+
 from __future__ import annotations
 
 import importlib
@@ -21,8 +22,13 @@ RESERVED = re.compile(r"reserved\d*")
 
 def leaf_fields(layout, fields) -> list[tuple[str, str]]:
     """(struct, field) of every member a reader sees that is not a nested struct, nor reserved space."""
-    return [(struct, m.name) for struct, members in layout.DECLARATIONS.structs.items()
-            if struct not in fields.WRITERS_ONLY for m in members if not m.is_struct and not RESERVED.fullmatch(m.name)]
+    return [
+        (struct, m.name)
+        for struct, members in layout.DECLARATIONS.structs.items()
+        if struct not in fields.WRITERS_ONLY
+        for m in members
+        if not m.is_struct and not RESERVED.fullmatch(m.name)
+    ]
 
 
 def line_problems(layout, fields, line) -> list[str]:
@@ -43,8 +49,11 @@ def line_problems(layout, fields, line) -> list[str]:
 def table_problems(layout, fields) -> list[str]:
     """What is wrong between the header `layout` was built from and the table `fields` holds."""
     problems = [problem for line in fields.EXPORTED for problem in line_problems(layout, fields, line)]
-    problems += [f"WRITERS_ONLY: the header has no struct {struct}" for struct in fields.WRITERS_ONLY
-                 if struct not in layout.DECLARATIONS.structs]
+    problems += [
+        f"WRITERS_ONLY: the header has no struct {struct}"
+        for struct in fields.WRITERS_ONLY
+        if struct not in layout.DECLARATIONS.structs
+    ]
     served = [(line.struct, line.field) for line in fields.EXPORTED]
     seen_lines, seen_families = set(), set()
     for line in fields.EXPORTED:
@@ -57,8 +66,11 @@ def table_problems(layout, fields) -> list[str]:
         if ((struct, field) in served) == ((struct, field) in fields.NOT_EXPORTED):
             how = "both served by a line and" if (struct, field) in served else "neither served by a line nor"
             problems.append(f"{struct}.{field}: {how} listed in NOT_EXPORTED")
-    problems += [f"{struct}.{field}: listed in NOT_EXPORTED, but the header has no such field"
-                 for struct, field in fields.NOT_EXPORTED if (struct, field) not in leaves]
+    problems += [
+        f"{struct}.{field}: listed in NOT_EXPORTED, but the header has no such field"
+        for struct, field in fields.NOT_EXPORTED
+        if (struct, field) not in leaves
+    ]
     return problems
 
 
@@ -99,26 +111,61 @@ def test_an_unchanged_copy_passes(scratch_abi):
     assert table_problems(*scratch_abi.load()) == []
 
 
-POOL_USED_LINE = re.search(r'    Exported\("alnair_cuda_device_memory", "pool_used_bytes",.*?\),\n',
-                           (ABI / "fields.py").read_text(), re.S).group()
+POOL_USED_LINE = re.search(
+    r'    Exported\("alnair_cuda_device_memory", "pool_used_bytes",.*?\),\n', (ABI / "fields.py").read_text(), re.S
+).group()
 
 
-@pytest.mark.parametrize("file, old, new, problem", [
-    ("alnair_shm.h", "uint64_t reserved[6];\n};", "uint64_t busy_spans;\n    uint64_t reserved[5];\n};",
-     "alnair_cuda_device_ext.busy_spans: neither served by a line nor listed in NOT_EXPORTED"),
-    ("alnair_shm.h", "uint64_t steps; ", "char steps[8]; ",
-     "alnair_python_record.steps (alnair_python_steps): alnair_python_record.steps is char[8], not a number"),
-    ("alnair_shm.h", "uint64_t peak_bytes; ", "uint64_t peak; ",
-     "alnair_cuda_device.peak_bytes (alnair_cuda_memory_peak_bytes): the header has no alnair_cuda_device.peak_bytes"),
-    ("alnair_shm.h", "uint64_t compute_period_ns; ", "uint8_t compute_period_ns[8]; ",
-     "alnair_cuda_device.compute_quota_ns (alnair_cuda_compute_quota_ratio): alnair_cuda_device.compute_period_ns is "
-     "uint8_t[8], not a number"),
-    ("fields.py", POOL_USED_LINE, "",
-     "alnair_cuda_device_memory.pool_used_bytes: neither served by a line nor listed in NOT_EXPORTED"),
-    ("fields.py", '("alnair_cuda_kernel", "name"): "the kernel label",', "",
-     "alnair_cuda_kernel.name: neither served by a line nor listed in NOT_EXPORTED"),
-], ids=["a field without a line", "a served field made text", "a served field renamed",
-        "a unit field made an array", "a line removed", "a reason removed"])
+@pytest.mark.parametrize(
+    "file, old, new, problem",
+    [
+        (
+            "alnair_shm.h",
+            "uint64_t reserved[6];\n};",
+            "uint64_t busy_spans;\n    uint64_t reserved[5];\n};",
+            "alnair_cuda_device_ext.busy_spans: neither served by a line nor listed in NOT_EXPORTED",
+        ),
+        (
+            "alnair_shm.h",
+            "uint64_t steps; ",
+            "char steps[8]; ",
+            "alnair_python_record.steps (alnair_python_steps): alnair_python_record.steps is char[8], not a number",
+        ),
+        (
+            "alnair_shm.h",
+            "uint64_t peak_bytes; ",
+            "uint64_t peak; ",
+            "alnair_cuda_device.peak_bytes (alnair_cuda_memory_peak_bytes): the header has no alnair_cuda_device.peak_bytes",
+        ),
+        (
+            "alnair_shm.h",
+            "uint64_t compute_period_ns; ",
+            "uint8_t compute_period_ns[8]; ",
+            "alnair_cuda_device.compute_quota_ns (alnair_cuda_compute_quota_ratio): alnair_cuda_device.compute_period_ns is "
+            "uint8_t[8], not a number",
+        ),
+        (
+            "fields.py",
+            POOL_USED_LINE,
+            "",
+            "alnair_cuda_device_memory.pool_used_bytes: neither served by a line nor listed in NOT_EXPORTED",
+        ),
+        (
+            "fields.py",
+            '("alnair_cuda_kernel", "name"): "the kernel label",',
+            "",
+            "alnair_cuda_kernel.name: neither served by a line nor listed in NOT_EXPORTED",
+        ),
+    ],
+    ids=[
+        "a field without a line",
+        "a served field made text",
+        "a served field renamed",
+        "a unit field made an array",
+        "a line removed",
+        "a reason removed",
+    ],
+)
 def test_a_copy_with_one_field_or_line_changed_fails_naming_it(scratch_abi, file, old, new, problem):
     scratch_abi.change(file, old, new)
     assert problem in table_problems(*scratch_abi.load())

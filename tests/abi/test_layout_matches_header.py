@@ -1,5 +1,6 @@
 """The Python mirror, built from abi/alnair_shm.h by its parser, agrees with what a C compiler makes of the header
 byte for byte: every size, offset and constant."""
+
 from __future__ import annotations
 
 import ctypes
@@ -43,7 +44,20 @@ def probe_source() -> str:
 def c_layout(tmp_path_factory) -> dict[tuple[str, str], tuple[int, int]]:
     work = tmp_path_factory.mktemp("abi")
     (work / "probe.c").write_text(probe_source())
-    subprocess.run(["gcc", "-std=c11", "-Wall", "-Werror", "-I", str(ABI_HEADER.parent), "-o", str(work / "probe"), str(work / "probe.c")], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-std=c11",
+            "-Wall",
+            "-Werror",
+            "-I",
+            str(ABI_HEADER.parent),
+            "-o",
+            str(work / "probe"),
+            str(work / "probe.c"),
+        ],
+        check=True,
+    )
     out = subprocess.run([str(work / "probe")], check=True, capture_output=True, text=True).stdout
     return {(s, f): (int(size), int(offset)) for s, f, size, offset in (line.split() for line in out.splitlines())}
 
@@ -96,8 +110,12 @@ def test_segment_naming_matches_the_header_and_the_c_writer(start_writer):
     defines = dict(re.findall(r'#define (ALNAIR_SHM_\w+) "([^"]*)"', ABI_HEADER.read_text()))
     defines.update(re.findall(r'#define (ALNAIR_READER_MARKER) "([^"]*)"', ABI_HEADER.read_text()))
     assert (defines["ALNAIR_SHM_DEFAULT_DIR"], defines["ALNAIR_SHM_NAME_PREFIX"], defines["ALNAIR_READER_MARKER"]) == (
-        naming.DEFAULT_DIR, naming.NAME_PREFIX, naming.READER_MARKER)
+        naming.DEFAULT_DIR,
+        naming.NAME_PREFIX,
+        naming.READER_MARKER,
+    )
     writer = start_writer()
     header = layout.ShmHeader.from_buffer_copy(writer.path.read_bytes())
-    assert writer.path.name == naming.segment_name(layout.KIND_CUDA, header.pid_namespace_inode, writer.pid,
-                                                   header.start_time_ticks)
+    assert writer.path.name == naming.segment_name(
+        layout.KIND_CUDA, header.pid_namespace_inode, writer.pid, header.start_time_ticks
+    )

@@ -1,4 +1,5 @@
 """With no ALNAIR_SHM_DIR, segments are POSIX shared-memory objects that posix_ipc opens by name."""
+
 from __future__ import annotations
 
 import mmap

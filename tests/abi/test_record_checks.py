@@ -1,4 +1,5 @@
 """What a record may not hold because it would break the exposition: two series under one set of labels."""
+
 from __future__ import annotations
 
 import pytest
@@ -34,11 +35,15 @@ def test_a_device_given_twice_is_malformed():
         parse_cuda_record(cuda_record([1, 1]))
 
 
-@pytest.mark.parametrize("counters, phases", [
-    ([b"tokens", b"tokens"], []),
-    ([], [b"step", b"step"]),
-    ([b"a\x01", b"a\x02"], []),  # both read as "a\ufffd": one label value
-], ids=["counter twice", "phase twice", "names alike once made text"])
+@pytest.mark.parametrize(
+    "counters, phases",
+    [
+        ([b"tokens", b"tokens"], []),
+        ([], [b"step", b"step"]),
+        ([b"a\x01", b"a\x02"], []),  # both read as "a\ufffd": one label value
+    ],
+    ids=["counter twice", "phase twice", "names alike once made text"],
+)
 def test_a_name_given_twice_is_malformed(counters, phases):
     with pytest.raises(MalformedRecord, match="name given twice"):
         parse_python_record(python_record(counters, phases))
@@ -58,21 +63,29 @@ def test_kernels_by_name_and_other_rows_parse_as_their_labels():
     other = layout.CUDA_KERNEL_OTHER
     rows = [(0, b"gemm", 0), (1, b"gemm", 0), (0, b"", 0), (0, b"", other), (1, b"", other)]
     assert [kernel_key(k) for k in parse_cuda_record(kernel_table(rows)).kernels] == [
-        (0, "gemm"), (1, "gemm"), (0, "(unnamed)"), (0, "(other)"), (1, "(other)")]
+        (0, "gemm"),
+        (1, "gemm"),
+        (0, "(unnamed)"),
+        (0, "(other)"),
+        (1, "(other)"),
+    ]
 
 
-@pytest.mark.parametrize("rows, count, why", [
-    ([(0, b"gemm", 0), (0, b"gemm", 0)], None, "kernel given twice"),
-    # a name posing as OTHER
-    ([(0, b"(other)", 0), (0, b"", layout.CUDA_KERNEL_OTHER)], None, "kernel given twice"),
-    ([(0, b"a\x01", 0), (0, b"a\x02", 0)], None, "kernel given twice"),  # one label value
-    ([(2, b"gemm", 0)], None, "device the record does not have"),
-    ([], layout.CUDA_MAX_KERNELS + 1, "over the table's size"),
-])
+@pytest.mark.parametrize(
+    "rows, count, why",
+    [
+        ([(0, b"gemm", 0), (0, b"gemm", 0)], None, "kernel given twice"),
+        # a name posing as OTHER
+        ([(0, b"(other)", 0), (0, b"", layout.CUDA_KERNEL_OTHER)], None, "kernel given twice"),
+        ([(0, b"a\x01", 0), (0, b"a\x02", 0)], None, "kernel given twice"),  # one label value
+        ([(2, b"gemm", 0)], None, "device the record does not have"),
+        ([], layout.CUDA_MAX_KERNELS + 1, "over the table's size"),
+    ],
+)
 def test_a_kernel_table_that_would_give_two_series_one_label_set_is_malformed(rows, count, why):
     with pytest.raises(MalformedRecord, match=why):
         parse_cuda_record(kernel_table(rows, count=count))
 
 
 def test_a_record_without_the_kernel_table_reads_it_as_absent():
-    assert parse_cuda_record(cuda_record([0])[:layout.CUDA_KERNELS_OFFSET]).kernels is None
+    assert parse_cuda_record(cuda_record([0])[: layout.CUDA_KERNELS_OFFSET]).kernels is None

@@ -1,4 +1,5 @@
 """alnair top: live writers read straight from shared memory, under a real pseudo-terminal and piped."""
+
 from __future__ import annotations
 
 import os
@@ -72,14 +73,30 @@ TRAINER = textwrap.dedent("""
 """)
 
 
-HEADER = ["PID", "COMM", "POD", "GPU", "STATE", "LAUNCH/s", "MEM", "LIMIT", "CTX", "CHARGED", "H2D/s", "D2H/s", "GPU%",
-          "THR%", "STALL%", "STEP/s"]
+HEADER = [
+    "PID",
+    "COMM",
+    "POD",
+    "GPU",
+    "STATE",
+    "LAUNCH/s",
+    "MEM",
+    "LIMIT",
+    "CTX",
+    "CHARGED",
+    "H2D/s",
+    "D2H/s",
+    "GPU%",
+    "THR%",
+    "STALL%",
+    "STEP/s",
+]
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
 def byte_count(cell: str) -> float:
     number = cell.rstrip("BKiMG")
-    return float(number) * UNITS[cell[len(number):]]
+    return float(number) * UNITS[cell[len(number) :]]
 
 
 def alnair_command() -> str:
@@ -102,8 +119,14 @@ def one_fake_gpu(fake_nvml_dir, monkeypatch):
 
 
 def run_top(shm_dir, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([alnair_command(), "top", f"--shm.dir={shm_dir}", *args], capture_output=True, text=True,
-                          timeout=30, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [alnair_command(), "top", f"--shm.dir={shm_dir}", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def piped_table(shm_dir, *args: str) -> list[list[str]]:
@@ -129,9 +152,18 @@ def gpu_table(stdout: str) -> dict[str, dict[str, str]]:
 
 
 def test_top_shows_the_node_gpus_from_nvml_with_no_writer_running(shm_dir):
-    out = run_top(shm_dir, "--interval=0.2", env={
-        "FAKE_NVML_GPUS": "3", "FAKE_NVML_GPU_UTIL": "97,5,x", "FAKE_NVML_MEMORY_UTIL": "41,2",
-        "FAKE_NVML_MEMORY_USED": f"{3 << 30},{512 << 20}", "FAKE_NVML_GPM": "1,0,1", "FAKE_NVML_SM_ACTIVE": "94.7,0,12.5"})
+    out = run_top(
+        shm_dir,
+        "--interval=0.2",
+        env={
+            "FAKE_NVML_GPUS": "3",
+            "FAKE_NVML_GPU_UTIL": "97,5,x",
+            "FAKE_NVML_MEMORY_UTIL": "41,2",
+            "FAKE_NVML_MEMORY_USED": f"{3 << 30},{512 << 20}",
+            "FAKE_NVML_GPM": "1,0,1",
+            "FAKE_NVML_SM_ACTIVE": "94.7,0,12.5",
+        },
+    )
     assert out.returncode == 0 and out.stderr == "", out.stderr
     assert gpu_table(out.stdout) == {
         "0": dict(zip(GPU_HEADER, ["0", "Fake GPU 0", "97", "94.7", "41", "3.0GiB", "80.0GiB"])),
@@ -173,7 +205,14 @@ def test_piped_top_prints_one_table_with_rates_joined_by_pid(shm_dir, writers):
     # one decimal of MiB, KiB
     assert 2.8e6 <= byte_count(t["H2D/s"]) <= 3.2e6 and 0.9e6 <= byte_count(t["D2H/s"]) <= 1.1e6
     c = by_pid[c_writer.pid]
-    assert (c["COMM"], c["GPU"], c["MEM"], c["LIMIT"], c["STALL%"], c["STEP/s"]) == ("alnair-shm-test", "0,1", "2.0MiB", "-", "-", "-")
+    assert (c["COMM"], c["GPU"], c["MEM"], c["LIMIT"], c["STALL%"], c["STEP/s"]) == (
+        "alnair-shm-test",
+        "0,1",
+        "2.0MiB",
+        "-",
+        "-",
+        "-",
+    )
     assert (c["STATE"], c["CTX"], c["CHARGED"]) == ("starting", "-", "0B")  # no launch yet; no context measured
     assert (c["H2D/s"], c["D2H/s"]) == ("0B", "0B")
     assert c["GPU%"] == "-"  # the C writer does not measure GPU time: no share, not 0
@@ -223,21 +262,40 @@ def test_top_tells_starting_idle_active_and_the_compute_limits_apart_by_the_writ
         "starting": start_writer("--period-ms", "10"),  # not launched yet
         "idle": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now - 120 * 10**9}"),
         "active": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now}"),
-        "cap": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now}", "--compute-limit", "30"),
+        "cap": start_writer(
+            "--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now}", "--compute-limit", "30"
+        ),
         # a writer before the GPU-time limits, taking turns under its 30% limit: its window, 25% of each period now
-        "turns": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now}", "--compute-limit",
-                              "30", "--set", "compute_period_ns=100000000", "--set", "compute_quota_ns=25000000"),
+        "turns": start_writer(
+            "--period-ms",
+            "10",
+            *launched,
+            "--set",
+            f"last_launch_time_ns={now}",
+            "--compute-limit",
+            "30",
+            "--set",
+            "compute_period_ns=100000000",
+            "--set",
+            "compute_quota_ns=25000000",
+        ),
         # under a cap, but idle for longer than --idle-after: idle wins
-        "idle too": start_writer("--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now - 120 * 10**9}",
-                                 "--compute-limit", "30"),
+        "idle too": start_writer(
+            "--period-ms", "10", *launched, "--set", f"last_launch_time_ns={now - 120 * 10**9}", "--compute-limit", "30"
+        ),
     }
     shared = PythonProgram(SHARED, shm_dir)
     try:
         header, *rows = piped_table(shm_dir, "--interval=0.1")
         shown = {int(r[0]): dict(zip(header, r))["STATE"] for r in rows}
         assert {name: shown[w.pid] for name, w in writers.items()} == {
-            "starting": "starting", "idle": "idle", "active": "active", "cap": "cap:30%", "turns": "turns:25%",
-            "idle too": "idle"}
+            "starting": "starting",
+            "idle": "idle",
+            "active": "active",
+            "cap": "cap:30%",
+            "turns": "turns:25%",
+            "idle too": "idle",
+        }
         assert shown[shared.pid] == "share:40%"  # the lowest of its GPUs'
         header, *rows = piped_table(shm_dir, "--interval=0.1", "--idle-after=10m")  # 120 s is not idle for 10 minutes
         shown = {int(r[0]): dict(zip(header, r))["STATE"] for r in rows}
@@ -265,7 +323,10 @@ def test_top_never_removes_segments_not_even_a_dead_writers(shm_dir, start_write
 
 def test_top_rejects_a_missing_directory_in_one_line(tmp_path):
     out = subprocess.run([alnair_command(), "top", f"--shm.dir={tmp_path / 'nope'}"], capture_output=True, text=True)
-    assert out.returncode == 2 and out.stderr.strip() == f"alnair top: error: --shm.dir: not a directory: {tmp_path / 'nope'}"
+    assert (
+        out.returncode == 2
+        and out.stderr.strip() == f"alnair top: error: --shm.dir: not a directory: {tmp_path / 'nope'}"
+    )
 
 
 class Terminal:
@@ -274,7 +335,9 @@ class Terminal:
     def __init__(self, args: list[str], rows: int = 20, columns: int = 160):
         self.screen = pyte.Screen(columns, rows)
         self.stream = pyte.ByteStream(self.screen)
-        self.child = pexpect.spawn(alnair_command(), args, dimensions=(rows, columns), env={**os.environ, "TERM": "xterm"})
+        self.child = pexpect.spawn(
+            alnair_command(), args, dimensions=(rows, columns), env={**os.environ, "TERM": "xterm"}
+        )
 
     def lines(self) -> list[str]:
         try:
@@ -297,7 +360,7 @@ def process_header_at(lines: list[str]) -> int:
 
 
 def pids_shown(lines: list[str]) -> list[int]:
-    rows = lines[process_header_at(lines) + 1:]
+    rows = lines[process_header_at(lines) + 1 :]
     return [int(line.split()[0]) for line in rows if line.split() and line.split()[0].isdigit()]
 
 
@@ -349,19 +412,32 @@ def test_top_under_a_terminal_refreshes_sorts_and_quits(shm_dir, writers, monkey
 def test_top_lists_the_most_launched_kernels_by_name_with_kernels(shm_dir, start_writer):
     """The C test writer publishes fixed counts, republishing every 10 ms: a rate of 0, the counts as given; the
     OTHER row is not a kernel and is not listed."""
-    busy = start_writer("--period-ms", "10", "--kernel", "0:void gemm<float>(float*, int)=900",
-                        "--kernel", "0:relu_kernel=40", "--kernel", "0:=5")
+    busy = start_writer(
+        "--period-ms",
+        "10",
+        "--kernel",
+        "0:void gemm<float>(float*, int)=900",
+        "--kernel",
+        "0:relu_kernel=40",
+        "--kernel",
+        "0:=5",
+    )
     quiet = start_writer("--period-ms", "10", "--kernel", "0:memset_kernel=7")
     out = run_top(shm_dir, "--interval=0.2", "--kernels=2")
     assert out.returncode == 0 and out.stderr == "", out.stderr
     header, *rows = out.stdout.split("\n\n")[2].splitlines()
     assert header.split() == ["PID", "GPU", "LAUNCH/s", "LAUNCHES", "KERNEL"]
     # rates equal (0): the most launched first; two rows asked for
-    assert [line.split(None, 4) for line in rows] == [[str(busy.pid), "0", "0", "900", "void gemm<float>(float*, int)"],
-                                                    [str(busy.pid), "0", "0", "40", "relu_kernel"]]
+    assert [line.split(None, 4) for line in rows] == [
+        [str(busy.pid), "0", "0", "900", "void gemm<float>(float*, int)"],
+        [str(busy.pid), "0", "0", "40", "relu_kernel"],
+    ]
     assert str(quiet.pid) not in out.stdout.split("\n\n")[2]  # its one kernel is third: left out
 
 
 def test_top_rejects_a_negative_kernel_count_in_one_line(shm_dir):
     out = run_top(shm_dir, "--kernels=-1")
-    assert out.returncode == 2 and out.stderr.strip() == "alnair top: error: --kernels: want a number of kernels, 0 or more: -1"
+    assert (
+        out.returncode == 2
+        and out.stderr.strip() == "alnair top: error: --kernels: want a number of kernels, 0 or more: -1"
+    )

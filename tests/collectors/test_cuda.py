@@ -1,4 +1,5 @@
 """The cuda collector turns the C writer's segments into per-process, per-device series."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,8 +14,11 @@ from support import PythonProgram, cuda_record_program, parse_samples
 
 
 # The test writer's device UUIDs: bytes 0x00-0x0f for device 0, 0x10-0x1f for device 1 (and so on).
-UUIDS = {0: "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f", 1: "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f",
-         2: "GPU-20212223-2425-2627-2829-2a2b2c2d2e2f"}
+UUIDS = {
+    0: "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f",
+    1: "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f",
+    2: "GPU-20212223-2425-2627-2829-2a2b2c2d2e2f",
+}
 
 
 def device(writer, gpu: int) -> str:
@@ -28,10 +32,30 @@ def sample(shm_dir, collector: CudaCollector | None = None) -> dict[str, float]:
 
 
 def test_device_counters_are_exported_per_pid_and_gpu(start_writer, shm_dir):
-    w = start_writer("--devices", "2", "--set", "kernel_launches=100", "--set", "graph_launches=3",
-                     "--set", "bytes_in_use=1048576", "--set", "peak_bytes=2097152", "--set", "allocations=9",
-                     "--set", "failed_allocations=1", "--set", "limit_denied_allocations=2",
-                     "--set", "throttled_ns=1500000000", "--set", "compute_quota_ns=25000000", "--set", "compute_period_ns=100000000")
+    w = start_writer(
+        "--devices",
+        "2",
+        "--set",
+        "kernel_launches=100",
+        "--set",
+        "graph_launches=3",
+        "--set",
+        "bytes_in_use=1048576",
+        "--set",
+        "peak_bytes=2097152",
+        "--set",
+        "allocations=9",
+        "--set",
+        "failed_allocations=1",
+        "--set",
+        "limit_denied_allocations=2",
+        "--set",
+        "throttled_ns=1500000000",
+        "--set",
+        "compute_quota_ns=25000000",
+        "--set",
+        "compute_period_ns=100000000",
+    )
     s = sample(shm_dir)
     gpu0 = device(w, 0)
     gpu1 = device(w, 1)
@@ -52,8 +76,8 @@ def test_limits_are_exported_only_when_set(start_writer, shm_dir):
     limited = start_writer("--set", "memory_limit_bytes=8589934592", "--compute-limit", "30")
     free = start_writer()
     s = sample(shm_dir)
-    assert s[f'alnair_cuda_memory_limit_bytes{{{device(limited, 0)}}}'] == 8589934592
-    assert s[f'alnair_cuda_compute_limit_ratio{{{device(limited, 0)}}}'] == 0.3
+    assert s[f"alnair_cuda_memory_limit_bytes{{{device(limited, 0)}}}"] == 8589934592
+    assert s[f"alnair_cuda_compute_limit_ratio{{{device(limited, 0)}}}"] == 0.3
     assert not any(f'pid="{free.pid}"' in key for key in s if "limit" in key)
     assert s["alnair_cuda_segments"] == 2
 
@@ -76,8 +100,9 @@ def test_the_cap_and_the_share_are_exported_only_where_set(start_writer, shm_dir
     writer = PythonProgram(COMPUTE_LIMITS_WRITER, shm_dir)
     try:
         # a writer from before: a window, no share
-        older = start_writer("--compute-limit", "30", "--set", "compute_quota_ns=25000000",
-                             "--set", "compute_period_ns=100000000")
+        older = start_writer(
+            "--compute-limit", "30", "--set", "compute_quota_ns=25000000", "--set", "compute_period_ns=100000000"
+        )
         s = sample(shm_dir)
     finally:
         writer.finish()
@@ -129,11 +154,30 @@ def test_empty_directory_yields_no_process_series(shm_dir):
     assert not any(k.startswith("alnair_cuda_kernel_launches_total{") for k in s)
 
 
-COPIES = ["--set", "host_to_device.copies=10", "--set", "host_to_device.bytes=1048576",
-          "--set", "host_to_device.sync_ns=250000000", "--set", "device_to_host.copies=4",
-          "--set", "device_to_host.bytes=4096", "--set", "device_to_device.copies=2", "--set", "device_to_device.bytes=512"]
-ACTIVITY = ["--set", "first_launch_ns=2500000000", "--set", "first_allocation_ns=1250000000",
-            "--set", "last_launch_time_ns=1700000000123456789"]
+COPIES = [
+    "--set",
+    "host_to_device.copies=10",
+    "--set",
+    "host_to_device.bytes=1048576",
+    "--set",
+    "host_to_device.sync_ns=250000000",
+    "--set",
+    "device_to_host.copies=4",
+    "--set",
+    "device_to_host.bytes=4096",
+    "--set",
+    "device_to_device.copies=2",
+    "--set",
+    "device_to_device.bytes=512",
+]
+ACTIVITY = [
+    "--set",
+    "first_launch_ns=2500000000",
+    "--set",
+    "first_allocation_ns=1250000000",
+    "--set",
+    "last_launch_time_ns=1700000000123456789",
+]
 
 
 def test_copies_are_exported_per_device_and_direction(start_writer, shm_dir):
@@ -145,7 +189,10 @@ def test_copies_are_exported_per_device_and_direction(start_writer, shm_dir):
     assert s[f"alnair_cuda_copies_total{{{h2d}{gpu[1]}}}"] == 11  # the writer gives device i V + i
     assert s[f"alnair_cuda_copy_bytes_total{{{h2d}{gpu[0]}}}"] == 1048576
     assert s[f"alnair_cuda_sync_copy_seconds_total{{{h2d}{gpu[0]}}}"] == 0.25
-    assert s[f"alnair_cuda_copies_total{{{d2h}{gpu[0]}}}"] == 4 and s[f"alnair_cuda_copy_bytes_total{{{d2h}{gpu[0]}}}"] == 4096
+    assert (
+        s[f"alnair_cuda_copies_total{{{d2h}{gpu[0]}}}"] == 4
+        and s[f"alnair_cuda_copy_bytes_total{{{d2h}{gpu[0]}}}"] == 4096
+    )
     assert s[f"alnair_cuda_copy_bytes_total{{{d2d}{gpu[1]}}}"] == 513
     assert s[f"alnair_cuda_sync_copy_seconds_total{{{d2d}{gpu[0]}}}"] == 0  # every direction, 0 until it copies
     assert sum(k.startswith("alnair_cuda_copies_total{") for k in s) == 6  # 2 devices x 3 directions
@@ -165,12 +212,20 @@ def test_activity_times_are_exported_per_process_once_they_happened(start_writer
 def test_a_writer_older_than_the_copy_and_activity_fields_has_none_of_their_series(start_writer, shm_dir):
     old = start_writer("--record-size", "8224", *COPIES, *ACTIVITY, "--set", "kernel_launches=5")
     s = sample(shm_dir)
-    assert s[f'alnair_cuda_kernel_launches_total{{{device(old, 0)}}}'] == 5
+    assert s[f"alnair_cuda_kernel_launches_total{{{device(old, 0)}}}"] == 5
     assert not any(f'pid="{old.pid}"' in k for k in s if "cop" in k or "first_" in k or "last_launch" in k)
 
 
-MEMORY = ["--set", "context_bytes=524288000", "--set", "pool_reserved_bytes=301989888", "--set", "pool_used_bytes=203505664",
-          "--set", "charged_bytes=400000000"]
+MEMORY = [
+    "--set",
+    "context_bytes=524288000",
+    "--set",
+    "pool_reserved_bytes=301989888",
+    "--set",
+    "pool_used_bytes=203505664",
+    "--set",
+    "charged_bytes=400000000",
+]
 
 
 def test_context_and_pool_memory_are_exported_per_device(start_writer, shm_dir):
@@ -189,9 +244,10 @@ def test_context_and_pool_memory_are_exported_per_device(start_writer, shm_dir):
 def test_an_unmeasured_context_and_an_unlimited_process_have_no_such_series(start_writer, shm_dir):
     w = start_writer("--set", "pool_reserved_bytes=4096")
     s = sample(shm_dir)
-    assert s[f'alnair_cuda_pool_reserved_bytes{{{device(w, 0)}}}'] == 4096
-    assert not any(k.startswith(("alnair_cuda_context_memory_bytes{", "alnair_cuda_memory_limit_includes_context{"))
-                   for k in s)
+    assert s[f"alnair_cuda_pool_reserved_bytes{{{device(w, 0)}}}"] == 4096
+    assert not any(
+        k.startswith(("alnair_cuda_context_memory_bytes{", "alnair_cuda_memory_limit_includes_context{")) for k in s
+    )
 
 
 def test_a_writer_older_than_the_memory_fields_has_none_of_their_series(start_writer, shm_dir):
@@ -233,9 +289,14 @@ def test_gpu_time_is_exported_only_for_devices_whose_writer_measures_it(gpu_time
     assert s[f"alnair_cuda_gpu_busy_seconds_total{{{gpu[0]}}}"] == 1.5
     assert s[f"alnair_cuda_gpu_time_seconds_total{{{gpu[1]}}}"] == 0  # measured: nothing yet
     assert s[f"alnair_cuda_gpu_busy_seconds_total{{{gpu[1]}}}"] == 0
-    gpu_time = {k for k in s if k.startswith(("alnair_cuda_gpu_time_seconds_total{", "alnair_cuda_gpu_busy_seconds_total{"))}
+    gpu_time = {
+        k for k in s if k.startswith(("alnair_cuda_gpu_time_seconds_total{", "alnair_cuda_gpu_busy_seconds_total{"))
+    }
     assert len(gpu_time) == 4  # no series for device 2 (no flag), nor for the C writer's devices
-    assert not any(f'pid="{older.pid}"' in k for k in gpu_time) and s[f"alnair_cuda_kernel_launches_total{{{device(older, 1)}}}"] == 6
+    assert (
+        not any(f'pid="{older.pid}"' in k for k in gpu_time)
+        and s[f"alnair_cuda_kernel_launches_total{{{device(older, 1)}}}"] == 6
+    )
 
 
 def test_an_exited_writers_gpu_time_lingers_with_its_last_record(gpu_time_writer, shm_dir):
@@ -246,7 +307,10 @@ def test_an_exited_writers_gpu_time_lingers_with_its_last_record(gpu_time_writer
     gpu_time_writer.proc.wait(10)
     s = sample(shm_dir, collector)
     assert f'alnair_cuda_process_exited_timestamp_seconds{{pid="{gpu_time_writer.pid}"}}' in s
-    assert (s[f"alnair_cuda_gpu_time_seconds_total{{{gpu0}}}"], s[f"alnair_cuda_gpu_busy_seconds_total{{{gpu0}}}"]) == (0.75, 1.5)
+    assert (s[f"alnair_cuda_gpu_time_seconds_total{{{gpu0}}}"], s[f"alnair_cuda_gpu_busy_seconds_total{{{gpu0}}}"]) == (
+        0.75,
+        1.5,
+    )
 
 
 # A writer's kernel table, as the intercept lays it out: two named kernels and OTHER on device 0, one on device 1
@@ -278,7 +342,10 @@ def test_kernel_launches_by_name_are_exported_per_pid_gpu_and_kernel(start_write
 
     by_name = {k: v for k, v in s.items() if k.startswith("alnair_cuda_kernel_launches_by_name_total{")}
     assert by_name == {
-        series(0, "void gemm<float>(float*, int)"): 900, series(0, "relu_kernel"): 40, series(0, "(other)"): 60,
-        series(1, 'say \\"hi\\" \\\\ there'): 7, series(1, "(other)"): 0,
+        series(0, "void gemm<float>(float*, int)"): 900,
+        series(0, "relu_kernel"): 40,
+        series(0, "(other)"): 60,
+        series(1, 'say \\"hi\\" \\\\ there'): 7,
+        series(1, "(other)"): 0,
     }
     assert not any(f'pid="{older.pid}"' in k for k in by_name)

@@ -1,6 +1,7 @@
 """The cuda and python collectors serve each line of the ABI's field table (abi/fields.py) as its family: its name,
 type, help and labels, from records with every field set, so a field added to the header and the table is checked
 here without a line of this test changing."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """The host collector reports CPU time per CPU and mode, memory and load, in base units."""
+
 from __future__ import annotations
 
 import argparse

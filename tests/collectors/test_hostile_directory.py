@@ -1,5 +1,6 @@
 """The segment reader against a directory a hostile neighbour fills: junk and temp names of any count never
 hide a writer, each pass does bounded work, and no name can corrupt the reader's saved state."""
+
 from __future__ import annotations
 
 import logging
@@ -22,8 +23,9 @@ def opens(monkeypatch):
     """The paths the reader opens, pass by pass (the test clears it)."""
     opened: list[str] = []
     real_open = os.open
-    monkeypatch.setattr(segments.os, "open",
-                        lambda path, *a, **k: opened.append(os.path.basename(path)) or real_open(path, *a, **k))
+    monkeypatch.setattr(
+        segments.os, "open", lambda path, *a, **k: opened.append(os.path.basename(path)) or real_open(path, *a, **k)
+    )
     return opened
 
 
@@ -132,8 +134,9 @@ def test_a_newline_in_a_name_cannot_write_a_line_into_the_saved_state(shm_dir, l
     assert restarted.read() == [] and restarted.skipped == {"bad_name": 1}
 
 
-def test_a_dead_segment_that_cannot_be_removed_is_counted_and_opened_once(shm_dir, start_writer, monkeypatch, opens,
-                                                                          caplog):
+def test_a_dead_segment_that_cannot_be_removed_is_counted_and_opened_once(
+    shm_dir, start_writer, monkeypatch, opens, caplog
+):
     """As for a non-root exporter meeting another user's dead writer in a sticky directory."""
     writer = start_writer()
     writer.kill()

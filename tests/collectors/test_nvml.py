@@ -1,4 +1,5 @@
 """The nvml collector against a pynvml test double: per-GPU, per-process, MIG, failing GPUs, no driver, XID errors, GPM."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,11 @@ from support import parse_samples, require_binary, wait_until
 
 A = 'gpu="0",uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000"'
 B = 'gpu="1",uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000"'
-WATCH_UP, ERRORS, BY_CODE = "alnair_nvml_xid_watch_up", "alnair_nvml_xid_errors_total", "alnair_nvml_xid_errors_by_code_total"
+WATCH_UP, ERRORS, BY_CODE = (
+    "alnair_nvml_xid_watch_up",
+    "alnair_nvml_xid_errors_total",
+    "alnair_nvml_xid_errors_by_code_total",
+)
 RETRY_SECONDS = (0.05, 0.1)
 MADE: list[NvmlCollector] = []  # closed after each test: their XID watchers are threads
 
@@ -65,11 +70,23 @@ def logged(caplog, level: int, text: str = "") -> list[str]:
 
 def test_per_gpu_metrics_are_in_base_units():
     gpus = two_gpus()
-    gpus[0].__dict__.update(memory_used=2 * 2**30, utilization=(97, 41), temperature=61, power_mw=612_345,
-                            energy_mj=9_000_500, clocks_mhz=(1755, 2619), pcie_kb_per_s=(100, 2000),
-                            throttle=0x4 | 0x20, ecc=(3, 1), retired_pages=(2, 0), remapped_rows=(5, 1, 1, 0))
+    gpus[0].__dict__.update(
+        memory_used=2 * 2**30,
+        utilization=(97, 41),
+        temperature=61,
+        power_mw=612_345,
+        energy_mj=9_000_500,
+        clocks_mhz=(1755, 2619),
+        pcie_kb_per_s=(100, 2000),
+        throttle=0x4 | 0x20,
+        ecc=(3, 1),
+        retired_pages=(2, 0),
+        remapped_rows=(5, 1, 1, 0),
+    )
     s = sample(collector(FakeNvml(gpus, driver_version="560.35.03")))
-    assert s[f'alnair_nvml_gpu_info{{driver_version="560.35.03",{A[:8]}name="NVIDIA H200",parent_uuid="",{A[8:]}}}'] == 1
+    assert (
+        s[f'alnair_nvml_gpu_info{{driver_version="560.35.03",{A[:8]}name="NVIDIA H200",parent_uuid="",{A[8:]}}}'] == 1
+    )
     assert s[f"alnair_nvml_up{{{A}}}"] == 1 and s[f"alnair_nvml_up{{{B}}}"] == 1
     assert s[f"alnair_nvml_memory_used_bytes{{{A}}}"] == 2 * 2**30
     assert s[f"alnair_nvml_memory_total_bytes{{{A}}}"] == 150_000 * 2**20
@@ -134,12 +151,20 @@ def test_gpu_failing_mid_run_drops_only_its_series_and_comes_back():
     assert s[f"alnair_nvml_temperature_celsius{{{A}}}"] == 40
     gpus[1].lost = False
     s = sample(c)
-    assert s[f"alnair_nvml_up{{{B}}}"] == 1 and s[f'alnair_nvml_process_memory_used_bytes{{gpu="1",pid="99",{B[8:]}}}'] == 2**30
+    assert (
+        s[f"alnair_nvml_up{{{B}}}"] == 1
+        and s[f'alnair_nvml_process_memory_used_bytes{{gpu="1",pid="99",{B[8:]}}}'] == 2**30
+    )
 
 
 def test_mig_instances_are_their_own_devices():
-    instance = FakeGpu("MIG-11111111-2222-3333-4444-555555555555", name="NVIDIA H200 MIG 1g.18gb", memory_total=18 * 2**30,
-                       processes={500: None}, unsupported={"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetProcessUtilization"})
+    instance = FakeGpu(
+        "MIG-11111111-2222-3333-4444-555555555555",
+        name="NVIDIA H200 MIG 1g.18gb",
+        memory_total=18 * 2**30,
+        processes={500: None},
+        unsupported={"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetProcessUtilization"},
+    )
     gpus = two_gpus()
     gpus[1].mig = [None, instance]
     s = sample(collector(FakeNvml(gpus)))
@@ -158,15 +183,26 @@ def test_process_info_carries_pod_identity_and_marks_host_processes(tmp_path):
     container = "0f" * 32
     (tmp_path / "4242").mkdir()
     (tmp_path / "4242" / "cgroup").write_text(
-        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{pod.replace('-', '_')}.slice/cri-containerd-{container}.scope\n")
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{pod.replace('-', '_')}.slice/cri-containerd-{container}.scope\n"
+    )
     (tmp_path / "77").mkdir()
     (tmp_path / "77" / "cgroup").write_text("0::/user.slice/user-1000.slice/session-3.scope\n")
     gpus = two_gpus()
     gpus[0].processes = {4242: 2**30, 77: 2**20}
     s = sample(collector(FakeNvml(gpus), procfs=str(tmp_path)))
-    assert s[f'alnair_nvml_process_info{{container="<unknown>",container_id="containerd://{container}",namespace="<unknown>",'
-             f'pid="4242",pod="<unknown>",pod_uid="{pod}"}}'] == 1
-    assert s['alnair_nvml_process_info{container="<none>",container_id="",namespace="<none>",pid="77",pod="<none>",pod_uid="<none>"}'] == 1
+    assert (
+        s[
+            f'alnair_nvml_process_info{{container="<unknown>",container_id="containerd://{container}",namespace="<unknown>",'
+            f'pid="4242",pod="<unknown>",pod_uid="{pod}"}}'
+        ]
+        == 1
+    )
+    assert (
+        s[
+            'alnair_nvml_process_info{container="<none>",container_id="",namespace="<none>",pid="77",pod="<none>",pod_uid="<none>"}'
+        ]
+        == 1
+    )
 
 
 def test_no_driver_or_no_gpu_makes_the_collector_unavailable():
@@ -183,7 +219,9 @@ def test_runner_reports_a_missing_driver_as_unavailable_not_error():
         def __init__(self, options):
             super().__init__(options, nvml=FakeNvml([], driver_loaded=False))
 
-    snapshot = CollectorRunner(CollectorSpec.of("nvml", NoDriver), argparse.Namespace(procfs="/proc"), 1.0).sample_once()
+    snapshot = CollectorRunner(
+        CollectorSpec.of("nvml", NoDriver), argparse.Namespace(procfs="/proc"), 1.0
+    ).sample_once()
     assert (snapshot.state, snapshot.text) == ("unavailable", b"")
     assert "Library Not Found" in snapshot.detail
 
@@ -199,7 +237,9 @@ def test_promtool_check_metrics_is_clean():
     nvml.inject_xid(gpus[1], 79)
     sample_when(c, lambda s: s.get(f"{ERRORS}{{{B}}}") == 1)
     text = c.collect().decode()
-    result = subprocess.run([require_binary("promtool"), "check", "metrics"], input=text, capture_output=True, text=True)
+    result = subprocess.run(
+        [require_binary("promtool"), "check", "metrics"], input=text, capture_output=True, text=True
+    )
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 
@@ -235,16 +275,25 @@ def test_xid_codes_past_32_per_gpu_are_counted_as_other():
         nvml.inject_xid(gpus[0], code)
     s = sample_when(c, lambda s: s.get(f"{ERRORS}{{{A}}}") == 40)
     by_code = {k: v for k, v in s.items() if k.startswith(BY_CODE)}
-    assert by_code == {**{f'{BY_CODE}{{{A},xid="{code}"}}': 1 for code in range(1, 33)}, f'{BY_CODE}{{{A},xid="other"}}': 8}
+    assert by_code == {
+        **{f'{BY_CODE}{{{A},xid="{code}"}}': 1 for code in range(1, 33)},
+        f'{BY_CODE}{{{A},xid="other"}}': 8,
+    }
     nvml.inject_xid(gpus[0], 5)  # a code already counted keeps its series
     nvml.inject_xid(gpus[0], 99)
     s = sample_when(c, lambda s: s.get(f"{ERRORS}{{{A}}}") == 42)
     assert (s[f'{BY_CODE}{{{A},xid="5"}}'], s[f'{BY_CODE}{{{A},xid="other"}}']) == (2, 9)
 
 
-@pytest.mark.parametrize("refusal", [{"supported_events": 0}, {"unsupported": {"nvmlDeviceRegisterEvents"}},
-                                     {"register_error": pynvml.NVML_ERROR_NO_PERMISSION}],
-                         ids=["not-among-supported-events", "register-not-supported", "not-root"])
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        {"supported_events": 0},
+        {"unsupported": {"nvmlDeviceRegisterEvents"}},
+        {"register_error": pynvml.NVML_ERROR_NO_PERMISSION},
+    ],
+    ids=["not-among-supported-events", "register-not-supported", "not-root"],
+)
 def test_a_gpu_nvml_will_not_watch_has_watch_up_0_said_once(refusal, caplog):
     gpus = two_gpus()
     gpus[1].__dict__.update(refusal)
@@ -348,34 +397,65 @@ def test_close_leaves_nvml_initialised_while_a_wait_hangs(monkeypatch, caplog):
 
 # GPM: what each GPU runs at (percent, MiB/s) and the series it must give, as ratios and bytes/s.
 MIB = 2**20
-GPM_RATES = {pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 97.5, pynvml.NVML_GPM_METRIC_SM_UTIL: 94.7,
-             pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 14.0, pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 91.9,
-             pynvml.NVML_GPM_METRIC_FP64_UTIL: 0.5, pynvml.NVML_GPM_METRIC_FP32_UTIL: 12.25,
-             pynvml.NVML_GPM_METRIC_FP16_UTIL: 3.0, pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 17.3,
-             pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 1200.0, pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 56343.0,
-             pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 250_000.0, pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 125_000.5}
+GPM_RATES = {
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 97.5,
+    pynvml.NVML_GPM_METRIC_SM_UTIL: 94.7,
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 14.0,
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 91.9,
+    pynvml.NVML_GPM_METRIC_FP64_UTIL: 0.5,
+    pynvml.NVML_GPM_METRIC_FP32_UTIL: 12.25,
+    pynvml.NVML_GPM_METRIC_FP16_UTIL: 3.0,
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 17.3,
+    pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 1200.0,
+    pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 56343.0,
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 250_000.0,
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 125_000.5,
+}
 
 
 def gpm_expected(device: str, rates: dict[int, float]) -> dict[str, float]:
     """The GPM samples `device` ('gpu="0",uuid="..."') must have at `rates`."""
     gpu, uuid = device.split(",")
-    ids = {name: getattr(pynvml, f"NVML_GPM_METRIC_{name}") for name in (
-        "GRAPHICS_UTIL", "SM_UTIL", "SM_OCCUPANCY", "ANY_TENSOR_UTIL", "FP64_UTIL", "FP32_UTIL", "FP16_UTIL",
-        "DRAM_BW_UTIL", "PCIE_TX_PER_SEC", "PCIE_RX_PER_SEC", "NVLINK_TOTAL_TX_PER_SEC", "NVLINK_TOTAL_RX_PER_SEC")}
-    ratios = {f"alnair_nvml_graphics_engine_active_ratio{{{device}}}": "GRAPHICS_UTIL",
-              f"alnair_nvml_sm_active_ratio{{{device}}}": "SM_UTIL",
-              f"alnair_nvml_sm_occupancy_ratio{{{device}}}": "SM_OCCUPANCY",
-              f'alnair_nvml_pipe_active_ratio{{{gpu},pipe="tensor",{uuid}}}': "ANY_TENSOR_UTIL",
-              f'alnair_nvml_pipe_active_ratio{{{gpu},pipe="fp64",{uuid}}}': "FP64_UTIL",
-              f'alnair_nvml_pipe_active_ratio{{{gpu},pipe="fp32",{uuid}}}': "FP32_UTIL",
-              f'alnair_nvml_pipe_active_ratio{{{gpu},pipe="fp16",{uuid}}}': "FP16_UTIL",
-              f"alnair_nvml_dram_active_ratio{{{device}}}": "DRAM_BW_UTIL"}
-    links = {f'alnair_nvml_link_bytes_per_second{{direction="{direction}",{gpu},link="{link}",{uuid}}}': metric
-             for direction, link, metric in (("transmit", "pcie", "PCIE_TX_PER_SEC"), ("receive", "pcie", "PCIE_RX_PER_SEC"),
-                                              ("transmit", "nvlink", "NVLINK_TOTAL_TX_PER_SEC"),
-                                              ("receive", "nvlink", "NVLINK_TOTAL_RX_PER_SEC"))}
-    return {**{key: rates[ids[m]] / 100 for key, m in ratios.items() if ids[m] in rates},
-            **{key: rates[ids[m]] * MIB for key, m in links.items() if ids[m] in rates}}
+    ids = {
+        name: getattr(pynvml, f"NVML_GPM_METRIC_{name}")
+        for name in (
+            "GRAPHICS_UTIL",
+            "SM_UTIL",
+            "SM_OCCUPANCY",
+            "ANY_TENSOR_UTIL",
+            "FP64_UTIL",
+            "FP32_UTIL",
+            "FP16_UTIL",
+            "DRAM_BW_UTIL",
+            "PCIE_TX_PER_SEC",
+            "PCIE_RX_PER_SEC",
+            "NVLINK_TOTAL_TX_PER_SEC",
+            "NVLINK_TOTAL_RX_PER_SEC",
+        )
+    }
+    ratios = {
+        f"alnair_nvml_graphics_engine_active_ratio{{{device}}}": "GRAPHICS_UTIL",
+        f"alnair_nvml_sm_active_ratio{{{device}}}": "SM_UTIL",
+        f"alnair_nvml_sm_occupancy_ratio{{{device}}}": "SM_OCCUPANCY",
+        f'alnair_nvml_pipe_active_ratio{{{gpu},pipe="tensor",{uuid}}}': "ANY_TENSOR_UTIL",
+        f'alnair_nvml_pipe_active_ratio{{{gpu},pipe="fp64",{uuid}}}': "FP64_UTIL",
+        f'alnair_nvml_pipe_active_ratio{{{gpu},pipe="fp32",{uuid}}}': "FP32_UTIL",
+        f'alnair_nvml_pipe_active_ratio{{{gpu},pipe="fp16",{uuid}}}': "FP16_UTIL",
+        f"alnair_nvml_dram_active_ratio{{{device}}}": "DRAM_BW_UTIL",
+    }
+    links = {
+        f'alnair_nvml_link_bytes_per_second{{direction="{direction}",{gpu},link="{link}",{uuid}}}': metric
+        for direction, link, metric in (
+            ("transmit", "pcie", "PCIE_TX_PER_SEC"),
+            ("receive", "pcie", "PCIE_RX_PER_SEC"),
+            ("transmit", "nvlink", "NVLINK_TOTAL_TX_PER_SEC"),
+            ("receive", "nvlink", "NVLINK_TOTAL_RX_PER_SEC"),
+        )
+    }
+    return {
+        **{key: rates[ids[m]] / 100 for key, m in ratios.items() if ids[m] in rates},
+        **{key: rates[ids[m]] * MIB for key, m in links.items() if ids[m] in rates},
+    }
 
 
 def gpm_of(s: dict[str, float], device: str = "") -> dict[str, float]:
@@ -387,14 +467,19 @@ def test_gpm_families_are_the_rates_each_gpu_ran_at_over_the_interval():
     gpus = two_gpus()
     gpus[0].gpm_rates = dict(GPM_RATES)
     # a PCIe card
-    gpus[1].gpm_rates = {m: rate / 2 for m, rate in GPM_RATES.items() if m not in (
-        pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC)}
+    gpus[1].gpm_rates = {
+        m: rate / 2
+        for m, rate in GPM_RATES.items()
+        if m not in (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC)
+    }
     c = collector(FakeNvml(gpus))
     assert gpm_of(sample(c)) == {}  # the first collect has no previous sample to measure from
     s = sample(c)
     assert gpm_of(s, A) == pytest.approx(gpm_expected(A, GPM_RATES)) and len(gpm_of(s, A)) == 12
     assert gpm_of(s, B) == pytest.approx(gpm_expected(B, gpus[1].gpm_rates)) and len(gpm_of(s, B)) == 10
-    assert s[f'alnair_nvml_link_bytes_per_second{{direction="receive",gpu="0",link="pcie",{A[8:]}}}'] == pytest.approx(56343 * MIB)
+    assert s[f'alnair_nvml_link_bytes_per_second{{direction="receive",gpu="0",link="pcie",{A[8:]}}}'] == pytest.approx(
+        56343 * MIB
+    )
     assert s[f"alnair_nvml_sm_active_ratio{{{A}}}"] == pytest.approx(0.947)
     gpus[0].gpm_rates[pynvml.NVML_GPM_METRIC_SM_UTIL] = 20.0  # from the last collect on
     assert sample(c)[f"alnair_nvml_sm_active_ratio{{{A}}}"] == pytest.approx(0.2)  # this interval's, not a running mean
@@ -406,9 +491,11 @@ def test_first_collect_has_no_gpm_series_but_their_families():
     assert all(f"# TYPE {family} gauge" in text for family in gpm_module.FAMILIES)
 
 
-@pytest.mark.parametrize("refusal", [{"gpm_supported": False}, {"unsupported": {"nvmlGpmQueryDeviceSupport"}},
-                                     {"unsupported": {"nvmlGpmSampleGet"}}],
-                         ids=["before-hopper", "query-not-supported", "sample-not-supported"])
+@pytest.mark.parametrize(
+    "refusal",
+    [{"gpm_supported": False}, {"unsupported": {"nvmlGpmQueryDeviceSupport"}}, {"unsupported": {"nvmlGpmSampleGet"}}],
+    ids=["before-hopper", "query-not-supported", "sample-not-supported"],
+)
 def test_a_gpu_without_gpm_lacks_its_series_said_once(refusal, caplog):
     caplog.set_level(logging.INFO, logger=gpm_module.__name__)
     gpus = two_gpus()
@@ -439,8 +526,10 @@ def test_a_driver_before_gpm_leaves_every_gpu_without_it_said_once_each(caplog):
 def test_mig_instances_have_their_own_gpm_where_the_gpu_measures_them(caplog):
     caplog.set_level(logging.INFO, logger=gpm_module.__name__)
     gpus = two_gpus()
-    small, large = FakeGpu("MIG-11111111-0000-0000-0000-000000000000", gpu_instance_id=9), \
-        FakeGpu("MIG-22222222-0000-0000-0000-000000000000", gpu_instance_id=1)
+    small, large = (
+        FakeGpu("MIG-11111111-0000-0000-0000-000000000000", gpu_instance_id=9),
+        FakeGpu("MIG-22222222-0000-0000-0000-000000000000", gpu_instance_id=1),
+    )
     small.gpm_rates = {pynvml.NVML_GPM_METRIC_SM_UTIL: 40.0, pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 35.0}
     large.gpm_rates = {pynvml.NVML_GPM_METRIC_SM_UTIL: 80.0, pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 3000.0}
     gpus[1].mig = [small, None, large]
@@ -455,7 +544,8 @@ def test_mig_instances_have_their_own_gpm_where_the_gpu_measures_them(caplog):
     assert len(gpm_of(s, B)) == 12 and len(gpm_of(s, A)) == 12  # the GPUs themselves
     assert gpm_of(s, 'gpu="0",uuid="MIG-33333333-0000-0000-0000-000000000000"') == {}
     assert logged(caplog, logging.INFO) == [
-        "GPU 0 (MIG-33333333-0000-0000-0000-000000000000): no GPM metrics (SM active, occupancy, pipes, DRAM, link bytes): Not Supported"]
+        "GPU 0 (MIG-33333333-0000-0000-0000-000000000000): no GPM metrics (SM active, occupancy, pipes, DRAM, link bytes): Not Supported"
+    ]
 
 
 def test_mig_instances_of_a_gpu_without_gpm_are_not_asked(caplog):

@@ -1,4 +1,5 @@
 """The python collector exports a Python writer's record per pid, named so the data stall is one division."""
+
 from __future__ import annotations
 
 import argparse
@@ -82,9 +83,13 @@ def test_killed_writer_is_reclaimed_and_its_series_disappear(shm_dir):
 def test_exporter_serves_python_metrics_that_promtool_accepts(shm_dir, start_exporter):
     p = PythonProgram(PROGRAM, shm_dir)
     exporter = start_exporter(f"--shm.dir={shm_dir}", "--collector.python.interval=0.2")
-    body = wait_until(lambda: (t := requests.get(exporter.url + "/metrics").text) and "alnair_python_phase_seconds_total{" in t and t)
+    body = wait_until(
+        lambda: (t := requests.get(exporter.url + "/metrics").text) and "alnair_python_phase_seconds_total{" in t and t
+    )
     assert 'alnair_exporter_collector_success{collector="python"} 1.0' in body
-    promtool = shutil.which("promtool") or pytest.fail("promtool is not installed: .ci/run installs it (apt-get install prometheus)")
+    promtool = shutil.which("promtool") or pytest.fail(
+        "promtool is not installed: .ci/run installs it (apt-get install prometheus)"
+    )
     result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, text=True)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
     p.finish()

@@ -1,4 +1,5 @@
 """The segment reader against the C test writer: values, seqlock, skipped and reclaimed segments."""
+
 from __future__ import annotations
 
 import ctypes
@@ -15,8 +16,17 @@ from alnair.abi.records import parse_cuda_record
 from alnair.abi.segments import SegmentDirectory
 from support import wait_until
 
-COUNTERS = ["kernel_launches", "graph_launches", "bytes_in_use", "peak_bytes", "allocations",
-            "failed_allocations", "limit_denied_allocations", "memory_limit_bytes", "throttled_ns"]
+COUNTERS = [
+    "kernel_launches",
+    "graph_launches",
+    "bytes_in_use",
+    "peak_bytes",
+    "allocations",
+    "failed_allocations",
+    "limit_denied_allocations",
+    "memory_limit_bytes",
+    "throttled_ns",
+]
 
 
 def read_cuda(shm_dir):
@@ -31,8 +41,9 @@ def start_ticks(pid: int) -> int:
 
 def test_reader_returns_exactly_what_the_c_writer_published(start_writer, shm_dir):
     env = {"ALNAIR_POD_UID": "0b7c5e2a-1111-4222-8333-944455556666", "ALNAIR_CONTAINER_ID": "containerd://abc123"}
-    writer = start_writer("--devices", "3", "--set", "kernel_launches=7", "--set", "bytes_in_use=4096",
-                          "--compute-limit", "30", env=env)
+    writer = start_writer(
+        "--devices", "3", "--set", "kernel_launches=7", "--set", "bytes_in_use=4096", "--compute-limit", "30", env=env
+    )
     directory, segments = read_cuda(shm_dir)
     assert len(segments) == 1 and directory.skipped.total() == 0
     segment, process = segments[0].segment, segments[0].record
@@ -40,7 +51,11 @@ def test_reader_returns_exactly_what_the_c_writer_published(start_writer, shm_di
     assert segment.holder_pid == writer.pid == h.writer_pid
     assert h.start_time_ticks == start_ticks(writer.pid)
     assert h.pid_namespace_inode == os.stat("/proc/self/ns/pid").st_ino
-    assert (segment.pod_uid, segment.container_id, segment.comm) == (env["ALNAIR_POD_UID"], env["ALNAIR_CONTAINER_ID"], "alnair-shm-test")
+    assert (segment.pod_uid, segment.container_id, segment.comm) == (
+        env["ALNAIR_POD_UID"],
+        env["ALNAIR_CONTAINER_ID"],
+        "alnair-shm-test",
+    )
     assert h.seq % 2 == 0 and h.seq >= 2
     assert abs(h.update_time_ns / 1e9 - time.time()) < 60
     assert [d.device_index for d in process.devices] == [0, 1, 2]
@@ -79,7 +94,7 @@ def unchecked_copy_tears(path, devices: int, tries: int = 50000) -> bool:
     try:
         for _ in range(tries):
             raw = os.pread(fd, layout.HEADER_SIZE + layout.CUDA_DEVICES_OFFSET + devices * layout.CUDA_DEVICE_SIZE, 0)
-            process = parse_cuda_record(raw[layout.HEADER_SIZE:])
+            process = parse_cuda_record(raw[layout.HEADER_SIZE :])
             if len({getattr(d, f) for d in process.devices for f in COUNTERS}) > 1:
                 return True
         return False
@@ -152,8 +167,14 @@ def test_broken_and_foreign_segments_are_skipped_and_counted(start_writer, shm_d
     os.symlink(live.path, shm_dir / "alnair.cuda.1.1.111")
     directory, segments = read_cuda(shm_dir)
     assert [s.segment.holder_pid for s in segments] == [live.pid]
-    assert dict(directory.skipped) == {"truncated": 3, "bad_magic": 2, "abi_version": 1, "malformed": 4, "unreadable": 1,
-                                       "bad_name": 2}
+    assert dict(directory.skipped) == {
+        "truncated": 3,
+        "bad_magic": 2,
+        "abi_version": 1,
+        "malformed": 4,
+        "unreadable": 1,
+        "bad_name": 2,
+    }
     assert (shm_dir / "unrelated.file").read_bytes() == b"not ours"  # never touched
     assert all((shm_dir / name).exists() for name in files)  # nothing not understood is deleted
 
@@ -173,8 +194,13 @@ def test_abandoned_temp_file_is_removed_after_the_grace_period_and_a_foreign_one
 
 
 def _fuzz_template() -> bytes:
-    header = layout.ShmHeader(magic=layout.SHM_MAGIC, abi_version=layout.ABI_VERSION, header_size=layout.HEADER_SIZE,
-                              record_kind=layout.KIND_CUDA, record_size=ctypes.sizeof(layout.CudaRecord))
+    header = layout.ShmHeader(
+        magic=layout.SHM_MAGIC,
+        abi_version=layout.ABI_VERSION,
+        header_size=layout.HEADER_SIZE,
+        record_kind=layout.KIND_CUDA,
+        record_size=ctypes.sizeof(layout.CudaRecord),
+    )
     return bytes(header) + bytes(layout.CudaRecord(device_count=2, max_devices=layout.CUDA_MAX_DEVICES))
 
 
@@ -182,7 +208,10 @@ FUZZ_TEMPLATE = _fuzz_template()
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.binary(max_size=9000), flips=st.lists(st.tuples(st.integers(0, len(FUZZ_TEMPLATE) - 1), st.integers(0, 255)), max_size=40))
+@given(
+    data=st.binary(max_size=9000),
+    flips=st.lists(st.tuples(st.integers(0, len(FUZZ_TEMPLATE) - 1), st.integers(0, 255)), max_size=40),
+)
 def test_fuzzed_segment_bytes_never_crash_the_reader(shm_dir, locker, data, flips):
     random_file, mutated_file = shm_dir / "alnair.cuda.1.1.1", shm_dir / "alnair.cuda.1.1.2"
     if not mutated_file.exists():
@@ -205,8 +234,14 @@ def test_fuzzed_segment_bytes_never_crash_the_reader(shm_dir, locker, data, flip
 
 def planted_segment(path, record_size: int, comm: bytes = b"planted") -> None:
     """A header that validates, claiming a record of `record_size` bytes, in a file that is sparse beyond it."""
-    header = layout.ShmHeader(magic=layout.SHM_MAGIC, abi_version=layout.ABI_VERSION, header_size=layout.HEADER_SIZE,
-                              record_kind=layout.KIND_CUDA, record_size=record_size, comm=comm)
+    header = layout.ShmHeader(
+        magic=layout.SHM_MAGIC,
+        abi_version=layout.ABI_VERSION,
+        header_size=layout.HEADER_SIZE,
+        record_kind=layout.KIND_CUDA,
+        record_size=record_size,
+        comm=comm,
+    )
     with open(path, "wb") as f:
         f.write(bytes(header) + bytes(layout.CudaRecord(device_count=1, max_devices=layout.CUDA_MAX_DEVICES)))
         f.truncate(layout.HEADER_SIZE + record_size)  # sparse: costs the planter a few KiB of tmpfs
@@ -261,7 +296,8 @@ def test_writers_seen_alive_keep_their_place_when_newcomers_fill_the_cap(shm_dir
         assert dict(directory.skipped) == {"over_limit": 4}
     assert [r.getMessage().split(": ", 1)[1] for r in caplog.records if "max-segments" in r.getMessage()] == [
         "4 segments not read this pass, past --shm.max-segments 3 (writers seen alive are read first; "
-        'see alnair_*_segments_skipped{reason="over_limit"})']
+        'see alnair_*_segments_skipped{reason="over_limit"})'
+    ]
 
 
 def test_control_characters_in_a_writers_strings_never_reach_a_label_or_a_terminal(shm_dir, locker):
@@ -281,7 +317,10 @@ def test_a_dead_writers_last_record_lingers_as_exited_then_is_reclaimed(start_wr
     writer.kill()
     [last] = directory.read()
     assert last.segment.exited and last.segment.holder_pid == writer.pid  # the pid it had while it lived
-    assert last.record.devices[0].kernel_launches == 77 and last.segment.ended_unix == last.segment.header.update_time_ns / 1e9
+    assert (
+        last.record.devices[0].kernel_launches == 77
+        and last.segment.ended_unix == last.segment.header.update_time_ns / 1e9
+    )
     clock[0] += 59.9
     assert len(directory.read()) == 1 and writer.path.exists()
     clock[0] += 0.2

@@ -1,4 +1,5 @@
 """What the dashboards' tests share: the generator (dashboards/dashgen) on the path, the committed files."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,10 @@ sys.path.insert(0, str(ROOT / "dashboards"))
 try:
     import dashgen.outputs  # noqa: F401  (imports grafana-foundation-sdk)
 except ImportError as missing:
-    pytest.fail(f"{missing.name} is not installed: pip install -e '.[test]' (grafana-foundation-sdk needs Python 3.11)",
-                pytrace=False)
+    pytest.fail(
+        f"{missing.name} is not installed: pip install -e '.[test]' (grafana-foundation-sdk needs Python 3.11)",
+        pytrace=False,
+    )
 
 DASHBOARD_FILES = sorted((ROOT / "dashboards" / "json").glob("*.json"))
 RULE_FILES = sorted((ROOT / "dashboards" / "rules").glob("*.yaml"))

@@ -7,6 +7,7 @@ the same cache collector reads as its second target (--collector.cache.redis-url
 Grafana's variables are resolved as Grafana would, from their own queries against that Prometheus; each query
 must return data, and a panel that returns none fails with its dashboard, title and query. So must every query of
 dcgm-exporter's own dashboard (tests/dashboards/dcgm, vendored from its repository), through dcgm-names.yaml."""
+
 from __future__ import annotations
 
 import re
@@ -24,8 +25,18 @@ import yaml
 from alnair.abi import cache_keys as keys
 from dashboard_support import DASHBOARD_FILES, ROOT, RULE_FILES, load, targets
 from dashgen import dcgm_names
-from support import (Exporter, PythonProgram, RedisServer, Writer, end_all, fill_cache, free_port, redis_cluster,  # noqa: F401
-                     require_binary, wait_until)
+from support import (
+    Exporter,
+    PythonProgram,
+    RedisServer,
+    Writer,
+    end_all,
+    fill_cache,
+    free_port,
+    redis_cluster,  # noqa: F401
+    require_binary,
+    wait_until,
+)
 
 RATE_INTERVAL = "15s"  # Grafana's $__rate_interval is at least 4 scrape intervals; 15 one-second scrapes is ample
 SETTLE = 60  # seconds the slowest query may take to have data: two scrapes of a rate, one evaluation of a rule
@@ -34,16 +45,26 @@ DCGM_DASHBOARD = TESTS / "dashboards" / "dcgm" / "dcgm-exporter-dashboard.json"
 
 # The double's GPM rates in NVML's units (percent, MiB/s), by the DCGM name recorded from each through the nvml
 # collector's GPM series (issue 37's H200 figures where it has them); those names serve them as ratios and bytes/s.
-GPM_RATES = {"DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("GRAPHICS_UTIL", 96.0), "DCGM_FI_PROF_SM_ACTIVE": ("SM_UTIL", 94.7),
-             "DCGM_FI_PROF_SM_OCCUPANCY": ("SM_OCCUPANCY", 14.0), "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("ANY_TENSOR_UTIL", 91.9),
-             "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ("FP64_UTIL", 0.5), "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ("FP32_UTIL", 3.0),
-             "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ("FP16_UTIL", 1.5), "DCGM_FI_PROF_DRAM_ACTIVE": ("DRAM_BW_UTIL", 17.3),
-             "DCGM_FI_PROF_PCIE_TX_BYTES": ("PCIE_TX_PER_SEC", 1000.0), "DCGM_FI_PROF_PCIE_RX_BYTES": ("PCIE_RX_PER_SEC", 56343.0),
-             "DCGM_FI_PROF_NVLINK_TX_BYTES": ("NVLINK_TOTAL_TX_PER_SEC", 20000.0),
-             "DCGM_FI_PROF_NVLINK_RX_BYTES": ("NVLINK_TOTAL_RX_PER_SEC", 25000.0)}
+GPM_RATES = {
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("GRAPHICS_UTIL", 96.0),
+    "DCGM_FI_PROF_SM_ACTIVE": ("SM_UTIL", 94.7),
+    "DCGM_FI_PROF_SM_OCCUPANCY": ("SM_OCCUPANCY", 14.0),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("ANY_TENSOR_UTIL", 91.9),
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ("FP64_UTIL", 0.5),
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ("FP32_UTIL", 3.0),
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ("FP16_UTIL", 1.5),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("DRAM_BW_UTIL", 17.3),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": ("PCIE_TX_PER_SEC", 1000.0),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": ("PCIE_RX_PER_SEC", 56343.0),
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": ("NVLINK_TOTAL_TX_PER_SEC", 20000.0),
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": ("NVLINK_TOTAL_RX_PER_SEC", 25000.0),
+}
 
 # The C writer gives device d the UUID bytes d*16 .. d*16+15 (intercept/shm_test_writer.c), spelt as NVML does.
-UUIDS = [f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}" for h in (bytes(range(d * 16, d * 16 + 16)).hex() for d in (0, 1))]
+UUIDS = [
+    f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    for h in (bytes(range(d * 16, d * 16 + 16)).hex() for d in (0, 1))
+]
 
 EXPORTER_WITH_FAKE_NVML = textwrap.dedent(f"""
     import os, sys, threading, time
@@ -173,16 +194,26 @@ class Stack:
 
 # The limited writer's memory, device i getting V + i: 768 MiB allocated, pools holding 192 MiB of which 64 handed out
 # (128 MiB cached), 512 MiB of contexts, charged allocations + cache (the limit does not include the contexts).
-MEMORY = {"bytes_in_use": 805306368, "pool_reserved_bytes": 201326592, "pool_used_bytes": 67108864,
-          "context_bytes": 536870912, "charged_bytes": 939524096, "memory_limit_bytes": 1073741824}
+MEMORY = {
+    "bytes_in_use": 805306368,
+    "pool_reserved_bytes": 201326592,
+    "pool_used_bytes": 67108864,
+    "context_bytes": 536870912,
+    "charged_bytes": 939524096,
+    "memory_limit_bytes": 1073741824,
+}
 
 
 def prometheus_config(path: Path, target: str) -> None:
-    path.write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(p) for p in RULE_FILES],
-        "scrape_configs": [{"job_name": "alnair", "static_configs": [{"targets": [target]}]}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(p) for p in RULE_FILES],
+                "scrape_configs": [{"job_name": "alnair", "static_configs": [{"targets": [target]}]}],
+            }
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -207,44 +238,125 @@ def stack(tmp_path_factory, test_writer_binary, redis_cluster):
             node.client().config_set("maxmemory", 256 << 20)
         (tmp / "cluster").mkdir()
         fill_cache(redis_cluster.url, tmp / "cluster", [("shards", "cluster-job", range(24))], 4096)
-        writers.append(Writer(test_writer_binary, shm, [
-            "--devices", "2", "--period-ms", "10", "--compute-limit", "30", "--set", "compute_period_ns=100000000",
-            "--set", "compute_quota_ns=30000000", *(a for f, v in MEMORY.items() for a in ("--set", f"{f}={v}")),
-            "--set", "allocations=40", "--set", "limit_denied_allocations=2", "--set", "throttled_ns=5000000000",
-            "--set", "host_to_device.bytes=1048576", "--set", "host_to_device.copies=4", "--set", "device_to_host.sync_ns=2000000",
-            "--set", "first_allocation_ns=400000000", "--set", "first_launch_ns=500000000",
-            "--set", "last_launch_time_ns=1764547200000000000",
-            "--kernel", "0:void gemm<float>(float*, int)=900", "--kernel", "1:relu_kernel=40", "--kernel", "0:=60"]))
+        writers.append(
+            Writer(
+                test_writer_binary,
+                shm,
+                [
+                    "--devices",
+                    "2",
+                    "--period-ms",
+                    "10",
+                    "--compute-limit",
+                    "30",
+                    "--set",
+                    "compute_period_ns=100000000",
+                    "--set",
+                    "compute_quota_ns=30000000",
+                    *(a for f, v in MEMORY.items() for a in ("--set", f"{f}={v}")),
+                    "--set",
+                    "allocations=40",
+                    "--set",
+                    "limit_denied_allocations=2",
+                    "--set",
+                    "throttled_ns=5000000000",
+                    "--set",
+                    "host_to_device.bytes=1048576",
+                    "--set",
+                    "host_to_device.copies=4",
+                    "--set",
+                    "device_to_host.sync_ns=2000000",
+                    "--set",
+                    "first_allocation_ns=400000000",
+                    "--set",
+                    "first_launch_ns=500000000",
+                    "--set",
+                    "last_launch_time_ns=1764547200000000000",
+                    "--kernel",
+                    "0:void gemm<float>(float*, int)=900",
+                    "--kernel",
+                    "1:relu_kernel=40",
+                    "--kernel",
+                    "0:=60",
+                ],
+            )
+        )
         writers.append(PythonProgram(TRAINER, shm))
         # One GPU each: a process that has launched nothing yet, and one whose latest launch is now.
         active_launch_ns = time.time_ns()
-        starting = Writer(test_writer_binary, shm, ["--devices", "1", "--period-ms", "10", "--set", "first_allocation_ns=300000000"])
-        active = Writer(test_writer_binary, shm, ["--devices", "1", "--period-ms", "10", "--set", "first_launch_ns=600000000",
-                                                  "--set", f"last_launch_time_ns={active_launch_ns}"])
+        starting = Writer(
+            test_writer_binary, shm, ["--devices", "1", "--period-ms", "10", "--set", "first_allocation_ns=300000000"]
+        )
+        active = Writer(
+            test_writer_binary,
+            shm,
+            [
+                "--devices",
+                "1",
+                "--period-ms",
+                "10",
+                "--set",
+                "first_launch_ns=600000000",
+                "--set",
+                f"last_launch_time_ns={active_launch_ns}",
+            ],
+        )
         context_charged, gpu_time = PythonProgram(CONTEXT_CHARGED, shm), PythonProgram(GPU_TIME, shm)
         writers += [starting, active, context_charged, gpu_time]
-        writers.append(PythonProgram(CACHE_TRAFFIC, shm, env={"DEMO_REDIS": redis.url, "DEMO_ORIGIN": str(tmp / "images")}))
+        writers.append(
+            PythonProgram(CACHE_TRAFFIC, shm, env={"DEMO_REDIS": redis.url, "DEMO_ORIGIN": str(tmp / "images")})
+        )
         launcher = tmp / "exporter_with_fake_nvml.py"
         launcher.write_text(EXPORTER_WITH_FAKE_NVML)
         exporter = Exporter(
-            [f"--shm.dir={shm}", "--node.name=demo-node", "--collector.cache", f"--collector.cache.redis-url={redis.url}",
-             f"--collector.cache.redis-url={redis_cluster.url}",
-             "--collector.cuda.interval=200ms", "--collector.python.interval=200ms", "--collector.nvml.interval=500ms",
-             "--collector.cache.interval=500ms", "--collector.host.interval=500ms"],
-            tmp / "exporter.log", env={"DEMO_GPU_PIDS": f"{writers[0].pid},{writers[1].pid}"}, python=sys.executable,
-            script=str(launcher))
+            [
+                f"--shm.dir={shm}",
+                "--node.name=demo-node",
+                "--collector.cache",
+                f"--collector.cache.redis-url={redis.url}",
+                f"--collector.cache.redis-url={redis_cluster.url}",
+                "--collector.cuda.interval=200ms",
+                "--collector.python.interval=200ms",
+                "--collector.nvml.interval=500ms",
+                "--collector.cache.interval=500ms",
+                "--collector.host.interval=500ms",
+            ],
+            tmp / "exporter.log",
+            env={"DEMO_GPU_PIDS": f"{writers[0].pid},{writers[1].pid}"},
+            python=sys.executable,
+            script=str(launcher),
+        )
         children.append(exporter.proc)
         prometheus_config(tmp / "prometheus.yml", f"127.0.0.1:{exporter.port}")
         port = free_port()
         with open(tmp / "prometheus.log", "w") as log:
-            children.append(subprocess.Popen(
-                [prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log))
+            children.append(
+                subprocess.Popen(
+                    [
+                        prometheus,
+                        f"--config.file={tmp / 'prometheus.yml'}",
+                        f"--storage.tsdb.path={tmp / 'tsdb'}",
+                        f"--web.listen-address=127.0.0.1:{port}",
+                    ],
+                    stdout=log,
+                    stderr=log,
+                )
+            )
         prom = f"http://127.0.0.1:{port}"
         wait_until(lambda: query(prom, 'up{job="alnair"} == 1'), timeout=60)
-        yield Stack(prom, f"127.0.0.1:{exporter.port}", started,
-                    {"limited": writers[0].pid, "starting": starting.pid, "active": active.pid,
-                     "context charged": context_charged.pid, "gpu time": gpu_time.pid}, active_launch_ns)
+        yield Stack(
+            prom,
+            f"127.0.0.1:{exporter.port}",
+            started,
+            {
+                "limited": writers[0].pid,
+                "starting": starting.pid,
+                "active": active.pid,
+                "context charged": context_charged.pid,
+                "gpu time": gpu_time.pid,
+            },
+            active_launch_ns,
+        )
     finally:
         for child in children:
             child.terminate()
@@ -331,7 +443,9 @@ def test_every_panel_query_returns_data(stack):
 
 
 def rules(kind: str) -> list[dict]:
-    return [r for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"] if kind in r]
+    return [
+        r for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"] if kind in r
+    ]
 
 
 def test_every_recorded_series_and_its_expression_return_data(stack):
@@ -342,6 +456,7 @@ def test_every_recorded_series_and_its_expression_return_data(stack):
 
 def test_every_rule_evaluates_without_error(stack):
     """Prometheus's own verdict on each rule: a join that matched many-to-many, for one, shows here."""
+
     def evaluated() -> list[dict]:
         loaded = [r for g in api(stack.prometheus, "rules").get("groups", []) for r in g["rules"]]
         return loaded if loaded and all(not r["lastEvaluation"].startswith("0001") for r in loaded) else []
@@ -364,26 +479,45 @@ def as_grafana_all(prom: str, board: dict) -> dict[str, str]:
 
 def by_gpu(prom: str, promql: str, pid: int) -> dict[str, tuple[float, dict]]:
     """The query's series of one process, by GPU: (value, the labels beyond the process's)."""
-    return {r["metric"]["gpu"]: (float(r["value"][1]), {k: v for k, v in r["metric"].items() if k == "context"})
-            for r in query(prom, promql) if r["metric"].get("pid") == str(pid)}
+    return {
+        r["metric"]["gpu"]: (float(r["value"][1]), {k: v for k, v in r["metric"].items() if k == "context"})
+        for r in query(prom, promql)
+        if r["metric"].get("pid") == str(pid)
+    }
 
 
 def test_the_device_memory_panel_adds_pools_and_contexts_and_says_the_limit_does_not_charge_them(stack):
     board = load(ROOT / "dashboards/json/gpu-sharing.json")
-    queries = panel_queries(board, "Device memory as the GPU holds it, beside its limit", as_grafana_all(stack.prometheus, board))
+    queries = panel_queries(
+        board, "Device memory as the GPU holds it, beside its limit", as_grafana_all(stack.prometheus, board)
+    )
     cache = MEMORY["pool_reserved_bytes"] - MEMORY["pool_used_bytes"]  # the same on both devices (V + i minus V + i)
     allocations = MEMORY["bytes_in_use"]
     expected = [  # per query, device 0's value; device 1's fields are each 1 more
-        (allocations, 1, {}), (allocations + cache, 1, {}), (allocations + cache + MEMORY["context_bytes"], 2, {}),
-        (MEMORY["charged_bytes"], 1, {}), (MEMORY["memory_limit_bytes"], 1, {"context": "not charged"})]
+        (allocations, 1, {}),
+        (allocations + cache, 1, {}),
+        (allocations + cache + MEMORY["context_bytes"], 2, {}),
+        (MEMORY["charged_bytes"], 1, {}),
+        (MEMORY["memory_limit_bytes"], 1, {"context": "not charged"}),
+    ]
     wanted = [{"0": (float(v), labels), "1": (float(v + step), labels)} for v, step, labels in expected]
     # the writer whose limit charges its contexts: no pools, so charged is the top line, and the limit says so
     mib = 1 << 20
-    wanted_charged = [{"0": (float(v), labels)} for v, labels in
-                      [(256 * mib, {}), (256 * mib, {}), (768 * mib, {}), (768 * mib, {}), (1024 * mib, {"context": "charged"})]]
+    wanted_charged = [
+        {"0": (float(v), labels)}
+        for v, labels in [
+            (256 * mib, {}),
+            (256 * mib, {}),
+            (768 * mib, {}),
+            (768 * mib, {}),
+            (1024 * mib, {"context": "charged"}),
+        ]
+    ]
 
     def shown() -> list:
-        return [[by_gpu(stack.prometheus, q, stack.pids[name]) for q in queries] for name in ("limited", "context charged")]
+        return [
+            [by_gpu(stack.prometheus, q, stack.pids[name]) for q in queries] for name in ("limited", "context charged")
+        ]
 
     try:
         wait_until(lambda: shown() == [wanted, wanted_charged], timeout=SETTLE)
@@ -401,12 +535,17 @@ def test_the_activity_panel_shows_starting_up_idle_and_active_by_the_time_of_the
     board = load(ROOT / "dashboards/json/gpu-sharing.json")
     [promql] = panel_queries(board, "Processes starting up or idle", as_grafana_all(stack.prometheus, board))
     panel = next(p for p, _ in targets(board) if p["title"] == "Processes starting up or idle")
-    states = {shown["text"]: int(value) for value, shown in panel["fieldConfig"]["defaults"]["mappings"][0]["options"].items()}
-    wait_until(lambda: {r["metric"]["pid"] for r in query(stack.prometheus, promql)} >= {str(p) for p in stack.pids.values()},
-               timeout=SETTLE)
+    states = {
+        shown["text"]: int(value) for value, shown in panel["fieldConfig"]["defaults"]["mappings"][0]["options"].items()
+    }
+    wait_until(
+        lambda: {r["metric"]["pid"] for r in query(stack.prometheus, promql)} >= {str(p) for p in stack.pids.values()},
+        timeout=SETTLE,
+    )
     launch = stack.active_launch_ns / 1e9
-    timeline = api(stack.prometheus, "query_range", query=promql, start=stack.started, end=max(time.time(), launch + 90),
-                   step="1s")["result"]
+    timeline = api(
+        stack.prometheus, "query_range", query=promql, start=stack.started, end=max(time.time(), launch + 90), step="1s"
+    )["result"]
     series = {int(r["metric"]["pid"]): r["values"] for r in timeline}
     assert {v for _, v in series[stack.pids["starting"]]} == {str(states["starting up"])}
     assert {v for _, v in series[stack.pids["limited"]]} == {str(states["idle"])}
@@ -419,7 +558,9 @@ def test_the_compute_panel_shows_each_process_cap_and_share(stack):
     """The limited C writer has a 30% cap on both GPUs (and, as writers before the GPU-time limits did, a window the
     panel leaves out); the GPU time writer a 50% share on GPU 0. Neither has a series for the limit it lacks."""
     board = load(ROOT / "dashboards/json/gpu-sharing.json")
-    cap, share, _ = panel_queries(board, "Compute cap, share and throttled share", as_grafana_all(stack.prometheus, board))
+    cap, share, _ = panel_queries(
+        board, "Compute cap, share and throttled share", as_grafana_all(stack.prometheus, board)
+    )
     wanted = [{"0": (0.3, {}), "1": (0.3, {})}, {}, {}, {"0": (0.5, {})}]
 
     def shown() -> list:
@@ -439,7 +580,9 @@ def test_the_gpu_time_panel_shows_the_pods_share_of_each_gpu(stack):
     [promql] = panel_queries(board, "GPU time share by pod", as_grafana_all(stack.prometheus, board))
 
     def shares() -> dict[tuple[str, str], float]:
-        return {(r["metric"]["pod"], r["metric"]["uuid"]): float(r["value"][1]) for r in query(stack.prometheus, promql)}
+        return {
+            (r["metric"]["pod"], r["metric"]["uuid"]): float(r["value"][1]) for r in query(stack.prometheus, promql)
+        }
 
     def quarter_of_gpu_0() -> bool:  # once the rate's window holds enough scrapes to smooth the publishes' jitter
         shown = shares()
@@ -458,7 +601,9 @@ def test_every_query_of_dcgm_exporters_dashboard_returns_data(stack):
     board = load(DCGM_DASHBOARD)
     values = variable_values(stack.prometheus, board)
     assert values["instance"] == regex_of([stack.instance]) and values["gpu"] == regex_of(["0", "1"])
-    queries = {f"{panel['title']} ({target['refId']})": interpolate(target["expr"], values) for panel, target in targets(board)}
+    queries = {
+        f"{panel['title']} ({target['refId']})": interpolate(target["expr"], values) for panel, target in targets(board)
+    }
     assert len(queries) == 8
     assert empty_after_settling(stack.prometheus, queries) == []
 
@@ -468,14 +613,25 @@ def test_dcgm_exporters_dashboard_shows_the_nvml_double_in_dcgm_units_and_labels
     in each panel's unit, on dcgm-exporter's labels. No process of the stack is in a pod: no pod labels."""
     board = load(DCGM_DASHBOARD)
     values = variable_values(stack.prometheus, board)
-    wanted = {"GPU Temperature": {"0": 55, "1": 56}, "GPU Avg. Temp": {None: 55.5},
-              "GPU Power Usage": {"0": 100, "1": 100}, "GPU Power Total": {None: 200},
-              "GPU SM Clocks": {"0": 1980e6, "1": 1980e6}, "GPU Utilization": {"0": 60, "1": 60},
-              "GPU Framebuffer Mem Used": {"0": 4096, "1": 5120}}
+    wanted = {
+        "GPU Temperature": {"0": 55, "1": 56},
+        "GPU Avg. Temp": {None: 55.5},
+        "GPU Power Usage": {"0": 100, "1": 100},
+        "GPU Power Total": {None: 200},
+        "GPU SM Clocks": {"0": 1980e6, "1": 1980e6},
+        "GPU Utilization": {"0": 60, "1": 60},
+        "GPU Framebuffer Mem Used": {"0": 4096, "1": 5120},
+    }
 
     def shown() -> dict[str, dict]:
-        return {title: {r["metric"].get("gpu"): float(r["value"][1]) for q in panel_queries(board, title, values)
-                        for r in query(stack.prometheus, q)} for title in wanted}
+        return {
+            title: {
+                r["metric"].get("gpu"): float(r["value"][1])
+                for q in panel_queries(board, title, values)
+                for r in query(stack.prometheus, q)
+            }
+            for title in wanted
+        }
 
     try:
         wait_until(lambda: shown() == wanted, timeout=SETTLE)
@@ -484,16 +640,29 @@ def test_dcgm_exporters_dashboard_shows_the_nvml_double_in_dcgm_units_and_labels
     assert shown() == wanted
     [temperature] = panel_queries(board, "GPU Temperature", values)
     labels = sorted((r["metric"] for r in query(stack.prometheus, temperature)), key=lambda m: m["gpu"])
-    assert labels == [{"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": str(i), "UUID": uuid, "device": f"nvidia{i}",
-                       "modelName": "NVIDIA H200", "Hostname": "demo-node", "DCGM_FI_DRIVER_VERSION": "550.54.15",
-                       "instance": stack.instance, "job": "alnair"} for i, uuid in enumerate(UUIDS)]
+    assert labels == [
+        {
+            "__name__": "DCGM_FI_DEV_GPU_TEMP",
+            "gpu": str(i),
+            "UUID": uuid,
+            "device": f"nvidia{i}",
+            "modelName": "NVIDIA H200",
+            "Hostname": "demo-node",
+            "DCGM_FI_DRIVER_VERSION": "550.54.15",
+            "instance": stack.instance,
+            "job": "alnair",
+        }
+        for i, uuid in enumerate(UUIDS)
+    ]
 
 
 def test_the_dcgm_profiling_names_serve_the_doubles_gpm_rates_as_ratios_and_bytes_per_second(stack):
     """Every DCGM_FI_PROF_* name, recorded from the nvml collector's GPM series: percent as a ratio, MiB/s as bytes/s."""
     assert set(GPM_RATES) == {n.name for n in dcgm_names.NAMES if n.name.startswith("DCGM_FI_PROF_")}
-    wanted = {name: [rate * 2**20 if metric.endswith("_PER_SEC") else rate / 100] * len(UUIDS)
-              for name, (metric, rate) in GPM_RATES.items()}
+    wanted = {
+        name: [rate * 2**20 if metric.endswith("_PER_SEC") else rate / 100] * len(UUIDS)
+        for name, (metric, rate) in GPM_RATES.items()
+    }
 
     def shown() -> dict[str, list[float]]:
         return {name: sorted(float(r["value"][1]) for r in query(stack.prometheus, name)) for name in GPM_RATES}
@@ -515,8 +684,10 @@ def test_the_space_row_shows_each_jobs_space_beside_the_policys_capacity(stack):
     held, capacity = panel_queries(board, "Space held per job", as_grafana_all(stack.prometheus, board))
 
     def shown() -> tuple[dict, dict]:
-        return ({r["metric"]["job_name"]: float(r["value"][1]) for r in query(stack.prometheus, held)},
-                sorted(float(r["value"][1]) for r in query(stack.prometheus, capacity)))
+        return (
+            {r["metric"]["job_name"]: float(r["value"][1]) for r in query(stack.prometheus, held)},
+            sorted(float(r["value"][1]) for r in query(stack.prometheus, capacity)),
+        )
 
     wanted = ({"demo-job": 18 * 4096, "cluster-job": 0}, [0, 64 << 20])
     try:

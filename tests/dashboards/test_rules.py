@@ -1,5 +1,6 @@
 """The rules files pass `promtool check rules`, and their unit tests (rules/*.yaml) pass `promtool test rules`; those
 tests cover every alert (it fires, it stays silent, it waits out its for:) and every recorded series."""
+
 from __future__ import annotations
 
 import re
@@ -17,7 +18,13 @@ UNIT_TESTS = sorted((Path(__file__).parent / "rules").glob("*_test.yaml"))
 
 def rules(kind: str) -> dict[str, dict]:
     """Every rule of the committed rules files with `kind` (alert or record), by name."""
-    return {r[kind]: r for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"] if kind in r}
+    return {
+        r[kind]: r
+        for path in RULE_FILES
+        for g in yaml.safe_load(path.read_text())["groups"]
+        for r in g["rules"]
+        if kind in r
+    }
 
 
 def cases(kind: str) -> list[dict]:
@@ -33,13 +40,18 @@ def minutes(duration: str) -> float:
 @pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: p.name)
 def test_promtool_check_rules_is_clean(path):
     check = subprocess.run([require_binary("promtool"), "check", "rules", str(path)], capture_output=True, text=True)
-    assert check.returncode == 0 and "SUCCESS" in check.stdout and "WARN" not in check.stdout + check.stderr, \
+    assert check.returncode == 0 and "SUCCESS" in check.stdout and "WARN" not in check.stdout + check.stderr, (
         check.stdout + check.stderr
+    )
 
 
 def test_promtool_unit_tests_pass():
-    run = subprocess.run([require_binary("promtool"), "test", "rules", *map(str, UNIT_TESTS)], capture_output=True,
-                         text=True, cwd=UNIT_TESTS[0].parent)
+    run = subprocess.run(
+        [require_binary("promtool"), "test", "rules", *map(str, UNIT_TESTS)],
+        capture_output=True,
+        text=True,
+        cwd=UNIT_TESTS[0].parent,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.count("SUCCESS") == len(UNIT_TESTS)
 

@@ -1,6 +1,7 @@
 """Every dashboard validates against Grafana's draft-07 dashboard JSON schema, each panel's options against its
 panel type's schema (its field overrides' custom properties too) and each query against the Prometheus query's
 (schemas/, vendored from grafana-foundation-sdk)."""
+
 from __future__ import annotations
 
 import json
@@ -68,8 +69,9 @@ def override_errors(panel: dict, kind: str) -> list[str]:
             if name == prop["id"]:
                 errors.append(f"{panel['title']} override {prop['id']}: not a custom property")
             else:
-                errors += messages(validator(kind, "FieldConfig"), {name: prop["value"]},
-                                   f"{panel['title']} override {prop['id']}")
+                errors += messages(
+                    validator(kind, "FieldConfig"), {name: prop["value"]}, f"{panel['title']} override {prop['id']}"
+                )
     return errors
 
 
@@ -78,22 +80,34 @@ def test_every_dashboard_validates_against_grafanas_schemas(board):
     assert errors == []
 
 
-@pytest.mark.parametrize("break_it", [
-    lambda b: b.update(rows=[]),  # grafanalib's schemaVersion 12 layout
-    lambda b: b["panels"][1].update(unknown=1),
-    lambda b: b["templating"]["list"][0].update(refresh="sometimes"),
-])
+@pytest.mark.parametrize(
+    "break_it",
+    [
+        lambda b: b.update(rows=[]),  # grafanalib's schemaVersion 12 layout
+        lambda b: b["panels"][1].update(unknown=1),
+        lambda b: b["templating"]["list"][0].update(refresh="sometimes"),
+    ],
+)
 def test_the_schemas_refuse_what_grafana_refuses(board, break_it):
     break_it(board)
     assert list(DASHBOARD.iter_errors(board))
 
 
-@pytest.mark.parametrize("override", [
-    {"matcher": {"id": "byFrameRefID", "options": "Z"}, "properties": [{"id": "custom.fillOpacity", "value": 0}]},
-    {"matcher": {"id": "byFrameRefID", "options": "A"}, "properties": [{"id": "custom.fillOpacity", "value": "none"}]},
-    {"matcher": {"id": "byFrameRefID", "options": "A"}, "properties": [{"id": "custom.lineStyle", "value": {"fill": 3}}]},
-    {"matcher": {"id": "byFrameRefID", "options": "A"}, "properties": [{"id": "unit", "value": "bytes"}]},
-])
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"matcher": {"id": "byFrameRefID", "options": "Z"}, "properties": [{"id": "custom.fillOpacity", "value": 0}]},
+        {
+            "matcher": {"id": "byFrameRefID", "options": "A"},
+            "properties": [{"id": "custom.fillOpacity", "value": "none"}],
+        },
+        {
+            "matcher": {"id": "byFrameRefID", "options": "A"},
+            "properties": [{"id": "custom.lineStyle", "value": {"fill": 3}}],
+        },
+        {"matcher": {"id": "byFrameRefID", "options": "A"}, "properties": [{"id": "unit", "value": "bytes"}]},
+    ],
+)
 def test_the_override_check_refuses_an_unknown_query_or_a_bad_property(override):
     panel = {"title": "t", "targets": [{"refId": "A"}], "fieldConfig": {"overrides": [override]}}
     assert override_errors(panel, "timeseries")

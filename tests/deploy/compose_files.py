@@ -1,5 +1,6 @@
 """deploy/compose as files: the compose file's services and their bind mounts, resolved to paths of this checkout, so
 the tests check what the containers will see rather than a copy of it."""
+
 from __future__ import annotations
 
 import re
@@ -46,7 +47,7 @@ def host_path(name: str, container_path: str) -> Path:
     above = [m for m in mounts if container_path == m or container_path.startswith(m.rstrip("/") + "/")]
     assert above, f"{name} mounts nothing at {container_path}"
     mount = max(above, key=len)
-    return mounts[mount] / container_path[len(mount):].lstrip("/")
+    return mounts[mount] / container_path[len(mount) :].lstrip("/")
 
 
 def flag(name: str, option: str) -> str:

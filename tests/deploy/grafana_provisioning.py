@@ -13,21 +13,45 @@ the structs its provisioning reads the YAML into, in github.com/grafana/grafana:
 Stricter than Grafana in two ways, on purpose: Grafana ignores keys it does not know (a typo is silently dropped), these
 checks refuse them; and each value must have its YAML type, where Grafana also takes a string holding a $VARIABLE (these
 files use none). Each function returns problems, one line each; none means the file is well formed."""
+
 from __future__ import annotations
 
 import re
 
 DATASOURCE_FILE_KEYS = {"apiVersion", "datasources", "deleteDatasources"}
 DATASOURCE_KEYS = {
-    "orgId": int, "orgName": str, "version": int, "name": str, "type": str, "access": str, "url": str, "user": str,
-    "database": str, "basicAuth": bool, "basicAuthUser": str, "withCredentials": bool, "isDefault": bool,
-    "correlations": list, "jsonData": dict, "secureJsonData": dict, "editable": bool, "uid": str,
+    "orgId": int,
+    "orgName": str,
+    "version": int,
+    "name": str,
+    "type": str,
+    "access": str,
+    "url": str,
+    "user": str,
+    "database": str,
+    "basicAuth": bool,
+    "basicAuthUser": str,
+    "withCredentials": bool,
+    "isDefault": bool,
+    "correlations": list,
+    "jsonData": dict,
+    "secureJsonData": dict,
+    "editable": bool,
+    "uid": str,
 }
 DELETE_KEYS = {"orgId": int, "orgName": str, "name": str}
 PROVIDER_FILE_KEYS = {"apiVersion", "providers"}
 PROVIDER_KEYS = {
-    "name": str, "type": str, "orgId": int, "folder": str, "folderUid": str, "editable": bool, "options": dict,
-    "disableDeletion": bool, "updateIntervalSeconds": int, "allowUiUpdates": bool,
+    "name": str,
+    "type": str,
+    "orgId": int,
+    "folder": str,
+    "folderUid": str,
+    "editable": bool,
+    "options": dict,
+    "disableDeletion": bool,
+    "updateIntervalSeconds": int,
+    "allowUiUpdates": bool,
 }
 FILE_OPTIONS = {"path": str, "foldersFromFilesStructure": bool}
 # Grafana's short UIDs: letters, digits, - and _, at most 40 characters.
@@ -101,8 +125,11 @@ def one_provider_problems(where: str, provider) -> list[str]:
     problems += field_problems(f"{where}.options", options, FILE_OPTIONS, ("path",))
     if isinstance(options, dict) and isinstance(options.get("path"), str) and not options["path"].startswith("/"):
         problems.append(f"{where}.options: path {options['path']!r} is not absolute")
-    if isinstance(options, dict) and options.get("foldersFromFilesStructure") and (provider.get("folder") or
-                                                                                  provider.get("folderUid")):
+    if (
+        isinstance(options, dict)
+        and options.get("foldersFromFilesStructure")
+        and (provider.get("folder") or provider.get("folderUid"))
+    ):
         problems.append(f"{where}: foldersFromFilesStructure cannot be combined with folder or folderUid")
     if "folderUid" in provider and not UID.fullmatch(str(provider["folderUid"])):
         problems.append(f"{where}: folderUid {provider['folderUid']!r} is not a Grafana UID")

@@ -7,6 +7,7 @@ override becomes a CDI device request under podman-compose.
 No image registry is reachable here: the exporter image is built from the Dockerfile and Prometheus is Debian's
 package (prometheus.Containerfile), both on the debootstrapped base that tests/image makes. Grafana is not run (no
 Grafana server can be installed here): test_grafana_provisioning.py checks its files instead."""
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,14 @@ def prometheus_image(podman, base_image, tmp_path_factory) -> str:
 def compose_command(project: str, *files: Path) -> list[str]:
     """podman-compose on this machine's podman: runc (crun refuses these cgroups) and explicit ulimits, passed as
     podman arguments so that the compose files stay as users run them."""
-    return [require_binary("podman-compose"), "--podman-args=--runtime runc", f"--podman-run-args={' '.join(LIMITS)}",
-            "-p", project, *(a for f in files for a in ("-f", str(f)))]
+    return [
+        require_binary("podman-compose"),
+        "--podman-args=--runtime runc",
+        f"--podman-run-args={' '.join(LIMITS)}",
+        "-p",
+        project,
+        *(a for f in files for a in ("-f", str(f))),
+    ]
 
 
 def prometheus_api(path: str, **query: str) -> dict:
@@ -82,8 +89,10 @@ def answering(path: str, **query: str) -> dict | None:
 
 def logs(podman: list[str], project: str) -> str:
     """Every container's log, for a failure's message."""
-    names = run([*podman, "ps", "-a", "--filter", f"label=io.podman.compose.project={project}", "--format",
-                 "{{.Names}}"], check=False).stdout.split()
+    names = run(
+        [*podman, "ps", "-a", "--filter", f"label=io.podman.compose.project={project}", "--format", "{{.Names}}"],
+        check=False,
+    ).stdout.split()
     return "".join(f"--- {n}\n{run([*podman, 'logs', n], check=False).stderr[-3000:]}" for n in names)
 
 
@@ -138,8 +147,9 @@ def require_free_ports(*ports: int) -> None:
 def stop_stack(podman: list[str], compose: list[str], project: str, env: dict[str, str]) -> None:
     """compose down with its volumes, then whatever a failed up or down left: the project's containers and pod."""
     run([*compose, "down", "--volumes"], check=False, env=env)
-    names = run([*podman, "ps", "-a", "-q", "--filter", f"label=io.podman.compose.project={project}"],
-                check=False).stdout.split()
+    names = run(
+        [*podman, "ps", "-a", "-q", "--filter", f"label=io.podman.compose.project={project}"], check=False
+    ).stdout.split()
     if names:
         run([*podman, "rm", "--force", *names], check=False)
     run([*podman, "pod", "rm", "--force", "--ignore", f"pod_{project}"], check=False)
@@ -148,28 +158,41 @@ def stop_stack(podman: list[str], compose: list[str], project: str, env: dict[st
 
 def leftovers(podman: list[str], project: str) -> list[str]:
     """The project's containers, pod and Prometheus volume, where they remain."""
-    names = run([*podman, "ps", "-a", "--filter", f"label=io.podman.compose.project={project}", "--format",
-                 "{{.Names}}"]).stdout.split()
-    kept = [(kind, name) for kind, name in (("pod", f"pod_{project}"), ("volume", f"{project}_prometheus-data"))
-            if run([*podman, kind, "exists", name], check=False).returncode == 0]
+    names = run(
+        [*podman, "ps", "-a", "--filter", f"label=io.podman.compose.project={project}", "--format", "{{.Names}}"]
+    ).stdout.split()
+    kept = [
+        (kind, name)
+        for kind, name in (("pod", f"pod_{project}"), ("volume", f"{project}_prometheus-data"))
+        if run([*podman, kind, "exists", name], check=False).returncode == 0
+    ]
     return names + [name for _, name in kept]
 
 
 def test_prometheus_scrapes_the_exporter_evaluates_every_rule_and_sees_a_job_on_the_host(
-        podman, exporter_image, prometheus_image, tmp_path):
+    podman, exporter_image, prometheus_image, tmp_path
+):
     require_free_ports(9876, 9090)
     shm = tmp_path / "shm"
     shm.mkdir()
     shm.chmod(0o1777)  # as /dev/shm: the exporter refuses a world-writable directory without the sticky bit
-    env = {**os.environ, "ALNAIR_EXPORTER_IMAGE": exporter_image, "ALNAIR_PROMETHEUS_IMAGE": prometheus_image,
-           "ALNAIR_SHM_DIR": str(shm)}
+    env = {
+        **os.environ,
+        "ALNAIR_EXPORTER_IMAGE": exporter_image,
+        "ALNAIR_PROMETHEUS_IMAGE": prometheus_image,
+        "ALNAIR_SHM_DIR": str(shm),
+    }
     project = f"alnair-compose-test-{uuid.uuid4().hex[:8]}"
     compose = compose_command(project, COMPOSE)
     job = PythonProgram(JOB, shm, env={"ALNAIR_PYTHON_INTERCEPT": "1"})
     try:
         run([*compose, "up", "-d", "exporter", "prometheus"], env=env)
         target = waiting(podman, project, "the exporter's target was not scraped", exporter_target)
-        assert (target["health"], target["lastError"], target["scrapeUrl"]) == ("up", "", "http://localhost:9876/metrics")
+        assert (target["health"], target["lastError"], target["scrapeUrl"]) == (
+            "up",
+            "",
+            "http://localhost:9876/metrics",
+        )
 
         groups = waiting(podman, project, "the rules were not all evaluated", rule_health)
         expected = expected_rules()
@@ -181,8 +204,12 @@ def test_prometheus_scrapes_the_exporter_evaluates_every_rule_and_sees_a_job_on_
         assert (build_info["metric"]["version"], node["metric"]["node"]) == (VERSION, socket.gethostname())
         # the job's counter, under the pid it has on the host: the exporter reads the segment directory and the
         # host's pid namespace
-        [counter] = waiting(podman, project, "the job's counter was not served",
-                            lambda: series('alnair_python_custom_total{name="images_decoded"}'))
+        [counter] = waiting(
+            podman,
+            project,
+            "the job's counter was not served",
+            lambda: series('alnair_python_custom_total{name="images_decoded"}'),
+        )
         assert (counter["metric"]["pid"], counter["value"][1]) == (str(job.pid), "5")
         [info] = series(f'alnair_python_process_info{{pid="{job.pid}"}}')
         assert info["metric"]["pid_namespace"] == str(os.stat("/proc/self/ns/pid").st_ino)
@@ -208,8 +235,13 @@ def created(output: str, service_name: str) -> list[str]:
 
 def test_the_gpu_override_asks_podman_for_every_gpu_by_cdi():
     project = f"alnair-compose-dry-{uuid.uuid4().hex[:8]}"
-    plain, gpu = (created(run([*compose_command(project, *files), "--verbose", "--dry-run", "up", "-d", "exporter"]).stderr,
-                          "exporter") for files in ([COMPOSE], [COMPOSE, GPU_OVERRIDE]))
+    plain, gpu = (
+        created(
+            run([*compose_command(project, *files), "--verbose", "--dry-run", "up", "-d", "exporter"]).stderr,
+            "exporter",
+        )
+        for files in ([COMPOSE], [COMPOSE, GPU_OVERRIDE])
+    )
     assert "--device" not in plain
     assert [gpu[i + 1] for i, a in enumerate(gpu) if a == "--device"] == ["nvidia.com/gpu=all"]
     # the override adds the device and keeps the rest of the service (but the labels naming the files)
@@ -232,11 +264,15 @@ def test_the_compose_files_are_valid_compose(path):
     assert schema_errors(load(path)) == []
 
 
-@pytest.mark.parametrize("change", [
-    lambda d: d["services"]["exporter"].update({"network-mode": "host"}),
-    lambda d: d["services"]["exporter"].update(pid=1),
-    lambda d: d["services"]["prometheus"].update(depends_on="exporter"),
-], ids=["misspelt key", "wrong type", "a string for a list"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d["services"]["exporter"].update({"network-mode": "host"}),
+        lambda d: d["services"]["exporter"].update(pid=1),
+        lambda d: d["services"]["prometheus"].update(depends_on="exporter"),
+    ],
+    ids=["misspelt key", "wrong type", "a string for a list"],
+)
 def test_the_schema_refuses_a_broken_compose_file(change):
     doc = load(COMPOSE)
     change(doc)
@@ -254,8 +290,11 @@ def test_prometheus_scrapes_as_the_rules_expect():
     config = load(host_path("prometheus", flag("prometheus", "--config.file")))
     [job] = config["scrape_configs"]
     port = flag("exporter", "--web.listen-address").rsplit(":", 1)[1]
-    assert (job["job_name"], job["honor_labels"], job["static_configs"]) == ("alnair", True,
-                                                                             [{"targets": [f"localhost:{port}"]}])
+    assert (job["job_name"], job["honor_labels"], job["static_configs"]) == (
+        "alnair",
+        True,
+        [{"targets": [f"localhost:{port}"]}],
+    )
     # both generated files: the alerts read recorded series
     assert sorted(host_path("prometheus", p).name for p in config["rule_files"]) == ["alerts.yaml", "recording.yaml"]
     assert 'job="alnair"' in (ROOT / "dashboards" / "rules" / "alerts.yaml").read_text()

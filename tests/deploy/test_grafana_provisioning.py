@@ -2,6 +2,7 @@
 field by field against Grafana's provisioning format (grafana_provisioning.py says where each rule comes from), each
 broken variant refused, and the files agree with the compose file and prometheus.yml: the provider's path is where
 the generated dashboards are mounted, the data source is the compose file's Prometheus."""
+
 from __future__ import annotations
 
 import copy
@@ -33,8 +34,10 @@ BROKEN_DATASOURCES = {
     "a misspelt key": (lambda d: d["datasources"][0].update(isDefualt=True), "unknown key 'isDefualt'"),
     "no type": (lambda d: d["datasources"][0].pop("type"), "type is required"),
     "a bad access mode": (lambda d: d["datasources"][0].update(access="browser"), "access must be proxy or direct"),
-    "two defaults": (lambda d: d["datasources"].append({**d["datasources"][0], "name": "Other", "uid": "other"}),
-                     "organization 1 has 2 default data sources"),
+    "two defaults": (
+        lambda d: d["datasources"].append({**d["datasources"][0], "name": "Other", "uid": "other"}),
+        "organization 1 has 2 default data sources",
+    ),
     "a string for a flag": (lambda d: d["datasources"][0].update(editable="no"), "editable must be bool"),
     "a bad UID": (lambda d: d["datasources"][0].update(uid="alnair prometheus"), "is not a Grafana UID"),
     "another API version": (lambda d: d.update(apiVersion=2), "apiVersion must be 1"),
@@ -54,12 +57,16 @@ BROKEN_PROVIDERS = {
     "no path": (lambda d: d["providers"][0]["options"].pop("path"), "path is required"),
     "a relative path": (lambda d: d["providers"][0]["options"].update(path="dashboards"), "is not absolute"),
     "an unknown option": (lambda d: d["providers"][0]["options"].update(folder="x"), "unknown key 'folder'"),
-    "folders from files and a folder": (lambda d: d["providers"][0]["options"].update(foldersFromFilesStructure=True),
-                                        "cannot be combined"),
+    "folders from files and a folder": (
+        lambda d: d["providers"][0]["options"].update(foldersFromFilesStructure=True),
+        "cannot be combined",
+    ),
     "two providers of one name": (lambda d: d["providers"].append(copy.deepcopy(d["providers"][0])), "is not unique"),
     "a provider type Grafana lacks": (lambda d: d["providers"][0].update(type="git"), "only the file provider"),
-    "a string for a number": (lambda d: d["providers"][0].update(updateIntervalSeconds="30"),
-                              "updateIntervalSeconds must be int"),
+    "a string for a number": (
+        lambda d: d["providers"][0].update(updateIntervalSeconds="30"),
+        "updateIntervalSeconds must be int",
+    ),
 }
 
 
@@ -90,12 +97,17 @@ def test_the_provider_reads_the_generated_dashboards():
 def test_the_datasource_is_the_compose_files_prometheus_and_the_dashboards_default():
     [datasource] = DATASOURCES["datasources"]
     port = flag("prometheus", "--web.listen-address").rsplit(":", 1)[1]
-    assert (datasource["type"], datasource["url"], datasource["isDefault"]) == ("prometheus", f"http://localhost:{port}",
-                                                                              True)
+    assert (datasource["type"], datasource["url"], datasource["isDefault"]) == (
+        "prometheus",
+        f"http://localhost:{port}",
+        True,
+    )
     # each dashboard's data source variable offers Prometheus data sources and starts on the default one
     for path in sorted((ROOT / "dashboards" / "json").glob("*.json")):
         [variable] = [v for v in json.loads(path.read_text())["templating"]["list"] if v["name"] == "datasource"]
-        assert (variable["type"], variable["query"], variable.get("current")) == ("datasource", "prometheus", None), path
+        assert (variable["type"], variable["query"], variable.get("current")) == ("datasource", "prometheus", None), (
+            path
+        )
 
 
 def test_grafanas_rate_interval_follows_the_scrape_interval():

@@ -1,5 +1,6 @@
 """A real Prometheus scrapes the cache collector reading a live and a dead Redis, and a Redis Cluster with
 one node down; promtool lints it."""
+
 from __future__ import annotations
 
 import subprocess
@@ -23,8 +24,12 @@ def test_prometheus_scrapes_cache_counters_dedupe_and_up(start_redis, start_expo
     fill_cache(server.url, tmp_path, [("a", "job-a", range(10)), ("b", "job-b", range(5, 15))], SIZE)
     list(CacheLoader(CachedDataset(server.url, "a", DirectoryOrigin(tmp_path / "a"), job="job-a"), 4))  # all hits
     dead = f"redis://127.0.0.1:{free_port()}/0"
-    exporter = start_exporter("--collector.disable-defaults", "--collector.cache", "--collector.cache.interval=0.5",
-                              env={"ALNAIR_COLLECTOR_CACHE_REDIS_URL": f"{server.url},{dead}"})
+    exporter = start_exporter(
+        "--collector.disable-defaults",
+        "--collector.cache",
+        "--collector.cache.interval=0.5",
+        env={"ALNAIR_COLLECTOR_CACHE_REDIS_URL": f"{server.url},{dead}"},
+    )
     prom = prometheus(f"127.0.0.1:{exporter.port}")
 
     assert wait_until(lambda: value(prom, f'alnair_cache_up{{redis="{server.url}"}}'), timeout=60) == 1
@@ -48,8 +53,13 @@ def test_prometheus_scrapes_a_cluster_with_one_node_down(cluster, start_exporter
     primaries = {s.port for s in cluster.primaries()}
     down = next(s for s in cluster.servers if s.port not in primaries)  # a replica: no failover to wait for
     down.kill()
-    exporter = start_exporter("--collector.disable-defaults", "--collector.cache", "--collector.cache.interval=0.5",
-                              "--collector.cache.timeout=0.5", env={"ALNAIR_COLLECTOR_CACHE_REDIS_URL": cluster.url})
+    exporter = start_exporter(
+        "--collector.disable-defaults",
+        "--collector.cache",
+        "--collector.cache.interval=0.5",
+        "--collector.cache.timeout=0.5",
+        env={"ALNAIR_COLLECTOR_CACHE_REDIS_URL": cluster.url},
+    )
     prom = prometheus(f"127.0.0.1:{exporter.port}")
     node = f'redis="{cluster.url}",node="127.0.0.1:{down.port}"'
 

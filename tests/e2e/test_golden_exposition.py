@@ -5,6 +5,7 @@ Docs may name only those families.
 
     ALNAIR_UPDATE_GOLDEN=1 python -m pytest tests/e2e/test_golden_exposition.py   # after an intended change
 """
+
 from __future__ import annotations
 
 import ast
@@ -18,8 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from support import (Exporter, PythonProgram, cuda_record_program, end_all, fill_cache, parse_samples, require_binary,
-                     scrape_text, wait_until)
+from support import (
+    Exporter,
+    PythonProgram,
+    cuda_record_program,
+    end_all,
+    fill_cache,
+    parse_samples,
+    require_binary,
+    scrape_text,
+    wait_until,
+)
 from support import start_redis  # noqa: F401  (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,8 +103,11 @@ def digest(exposition: str) -> list[str]:
             types[name], labels[name] = kind, set()
     for key in parse_samples(exposition):
         sample, _, label_text = key.partition("{")
-        family = next(f for f in (sample, *(sample.removesuffix(s) for s in ("_bucket", "_sum", "_count", "_created")))
-                      if f in types)
+        family = next(
+            f
+            for f in (sample, *(sample.removesuffix(s) for s in ("_bucket", "_sum", "_count", "_created")))
+            if f in types
+        )
         labels[family].update(re.findall(r'(\w+)="', label_text))
     return sorted(f"{name} {types[name]} {','.join(sorted(labels[name])) or '-'}" for name in types)
 
@@ -103,39 +116,83 @@ def digest(exposition: str) -> list[str]:
 def golden_scrape(tmp_path, shm_dir, start_writer, start_redis) -> str:
     redis = start_redis()
     fill_cache(redis.url, tmp_path, [("images", "job-1", range(4))], 100)
-    start_writer("--devices", "2", "--set", "memory_limit_bytes=1073741824", "--compute-limit", "30",
-                 "--set", "compute_period_ns=100000000", "--set", "compute_quota_ns=30000000",
-                 "--set", "first_allocation_ns=400000000", "--set", "first_launch_ns=500000000",
-                 "--set", "last_launch_time_ns=1764547200000000000",
-                 "--set", "context_bytes=524288000", "--set", "pool_reserved_bytes=33554432",
-                 "--set", "pool_used_bytes=16777216", "--set", "charged_bytes=33554432",
-                 "--kernel", "0:void gemm<float>(float*)=900", "--kernel", "0:=60")
+    start_writer(
+        "--devices",
+        "2",
+        "--set",
+        "memory_limit_bytes=1073741824",
+        "--compute-limit",
+        "30",
+        "--set",
+        "compute_period_ns=100000000",
+        "--set",
+        "compute_quota_ns=30000000",
+        "--set",
+        "first_allocation_ns=400000000",
+        "--set",
+        "first_launch_ns=500000000",
+        "--set",
+        "last_launch_time_ns=1764547200000000000",
+        "--set",
+        "context_bytes=524288000",
+        "--set",
+        "pool_reserved_bytes=33554432",
+        "--set",
+        "pool_used_bytes=16777216",
+        "--set",
+        "charged_bytes=33554432",
+        "--kernel",
+        "0:void gemm<float>(float*)=900",
+        "--kernel",
+        "0:=60",
+    )
     trainer = PythonProgram(PYTHON_WRITER, shm_dir)
     gpu_time = PythonProgram(GPU_TIME_WRITER, shm_dir)
     launcher = tmp_path / "exporter_with_fake_nvml.py"
     launcher.write_text(EXPORTER_WITH_FAKE_NVML)
-    exporter = Exporter(["--collector.cache", f"--collector.cache.redis-url={redis.url}", f"--shm.dir={shm_dir}",
-                         "--collector.nvml.interval=200ms", "--collector.cache.interval=200ms", "--node.name=golden"],
-                        tmp_path / "exporter.log", env={"GOLDEN_GPU_PID": str(trainer.pid)}, python=sys.executable,
-                        script=str(launcher))
+    exporter = Exporter(
+        [
+            "--collector.cache",
+            f"--collector.cache.redis-url={redis.url}",
+            f"--shm.dir={shm_dir}",
+            "--collector.nvml.interval=200ms",
+            "--collector.cache.interval=200ms",
+            "--node.name=golden",
+        ],
+        tmp_path / "exporter.log",
+        env={"GOLDEN_GPU_PID": str(trainer.pid)},
+        python=sys.executable,
+        script=str(launcher),
+    )
     try:
         # Writers the exporter sees alive, then an exited one and a crashed one: their last records linger.
         leaving = PythonProgram(PYTHON_WRITER.replace("sys.stdin.read()", "sys.stdin.readline()"), shm_dir)
         crashing = start_writer("--devices", "1")
-        wait_until(lambda: all(f'pid="{pid}"' in scrape_text(exporter.url) for pid in (leaving.pid, crashing.pid)), timeout=60)
+        wait_until(
+            lambda: all(f'pid="{pid}"' in scrape_text(exporter.url) for pid in (leaving.pid, crashing.pid)), timeout=60
+        )
         leaving.finish()
         crashing.kill()
         collectors = ("cache", "cuda", "host", "nvml", "python")
-        return wait_until(lambda: (text := scrape_text(exporter.url)) and all(
-            parse_samples(text).get(f'alnair_exporter_collector_success{{collector="{c}"}}') == 1.0 for c in collectors)
-            and "alnair_python_phase_seconds_total{" in text and "alnair_cache_dataset_hits_total{" in text
-            and "alnair_python_process_exited_timestamp_seconds{" in text
-            and "alnair_cuda_process_exited_timestamp_seconds{" in text
-            and "alnair_cuda_gpu_time_seconds_total{" in text
-            and 'alnair_nvml_xid_errors_by_code_total{gpu="0"' in text
-            # GPM: from the nvml collector's second sample on
-            and "alnair_nvml_sm_active_ratio{" in text and text,
-            timeout=60)
+        return wait_until(
+            lambda: (
+                (text := scrape_text(exporter.url))
+                and all(
+                    parse_samples(text).get(f'alnair_exporter_collector_success{{collector="{c}"}}') == 1.0
+                    for c in collectors
+                )
+                and "alnair_python_phase_seconds_total{" in text
+                and "alnair_cache_dataset_hits_total{" in text
+                and "alnair_python_process_exited_timestamp_seconds{" in text
+                and "alnair_cuda_process_exited_timestamp_seconds{" in text
+                and "alnair_cuda_gpu_time_seconds_total{" in text
+                and 'alnair_nvml_xid_errors_by_code_total{gpu="0"' in text
+                # GPM: from the nvml collector's second sample on
+                and "alnair_nvml_sm_active_ratio{" in text
+                and text
+            ),
+            timeout=60,
+        )
     finally:
         end_all([exporter.proc])
         trainer.finish()
@@ -153,8 +210,9 @@ def test_every_family_keeps_its_name_type_and_labels(golden_scrape):
 
 
 def test_the_golden_scrape_is_promtool_clean(golden_scrape):
-    check = subprocess.run([require_binary("promtool"), "check", "metrics"], input=golden_scrape,
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        [require_binary("promtool"), "check", "metrics"], input=golden_scrape, capture_output=True, text=True
+    )
     assert check.returncode == 0 and check.stdout + check.stderr == "", check.stdout + check.stderr
 
 
@@ -173,7 +231,9 @@ def served_names() -> set[str]:
 
 def documents() -> dict[str, str]:
     """The README, docs/ and every docstring of the product code, by where they are."""
-    texts = {str(p.relative_to(ROOT)): p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+    texts = {
+        str(p.relative_to(ROOT)): p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    }
     for folder in PRODUCT:
         for path in sorted((ROOT / folder).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
@@ -183,16 +243,23 @@ def documents() -> dict[str, str]:
 
 
 # What the C header and the package names, which look like metric names but are not.
-NOT_METRICS = re.compile(r"alnair_(shm|dataset\b|cuda_record|cuda_device|cuda_kernels?\b|python_record|python_counter|python_phase|share_|"
-                         r"gpu_time_|intercept|example|segment|fork|on_fork|configure|[a-z]+_t\b)")
+NOT_METRICS = re.compile(
+    r"alnair_(shm|dataset\b|cuda_record|cuda_device|cuda_kernels?\b|python_record|python_counter|python_phase|share_|"
+    r"gpu_time_|intercept|example|segment|fork|on_fork|configure|[a-z]+_t\b)"
+)
 
 
 def test_docs_name_only_metrics_the_exporter_serves():
     served = served_names()
     # followed by *: a prefix (alnair_cuda_*); after a colon: a recorded name
-    cited = {(where, name) for where, text in documents().items()
-             for name in re.findall(r"(?<!:)\b(?:alnair_|process_(?:cpu|open|max|resident|virtual|start))[a-z0-9_]*[a-z0-9]\b(?!_?\*)", text)
-             if not NOT_METRICS.match(name)}
+    cited = {
+        (where, name)
+        for where, text in documents().items()
+        for name in re.findall(
+            r"(?<!:)\b(?:alnair_|process_(?:cpu|open|max|resident|virtual|start))[a-z0-9_]*[a-z0-9]\b(?!_?\*)", text
+        )
+        if not NOT_METRICS.match(name)
+    }
     unknown = sorted(f"{where}: {name}" for where, name in cited if name not in served)
     assert unknown == [], "documents cite metrics the exporter does not serve:\n" + "\n".join(unknown)
 

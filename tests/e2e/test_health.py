@@ -1,6 +1,7 @@
 """/healthz means "this exporter works": on a node without NVML and with the cache collector on but no Redis
 URL, both collectors are unavailable, said on / and in metrics, and health stays 200 across their retries
 (--collector.retry-interval, a minute by default, is 1 s here)."""
+
 from __future__ import annotations
 
 import urllib.error
@@ -20,7 +21,9 @@ def status(url: str) -> int:
 
 
 def test_unavailable_collectors_never_fail_health_across_their_retries(start_exporter):
-    exporter = start_exporter("--collector.cache", "--collector.nvml", "--collector.retry-interval=1s", "--log.level=debug")
+    exporter = start_exporter(
+        "--collector.cache", "--collector.nvml", "--collector.retry-interval=1s", "--log.level=debug"
+    )
     success = 'alnair_exporter_collector_success{collector="%s"}'
     samples = wait_until(lambda: (s := parse_samples(scrape_text(exporter.url))).get(success % "host") == 1 and s)
     assert samples[success % "cache"] == 0.0  # no --collector.cache.redis-url

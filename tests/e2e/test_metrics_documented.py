@@ -7,6 +7,7 @@ test_docs_name_only_metrics_the_exporter_serves; a name is recognised here as it
 a name inside a longer one does not count (`process_start_time_seconds` in
 `alnair_cuda_process_start_time_seconds`), nor one followed by `*` (a prefix).
 """
+
 from __future__ import annotations
 
 import re
@@ -30,6 +31,7 @@ def test_every_served_family_is_named_in_full_in_the_metrics_doc():
     assert len(families) > 100, f"{GOLDEN} lists only {len(families)} families"
     named = set(METRIC_NAME.findall(METRICS_DOC.read_text()))
     missing = [family for family in families if family not in named]
-    assert missing == [], (f"docs/metrics.md does not name {len(missing)} of the {len(families)} served families in "
-                           "full (a brace shorthand, a suffix or a prefix with * does not count):\n"
-                           + "\n".join(missing))
+    assert missing == [], (
+        f"docs/metrics.md does not name {len(missing)} of the {len(families)} served families in "
+        "full (a brace shorthand, a suffix or a prefix with * does not count):\n" + "\n".join(missing)
+    )

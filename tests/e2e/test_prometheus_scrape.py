@@ -1,4 +1,5 @@
 """A real Prometheus scrapes the exporter; promtool lints what it serves."""
+
 from __future__ import annotations
 
 import shutil
@@ -30,9 +31,18 @@ def prometheus(tmp_path):
             f"scrape_configs:\n  - job_name: alnair\n    static_configs:\n      - targets: ['{target}']\n"
         )
         log = open(tmp_path / "prometheus.log", "w")
-        procs.append(subprocess.Popen(
-            [require("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log))
+        procs.append(
+            subprocess.Popen(
+                [
+                    require("prometheus"),
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                ],
+                stdout=log,
+                stderr=log,
+            )
+        )
         return f"http://127.0.0.1:{port}"
 
     yield start
@@ -54,7 +64,9 @@ def test_prometheus_scrapes_exporter_and_cuda_segment_metrics(start_writer, star
     exporter = start_exporter(f"--shm.dir={shm_dir}", "--collector.cuda.interval=0.2", "--node.name=e2e-node")
     prom = prometheus(f"127.0.0.1:{exporter.port}")
 
-    launches = wait_until(lambda: query(prom, f'alnair_cuda_kernel_launches_total{{pid="{writer.pid}",gpu="1"}}'), timeout=60)
+    launches = wait_until(
+        lambda: query(prom, f'alnair_cuda_kernel_launches_total{{pid="{writer.pid}",gpu="1"}}'), timeout=60
+    )
     assert float(launches[0]["value"][1]) == 4243
     memory = query(prom, f'alnair_cuda_memory_used_bytes{{pid="{writer.pid}",gpu="0"}}')
     assert float(memory[0]["value"][1]) == 123456789

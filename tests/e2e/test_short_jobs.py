@@ -1,5 +1,6 @@
 """Nothing a writer published is lost: a job that records and exits within 200 ms, long before Prometheus's
 next scrape (every 15 s), is still scraped with its exact final counters, its segment then reclaimed."""
+
 from __future__ import annotations
 
 import textwrap
@@ -25,7 +26,9 @@ def test_a_job_shorter_than_a_scrape_interval_is_scraped_with_its_final_counters
     job = PythonProgram(SHORT_JOB, shm_dir)
     assert job.proc.wait(30) == 0
     assert list(shm_dir.glob("alnair.python.*")) and (shm_dir / "alnair.reader").is_file()  # the segment stayed
-    images = wait_until(lambda: query(prom, f'alnair_python_custom_total{{pid="{job.pid}",name="images"}}'), timeout=120)
+    images = wait_until(
+        lambda: query(prom, f'alnair_python_custom_total{{pid="{job.pid}",name="images"}}'), timeout=120
+    )
     assert float(images[0]["value"][1]) == 4096
     loads = query(prom, f'alnair_python_phase_completions_total{{pid="{job.pid}",name="load"}}')
     assert float(loads[0]["value"][1]) == 1

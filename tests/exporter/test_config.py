@@ -1,4 +1,5 @@
 """Bad flags, bad environment, bad config and a busy port: one clear line and exit code 2."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,13 @@ from alnair.exporter.config import parse_options
 
 
 def run_exporter(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "alnair.exporter", *args], capture_output=True, text=True,
-                          timeout=30, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "alnair.exporter", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def assert_one_line_exit_2(result: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -29,37 +35,43 @@ def assert_one_line_exit_2(result: subprocess.CompletedProcess, *fragments: str)
         assert fragment in lines[0]
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--no-such-flag"], "--no-such-flag"),
-    (["--web.listen-address", "nonsense"], "host:port"),
-    (["--web.listen-address", ":99999"], "host:port"),
-    (["--web.max-requests", "-1"], "0 to 256"),
-    (["--web.max-requests", "99999999999999999999"], "0 to 256"),
-    (["--collector.cuda.interval", "0"], "longer than 0"),
-    (["--collector.cuda.interval", "1x"], "not a duration"),
-    (["--collector.nosuch"], "--collector.nosuch"),
-    (["--log.level", "loud"], "loud"),
-    (["--shm.dir", "/nonexistent/dir"], "/nonexistent/dir"),
-    (["--web.telemetry-path", "metrics"], "telemetry-path"),
-    (["--web.telemetry-path", "/healthz"], "another endpoint"),
-    (["--web.telemetry-path", "/"], "another endpoint"),
-    (["--node.name", ""], "must not be empty"),
-    (["--collector.cuda.interval", "inf"], "not a duration"),
-    (["--collector.cuda.interval", "nan"], "not a duration"),
-    (["--collector.cuda.interval", "1e308"], "at most 1d"),
-    (["--collector.cuda.interval", "2d"], "at most 1d"),
-    (["--shm.max-segments", "0"], "1 to 4096"),
-    (["--shm.max-segments", "99999999999999999999"], "1 to 4096"),
-    (["--web.config.file", "/nonexistent/web.yml"], "/nonexistent/web.yml"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--no-such-flag"], "--no-such-flag"),
+        (["--web.listen-address", "nonsense"], "host:port"),
+        (["--web.listen-address", ":99999"], "host:port"),
+        (["--web.max-requests", "-1"], "0 to 256"),
+        (["--web.max-requests", "99999999999999999999"], "0 to 256"),
+        (["--collector.cuda.interval", "0"], "longer than 0"),
+        (["--collector.cuda.interval", "1x"], "not a duration"),
+        (["--collector.nosuch"], "--collector.nosuch"),
+        (["--log.level", "loud"], "loud"),
+        (["--shm.dir", "/nonexistent/dir"], "/nonexistent/dir"),
+        (["--web.telemetry-path", "metrics"], "telemetry-path"),
+        (["--web.telemetry-path", "/healthz"], "another endpoint"),
+        (["--web.telemetry-path", "/"], "another endpoint"),
+        (["--node.name", ""], "must not be empty"),
+        (["--collector.cuda.interval", "inf"], "not a duration"),
+        (["--collector.cuda.interval", "nan"], "not a duration"),
+        (["--collector.cuda.interval", "1e308"], "at most 1d"),
+        (["--collector.cuda.interval", "2d"], "at most 1d"),
+        (["--shm.max-segments", "0"], "1 to 4096"),
+        (["--shm.max-segments", "99999999999999999999"], "1 to 4096"),
+        (["--web.config.file", "/nonexistent/web.yml"], "/nonexistent/web.yml"),
+    ],
+)
 def test_bad_flag_exits_2_with_one_line(args, fragment):
     assert_one_line_exit_2(run_exporter(*args), fragment)
 
 
-@pytest.mark.parametrize("flag, value, allowed", [
-    ("--shm.max-segments", "4097", "1 to 4096"),  # docs/security.md's memory bound is for 4096 writers a kind
-    ("--web.max-requests", "257", "0 to 256"),  # more would never bind: at most 256 connections are open
-])
+@pytest.mark.parametrize(
+    "flag, value, allowed",
+    [
+        ("--shm.max-segments", "4097", "1 to 4096"),  # docs/security.md's memory bound is for 4096 writers a kind
+        ("--web.max-requests", "257", "0 to 256"),  # more would never bind: at most 256 connections are open
+    ],
+)
 def test_a_count_out_of_range_names_the_flag_and_the_range(flag, value, allowed):
     assert_one_line_exit_2(run_exporter(flag, value), flag, allowed)
     assert_one_line_exit_2(run_exporter(env={env_name(flag): value}), env_name(flag), allowed)
@@ -76,12 +88,16 @@ def fake_procfs(root, *, stat: str = "cpu  1 2 3\nbtime 1700000000\n", process: 
     return str(root)
 
 
-@pytest.mark.parametrize("missing", [
-    dict(stat=None, process=None),  # an empty directory, as /tmp would be
-    dict(stat=None),
-    dict(stat="cpu  1 2 3\n"),  # no btime: the cuda and python collectors turn start ticks into times with it
-    dict(process=None),  # no process directories: pod identity reads <pid>/cgroup
-], ids=["empty", "no stat", "no btime", "no process"])
+@pytest.mark.parametrize(
+    "missing",
+    [
+        dict(stat=None, process=None),  # an empty directory, as /tmp would be
+        dict(stat=None),
+        dict(stat="cpu  1 2 3\n"),  # no btime: the cuda and python collectors turn start ticks into times with it
+        dict(process=None),  # no process directories: pod identity reads <pid>/cgroup
+    ],
+    ids=["empty", "no stat", "no btime", "no process"],
+)
 def test_a_procfs_path_that_is_no_procfs_exits_2(tmp_path, missing):
     procfs = fake_procfs(tmp_path / "proc", **missing)
     assert_one_line_exit_2(run_exporter("--path.procfs", procfs), "--path.procfs", procfs, "not a procfs")
@@ -100,11 +116,14 @@ def test_a_copy_of_a_procfs_is_one_as_the_hosts_proc_mounted_in_a_container_is(t
     assert parse_options(["--path.procfs", procfs], []).procfs == procfs
 
 
-@pytest.mark.parametrize("variable, value", [
-    ("ALNAIR_WEB_MAX_REQUESTS", "many"),
-    ("ALNAIR_COLLECTOR_HOST", "perhaps"),
-    ("ALNAIR_COLLECTOR_CUDA_INTERVAL", "-3"),
-])
+@pytest.mark.parametrize(
+    "variable, value",
+    [
+        ("ALNAIR_WEB_MAX_REQUESTS", "many"),
+        ("ALNAIR_COLLECTOR_HOST", "perhaps"),
+        ("ALNAIR_COLLECTOR_CUDA_INTERVAL", "-3"),
+    ],
+)
 def test_bad_environment_value_exits_2_naming_the_variable(variable, value):
     assert_one_line_exit_2(run_exporter(env={variable: value}), variable)
 
@@ -152,10 +171,15 @@ def test_port_in_use_exits_2():
 
 
 def test_environment_sets_flags_and_flags_win(start_exporter, shm_dir):
-    exporter = start_exporter("--collector.host", env={
-        "ALNAIR_COLLECTOR_HOST": "false", "ALNAIR_COLLECTOR_CUDA": "false", "ALNAIR_NODE_NAME": "gpu-node-7",
-        "ALNAIR_SHM_DIR": str(shm_dir),
-    })
+    exporter = start_exporter(
+        "--collector.host",
+        env={
+            "ALNAIR_COLLECTOR_HOST": "false",
+            "ALNAIR_COLLECTOR_CUDA": "false",
+            "ALNAIR_NODE_NAME": "gpu-node-7",
+            "ALNAIR_SHM_DIR": str(shm_dir),
+        },
+    )
     host_ok = 'alnair_exporter_collector_success{collector="host"}'
     samples = wait_until(lambda: (s := parse_samples(requests.get(exporter.url + "/metrics").text)).get(host_ok) and s)
     assert samples['alnair_node_info{node="gpu-node-7"}'] == 1

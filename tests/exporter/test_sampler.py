@@ -1,5 +1,6 @@
 """Tests for alnair.exporter.sampler (CollectorRunner) and alnair.exporter.scrape (ScrapeAssembler),
 in-process, with tiny collectors driven through their options namespace."""
+
 from __future__ import annotations
 
 import gzip

@@ -1,5 +1,6 @@
 """Tests for alnair.exporter.server: the real exporter as a subprocess, plus in-process
 ExporterServer instances where a deterministic hold or a fake clock is needed."""
+
 from __future__ import annotations
 
 import base64
@@ -52,9 +53,15 @@ def test_metrics_has_text_content_type_node_info_and_build_info(start_exporter):
     assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
     samples = parse_samples(body.decode())
     assert samples['alnair_node_info{node="node-a"}'] == 1.0
-    assert any(k.startswith('alnair_exporter_build_info{') and 'version="0.1.0"' in k for k in samples)
-    wait_until(lambda: parse_samples(get(exporter.port, "/metrics")[2].decode()).get(
-        'alnair_exporter_collector_success{collector="host"}') == 1.0)
+    assert any(k.startswith("alnair_exporter_build_info{") and 'version="0.1.0"' in k for k in samples)
+    wait_until(
+        lambda: (
+            parse_samples(get(exporter.port, "/metrics")[2].decode()).get(
+                'alnair_exporter_collector_success{collector="host"}'
+            )
+            == 1.0
+        )
+    )
 
 
 def test_node_name_comes_from_alnair_node_name_env(start_exporter):
@@ -164,8 +171,9 @@ class HeldAssembler(ScrapeAssembler):
 
 
 def serving(assembler, runners=(), known=(), max_requests=0):
-    return serving_in_thread(ExporterServer(("127.0.0.1", 0), WebConfig(), assembler, list(runners), list(known),
-                                            "/metrics", max_requests))
+    return serving_in_thread(
+        ExporterServer(("127.0.0.1", 0), WebConfig(), assembler, list(runners), list(known), "/metrics", max_requests)
+    )
 
 
 def test_max_requests_rejects_concurrent_scrape_with_503_and_counts_it():
@@ -227,17 +235,27 @@ def test_healthz_503_names_hung_collector():
         runner.stop()
 
 
-@pytest.mark.parametrize("header, expected", [
-    ("gzip", True), ("deflate, gzip;q=0.5", True), ("GZIP ; q=1.0", True),
-    ("gzip;q=0", False), ("gzip;q=bad", False), ("identity", False), ("", False),
-])
+@pytest.mark.parametrize(
+    "header, expected",
+    [
+        ("gzip", True),
+        ("deflate, gzip;q=0.5", True),
+        ("GZIP ; q=1.0", True),
+        ("gzip;q=0", False),
+        ("gzip;q=bad", False),
+        ("identity", False),
+        ("", False),
+    ],
+)
 def test_gzip_is_used_only_when_accepted(header, expected):
     assert accepts_gzip(header) is expected
 
 
 def test_the_listen_backlog_holds_a_burst_of_new_scrapers():
     with serving(ScrapeAssembler([], "node-a")) as port:
-        listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+        listening = subprocess.run(
+            ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True
+        ).stdout
         backlog = int(listening.split()[2])  # a listening socket's Send-Q is its backlog
         assert backlog == min(256, int(open("/proc/sys/net/core/somaxconn").read()))
 
@@ -266,12 +284,22 @@ def test_at_the_bound_the_connection_idle_longest_gives_way_and_only_busy_ones_m
 
 def test_a_priority_source_is_never_refused_by_max_requests():
     assembler = HeldAssembler()
-    server = ExporterServer(("127.0.0.1", 0), WebConfig(), assembler, [], [], "/metrics", 1,
-                            priority_sources=[ipaddress.ip_network("127.0.0.2/32")])
+    server = ExporterServer(
+        ("127.0.0.1", 0),
+        WebConfig(),
+        assembler,
+        [],
+        [],
+        "/metrics",
+        1,
+        priority_sources=[ipaddress.ip_network("127.0.0.2/32")],
+    )
     with serving_in_thread(server) as port:
         results = {}
-        held = [threading.Thread(target=lambda who=who: results.update({who: get(port, "/metrics", source=who)}))
-                for who in ("127.0.0.1", "127.0.0.2")]
+        held = [
+            threading.Thread(target=lambda who=who: results.update({who: get(port, "/metrics", source=who)}))
+            for who in ("127.0.0.1", "127.0.0.2")
+        ]
         held[0].start()
         try:
             assert assembler.entered.wait(10)  # the one slot is taken
@@ -304,7 +332,7 @@ def test_keep_alive_and_pipelined_requests_are_answered_in_order_on_one_connecti
         closing = b"HEAD /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
         received = exchange(port, pipelined + closing)
         assert statuses(received) == [200, 404, 200]
-        head = received[received.rindex(b"HTTP/1.1 200 "):]
+        head = received[received.rindex(b"HTTP/1.1 200 ") :]
         assert b"Content-Length: 3\r\n" in head and head.endswith(b"Connection: close\r\n\r\n")  # HEAD: no body
         assert b"ok\n" in received and b"Not Found\n" in received
 
@@ -321,7 +349,10 @@ MALFORMED = {
     "no colon": (b"GET /healthz HTTP/1.1\r\nHost: a\r\nno colon here\r\n\r\n", 400),
     "folded": (b"GET /healthz HTTP/1.1\r\nHost: a\r\nX: 1\r\n folded\r\n\r\n", 400),
     "long field": (b"GET /healthz HTTP/1.1\r\nHost: a\r\nX-Long: " + b"a" * 70000 + b"\r\n\r\n", 400),
-    "101 fields": (b"GET /healthz HTTP/1.1\r\nHost: a\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(101)) + b"\r\n", 400),
+    "101 fields": (
+        b"GET /healthz HTTP/1.1\r\nHost: a\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(101)) + b"\r\n",
+        400,
+    ),
     "no Host": (b"GET /healthz HTTP/1.1\r\n\r\n", 400),
     "two lengths": (b"GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400),
     "TLS ClientHello": (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400),  # told at once, not after a timeout
@@ -333,22 +364,26 @@ MALFORMED = {
 def test_a_malformed_request_gets_its_status_a_log_line_and_the_connection_closes(raw, status, caplog):
     with serving(ScrapeAssembler([], "node-a")) as port, caplog.at_level(logging.INFO, logger="alnair.exporter"):
         assert statuses(exchange(port, raw)) == [status]
-    line, = [record for record in caplog.records if record.name.startswith("alnair.exporter")]
+    (line,) = [record for record in caplog.records if record.name.startswith("alnair.exporter")]
     assert line.levelno == logging.WARNING and line.getMessage().startswith("malformed request from 127.0.0.1: ")
     assert "\n" not in line.getMessage()
 
 
 def test_a_body_is_never_read_and_one_that_never_comes_ends_the_connection_after_its_answer():
     with serving(ScrapeAssembler([], "node-a")) as port:
-        chunked = b"GET /healthz HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n"
+        chunked = (
+            b"GET /healthz HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n"
+        )
         assert statuses(exchange(port, chunked)) == [200]
         assert statuses(exchange(port, b"GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 999999\r\n\r\n")) == [200]
 
 
 def test_a_small_body_is_read_past_and_other_methods_are_refused_with_405():
     with serving(ScrapeAssembler([], "node-a")) as port:
-        raw = (b"GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello"
-               b"POST /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        raw = (
+            b"GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello"
+            b"POST /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
         received = exchange(port, raw)
         assert statuses(received) == [200, 405] and b"Allow: GET, HEAD\r\n" in received
 

@@ -1,5 +1,6 @@
 """The real exporter under connections anyone can open: idle ones never keep a priority source out (hardening
 finding 2), and SIGTERM ends it within a bound while clients keep scraping (finding 5)."""
+
 from __future__ import annotations
 
 import http.client
@@ -44,7 +45,7 @@ def test_idle_connections_from_anyone_never_keep_a_priority_source_out(start_exp
         assert get(exporter.port, "/metrics", PRIORITY_SOURCE) == 200  # accepted after them all, to a place of its own
         # Accepted in order: at the bound, each new one took the place of the one idle the longest.
         wait_until(lambda: sum(map(closed, idle)) == IDLE - MAX_CONNECTIONS)
-        assert all(map(closed, idle[:IDLE - MAX_CONNECTIONS]))
+        assert all(map(closed, idle[: IDLE - MAX_CONNECTIONS]))
         assert get(exporter.port, "/metrics") == 200  # anyone else: the oldest idle connection gives way
         wait_until(lambda: sum(map(closed, idle)) == IDLE - MAX_CONNECTIONS + 1)
     finally:

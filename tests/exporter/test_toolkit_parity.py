@@ -8,6 +8,7 @@ functions are the toolkit's 63; a case with `differs`, and a function in FUNCTIO
 exporter's own outcome, for the reason docs/security.md gives (its count is checked there). A refused file is matched on the exporter's message (one line naming the key), not on
 the toolkit's wording. The TLS clients are Python's ssl, the server the real ExporterServer; where the
 toolkit's handler answers "Hello World!", /healthz answers "ok"."""
+
 from __future__ import annotations
 
 import base64
@@ -79,40 +80,88 @@ YAML_FILES = "TestYAMLFiles/"
 CASES = [
     case(YAML_FILES + "path to config yml invalid", "somefile", refused=NO_SUCH_FILE),
     case(YAML_FILES + "empty config yml", "web_config_empty.yml"),
-    case(YAML_FILES + "invalid config yml (invalid structure)", "web_config_junk.yml",
-         refused="the top level must be a mapping"),
-    case(YAML_FILES + "invalid config yml (invalid key)", "web_config_junk_key.yml",
-         refused="unknown or unsupported key tls_server_config.cert_filse"),
-    case(YAML_FILES + "invalid config yml (cert path empty)", "web_config_noAuth_certPath_empty.bad.yml",
-         refused="missing one of cert or cert_file"),
-    case(YAML_FILES + "invalid config yml (cert empty)", "web_config_noAuth_cert_empty.bad.yml",
-         refused="missing one of cert or cert_file"),
-    case(YAML_FILES + "invalid config yml (key path empty)", "web_config_noAuth_keyPath_empty.bad.yml",
-         refused="missing one of key or key_file"),
-    case(YAML_FILES + "invalid config yml (key empty)", "web_config_noAuth_key_empty.bad.yml",
-         refused="missing one of key or key_file"),
-    case(YAML_FILES + "invalid config yml (cert path and key path empty)",
-         "web_config_noAuth_certPath_keyPath_empty.bad.yml", refused="missing one of cert or cert_file"),
-    case(YAML_FILES + "invalid config yml (cert path invalid)", "web_config_noAuth_certPath_invalid.bad.yml",
-         refused=NO_SUCH_FILE),
-    case(YAML_FILES + "invalid config yml (key path invalid)", "web_config_noAuth_keyPath_invalid.bad.yml",
-         refused=NO_SUCH_FILE),
-    case(YAML_FILES + "invalid config yml (cert path and key path invalid)",
-         "web_config_noAuth_certPath_keyPath_invalid.bad.yml", refused=NO_SUCH_FILE),
-    case(YAML_FILES + "invalid config yml (invalid ClientAuth)", "web_config_noAuth.bad.yml",
-         refused="client_ca_file .or client_ca. is set but client_auth_type is NoClientCert"),
+    case(
+        YAML_FILES + "invalid config yml (invalid structure)",
+        "web_config_junk.yml",
+        refused="the top level must be a mapping",
+    ),
+    case(
+        YAML_FILES + "invalid config yml (invalid key)",
+        "web_config_junk_key.yml",
+        refused="unknown or unsupported key tls_server_config.cert_filse",
+    ),
+    case(
+        YAML_FILES + "invalid config yml (cert path empty)",
+        "web_config_noAuth_certPath_empty.bad.yml",
+        refused="missing one of cert or cert_file",
+    ),
+    case(
+        YAML_FILES + "invalid config yml (cert empty)",
+        "web_config_noAuth_cert_empty.bad.yml",
+        refused="missing one of cert or cert_file",
+    ),
+    case(
+        YAML_FILES + "invalid config yml (key path empty)",
+        "web_config_noAuth_keyPath_empty.bad.yml",
+        refused="missing one of key or key_file",
+    ),
+    case(
+        YAML_FILES + "invalid config yml (key empty)",
+        "web_config_noAuth_key_empty.bad.yml",
+        refused="missing one of key or key_file",
+    ),
+    case(
+        YAML_FILES + "invalid config yml (cert path and key path empty)",
+        "web_config_noAuth_certPath_keyPath_empty.bad.yml",
+        refused="missing one of cert or cert_file",
+    ),
+    case(
+        YAML_FILES + "invalid config yml (cert path invalid)",
+        "web_config_noAuth_certPath_invalid.bad.yml",
+        refused=NO_SUCH_FILE,
+    ),
+    case(
+        YAML_FILES + "invalid config yml (key path invalid)",
+        "web_config_noAuth_keyPath_invalid.bad.yml",
+        refused=NO_SUCH_FILE,
+    ),
+    case(
+        YAML_FILES + "invalid config yml (cert path and key path invalid)",
+        "web_config_noAuth_certPath_keyPath_invalid.bad.yml",
+        refused=NO_SUCH_FILE,
+    ),
+    case(
+        YAML_FILES + "invalid config yml (invalid ClientAuth)",
+        "web_config_noAuth.bad.yml",
+        refused="client_ca_file .or client_ca. is set but client_auth_type is NoClientCert",
+    ),
     # The toolkit reads the CA file before it looks at the policy, so it names the missing file first; the
     # exporter names the policy first. Both refuse the file.
-    case(YAML_FILES + "invalid config yml (invalid ClientCAs filepath)", "web_config_auth_clientCAs_invalid.bad.yml",
-         refused="client_auth_type is NoClientCert"),
-    case(YAML_FILES + "invalid config yml (invalid user list)", "web_config_auth_user_list_invalid.bad.yml",
-         refused="basic_auth_users.john is not a bcrypt hash"),
-    case(YAML_FILES + "invalid config yml (bad cipher)", "web_config_noAuth_inventedCiphers.bad.yml",
-         refused="unknown cipher TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA2048"),
-    case(YAML_FILES + "invalid config yml (bad curves)", "web_config_noAuth_inventedCurves.bad.yml",
-         refused="unknown curve CurveP257"),
-    case(YAML_FILES + "invalid config yml (bad TLS version)", "web_config_noAuth_wrongTLSVersion.bad.yml",
-         refused="min_version 'TLS111' is not one of"),
+    case(
+        YAML_FILES + "invalid config yml (invalid ClientCAs filepath)",
+        "web_config_auth_clientCAs_invalid.bad.yml",
+        refused="client_auth_type is NoClientCert",
+    ),
+    case(
+        YAML_FILES + "invalid config yml (invalid user list)",
+        "web_config_auth_user_list_invalid.bad.yml",
+        refused="basic_auth_users.john is not a bcrypt hash",
+    ),
+    case(
+        YAML_FILES + "invalid config yml (bad cipher)",
+        "web_config_noAuth_inventedCiphers.bad.yml",
+        refused="unknown cipher TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA2048",
+    ),
+    case(
+        YAML_FILES + "invalid config yml (bad curves)",
+        "web_config_noAuth_inventedCurves.bad.yml",
+        refused="unknown curve CurveP257",
+    ),
+    case(
+        YAML_FILES + "invalid config yml (bad TLS version)",
+        "web_config_noAuth_wrongTLSVersion.bad.yml",
+        refused="min_version 'TLS111' is not one of",
+    ),
 ]
 
 SERVER = "TestServerBehaviour/"
@@ -120,63 +169,141 @@ AES128_GCM, AES256_GCM = "ECDHE-RSA-AES128-GCM-SHA256", "ECDHE-RSA-AES256-GCM-SH
 CASES += [
     case(SERVER + "empty string YAMLConfigPath and default client", ""),
     case(SERVER + "empty string YAMLConfigPath and TLS client", "", TLS, fails="WRONG_VERSION_NUMBER"),
-    case(SERVER + "valid tls config yml and default client", "web_config_noAuth.good.yml",
-         status=400, body="Client sent an HTTP request to an HTTPS server"),
+    case(
+        SERVER + "valid tls config yml and default client",
+        "web_config_noAuth.good.yml",
+        status=400,
+        body="Client sent an HTTP request to an HTTPS server",
+    ),
     case(SERVER + "valid tls config yml and tls client", "web_config_noAuth.good.yml", TLS),
-    case(SERVER + "valid tls config yml (cert and key inline) and tls client", "web_config_noAuth_tlsInline.good.yml",
-         TLS),
-    case(SERVER + "valid tls config yml with TLS 1.1 client", "web_config_noAuth.good.yml",
-         Client(tls=True, max_version=ssl.TLSVersion.TLSv1_1), fails="(?i)protocol version|EOF", differs=ALERT),
+    case(
+        SERVER + "valid tls config yml (cert and key inline) and tls client",
+        "web_config_noAuth_tlsInline.good.yml",
+        TLS,
+    ),
+    case(
+        SERVER + "valid tls config yml with TLS 1.1 client",
+        "web_config_noAuth.good.yml",
+        Client(tls=True, max_version=ssl.TLSVersion.TLSv1_1),
+        fails="(?i)protocol version|EOF",
+        differs=ALERT,
+    ),
     case(SERVER + "valid tls config yml with all ciphers", "web_config_noAuth_allCiphers.good.yml", TLS),
-    case(SERVER + "valid tls config yml with some ciphers", "web_config_noAuth_someCiphers.good.yml",
-         Client(tls=True, ciphers=AES128_GCM)),
-    case(SERVER + "valid tls config yml with no common cipher", "web_config_noAuth_someCiphers.good.yml",
-         Client(tls=True, ciphers="ECDHE-RSA-AES256-SHA"), fails="(?i)handshake failure|EOF", differs=ALERT),
-    case(SERVER + "valid tls config yml with multiple client ciphers", "web_config_noAuth_someCiphers.good.yml",
-         Client(tls=True, ciphers=f"{AES128_GCM}:{AES256_GCM}"), cipher=AES128_GCM),
-    case(SERVER + "valid tls config yml with multiple client ciphers, client chooses cipher",
-         "web_config_noAuth_someCiphers_noOrder.good.yml", Client(tls=True, ciphers=f"{AES128_GCM}:{AES256_GCM}"),
-         cipher=AES128_GCM),
-    case(SERVER + "valid tls config yml with all curves", "web_config_noAuth_allCurves.good.yml", TLS,
-         refused="names 4 curves", differs=ONE_CURVE),
-    case(SERVER + "valid tls config yml with some curves", "web_config_noAuth_someCurves.good.yml",
-         Client(tls=True, curve="secp521r1")),
-    case(SERVER + "valid tls config yml with no common curves", "web_config_noAuth_someCurves.good.yml",
-         Client(tls=True, curve="secp384r1"), fails="(?i)handshake failure|EOF", differs=ALERT),
+    case(
+        SERVER + "valid tls config yml with some ciphers",
+        "web_config_noAuth_someCiphers.good.yml",
+        Client(tls=True, ciphers=AES128_GCM),
+    ),
+    case(
+        SERVER + "valid tls config yml with no common cipher",
+        "web_config_noAuth_someCiphers.good.yml",
+        Client(tls=True, ciphers="ECDHE-RSA-AES256-SHA"),
+        fails="(?i)handshake failure|EOF",
+        differs=ALERT,
+    ),
+    case(
+        SERVER + "valid tls config yml with multiple client ciphers",
+        "web_config_noAuth_someCiphers.good.yml",
+        Client(tls=True, ciphers=f"{AES128_GCM}:{AES256_GCM}"),
+        cipher=AES128_GCM,
+    ),
+    case(
+        SERVER + "valid tls config yml with multiple client ciphers, client chooses cipher",
+        "web_config_noAuth_someCiphers_noOrder.good.yml",
+        Client(tls=True, ciphers=f"{AES128_GCM}:{AES256_GCM}"),
+        cipher=AES128_GCM,
+    ),
+    case(
+        SERVER + "valid tls config yml with all curves",
+        "web_config_noAuth_allCurves.good.yml",
+        TLS,
+        refused="names 4 curves",
+        differs=ONE_CURVE,
+    ),
+    case(
+        SERVER + "valid tls config yml with some curves",
+        "web_config_noAuth_someCurves.good.yml",
+        Client(tls=True, curve="secp521r1"),
+    ),
+    case(
+        SERVER + "valid tls config yml with no common curves",
+        "web_config_noAuth_someCurves.good.yml",
+        Client(tls=True, curve="secp384r1"),
+        fails="(?i)handshake failure|EOF",
+        differs=ALERT,
+    ),
     case(SERVER + "valid tls config yml with non-http2 ciphers", "web_config_noAuth_noHTTP2.good.yml", TLS),
     # The toolkit refuses this cipher list because HTTP/2 needs an AES-128-GCM suite; the exporter never
     # speaks HTTP/2, so the list serves.
-    case(SERVER + "valid tls config yml with non-http2 ciphers but http2 enabled",
-         "web_config_noAuth_noHTTP2Cipher.bad.yml", TLS, differs=HTTP2),
+    case(
+        SERVER + "valid tls config yml with non-http2 ciphers but http2 enabled",
+        "web_config_noAuth_noHTTP2Cipher.bad.yml",
+        TLS,
+        differs=HTTP2,
+    ),
     case(SERVER + "valid headers config", "web_config_headers.good.yml"),
-    case(SERVER + "invalid X-Content-Type-Options headers config", "web_config_headers_content_type_options.bad.yml",
-         refused="headers.X-Content-Type-Options must be nosniff"),
-    case(SERVER + "invalid X-Frame-Options headers config", "web_config_headers_frame_options.bad.yml",
-         refused="headers.X-Frame-Options must be deny or sameorigin"),
-    case(SERVER + "HTTP header that can not be overridden", "web_config_headers_extra_header.bad.yml",
-         refused="unknown or unsupported key http_server_config.headers.Content-Type"),
-    case(SERVER + "valid tls config yml and tls client with RequireAnyClientCert (present certificate)",
-         "tls_config_noAuth.requireanyclientcert.good.yml", Client(tls=True, cert="client_selfsigned"),
-         refused=UNVERIFIED_REFUSAL, differs=UNVERIFIED),
+    case(
+        SERVER + "invalid X-Content-Type-Options headers config",
+        "web_config_headers_content_type_options.bad.yml",
+        refused="headers.X-Content-Type-Options must be nosniff",
+    ),
+    case(
+        SERVER + "invalid X-Frame-Options headers config",
+        "web_config_headers_frame_options.bad.yml",
+        refused="headers.X-Frame-Options must be deny or sameorigin",
+    ),
+    case(
+        SERVER + "HTTP header that can not be overridden",
+        "web_config_headers_extra_header.bad.yml",
+        refused="unknown or unsupported key http_server_config.headers.Content-Type",
+    ),
+    case(
+        SERVER + "valid tls config yml and tls client with RequireAnyClientCert (present certificate)",
+        "tls_config_noAuth.requireanyclientcert.good.yml",
+        Client(tls=True, cert="client_selfsigned"),
+        refused=UNVERIFIED_REFUSAL,
+        differs=UNVERIFIED,
+    ),
     # The toolkit's table names the same file as the case above, not ...keyinline.good.yml: kept as it is.
     # test_webconfig.py serves the key-inline file itself.
-    case(SERVER + "valid tls config yml (cert from file, key inline) and tls client with RequireAnyClientCert "
-                  "(present certificate)",
-         "tls_config_noAuth.requireanyclientcert.good.yml", Client(tls=True, cert="client_selfsigned"),
-         refused=UNVERIFIED_REFUSAL, differs=UNVERIFIED),
-    case(SERVER + "valid tls config yml and tls client with RequireAndVerifyClientCert (present certificate)",
-         "tls_config_noAuth.requireandverifyclientcert.good.yml", Client(tls=True, cert="client_selfsigned")),
-    case(SERVER + "valid tls config yml and tls client with VerifyPeerCertificate (present good SAN DNS entry)",
-         "web_config_auth_client_san.good.yaml", Client(tls=True, cert="client2_selfsigned")),
+    case(
+        SERVER + "valid tls config yml (cert from file, key inline) and tls client with RequireAnyClientCert "
+        "(present certificate)",
+        "tls_config_noAuth.requireanyclientcert.good.yml",
+        Client(tls=True, cert="client_selfsigned"),
+        refused=UNVERIFIED_REFUSAL,
+        differs=UNVERIFIED,
+    ),
+    case(
+        SERVER + "valid tls config yml and tls client with RequireAndVerifyClientCert (present certificate)",
+        "tls_config_noAuth.requireandverifyclientcert.good.yml",
+        Client(tls=True, cert="client_selfsigned"),
+    ),
+    case(
+        SERVER + "valid tls config yml and tls client with VerifyPeerCertificate (present good SAN DNS entry)",
+        "web_config_auth_client_san.good.yaml",
+        Client(tls=True, cert="client2_selfsigned"),
+    ),
     # Go fails the handshake ("bad certificate"); the exporter checks the names just after it and closes the
     # connection unanswered. Either way the client gets no response.
-    case(SERVER + "valid tls config yml and tls client with VerifyPeerCertificate (present invalid SAN DNS entries)",
-         "web_config_auth_client_san.bad.yaml", Client(tls=True, cert="client2_selfsigned"),
-         fails="(?i)closed|reset|eof"),
-    case(SERVER + "valid rate limiter (no rate limiter set up) that doesn't block",
-         "web_config_rate_limiter_nonblocking.yaml", Client(requests=10)),
-    case(SERVER + "valid rate limiter with an interval of one second", "web_config_rate_limiter_one_second.yaml",
-         Client(requests=10), status=429, body="Too Many Requests"),
+    case(
+        SERVER + "valid tls config yml and tls client with VerifyPeerCertificate (present invalid SAN DNS entries)",
+        "web_config_auth_client_san.bad.yaml",
+        Client(tls=True, cert="client2_selfsigned"),
+        fails="(?i)closed|reset|eof",
+    ),
+    case(
+        SERVER + "valid rate limiter (no rate limiter set up) that doesn't block",
+        "web_config_rate_limiter_nonblocking.yaml",
+        Client(requests=10),
+    ),
+    case(
+        SERVER + "valid rate limiter with an interval of one second",
+        "web_config_rate_limiter_one_second.yaml",
+        Client(requests=10),
+        status=429,
+        body="Too Many Requests",
+    ),
 ]
 
 USERS, USERS_TLS = "web_config_users_noTLS.good.yml", "web_config_users.good.yml"
@@ -187,8 +314,12 @@ CASES += [
         ("with correct basic auth", USERS, Client(user="dave", password="dave123"), 200),
         ("without basic auth and TLS", USERS_TLS, TLS, 401),
         ("with correct basic auth and TLS", USERS_TLS, Client(tls=True, user="dave", password="dave123"), 200),
-        ("with another correct basic auth and TLS", USERS_TLS,
-         Client(tls=True, user="carol", password="carol123"), 200),
+        (
+            "with another correct basic auth and TLS",
+            USERS_TLS,
+            Client(tls=True, user="carol", password="carol123"),
+            200,
+        ),
         ("with bad password and TLS", USERS_TLS, Client(tls=True, user="dave", password="bad"), 401),
         ("with bad username and TLS", USERS_TLS, Client(tls=True, user="nonexistent", password="nonexistent"), 401),
     ]
@@ -199,17 +330,35 @@ CASES += [
 ENABLED = "TestTLSConfigIsEnabled/"
 CASES += [
     case(ENABLED + "empty config", "is_enabled.yml", text="tls_server_config: {}\n"),
-    case(ENABLED + "only non-enabling fields set", "is_enabled.yml",
-         text="tls_server_config:\n  min_version: TLS12\n  prefer_server_cipher_suites: true\n"),
-    case(ENABLED + "cert_file and key_file set", "is_enabled.yml", TLS,
-         text="tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"),
-    case(ENABLED + "inline cert and key set", "is_enabled.yml", text="tls_server_config:\n  cert: cert\n  key: key\n",
-         refused="cannot load tls_server_config.cert with tls_server_config.key"),
-    case(ENABLED + "only client CA file set", "is_enabled.yml",
-         text="tls_server_config:\n  client_ca_file: client_ca.crt\n", refused="missing one of cert or cert_file"),
-    case(ENABLED + "only client auth type set", "is_enabled.yml",
-         text="tls_server_config:\n  client_auth_type: RequireAndVerifyClientCert\n",
-         refused="missing one of cert or cert_file"),
+    case(
+        ENABLED + "only non-enabling fields set",
+        "is_enabled.yml",
+        text="tls_server_config:\n  min_version: TLS12\n  prefer_server_cipher_suites: true\n",
+    ),
+    case(
+        ENABLED + "cert_file and key_file set",
+        "is_enabled.yml",
+        TLS,
+        text="tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n",
+    ),
+    case(
+        ENABLED + "inline cert and key set",
+        "is_enabled.yml",
+        text="tls_server_config:\n  cert: cert\n  key: key\n",
+        refused="cannot load tls_server_config.cert with tls_server_config.key",
+    ),
+    case(
+        ENABLED + "only client CA file set",
+        "is_enabled.yml",
+        text="tls_server_config:\n  client_ca_file: client_ca.crt\n",
+        refused="missing one of cert or cert_file",
+    ),
+    case(
+        ENABLED + "only client auth type set",
+        "is_enabled.yml",
+        text="tls_server_config:\n  client_auth_type: RequireAndVerifyClientCert\n",
+        refused="missing one of cert or cert_file",
+    ),
 ]
 
 
@@ -235,7 +384,9 @@ def config_path(case: Case, data: Path) -> str:
 
 def serving(path: str):
     web = load_web_config(path)
-    return serving_in_thread(ExporterServer(("127.0.0.1", 0), web, ScrapeAssembler([], "node-a"), [], [], "/metrics", 0))
+    return serving_in_thread(
+        ExporterServer(("127.0.0.1", 0), web, ScrapeAssembler([], "node-a"), [], [], "/metrics", 0)
+    )
 
 
 def client_context(client: Client) -> ssl.SSLContext:
@@ -336,8 +487,10 @@ def test_TestHTTPHeaders():
         conn.request("GET", "/healthz")
         response = conn.getresponse()
         conn.close()
-    assert {name: response.headers[name] for name in (
-        "Strict-Transport-Security", "X-Frame-Options", "X-Content-Type-Options", "X-XSS-Protection")} == {
+    assert {
+        name: response.headers[name]
+        for name in ("Strict-Transport-Security", "X-Frame-Options", "X-Content-Type-Options", "X-XSS-Protection")
+    } == {
         "Strict-Transport-Security": "max-age=31536000; includeSubDomains",
         "X-Frame-Options": "deny",
         "X-Content-Type-Options": "nosniff",
@@ -362,15 +515,23 @@ def test_the_key_inline_file_the_toolkit_meant_serves_with_a_verified_client(dat
     path = data / "tls_config_noAuth.requireanyclientcertkeyinline.good.yml"
     with pytest.raises(WebConfigError, match=UNVERIFIED_REFUSAL):
         load_web_config(str(path))
-    path.write_text(path.read_text().replace('client_auth_type: "RequireAnyClientCert"',
-                                             'client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: client_selfsigned.pem'))
+    path.write_text(
+        path.read_text().replace(
+            'client_auth_type: "RequireAnyClientCert"',
+            "client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: client_selfsigned.pem",
+        )
+    )
     with serving(str(path)) as port:
         assert get(port, Client(tls=True, cert="client_selfsigned"))[:2] == (200, b"ok\n")
 
 
 # The test_Test* functions whose outcome is the exporter's own, and why.
-FUNCTIONS_THAT_DIFFER = {"test_TestBasicAuthCache": BCRYPT, "test_TestBasicAuthWithFakepassword": BCRYPT,
-                         "test_TestByPassBasicAuthVuln": BCRYPT, "test_TestConfigReloading": ALERT}
+FUNCTIONS_THAT_DIFFER = {
+    "test_TestBasicAuthCache": BCRYPT,
+    "test_TestBasicAuthWithFakepassword": BCRYPT,
+    "test_TestByPassBasicAuthVuln": BCRYPT,
+    "test_TestConfigReloading": ALERT,
+}
 
 
 def test_docs_security_md_counts_the_cases_that_end_as_the_toolkits():

@@ -1,5 +1,6 @@
 """Tests for alnair.exporter.webconfig: TLS handshakes against a real server, basic auth, errors, the rate limit
 and reading the file again when it changes (test_toolkit_parity.py runs the toolkit's own cases)."""
+
 from __future__ import annotations
 
 import base64
@@ -43,20 +44,22 @@ def _issue(cn, key, issuer=None, issuer_key=None, *, ca=False, usage=None):
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-            (issuer_key or key).public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key((issuer_key or key).public_key()), critical=False
+        )
     )
     if usage is not None:
         builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     if usage == ExtendedKeyUsageOID.SERVER_AUTH:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
     return builder.sign(issuer_key or key, hashes.SHA256())
 
 
 def _write_key(path, key, encryption=serialization.NoEncryption()):
-    path.write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +138,11 @@ def test_no_path_means_plain_http_without_auth():
 
 
 def test_relative_paths_resolve_against_config_dir_and_tls_serves(pki):
-    config = load(pki, TLS + "  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\nhttp_server_config:\n"
-                  "  http2: false\n  headers:\n    X-Frame-Options: deny\n")
+    config = load(
+        pki,
+        TLS + "  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\nhttp_server_config:\n"
+        "  http2: false\n  headers:\n    X-Frame-Options: deny\n",
+    )
     assert config.ssl_context.verify_mode == ssl.CERT_NONE
     assert config.ssl_context.minimum_version == ssl.TLSVersion.TLSv1_2
     assert dict(config.headers) == {"X-Frame-Options": "deny"}
@@ -186,7 +192,11 @@ def test_basic_auth(pki, hashed):
 def bcrypt_calls(monkeypatch):
     """Every bcrypt check the config makes, as (password, hash), still answered by the real bcrypt."""
     calls, real = [], webconfig._bcrypt_matches
-    monkeypatch.setattr(webconfig, "_bcrypt_matches", lambda password, hashed: calls.append((password, hashed)) or real(password, hashed))
+    monkeypatch.setattr(
+        webconfig,
+        "_bcrypt_matches",
+        lambda password, hashed: calls.append((password, hashed)) or real(password, hashed),
+    )
     return calls
 
 
@@ -211,8 +221,10 @@ def test_logins_are_checked_in_parallel_not_behind_one_lock(pki, hashed, monkeyp
     both_inside = threading.Barrier(2, timeout=30)  # passes only if two checks are in bcrypt at once
     monkeypatch.setattr(webconfig, "_bcrypt_matches", lambda password, hashed: both_inside.wait() is not None and False)
     results = []
-    threads = [threading.Thread(target=lambda p=p: results.append(config.check_basic_auth(basic("alice", p))))
-               for p in (b"one", b"two")]
+    threads = [
+        threading.Thread(target=lambda p=p: results.append(config.check_basic_auth(basic("alice", p))))
+        for p in (b"one", b"two")
+    ]
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert results == [False, False] and not both_inside.broken
@@ -239,43 +251,49 @@ def test_a_bcrypt_cost_outside_10_to_16_is_refused(pki, cost):
         load(pki, f"basic_auth_users:\n  alice: '{too}'\n")
 
 
-@pytest.mark.parametrize("text, offending", [
-    ("tls_server_config: [unclosed\n", "invalid YAML"),
-    ("- a list\n", "top level"),
-    ("rate_limit:\n  interval: 5\n", "rate_limit.interval"),  # Go would read 5 ns
-    ("rate_limit:\n  interval: -1s\n", "rate_limit.interval"),
-    ("rate_limit:\n  interval: 1s\n  burst: -1\n", "rate_limit.burst"),
-    ("rate_limit:\n  interval: 1s\n  burst: true\n", "rate_limit.burst"),
-    (TLS + "  client_allowed_sans: [a]\n", "tls_server_config.client_allowed_sans"),
-    (TLS + "  client_allowed_sans: [a]\n", "unverified certificate"),
-    (TLS + "  client_auth_type: RequireAnyClientCert\n", "client_auth_type RequireAnyClientCert takes a client certificate unverified"),
-    (TLS + "  curve_preferences: [X25519, CurveP256]\n", "curve_preferences names 2 curves"),
-    (TLS + "  cert: inline\n", "both cert and cert_file"),
-    (TLS + "  cipher_suites: [TLS_RSA_WITH_AES_128_CBC_SHA]\n", "unknown cipher TLS_RSA_WITH_AES_128_CBC_SHA"),
-    (TLS + "  cipher_suites: [TLS_AES_128_GCM_SHA256]\n  max_version: TLS12\n", "TLS 1.3 suites only"),
-    (TLS + "  curve_preferences: [X448]\n", "unknown curve X448"),
-    (TLS + "  prefer_server_cipher_suites: yes please\n", "prefer_server_cipher_suites"),
-    (TLS + "  key_file: client.key\n", "tls_server_config.key_file is given twice"),
-    ("http_server_config:\n  http2: 'no'\n", "http_server_config.http2"),
-    ("http_server_config:\n  gzip: true\n", "http_server_config.gzip"),
-    ("tls_server_config:\n  key_file: server.key\n", "missing one of cert or cert_file"),
-    ("tls_server_config:\n  cert_file: server.crt\n", "missing one of key or key_file"),
-    ("tls_server_config:\n  cert_file: missing.crt\n  key_file: server.key\n", "cert_file missing.crt"),
-    ("tls_server_config:\n  cert_file: garbage.pem\n  key_file: server.key\n", "cert_file garbage.pem"),
-    ("tls_server_config:\n  cert_file: server.crt\n  key_file: client.key\n", "key_file client.key"),
-    ("tls_server_config:\n  cert_file: ca.crt\n  key_file: encrypted.key\n", "key_file encrypted.key"),
-    (TLS + "  client_auth_type: Sometimes\n", "client_auth_type"),
-    (TLS + "  client_ca_file: ca.crt\n", "client_ca_file"),
-    (TLS + "  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: garbage.pem\n", "client_ca_file"),
-    (TLS + "  min_version: TLS14\n", "min_version"),
-    (TLS + "  max_version: 1.2\n", "max_version"),
-    (TLS + "  min_version: TLS13\n  max_version: TLS12\n", "min_version"),
-    ("basic_auth_users:\n  alice: plaintext\n", "basic_auth_users.alice"),
-    ("basic_auth_users:\n  yes: '$2b$10$abc'\n", "basic_auth_users"),
-    ("http_server_config:\n  headers:\n    X-Powered-By: me\n", "headers.X-Powered-By"),
-    ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "headers.X-Frame-Options"),
-    ("http_server_config:\n  headers:\n    X-XSS-Protection: \"1\\r\\nSet-Cookie: a\"\n", "headers.X-XSS-Protection"),
-])
+@pytest.mark.parametrize(
+    "text, offending",
+    [
+        ("tls_server_config: [unclosed\n", "invalid YAML"),
+        ("- a list\n", "top level"),
+        ("rate_limit:\n  interval: 5\n", "rate_limit.interval"),  # Go would read 5 ns
+        ("rate_limit:\n  interval: -1s\n", "rate_limit.interval"),
+        ("rate_limit:\n  interval: 1s\n  burst: -1\n", "rate_limit.burst"),
+        ("rate_limit:\n  interval: 1s\n  burst: true\n", "rate_limit.burst"),
+        (TLS + "  client_allowed_sans: [a]\n", "tls_server_config.client_allowed_sans"),
+        (TLS + "  client_allowed_sans: [a]\n", "unverified certificate"),
+        (
+            TLS + "  client_auth_type: RequireAnyClientCert\n",
+            "client_auth_type RequireAnyClientCert takes a client certificate unverified",
+        ),
+        (TLS + "  curve_preferences: [X25519, CurveP256]\n", "curve_preferences names 2 curves"),
+        (TLS + "  cert: inline\n", "both cert and cert_file"),
+        (TLS + "  cipher_suites: [TLS_RSA_WITH_AES_128_CBC_SHA]\n", "unknown cipher TLS_RSA_WITH_AES_128_CBC_SHA"),
+        (TLS + "  cipher_suites: [TLS_AES_128_GCM_SHA256]\n  max_version: TLS12\n", "TLS 1.3 suites only"),
+        (TLS + "  curve_preferences: [X448]\n", "unknown curve X448"),
+        (TLS + "  prefer_server_cipher_suites: yes please\n", "prefer_server_cipher_suites"),
+        (TLS + "  key_file: client.key\n", "tls_server_config.key_file is given twice"),
+        ("http_server_config:\n  http2: 'no'\n", "http_server_config.http2"),
+        ("http_server_config:\n  gzip: true\n", "http_server_config.gzip"),
+        ("tls_server_config:\n  key_file: server.key\n", "missing one of cert or cert_file"),
+        ("tls_server_config:\n  cert_file: server.crt\n", "missing one of key or key_file"),
+        ("tls_server_config:\n  cert_file: missing.crt\n  key_file: server.key\n", "cert_file missing.crt"),
+        ("tls_server_config:\n  cert_file: garbage.pem\n  key_file: server.key\n", "cert_file garbage.pem"),
+        ("tls_server_config:\n  cert_file: server.crt\n  key_file: client.key\n", "key_file client.key"),
+        ("tls_server_config:\n  cert_file: ca.crt\n  key_file: encrypted.key\n", "key_file encrypted.key"),
+        (TLS + "  client_auth_type: Sometimes\n", "client_auth_type"),
+        (TLS + "  client_ca_file: ca.crt\n", "client_ca_file"),
+        (TLS + "  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: garbage.pem\n", "client_ca_file"),
+        (TLS + "  min_version: TLS14\n", "min_version"),
+        (TLS + "  max_version: 1.2\n", "max_version"),
+        (TLS + "  min_version: TLS13\n  max_version: TLS12\n", "min_version"),
+        ("basic_auth_users:\n  alice: plaintext\n", "basic_auth_users.alice"),
+        ("basic_auth_users:\n  yes: '$2b$10$abc'\n", "basic_auth_users"),
+        ("http_server_config:\n  headers:\n    X-Powered-By: me\n", "headers.X-Powered-By"),
+        ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "headers.X-Frame-Options"),
+        ('http_server_config:\n  headers:\n    X-XSS-Protection: "1\\r\\nSet-Cookie: a"\n', "headers.X-XSS-Protection"),
+    ],
+)
 def test_errors_are_one_line_and_name_the_key(pki, text, offending):
     with pytest.raises(WebConfigError) as raised:
         load(pki, text)
@@ -324,17 +342,31 @@ def test_one_curve_is_the_only_one_offered(pki):
 
 
 def test_header_values_are_served_as_written(pki):
-    config = load(pki, "http_server_config:\n  headers:\n    X-XSS-Protection: 1\n"
-                       "    Strict-Transport-Security: 0x10\n    Content-Security-Policy:\n")
+    config = load(
+        pki,
+        "http_server_config:\n  headers:\n    X-XSS-Protection: 1\n"
+        "    Strict-Transport-Security: 0x10\n    Content-Security-Policy:\n",
+    )
     # as Go reads them into strings
-    assert dict(config.headers) == {"X-XSS-Protection": "1", "Strict-Transport-Security": "0x10",
-                                    "Content-Security-Policy": ""}
+    assert dict(config.headers) == {
+        "X-XSS-Protection": "1",
+        "Strict-Transport-Security": "0x10",
+        "Content-Security-Policy": "",
+    }
 
 
 def test_client_names_are_the_toolkits_kinds_with_ips_as_go_writes_them():
-    peer = {"subjectAltName": (("DNS", "node-a"), ("email", "a@b.c"), ("URI", "spiffe://x/y"),
-                               ("IP Address", "2001:DB8:0:0:0:0:0:1\n"), ("IP Address", "10.0.0.1"),
-                               ("DirName", "CN=other"), ("othername", "<unsupported>"))}
+    peer = {
+        "subjectAltName": (
+            ("DNS", "node-a"),
+            ("email", "a@b.c"),
+            ("URI", "spiffe://x/y"),
+            ("IP Address", "2001:DB8:0:0:0:0:0:1\n"),
+            ("IP Address", "10.0.0.1"),
+            ("DirName", "CN=other"),
+            ("othername", "<unsupported>"),
+        )
+    }
     assert web_tls.certificate_names(peer) == {"node-a", "a@b.c", "spiffe://x/y", "2001:db8::1", "10.0.0.1"}
     assert web_tls.certificate_names(None) == set()  # no certificate: no name can match
 
@@ -358,8 +390,16 @@ def test_rate_limit_interval_reads_go_durations(pki):
 
 
 def exporter_serving(config_path, **kwargs):
-    server = ExporterServer(("127.0.0.1", 0), load_web_config(str(config_path)), ScrapeAssembler([], "node-a"), [], [],
-                            "/metrics", 0, **kwargs)
+    server = ExporterServer(
+        ("127.0.0.1", 0),
+        load_web_config(str(config_path)),
+        ScrapeAssembler([], "node-a"),
+        [],
+        [],
+        "/metrics",
+        0,
+        **kwargs,
+    )
     return serving_in_thread(server)
 
 

@@ -12,6 +12,7 @@ steps, reads its cuda segment, checking each step's change per direction exactly
 and prints the first-allocation and first-launch times (after the process start, before now) and the last
 launch's. Results also go to $OUT/copies.json when OUT is set. Exit status 1 if a check fails.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,6 +39,7 @@ def import_alnair_from_the_tree() -> None:
 
 
 # ---- the child: a PyTorch program taking one step per line on stdin ---------------------------------------
+
 
 def child() -> None:
     import torch
@@ -94,8 +96,9 @@ def check(name: str, ok: bool, **numbers) -> None:
 class Child:
     def __init__(self, shm: Path):
         env = {**os.environ, "LD_PRELOAD": str(LIBRARY), "ALNAIR_SHM_DIR": str(shm)}
-        self.proc = subprocess.Popen([sys.executable, __file__, "child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
         self.shm = shm
         self.lines: dict[str, str] = {}
         self.read_until("ready start")
@@ -124,7 +127,10 @@ class Child:
         while time.monotonic() < deadline:
             for parsed in directory.read():
                 # a publish that ended a period after the step's end began after it: it holds every count
-                if parsed.segment.holder_pid == self.proc.pid and parsed.segment.header.update_time_ns > done_ns + 2 * PERIOD_NS:
+                if (
+                    parsed.segment.holder_pid == self.proc.pid
+                    and parsed.segment.header.update_time_ns > done_ns + 2 * PERIOD_NS
+                ):
                     return parsed
             time.sleep(0.005)
         raise RuntimeError("no publish from the child after its step")
@@ -140,22 +146,27 @@ def totals(parsed) -> list[tuple[int, int, int]]:
     from alnair.abi import layout
 
     ext = parsed.record.devices_ext or []
-    return [tuple(sum(getattr(e.copies[k], f) for e in ext) for f in ("copies", "bytes", "sync_ns"))
-            for k in range(layout.COPY_DIRECTIONS)]
+    return [
+        tuple(sum(getattr(e.copies[k], f) for e in ext) for f in ("copies", "bytes", "sync_ns"))
+        for k in range(layout.COPY_DIRECTIONS)
+    ]
 
 
 def change(before, after) -> dict[str, dict[str, int]]:
     from alnair.abi import layout
 
     a, b = totals(after), totals(before)
-    return {name: {"copies": a[k][0] - b[k][0], "bytes": a[k][1] - b[k][1], "sync_ns": a[k][2] - b[k][2]}
-            for k, name in enumerate(layout.COPY_DIRECTION_NAMES)}
+    return {
+        name: {"copies": a[k][0] - b[k][0], "bytes": a[k][1] - b[k][1], "sync_ns": a[k][2] - b[k][2]}
+        for k, name in enumerate(layout.COPY_DIRECTION_NAMES)
+    }
 
 
 def only(delta: dict[str, dict[str, int]], direction: str, nbytes: int) -> bool:
     """Exactly nbytes in `direction`, nothing in the others."""
-    return delta[direction]["bytes"] == nbytes and all(d["bytes"] == 0 and d["copies"] == 0
-                                                       for name, d in delta.items() if name != direction)
+    return delta[direction]["bytes"] == nbytes and all(
+        d["bytes"] == 0 and d["copies"] == 0 for name, d in delta.items() if name != direction
+    )
 
 
 def main() -> int:
@@ -173,13 +184,22 @@ def main() -> int:
         check("c_cpu_adds_exactly_n_device_to_host_bytes", only(delta, "device_to_host", N), n=N, change=delta)
         pinned = kid.next("pinned")
         delta = change(d2h, pinned)
-        check("c_pinned_non_blocking_adds_exactly_n_host_to_device_bytes", only(delta, "host_to_device", N), n=N,
-              change=delta)
+        check(
+            "c_pinned_non_blocking_adds_exactly_n_host_to_device_bytes",
+            only(delta, "host_to_device", N),
+            n=N,
+            change=delta,
+        )
         loaded = kid.next("dataloader")
         moved, batches = map(int, kid.lines["moved"].split())
         delta = change(pinned, loaded)
-        check("c_dataloader_pin_memory_copies_counted", batches == 8 and only(delta, "host_to_device", moved),
-              batches=batches, moved_bytes=moved, change=delta)
+        check(
+            "c_dataloader_pin_memory_copies_counted",
+            batches == 8 and only(delta, "host_to_device", moved),
+            batches=batches,
+            moved_bytes=moved,
+            change=delta,
+        )
         activity(loaded)
     finally:
         kid.finish()
@@ -195,8 +215,14 @@ def activity(parsed) -> None:
     age_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - start_ns  # the clock the intercept reckons from
     ok = 0 < a.first_allocation_ns <= age_ns and 0 < a.first_launch_ns <= age_ns
     ok = ok and 0 < time.time_ns() - a.last_launch_time_ns < 60 * 10**9
-    check("activity_times", ok, first_allocation_s=a.first_allocation_ns / 1e9, first_launch_s=a.first_launch_ns / 1e9,
-          process_age_s=age_ns / 1e9, last_launch_ago_s=(time.time_ns() - a.last_launch_time_ns) / 1e9)
+    check(
+        "activity_times",
+        ok,
+        first_allocation_s=a.first_allocation_ns / 1e9,
+        first_launch_s=a.first_launch_ns / 1e9,
+        process_age_s=age_ns / 1e9,
+        last_launch_ago_s=(time.time_ns() - a.last_launch_time_ns) / 1e9,
+    )
 
 
 if __name__ == "__main__":

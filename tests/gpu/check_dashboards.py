@@ -11,6 +11,7 @@ node-gpus, gpu-sharing, training and exporter-health dashboards runs as an insta
 All, `$__rate_interval` 15s, and prints its series count and first value. A panel is expected to return
 data unless EXPECTED_EMPTY names it with the reason; exits 1 if any other panel returns nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -96,10 +97,19 @@ def start_prometheus(binary: str, work: Path, target: str) -> tuple[subprocess.P
     (work / "prometheus.yml").write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         f"rule_files: ['{rules}']\n"
-        f"scrape_configs:\n  - job_name: alnair\n    static_configs:\n      - targets: ['{target}']\n")
+        f"scrape_configs:\n  - job_name: alnair\n    static_configs:\n      - targets: ['{target}']\n"
+    )
     log = open(work / "prometheus.log", "w")
-    proc = subprocess.Popen([binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log)
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={work / 'prometheus.yml'}",
+            f"--storage.tsdb.path={work / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=log,
+    )
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -115,19 +125,40 @@ def main() -> int:
     shm_dir.mkdir()
     env = {**os.environ, "PYTHONPATH": str(shim(work / "site")), "ALNAIR_SHM_DIR": str(shm_dir)}
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "alnair.exporter", f"--web.listen-address=127.0.0.1:{port}",
-                               f"--shm.dir={shm_dir}", "--node.name=h200"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=open(work / "exporter.log", "w"))]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "alnair.exporter",
+                f"--web.listen-address=127.0.0.1:{port}",
+                f"--shm.dir={shm_dir}",
+                "--node.name=h200",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(work / "exporter.log", "w"),
+        )
+    ]
     jobs = []
     try:
         for limits in ({"ALNAIR_MEMORY_LIMIT": "8Gi", "ALNAIR_COMPUTE_LIMIT": "50"}, {}):
-            jobs.append(subprocess.Popen([sys.executable, "-m", "alnair.intercept.launcher", sys.executable, "-c", TRAINING, args.device],
-                                         env={**env, **limits}, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+            jobs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "alnair.intercept.launcher", sys.executable, "-c", TRAINING, args.device],
+                    env={**env, **limits},
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            )
         for job in jobs:
             assert job.stdout.readline().startswith("ready"), "a training job did not start"
         prometheus, url = start_prometheus(args.prometheus, work, f"127.0.0.1:{port}")
         procs.append(prometheus)
-        wait_for(lambda: "alnair_cuda_kernel_launches_total" in scrape(f"http://127.0.0.1:{port}/metrics"), 60, "cuda series")
+        wait_for(
+            lambda: "alnair_cuda_kernel_launches_total" in scrape(f"http://127.0.0.1:{port}/metrics"), 60, "cuda series"
+        )
         wait_for(lambda: _ready(url), 60, "Prometheus")
         time.sleep(args.seconds)  # the data the panels' 15 s rate windows need: wall time, not a speed assumption
         return report(url)
@@ -155,7 +186,11 @@ def report(url: str) -> int:
         count = sum(len(r) for r in results)
         first = next((r[0] for r in results if r), None)
         shown = f"{first['metric']} = {first['value'][1]}" if first else "-"
-        status = "ok" if count else ("empty (expected: " + EXPECTED_EMPTY[title] + ")" if title in EXPECTED_EMPTY else "EMPTY")
+        status = (
+            "ok"
+            if count
+            else ("empty (expected: " + EXPECTED_EMPTY[title] + ")" if title in EXPECTED_EMPTY else "EMPTY")
+        )
         print(f"{dashboard:16} {title[:44]:44} {count:>4} series  {status}  {shown[:140]}")
         if not count and title not in EXPECTED_EMPTY:
             missing.append(f"{dashboard}/{title}")

@@ -12,6 +12,7 @@ The collector runs in this process (NVML and GPM as the exporter uses them); it 
 steady (GPM's first sample) and once --seconds later, so its values cover the interval the workload reports on.
 Prints each check with PASS/FAIL and every GPM value, writes $OUT/gpm.json, exits 1 if any failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,7 @@ from training_loops import make_importable, save
 
 # A workload thread and a main thread that answers: "start" begins the measured interval, "stop" prints the bytes
 # per second the workload moved since "start" (the copies' own measure) and exits.
-WORKLOAD = r'''
+WORKLOAD = r"""
 import sys, threading, time, torch
 kind = sys.argv[1]
 moved = 0  # bytes, counted once each batch of work has finished
@@ -51,7 +52,7 @@ time.sleep(1)
 print("ready", flush=True)
 sys.stdin.readline(); t0, m0 = time.monotonic(), moved
 sys.stdin.readline(); print("rate", (moved - m0) / (time.monotonic() - t0), flush=True)
-'''
+"""
 results: list[dict] = []
 
 
@@ -69,15 +70,18 @@ def gpm_values(collector) -> dict[str, float]:
     values = {}
     for family in text_string_to_metric_families(render(collector.collect()).decode()):
         for s in family.samples:
-            if s.labels.get("gpu") == "0" and ("_active_ratio" in s.name or "occupancy" in s.name or "link_bytes" in s.name):
+            if s.labels.get("gpu") == "0" and (
+                "_active_ratio" in s.name or "occupancy" in s.name or "link_bytes" in s.name
+            ):
                 extra = ",".join(s.labels[k] for k in ("pipe", "link", "direction") if k in s.labels)
                 values[f"{s.name}{{{extra}}}" if extra else s.name] = s.value
     return values
 
 
 def measure(collector, kind: str, seconds: float) -> tuple[dict[str, float], float]:
-    child = subprocess.Popen([sys.executable, "-c", WORKLOAD, kind], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", WORKLOAD, kind], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert child.stdout.readline().split() == ["ready"]
     child.stdin.write("start\n")
     child.stdin.flush()
@@ -110,8 +114,11 @@ def main() -> int:
         h2d, rate = measure(collector, "h2d", args.seconds)
         pcie = h2d.get("alnair_nvml_link_bytes_per_second{pcie,receive}")
         close = pcie is not None and abs(pcie - rate) <= 0.1 * rate
-        check("PCIe receive within 10% of the measured host-to-device copy throughput", close,
-              f"GPM {pcie and pcie / 2**30:.2f} GiB/s, the program {rate / 2**30:.2f} GiB/s")
+        check(
+            "PCIe receive within 10% of the measured host-to-device copy throughput",
+            close,
+            f"GPM {pcie and pcie / 2**30:.2f} GiB/s, the program {rate / 2**30:.2f} GiB/s",
+        )
         results.append({"values": {"matmul": matmul, "copy": copy, "h2d": h2d, "h2d_program_bytes_per_second": rate}})
     finally:
         collector.close()

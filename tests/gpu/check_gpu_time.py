@@ -11,6 +11,7 @@ For each loop (tests/gpu/training_loops.py: ResNet-18 and a transformer, a sync 
 Results in a table and $OUT/gpu_time.json; the targets: alone within 5% of the profiler, the pair's sum within 5
 points of NVML's busy time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,10 +71,17 @@ def measure(model: str, batch: int, seconds: float, copies: int, profile_steps: 
     for rate, b, a in zip(rates, before, after):
         steps, per_s = int(rate[3]), float(rate[1])
         wall = steps / per_s
-        runs.append({"steps_per_s": per_s, "step_ms": float(rate[2]), "steps": steps,
-                     "gpu_ms_per_step": (a["gpu_time_s"] - b["gpu_time_s"]) * 1000 / steps,
-                     "busy_ms_per_step": (a["busy_s"] - b["busy_s"]) * 1000 / steps,
-                     "gpu_share": (a["gpu_time_s"] - b["gpu_time_s"]) / wall, "measured": a["gpu_time_measured"]})
+        runs.append(
+            {
+                "steps_per_s": per_s,
+                "step_ms": float(rate[2]),
+                "steps": steps,
+                "gpu_ms_per_step": (a["gpu_time_s"] - b["gpu_time_s"]) * 1000 / steps,
+                "busy_ms_per_step": (a["busy_s"] - b["busy_s"]) * 1000 / steps,
+                "gpu_share": (a["gpu_time_s"] - b["gpu_time_s"]) / wall,
+                "measured": a["gpu_time_measured"],
+            }
+        )
     if profile_steps:
         tell(children)
         for child, run in zip(children, runs):
@@ -84,7 +92,9 @@ def measure(model: str, batch: int, seconds: float, copies: int, profile_steps: 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--loops", default="resnet18:32,resnet18:128,resnet18:384,transformer:8,transformer:32,transformer:96")
+    parser.add_argument(
+        "--loops", default="resnet18:32,resnet18:128,resnet18:384,transformer:8,transformer:32,transformer:96"
+    )
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--profile-steps", type=int, default=30)
     args = parser.parse_args()
@@ -98,12 +108,16 @@ def main() -> int:
         a = alone["runs"][0]
         for r in pair["runs"]:
             r["share_of_solo"] = r["steps_per_s"] / a["steps_per_s"]
-        print(f"{loop:16s} alone {a['step_ms']:6.2f} ms/step: GPU time {a['gpu_ms_per_step']:6.2f} ms/step, profiler "
-              f"{a['profiler_ms_per_step']:6.2f} ({100 * (a['gpu_ms_per_step'] / a['profiler_ms_per_step'] - 1):+5.1f}%), "
-              f"NVML busy {100 * alone['nvml_busy']:5.1f}% GPU time share {100 * a['gpu_share']:5.1f}% | pair: "
-              + " ".join(f"{100 * r['gpu_share']:5.1f}% (solo rate {100 * r['share_of_solo']:5.1f}%)" for r in pair["runs"])
-              + f" sum {100 * sum(r['gpu_share'] for r in pair['runs']):5.1f}% NVML {100 * pair['nvml_busy']:5.1f}%",
-              flush=True)
+        print(
+            f"{loop:16s} alone {a['step_ms']:6.2f} ms/step: GPU time {a['gpu_ms_per_step']:6.2f} ms/step, profiler "
+            f"{a['profiler_ms_per_step']:6.2f} ({100 * (a['gpu_ms_per_step'] / a['profiler_ms_per_step'] - 1):+5.1f}%), "
+            f"NVML busy {100 * alone['nvml_busy']:5.1f}% GPU time share {100 * a['gpu_share']:5.1f}% | pair: "
+            + " ".join(
+                f"{100 * r['gpu_share']:5.1f}% (solo rate {100 * r['share_of_solo']:5.1f}%)" for r in pair["runs"]
+            )
+            + f" sum {100 * sum(r['gpu_share'] for r in pair['runs']):5.1f}% NVML {100 * pair['nvml_busy']:5.1f}%",
+            flush=True,
+        )
     save(report, "gpu_time.json")
     return 0
 

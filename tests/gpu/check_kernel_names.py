@@ -11,6 +11,7 @@ child's kernel table before and after those steps: each named row's new launches
 for that name (a name cut to 255 bytes: the profiler's names that begin with it), and the named rows must be the
 most launched kernels. Prints each check with PASS/FAIL, writes $OUT/kernel_names.json, exits 1 if any failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,9 @@ import time
 
 from training_loops import CHILD, loops, new_shm_dir, prepare, save, start
 
-PROFILED = CHILD.split("print(\"ready\"")[0] + r'''
+PROFILED = (
+    CHILD.split('print("ready"')[0]
+    + r"""
 print("ready", flush=True)
 sys.stdin.readline()
 from torch.profiler import ProfilerActivity, profile
@@ -34,7 +37,8 @@ for e in prof.events():
         counts[e.name] = counts.get(e.name, 0) + 1
 print("kernels", json.dumps(counts), flush=True)
 sys.stdin.readline()
-'''
+"""
+)
 NAME_BYTES = 255  # the record's bound (ALNAIR_CUDA_KERNEL_NAME_LEN - 1)
 results: list[dict] = []
 
@@ -71,15 +75,24 @@ def named(launched: dict[str, int], full: str) -> bool:
 
 def compare(item: str, before: dict[str, int], after: dict[str, int], profiled: dict[str, int]) -> None:
     launched = {name: after[name] - before.get(name, 0) for name in after}
-    differ = {name: (n, profiler_count(profiled, name)) for name, n in launched.items()
-              if n and n != profiler_count(profiled, name)}
-    check(f"{item}: each named kernel's launches over the profiled steps equal torch.profiler's", not differ,
-          f"{len([n for n in launched.values() if n])} named kernels launched; differing (ours, profiler's): {differ}")
+    differ = {
+        name: (n, profiler_count(profiled, name))
+        for name, n in launched.items()
+        if n and n != profiler_count(profiled, name)
+    }
+    check(
+        f"{item}: each named kernel's launches over the profiled steps equal torch.profiler's",
+        not differ,
+        f"{len([n for n in launched.values() if n])} named kernels launched; differing (ours, profiler's): {differ}",
+    )
     named_total, profiled_total = sum(launched.values()), sum(profiled.values())
     weakest = min((n for n in launched.values() if n), default=0)
     missing = {name: n for name, n in profiled.items() if n > weakest and not named(launched, name)}
-    check(f"{item}: no kernel launched more than the weakest named one is left unnamed", not missing,
-          f"named rows cover {named_total} of the profiler's {profiled_total} launches; above {weakest}: {missing}")
+    check(
+        f"{item}: no kernel launched more than the weakest named one is left unnamed",
+        not missing,
+        f"named rows cover {named_total} of the profiler's {profiled_total} launches; above {weakest}: {missing}",
+    )
 
 
 def run(item: str, model: str, batch: int, steps: int) -> None:

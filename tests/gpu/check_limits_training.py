@@ -10,6 +10,7 @@ run's rate is reported as a share of the solo rate, beside the published throttl
 a table and in $OUT/limits_training.json. It measures; the targets are the issue's (each within 3 points of its
 cap, the unlimited neighbour >= 65%).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,10 @@ VARIABLES = {"c": "ALNAIR_COMPUTE_LIMIT", "s": "ALNAIR_COMPUTE_SHARE"}
 def run_together(model: str, batch: int, seconds: float, limits: list[str]) -> list[dict]:
     """Children with these limits (cN, sN or -), measuring over the same span."""
     shm = new_shm_dir()
-    children = [start(model, batch, seconds, shm, {VARIABLES[limit[0]]: limit[1:]} if limit != "-" else None)
-                for limit in limits]
+    children = [
+        start(model, batch, seconds, shm, {VARIABLES[limit[0]]: limit[1:]} if limit != "-" else None)
+        for limit in limits
+    ]
     wait_ready(children)
     before = [published(shm, c.pid) for c in children]
     tell(children)
@@ -34,9 +37,15 @@ def run_together(model: str, batch: int, seconds: float, limits: list[str]) -> l
     results = []
     for limit, rate, b, a in zip(limits, rates, before, after):
         seconds_run = float(rate[3]) / float(rate[1])
-        results.append({"limit": limit, "steps_per_s": float(rate[1]), "step_ms": float(rate[2]),
-                        "throttled_s": a["throttled_s"] - b["throttled_s"],
-                        "gpu_share": (a["gpu_time_s"] - b["gpu_time_s"]) / seconds_run})
+        results.append(
+            {
+                "limit": limit,
+                "steps_per_s": float(rate[1]),
+                "step_ms": float(rate[2]),
+                "throttled_s": a["throttled_s"] - b["throttled_s"],
+                "gpu_share": (a["gpu_time_s"] - b["gpu_time_s"]) / seconds_run,
+            }
+        )
     finish(children)
     return results
 
@@ -57,9 +66,15 @@ def main() -> int:
             for r in shared:
                 r["share_of_solo"] = r["steps_per_s"] / solo["steps_per_s"]
             report.append({"loop": loop, "solo": solo, "limits": limits, "shared": shared})
-            print(f"{loop:16s} solo {solo['step_ms']:6.1f} ms/step  " + "  ".join(
-                f"{r['limit']}: {100 * r['share_of_solo']:5.1f}% of solo (GPU time {100 * r['gpu_share']:5.1f}%,"
-                f" throttled {r['throttled_s']:.1f} s)" for r in shared), flush=True)
+            print(
+                f"{loop:16s} solo {solo['step_ms']:6.1f} ms/step  "
+                + "  ".join(
+                    f"{r['limit']}: {100 * r['share_of_solo']:5.1f}% of solo (GPU time {100 * r['gpu_share']:5.1f}%,"
+                    f" throttled {r['throttled_s']:.1f} s)"
+                    for r in shared
+                ),
+                flush=True,
+            )
     save(report, "limits_training.json")
     return 0
 

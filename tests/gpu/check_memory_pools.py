@@ -13,6 +13,7 @@ it checks
       handle (measured before: /work/shared/GPU-FACTS.md), at every step;
 and prints the context size. Results also go to $OUT/memory_pools.json when OUT is set.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 4 << 30
 WORKSPACE_PER_HANDLE = (64 << 20) + (129 << 10)
 
-CHILD = r'''
+CHILD = r"""
 import sys, torch
 def mark(name):
     torch.cuda.synchronize()
@@ -49,7 +50,7 @@ try:
 except torch.OutOfMemoryError as e:
     print("oom", str(e).splitlines()[0].replace(" ", "_")[:200], flush=True)
     mark("after_oom")
-'''
+"""
 
 
 def shim() -> Path:
@@ -73,12 +74,19 @@ def main() -> int:
     from alnair.abi.segments import SegmentDirectory
 
     shm = tempfile.mkdtemp(prefix="alnair-shm-")
-    env = {**os.environ, "LD_PRELOAD": str(ROOT / "intercept" / "build" / "libalnair.so"), "ALNAIR_SHM_DIR": shm,
-           "ALNAIR_MEMORY_LIMIT": "4Gi", "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "LD_PRELOAD": str(ROOT / "intercept" / "build" / "libalnair.so"),
+        "ALNAIR_SHM_DIR": shm,
+        "ALNAIR_MEMORY_LIMIT": "4Gi",
+        "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync",
+        "PYTHONUNBUFFERED": "1",
+    }
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                             env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
 
     def nvml_bytes() -> int:
         for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
@@ -121,12 +129,25 @@ def main() -> int:
         now = nvml_bytes()
         nvml_max[0] = max(nvml_max[0], now)
         outside = m.charged_bytes - int(reserved)
-        steps.append({"stage": stage, "memory_reserved": int(reserved), "memory_allocated": int(allocated),
-                      "bytes_in_use": d.bytes_in_use, "pool_reserved": m.pool_reserved_bytes, "pool_used": m.pool_used_bytes,
-                      "charged": m.charged_bytes, "context": m.context_bytes, "nvml": now, "charged_minus_reserved": outside})
-        print(f"{stage:10s} reserved={int(reserved):>11d} in_use={d.bytes_in_use:>11d} pool={m.pool_reserved_bytes:>11d}"
-              f"/{m.pool_used_bytes:>11d} charged={m.charged_bytes:>11d} charged-reserved={outside:>10d} nvml={now:>11d}",
-              flush=True)
+        steps.append(
+            {
+                "stage": stage,
+                "memory_reserved": int(reserved),
+                "memory_allocated": int(allocated),
+                "bytes_in_use": d.bytes_in_use,
+                "pool_reserved": m.pool_reserved_bytes,
+                "pool_used": m.pool_used_bytes,
+                "charged": m.charged_bytes,
+                "context": m.context_bytes,
+                "nvml": now,
+                "charged_minus_reserved": outside,
+            }
+        )
+        print(
+            f"{stage:10s} reserved={int(reserved):>11d} in_use={d.bytes_in_use:>11d} pool={m.pool_reserved_bytes:>11d}"
+            f"/{m.pool_used_bytes:>11d} charged={m.charged_bytes:>11d} charged-reserved={outside:>10d} nvml={now:>11d}",
+            flush=True,
+        )
         child.stdin.write("go\n")
         child.stdin.flush()
     code = child.wait()
@@ -138,18 +159,30 @@ def main() -> int:
     expected_outside = max(handles, 1) * WORKSPACE_PER_HANDLE
     exact = [s["stage"] for s in steps if s["charged_minus_reserved"] != expected_outside]
     results = {
-        "context_bytes": context, "limit": LIMIT, "nvml_max": nvml_max[0], "nvml_bound": LIMIT + context,
+        "context_bytes": context,
+        "limit": LIMIT,
+        "nvml_max": nvml_max[0],
+        "nvml_bound": LIMIT + context,
         "nvml_within_limit_plus_context": 0 < context and nvml_max[0] <= LIMIT + context,
-        "nvml_margin_bytes": LIMIT + context - nvml_max[0], "cublas_handles": handles,
-        "charged_equals_reserved_plus_workspace": bool(steps) and not exact, "steps_not_equal": exact,
-        "oom_raised": oom_message is not None, "oom_message": oom_message, "exit_code": code,
-        "held_at_oom": steps[-1]["charged"] if steps else None, "steps": steps,
+        "nvml_margin_bytes": LIMIT + context - nvml_max[0],
+        "cublas_handles": handles,
+        "charged_equals_reserved_plus_workspace": bool(steps) and not exact,
+        "steps_not_equal": exact,
+        "oom_raised": oom_message is not None,
+        "oom_message": oom_message,
+        "exit_code": code,
+        "held_at_oom": steps[-1]["charged"] if steps else None,
+        "steps": steps,
     }
     print(f"context size (measured by the intercept): {context} B = {context / 2**20:.1f} MiB")
-    print(f"(a) NVML per-process max {nvml_max[0]} B <= limit + context {LIMIT + context} B: "
-          f"{results['nvml_within_limit_plus_context']} (margin {results['nvml_margin_bytes']} B)")
-    print(f"(b) charged == memory_reserved + {max(handles, 1)} x (64 MiB + 129 KiB) at every step: "
-          f"{results['charged_equals_reserved_plus_workspace']} (steps off: {exact[:10]})")
+    print(
+        f"(a) NVML per-process max {nvml_max[0]} B <= limit + context {LIMIT + context} B: "
+        f"{results['nvml_within_limit_plus_context']} (margin {results['nvml_margin_bytes']} B)"
+    )
+    print(
+        f"(b) charged == memory_reserved + {max(handles, 1)} x (64 MiB + 129 KiB) at every step: "
+        f"{results['charged_equals_reserved_plus_workspace']} (steps off: {exact[:10]})"
+    )
     print(f"OOM raised by PyTorch: {results['oom_raised']} ({oom_message}); child exit {code}")
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "memory_pools.json").write_text(json.dumps(results, indent=1))

@@ -7,6 +7,7 @@ Parts that need two GPUs say NOT RUN on a machine with one (a dry run of the res
 off as the machine sets it (NCCL_NVLS_ENABLE=0, also in every child's environment). Prints PASS/FAIL per check
 and exits 1 if any check failed.
 """
+
 from __future__ import annotations
 
 import json
@@ -121,27 +122,47 @@ def not_run(part: str, why: str) -> None:
 
 
 def smi(query: str, kind: str = "gpu") -> list[list[str]]:
-    out = subprocess.run(["nvidia-smi", f"--query-{kind}={query}", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["nvidia-smi", f"--query-{kind}={query}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [[f.strip() for f in line.split(",")] for line in out.strip().splitlines()]
 
 
 class Exporter:
     def __init__(self):
         self.port = free_port()
-        self.proc = subprocess.Popen([sys.executable, "-m", "alnair.exporter", f"--web.listen-address=127.0.0.1:{self.port}",
-                                      f"--shm.dir={SHM}", "--collector.nvml.interval=1s", "--collector.cuda.interval=500ms"],
-                                     env=ENV, stdout=subprocess.DEVNULL, stderr=open(WORK / "exporter.log", "w"))
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "alnair.exporter",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                f"--shm.dir={SHM}",
+                "--collector.nvml.interval=1s",
+                "--collector.cuda.interval=500ms",
+            ],
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=open(WORK / "exporter.log", "w"),
+        )
         self.wait_for(lambda m: any(n == "alnair_nvml_gpu_info" for n, _ in m), "the nvml collector's first sample")
 
     def metrics(self) -> dict[tuple[str, frozenset], float]:
         from prometheus_client.parser import text_string_to_metric_families
+
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
                 text = r.read().decode()
         except OSError:
             return {}
-        return {(s.name, frozenset(s.labels.items())): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+        return {
+            (s.name, frozenset(s.labels.items())): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+        }
 
     def wait_for(self, predicate, what: str, timeout: float = 60):
         deadline = time.monotonic() + timeout
@@ -172,34 +193,61 @@ def part_nvml(exporter: Exporter) -> None:
     metrics = exporter.metrics()
     devices = gpus()
     uuids = {dict(ls)["uuid"] for (n, ls), _ in metrics.items() if n == "alnair_nvml_gpu_info"}
-    check("one set of per-GPU series per device, distinct UUIDs", uuids == {g["uuid"] for g in devices},
-          f"{len(uuids)} served, {len(devices)} in nvidia-smi")
+    check(
+        "one set of per-GPU series per device, distinct UUIDs",
+        uuids == {g["uuid"] for g in devices},
+        f"{len(uuids)} served, {len(devices)} in nvidia-smi",
+    )
     for g in devices:
         used = find(metrics, "alnair_nvml_memory_used_bytes", uuid=g["uuid"])
         power = find(metrics, "alnair_nvml_power_watts", uuid=g["uuid"])
         smi_used, smi_power = float(g["used"]) * 2**20, float(g["power"])
-        check(f"GPU {g['index']} memory used within 2% of nvidia-smi", bool(used) and abs(used[0] - smi_used) <= 0.02 * smi_used + 2**22,
-              f"{used} vs {smi_used}")
-        check(f"GPU {g['index']} power within 15% of nvidia-smi", bool(power) and abs(power[0] - smi_power) <= 0.15 * smi_power + 5,
-              f"{power} vs {smi_power}")
+        check(
+            f"GPU {g['index']} memory used within 2% of nvidia-smi",
+            bool(used) and abs(used[0] - smi_used) <= 0.02 * smi_used + 2**22,
+            f"{used} vs {smi_used}",
+        )
+        check(
+            f"GPU {g['index']} power within 15% of nvidia-smi",
+            bool(power) and abs(power[0] - smi_power) <= 0.15 * smi_power + 5,
+            f"{power} vs {smi_power}",
+        )
 
 
 def part_ddp(exporter: Exporter, count: int) -> None:
     """A DDP job, one rank per GPU, under both intercepts: each rank's record on its own device, launches exact."""
-    command = [sys.executable, "-m", "alnair.intercept.launcher", sys.executable, "-m", "torch.distributed.run",
-               "--standalone", f"--nproc_per_node={count}", str(WORK / "rank.py")]
+    command = [
+        sys.executable,
+        "-m",
+        "alnair.intercept.launcher",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={count}",
+        str(WORK / "rank.py"),
+    ]
     (WORK / "rank.py").write_text(DDP_RANK)
     out = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
     reports = [json.loads(line.split(" ", 1)[1]) for line in out.stdout.splitlines() if line.startswith("report ")]
-    check(f"DDP over {count} GPU(s) ran, a report per rank", out.returncode == 0 and len(reports) == count,
-          out.stderr[out.stderr.find("Traceback"):][:2500] if out.returncode else f"{len(reports)} reports")
+    check(
+        f"DDP over {count} GPU(s) ran, a report per rank",
+        out.returncode == 0 and len(reports) == count,
+        out.stderr[out.stderr.find("Traceback") :][:2500] if out.returncode else f"{len(reports)} reports",
+    )
     metrics = exporter.metrics()
     for r in reports:
         check(f"rank {r['rank']}: its record holds its own device only", r["devices"] == [r["rank"]], str(r["devices"]))
-        check(f"rank {r['rank']}: kernel launches exact against the profiler", r["launches"] == r["profiler"],
-              f"intercept {r['launches']}, profiler {r['profiler']}")
-        check(f"rank {r['rank']}: NCCL's allocations counted (bytes above PyTorch's reserved)", r["bytes"] > r["reserved"],
-              f"counted {r['bytes']}, reserved {r['reserved']}")
+        check(
+            f"rank {r['rank']}: kernel launches exact against the profiler",
+            r["launches"] == r["profiler"],
+            f"intercept {r['launches']}, profiler {r['profiler']}",
+        )
+        check(
+            f"rank {r['rank']}: NCCL's allocations counted (bytes above PyTorch's reserved)",
+            r["bytes"] > r["reserved"],
+            f"counted {r['bytes']}, reserved {r['reserved']}",
+        )
         steps = find(metrics, "alnair_python_optimizer_steps_total", pid=str(r["pid"]))
         check(f"rank {r['rank']}: the python record shows its 25 steps", steps == [25.0], str(steps))
 
@@ -207,16 +255,33 @@ def part_ddp(exporter: Exporter, count: int) -> None:
 def part_reorder(exporter: Exporter) -> None:
     """CUDA_VISIBLE_DEVICES=1,0: the process's cuda:0 is NVML's GPU 1; its cuda series carry GPU 1's UUID."""
     devices = gpus()
-    proc = subprocess.Popen([sys.executable, "-c", "import sys, torch; t = torch.empty(1 << 30, dtype=torch.uint8, device='cuda:0'); "
-                             "print('ready', flush=True); sys.stdin.readline()"],
-                            env={**ENV, "LD_PRELOAD": str(LIBRARY), "CUDA_VISIBLE_DEVICES": "1,0"},
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, torch; t = torch.empty(1 << 30, dtype=torch.uint8, device='cuda:0'); "
+            "print('ready', flush=True); sys.stdin.readline()",
+        ],
+        env={**ENV, "LD_PRELOAD": str(LIBRARY), "CUDA_VISIBLE_DEVICES": "1,0"},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().startswith("ready")
-        metrics = exporter.wait_for(lambda m: find(m, "alnair_cuda_memory_used_bytes", pid=str(proc.pid)), "the reordered process")
-        series = [dict(ls) for (n, ls), v in metrics.items() if n == "alnair_cuda_memory_used_bytes" and ("pid", str(proc.pid)) in ls and v >= 1 << 30]
-        check("reordered: the cuda series' uuid is NVML's GPU 1", [s["uuid"] for s in series] == [devices[1]["uuid"]],
-              f"{series} vs {devices[1]['uuid']}")
+        metrics = exporter.wait_for(
+            lambda m: find(m, "alnair_cuda_memory_used_bytes", pid=str(proc.pid)), "the reordered process"
+        )
+        series = [
+            dict(ls)
+            for (n, ls), v in metrics.items()
+            if n == "alnair_cuda_memory_used_bytes" and ("pid", str(proc.pid)) in ls and v >= 1 << 30
+        ]
+        check(
+            "reordered: the cuda series' uuid is NVML's GPU 1",
+            [s["uuid"] for s in series] == [devices[1]["uuid"]],
+            f"{series} vs {devices[1]['uuid']}",
+        )
         nvml = find(metrics, "alnair_nvml_process_memory_used_bytes", pid=str(proc.pid), uuid=devices[1]["uuid"])
         check("reordered: NVML sees the process on the same UUID", bool(nvml), str(nvml))
     finally:
@@ -225,23 +290,44 @@ def part_reorder(exporter: Exporter) -> None:
 
 
 def part_two_devices() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", TWO_DEVICES],
-                            env={**ENV, "LD_PRELOAD": str(LIBRARY), "ALNAIR_MEMORY_LIMIT": "0=4Gi,1=2Gi"},
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TWO_DEVICES],
+        env={**ENV, "LD_PRELOAD": str(LIBRARY), "ALNAIR_MEMORY_LIMIT": "0=4Gi,1=2Gi"},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().startswith("ready")
         time.sleep(0.05)  # > 2 publish periods
-        record = next(p for p in SegmentDirectory(str(SHM), layout.KIND_CUDA, reclaim=False).read() if p.segment.holder_pid == proc.pid)
+        record = next(
+            p
+            for p in SegmentDirectory(str(SHM), layout.KIND_CUDA, reclaim=False).read()
+            if p.segment.holder_pid == proc.pid
+        )
         d = {x.device_index: x for x in record.record.devices}
-        check("two devices: bytes per device", d[0].bytes_in_use >= 256 << 20 and d[1].bytes_in_use >= 128 << 20
-              and d[0].bytes_in_use != d[1].bytes_in_use, f"{d[0].bytes_in_use}, {d[1].bytes_in_use}")
-        check("two devices: launches per device (300 and 500 adds, plus PyTorch's own)",
-              d[0].kernel_launches >= 300 and d[1].kernel_launches >= 500 and d[1].kernel_launches - d[0].kernel_launches == 200,
-              f"{d[0].kernel_launches}, {d[1].kernel_launches}")
+        check(
+            "two devices: bytes per device",
+            d[0].bytes_in_use >= 256 << 20
+            and d[1].bytes_in_use >= 128 << 20
+            and d[0].bytes_in_use != d[1].bytes_in_use,
+            f"{d[0].bytes_in_use}, {d[1].bytes_in_use}",
+        )
+        check(
+            "two devices: launches per device (300 and 500 adds, plus PyTorch's own)",
+            d[0].kernel_launches >= 300
+            and d[1].kernel_launches >= 500
+            and d[1].kernel_launches - d[0].kernel_launches == 200,
+            f"{d[0].kernel_launches}, {d[1].kernel_launches}",
+        )
         proc.stdin.write("go\n")
         proc.stdin.flush()
         outcome = proc.stdout.readline().split()[1:]
-        check("two devices: the limit is per device (3 GiB fits 4Gi on 0, not 2Gi on 1)", outcome == ["ok", "oom"], str(outcome))
+        check(
+            "two devices: the limit is per device (3 GiB fits 4Gi on 0, not 2Gi on 1)",
+            outcome == ["ok", "oom"],
+            str(outcome),
+        )
     finally:
         proc.stdin.close()
         proc.wait(60)
@@ -251,8 +337,12 @@ def matmul_share(device: int, limit: int | None, seconds: float) -> subprocess.P
     env = {**ENV, "LD_PRELOAD": str(LIBRARY), "CUDA_VISIBLE_DEVICES": str(device)}
     if limit is not None:
         env["ALNAIR_COMPUTE_LIMIT"] = str(limit)
-    return subprocess.Popen([sys.executable, str(HERE / "torch_workloads.py"), "matmul", str(seconds)], env=env,
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "torch_workloads.py"), "matmul", str(seconds)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def rate_of(proc: subprocess.Popen) -> float:
@@ -268,23 +358,31 @@ def part_limits() -> None:
     procs = {(d, lim, k): matmul_share(d, lim, seconds) for d, limits in pairs.items() for k, lim in enumerate(limits)}
     shares = {key: rate_of(p) / solo[key[0]] for key, p in procs.items()}
     for (d, lim, _), share in sorted(shares.items()):
-        check(f"GPU {d}: limit {lim}% got {share:.1%} of the solo loop (within 3 points)", abs(share * 100 - lim) <= 3,
-              f"solo {solo[d]:.1f} it/s")
+        check(
+            f"GPU {d}: limit {lim}% got {share:.1%} of the solo loop (within 3 points)",
+            abs(share * 100 - lim) <= 3,
+            f"solo {solo[d]:.1f} it/s",
+        )
 
 
 def part_scrape(exporter: Exporter, count: int) -> None:
     """Median of 100 scrapes with 8 busy processes per GPU."""
     procs = [matmul_share(d, None, 60) for d in range(count) for _ in range(8)]
     try:
-        exporter.wait_for(lambda m: len(find(m, "alnair_nvml_process_sm_utilization_ratio")) >= 8 * count, "8 processes per GPU", 120)
+        exporter.wait_for(
+            lambda m: len(find(m, "alnair_nvml_process_sm_utilization_ratio")) >= 8 * count, "8 processes per GPU", 120
+        )
         times = []
         for _ in range(100):
             began = time.perf_counter()
             with urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/metrics", timeout=10) as r:
                 r.read()
             times.append((time.perf_counter() - began) * 1000)
-        check(f"scrape median with {8 * count} busy processes on {count} GPU(s) < 20 ms (fake-NVML bench: 1.05 ms for 8x64)",
-              statistics.median(times) < 20, f"median {statistics.median(times):.2f} ms, max {max(times):.2f} ms")
+        check(
+            f"scrape median with {8 * count} busy processes on {count} GPU(s) < 20 ms (fake-NVML bench: 1.05 ms for 8x64)",
+            statistics.median(times) < 20,
+            f"median {statistics.median(times):.2f} ms, max {max(times):.2f} ms",
+        )
     finally:
         for p in procs:
             p.kill()
@@ -302,12 +400,20 @@ def main() -> int:
             if part in ("reorder", "two_devices", "limits") and count < 2:
                 not_run(part, f"needs 2 GPUs, this machine has {count}")
                 continue
-            {"nvml": lambda: part_nvml(exporter), "ddp": lambda: part_ddp(exporter, count),
-             "reorder": lambda: part_reorder(exporter), "two_devices": part_two_devices, "limits": part_limits,
-             "scrape": lambda: part_scrape(exporter, count)}[part]()
+            {
+                "nvml": lambda: part_nvml(exporter),
+                "ddp": lambda: part_ddp(exporter, count),
+                "reorder": lambda: part_reorder(exporter),
+                "two_devices": part_two_devices,
+                "limits": part_limits,
+                "scrape": lambda: part_scrape(exporter, count),
+            }[part]()
     finally:
         exporter.stop()
-    print(f"{'ALL PASS' if not FAILED else 'FAILED: ' + ', '.join(FAILED)}" + (f"; not run: {', '.join(NOT_RUN)}" if NOT_RUN else ""))
+    print(
+        f"{'ALL PASS' if not FAILED else 'FAILED: ' + ', '.join(FAILED)}"
+        + (f"; not run: {', '.join(NOT_RUN)}" if NOT_RUN else "")
+    )
     return 1 if FAILED else 0
 
 

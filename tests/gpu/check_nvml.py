@@ -5,6 +5,7 @@ the per-GPU metrics, the XID watch, the scrape time and closing. Run from the re
 
 Prints each check with PASS/FAIL and exits 1 if any failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,11 @@ def check(name: str, ok: bool, detail: str) -> None:
 
 
 def samples(text: bytes) -> dict[tuple[str, frozenset], float]:
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text.decode()) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text.decode())
+        for s in family.samples
+    }
 
 
 def find(metrics, metric: str, **labels) -> float | None:
@@ -62,8 +66,12 @@ def find(metrics, metric: str, **labels) -> float | None:
 
 
 def smi(query: str, kind: str = "gpu") -> list[list[str]]:
-    out = subprocess.run(["nvidia-smi", f"--query-{kind}={query}", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["nvidia-smi", f"--query-{kind}={query}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [[field.strip() for field in line.split(",")] for line in out.strip().splitlines()]
 
 
@@ -79,29 +87,50 @@ def check_process(metrics, pid: int) -> None:
 
 
 def check_gpus(metrics) -> None:
-    rows = smi("index,uuid,name,driver_version,memory.total,memory.used,temperature.gpu,power.draw,clocks.sm,clocks.mem")
+    rows = smi(
+        "index,uuid,name,driver_version,memory.total,memory.used,temperature.gpu,power.draw,clocks.sm,clocks.mem"
+    )
     for index, uuid, name, driver, total, used, temperature, power, sm_clock, mem_clock in rows:
         at = {"uuid": uuid}
         info = find(metrics, "alnair_nvml_gpu_info", gpu=index, uuid=uuid, name=name, driver_version=driver)
         check(f"GPU {index} info (uuid, name, driver)", info == 1, f"{uuid} {name} {driver}")
-        pairs = [("memory total MiB", find(metrics, "alnair_nvml_memory_total_bytes", **at), float(total) * 2**20, 0.001),
-                 ("memory used MiB", find(metrics, "alnair_nvml_memory_used_bytes", **at), float(used) * 2**20, 0.01),
-                 ("temperature C", find(metrics, "alnair_nvml_temperature_celsius", **at), float(temperature), 3 / float(temperature)),
-                 ("power W", find(metrics, "alnair_nvml_power_watts", **at), float(power), 0.15),
-                 ("SM clock MHz", find(metrics, "alnair_nvml_sm_clock_hertz", **at), float(sm_clock) * 1e6, 0.05),
-                 ("memory clock MHz", find(metrics, "alnair_nvml_memory_clock_hertz", **at), float(mem_clock) * 1e6, 0.01)]
+        pairs = [
+            ("memory total MiB", find(metrics, "alnair_nvml_memory_total_bytes", **at), float(total) * 2**20, 0.001),
+            ("memory used MiB", find(metrics, "alnair_nvml_memory_used_bytes", **at), float(used) * 2**20, 0.01),
+            (
+                "temperature C",
+                find(metrics, "alnair_nvml_temperature_celsius", **at),
+                float(temperature),
+                3 / float(temperature),
+            ),
+            ("power W", find(metrics, "alnair_nvml_power_watts", **at), float(power), 0.15),
+            ("SM clock MHz", find(metrics, "alnair_nvml_sm_clock_hertz", **at), float(sm_clock) * 1e6, 0.05),
+            ("memory clock MHz", find(metrics, "alnair_nvml_memory_clock_hertz", **at), float(mem_clock) * 1e6, 0.01),
+        ]
         for what, ours, theirs, tolerance in pairs:
             ok = ours is not None and abs(ours - theirs) <= tolerance * theirs + 1
-            check(f"GPU {index} {what} matches nvidia-smi (±{tolerance:.0%})", ok, f"collector {ours}, nvidia-smi {theirs}")
-        for family in ("alnair_nvml_energy_joules_total", "alnair_nvml_pcie_transmit_bytes_per_second", "alnair_nvml_sm_utilization_ratio"):
+            check(
+                f"GPU {index} {what} matches nvidia-smi (±{tolerance:.0%})",
+                ok,
+                f"collector {ours}, nvidia-smi {theirs}",
+            )
+        for family in (
+            "alnair_nvml_energy_joules_total",
+            "alnair_nvml_pcie_transmit_bytes_per_second",
+            "alnair_nvml_sm_utilization_ratio",
+        ):
             print(f"      {family}{{uuid={uuid}}} = {find(metrics, family, **at)}")
 
 
 def check_xid_watch(metrics) -> None:
     for index, uuid in smi("index,uuid"):
         up = find(metrics, "alnair_nvml_xid_watch_up", gpu=index, uuid=uuid)
-        check(f"GPU {index} XID events watched (watch_up 1)", up == 1,
-              f"watch_up {up}" + ("" if up == 1 else " (the collector logged why; some drivers let only root watch XIDs)"))
+        check(
+            f"GPU {index} XID events watched (watch_up 1)",
+            up == 1,
+            f"watch_up {up}"
+            + ("" if up == 1 else " (the collector logged why; some drivers let only root watch XIDs)"),
+        )
         errors = find(metrics, "alnair_nvml_xid_errors_total", gpu=index, uuid=uuid)
         check(f"GPU {index} alnair_nvml_xid_errors_total exists at 0", errors == 0, f"{errors}")
 
@@ -111,8 +140,11 @@ def check_close(collector: NvmlCollector) -> None:
     started = time.perf_counter()
     collector.close()
     took = time.perf_counter() - started
-    check(f"nvml collector closes, its XID watcher out of NVML's wait, < {XID_STOP_SECONDS:.0f} s", took < XID_STOP_SECONDS,
-          f"{took:.3f} s (an XID wait lasts {XID_WAIT_MS} ms at most)")
+    check(
+        f"nvml collector closes, its XID watcher out of NVML's wait, < {XID_STOP_SECONDS:.0f} s",
+        took < XID_STOP_SECONDS,
+        f"{took:.3f} s (an XID wait lasts {XID_WAIT_MS} ms at most)",
+    )
 
 
 def check_scrape_time(runner: CollectorRunner) -> None:
@@ -123,18 +155,28 @@ def check_scrape_time(runner: CollectorRunner) -> None:
         assembler.render(compress=False)
         times.append(time.perf_counter() - started)
     median = statistics.median(times)
-    check("scrape with the nvml collector < 20 ms (median of 200)", median < 0.020,
-          f"median {median * 1e3:.3f} ms, max {max(times) * 1e3:.3f} ms; background sample took "
-          f"{runner.snapshot.duration_seconds * 1e3:.1f} ms, {len(runner.snapshot.text)} bytes")
+    check(
+        "scrape with the nvml collector < 20 ms (median of 200)",
+        median < 0.020,
+        f"median {median * 1e3:.3f} ms, max {max(times) * 1e3:.3f} ms; background sample took "
+        f"{runner.snapshot.duration_seconds * 1e3:.1f} ms, {len(runner.snapshot.text)} bytes",
+    )
 
 
 def main() -> int:
-    print(subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip())
+    print(
+        subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     worker = subprocess.Popen([sys.executable, "-c", MATMUL], stdout=subprocess.PIPE, text=True)
     try:
         assert worker.stdout.readline().strip() == "ready", "the matmul process did not start"
-        runner = CollectorRunner(CollectorSpec.of("nvml", NvmlCollector), argparse.Namespace(procfs="/proc", node_name=None), interval=1.0)
+        runner = CollectorRunner(
+            CollectorSpec.of("nvml", NvmlCollector), argparse.Namespace(procfs="/proc", node_name=None), interval=1.0
+        )
         time.sleep(3)  # the matmul loop reaches steady state; NVML's process samples cover the window
         runner.sample_once()
         time.sleep(2)

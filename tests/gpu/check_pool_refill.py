@@ -9,6 +9,7 @@ blocks in the middle (the pool keeps them, in chunks shared with live blocks), t
 Before the fix CuPy's case refused the 8,000 bytes with 256 MiB free in its pool (denials 3 -> 6).
 Results also go to $OUT/pool_refill.json when OUT is set.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,20 +24,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_memory_pools import ROOT, shim  # noqa: E402
 
 BLOCK = 256 << 20
-TORCH = r'''
+TORCH = r"""
 import torch
 def block(n): return torch.empty(n, dtype=torch.uint8, device="cuda")
 OOM = torch.OutOfMemoryError
 sync = torch.cuda.synchronize
-'''
-CUPY = r'''
+"""
+CUPY = r"""
 import cupy
 cupy.cuda.set_allocator(cupy.cuda.MemoryAsyncPool().malloc)
 def block(n): return cupy.empty(n, dtype=cupy.uint8)
 OOM = cupy.cuda.memory.OutOfMemoryError
 sync = cupy.cuda.Device().synchronize
-'''
-REFILL = r'''
+"""
+REFILL = r"""
 import sys
 held = []
 try:
@@ -59,7 +60,7 @@ for size in (%d, 8000):
 sync()
 print("refill", *results, flush=True)
 sys.stdin.readline()
-''' % (BLOCK, BLOCK)
+""" % (BLOCK, BLOCK)
 
 
 def denials(shm: str, pid: int) -> int:
@@ -78,10 +79,17 @@ def denials(shm: str, pid: int) -> int:
 
 def run(framework: str, prelude: str) -> dict:
     shm = tempfile.mkdtemp(prefix="alnair-shm-")
-    env = {**os.environ, "LD_PRELOAD": str(ROOT / "intercept" / "build" / "libalnair.so"), "ALNAIR_SHM_DIR": shm,
-           "ALNAIR_MEMORY_LIMIT": "4Gi", "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync", "PYTHONUNBUFFERED": "1"}
-    child = subprocess.Popen([sys.executable, "-c", prelude + REFILL], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             text=True, env=env)
+    env = {
+        **os.environ,
+        "LD_PRELOAD": str(ROOT / "intercept" / "build" / "libalnair.so"),
+        "ALNAIR_SHM_DIR": shm,
+        "ALNAIR_MEMORY_LIMIT": "4Gi",
+        "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync",
+        "PYTHONUNBUFFERED": "1",
+    }
+    child = subprocess.Popen(
+        [sys.executable, "-c", prelude + REFILL], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
     full = child.stdout.readline().split()
     before = denials(shm, child.pid)
     child.stdin.write("go\n")
@@ -91,11 +99,20 @@ def run(framework: str, prelude: str) -> dict:
     child.stdin.write("go\n")
     child.stdin.flush()
     code = child.wait(60)
-    result = {"framework": framework, "blocks_at_the_limit": int(full[1]) if len(full) == 2 else None,
-              "refill": refill[1:], "denials_before": before, "denials_after": after, "exit_code": code}
+    result = {
+        "framework": framework,
+        "blocks_at_the_limit": int(full[1]) if len(full) == 2 else None,
+        "refill": refill[1:],
+        "denials_before": before,
+        "denials_after": after,
+        "exit_code": code,
+    }
     result["ok"] = result["refill"] == ["granted", "granted"] and after == before and code == 0
-    print(f"{framework}: {result['blocks_at_the_limit']} blocks of 256 MiB at the limit; 256 MiB and 8,000 B again: "
-          f"{' and '.join(result['refill'])}; denials {before} -> {after}: {'ok' if result['ok'] else 'FAIL'}", flush=True)
+    print(
+        f"{framework}: {result['blocks_at_the_limit']} blocks of 256 MiB at the limit; 256 MiB and 8,000 B again: "
+        f"{' and '.join(result['refill'])}; denials {before} -> {after}: {'ok' if result['ok'] else 'FAIL'}",
+        flush=True,
+    )
     return result
 
 

@@ -8,6 +8,7 @@ activities over the whole run), in turn, ROUNDS times. It prints each variant's 
 profile against the program (steps, samples, host-to-device bytes: the model's and the batches') and against
 torch.profiler's count of the kernels of the same loop. Results also go to $OUT/profile_check.json when OUT is set.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,6 +26,7 @@ VARIANTS = ("bare", "alnair-run --profile", "torch.profiler")
 
 
 # ---- the child: the training loop --------------------------------------------------------------------------
+
 
 def child(profiled: bool) -> None:
     import collections
@@ -63,15 +65,23 @@ def child(profiled: bool) -> None:
     result = {"steps_per_second": STEPS / seconds, "h2d_bytes": model_bytes + moved, "steps": WARMUP + STEPS}
     if profiled:
         started = time.perf_counter()
-        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                   and not e.name.startswith(("Memcpy", "Memset"))]
+        kernels = [
+            e
+            for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))
+        ]
         by_name = collections.Counter(e.name for e in kernels)
-        result.update(kernels=len(kernels), kernel_ns=int(sum(e.device_time for e in kernels) * 1000),
-                      top_kernels=by_name.most_common(5), processing_seconds=time.perf_counter() - started)
+        result.update(
+            kernels=len(kernels),
+            kernel_ns=int(sum(e.device_time for e in kernels) * 1000),
+            top_kernels=by_name.most_common(5),
+            processing_seconds=time.perf_counter() - started,
+        )
     print("result " + json.dumps(result), flush=True)
 
 
 # ---- the parent: the runs and the checks ---------------------------------------------------------------------
+
 
 def shim() -> str:
     """The `alnair` package from this checkout without installing it: the layout pyproject.toml maps."""
@@ -117,18 +127,27 @@ def main() -> int:
         "h2d_bytes_are_the_models_and_the_batches": device["copies"]["host_to_device"]["bytes"] == alnair["h2d_bytes"],
         "launches_equal_torch_profilers_kernels": device["kernel_launches"] == profiled["kernels"],
     }
-    numbers = {"launches": device["kernel_launches"], "profiler_kernels": profiled["kernels"],
-               "h2d_bytes": device["copies"]["host_to_device"]["bytes"], "program_h2d_bytes": alnair["h2d_bytes"],
-               "gpu_time_ns": device["gpu_time_ns"], "profiler_kernel_ns": profiled["kernel_ns"],
-               "profiler_processing_seconds": profiled["processing_seconds"], "wall_ns": profile["wall_ns"],
-               "peak_bytes": device["peak_bytes"], "data_stall": profile["training"]["data_stall_fraction"],
-               "top_kernels": device.get("kernels", [])[:5], "profiler_top_kernels": profiled["top_kernels"]}
+    numbers = {
+        "launches": device["kernel_launches"],
+        "profiler_kernels": profiled["kernels"],
+        "h2d_bytes": device["copies"]["host_to_device"]["bytes"],
+        "program_h2d_bytes": alnair["h2d_bytes"],
+        "gpu_time_ns": device["gpu_time_ns"],
+        "profiler_kernel_ns": profiled["kernel_ns"],
+        "profiler_processing_seconds": profiled["processing_seconds"],
+        "wall_ns": profile["wall_ns"],
+        "peak_bytes": device["peak_bytes"],
+        "data_stall": profile["training"]["data_stall_fraction"],
+        "top_kernels": device.get("kernels", [])[:5],
+        "profiler_top_kernels": profiled["top_kernels"],
+    }
     for name, ok in checks.items():
         print(f"{'PASS' if ok else 'FAIL'} {name}")
     print(json.dumps(numbers))
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "profile_check.json").write_text(json.dumps(
-            {"checks": checks, "numbers": numbers, "runs": runs, "profile": profile}, indent=1))
+        Path(os.environ["OUT"], "profile_check.json").write_text(
+            json.dumps({"checks": checks, "numbers": numbers, "runs": runs, "profile": profile}, indent=1)
+        )
     return 0 if all(checks.values()) else 1
 
 

@@ -12,6 +12,7 @@ lays out an `alnair` package of symlinks to this checkout, with the collectors'
 entry points, in a temporary directory and puts it on PYTHONPATH. Exits 0 when every
 check passes, 1 otherwise, after a short report.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,7 +77,9 @@ def shim(directory: Path) -> Path:
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
     entries = project["entry-points"]["alnair.collectors"]
-    (info / "entry_points.txt").write_text("[alnair.collectors]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()))
+    (info / "entry_points.txt").write_text(
+        "[alnair.collectors]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items())
+    )
     for module in ("yaml", "bcrypt"):  # the web config's; absent on some GPU images
         if importlib.util.find_spec(module) is None:
             (directory / f"{module}.py").write_text(STUB.format(name=module))
@@ -106,8 +109,11 @@ def scrape(url: str) -> str:
 
 def sample(text: str, metric: str, pid: int) -> float | None:
     """The sample of `metric` whose labels include pid (summed over devices)."""
-    values = [float(m.group(2)) for m in re.finditer(rf'^{metric}\{{([^}}]*)\}} (\S+)$', text, re.M)
-              if f'pid="{pid}"' in m.group(1)]
+    values = [
+        float(m.group(2))
+        for m in re.finditer(rf"^{metric}\{{([^}}]*)\}} (\S+)$", text, re.M)
+        if f'pid="{pid}"' in m.group(1)
+    ]
     return sum(values) if values else None
 
 
@@ -136,12 +142,33 @@ def main() -> int:
     env.pop("ALNAIR_PYTHON_INTERCEPT", None)
     port = free_port()
     exporter_log = open(work / "exporter.log", "w")
-    exporter = subprocess.Popen([sys.executable, "-m", "alnair.exporter", f"--web.listen-address=127.0.0.1:{port}",
-                                 f"--shm.dir={shm_dir}", "--collector.cuda.interval=0.5", "--collector.python.interval=0.5"],
-                                env=env, stdout=exporter_log, stderr=subprocess.STDOUT)
-    launch = [sys.executable, "-m", "alnair.intercept.launcher", sys.executable, "-c", TRAINING, str(args.steps),
-              "cpu" if args.cpu else "cuda"]
-    training = subprocess.Popen(launch, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    exporter = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "alnair.exporter",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--shm.dir={shm_dir}",
+            "--collector.cuda.interval=0.5",
+            "--collector.python.interval=0.5",
+        ],
+        env=env,
+        stdout=exporter_log,
+        stderr=subprocess.STDOUT,
+    )
+    launch = [
+        sys.executable,
+        "-m",
+        "alnair.intercept.launcher",
+        sys.executable,
+        "-c",
+        TRAINING,
+        str(args.steps),
+        "cpu" if args.cpu else "cuda",
+    ]
+    training = subprocess.Popen(
+        launch, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     checks: list[tuple[str, bool]] = []
     try:
         started = time.monotonic()
@@ -164,29 +191,60 @@ def main() -> int:
             text = scrape(url)
             print(f"FAIL: {e}\n--- alnair_* samples for pid {pid}:")
             print("\n".join(line for line in text.splitlines() if f'pid="{pid}"' in line) or "(none)")
-            print(f"--- segments: {sorted(p.name for p in shm_dir.iterdir())}\n--- training stderr:\n{training.stderr.read() if training.poll() is not None else ''}")
+            print(
+                f"--- segments: {sorted(p.name for p in shm_dir.iterdir())}\n--- training stderr:\n{training.stderr.read() if training.poll() is not None else ''}"
+            )
             return 1
-        wait, step = sample(text, "alnair_python_data_wait_seconds_total", pid), sample(text, "alnair_python_step_seconds_total", pid)
+        wait, step = (
+            sample(text, "alnair_python_data_wait_seconds_total", pid),
+            sample(text, "alnair_python_step_seconds_total", pid),
+        )
         injected = args.steps * LOADER_DELAY
         kinds = ("python",) if args.cpu else ("cuda", "python")
         checks = [
-            (f"{' and '.join(kinds)} segments for the same pid", all(any(f".{pid}." in p.name and p.name.startswith(f"alnair.{kind}.") for p in shm_dir.iterdir()) for kind in kinds)),
+            (
+                f"{' and '.join(kinds)} segments for the same pid",
+                all(
+                    any(f".{pid}." in p.name and p.name.startswith(f"alnair.{kind}.") for p in shm_dir.iterdir())
+                    for kind in kinds
+                ),
+            ),
             ("alnair_python_steps_total == steps", sample(text, "alnair_python_steps_total", pid) == args.steps),
-            ("alnair_python_samples_total == 32 * steps", sample(text, "alnair_python_samples_total", pid) == 32 * args.steps),
-            ("alnair_python_optimizer_steps_total == steps", sample(text, "alnair_python_optimizer_steps_total", pid) == args.steps),
+            (
+                "alnair_python_samples_total == 32 * steps",
+                sample(text, "alnair_python_samples_total", pid) == 32 * args.steps,
+            ),
+            (
+                "alnair_python_optimizer_steps_total == steps",
+                sample(text, "alnair_python_optimizer_steps_total", pid) == args.steps,
+            ),
             ("data wait within 10% of the injected delay", abs(wait - injected) <= 0.1 * injected),
-            (f"process_info series of {' and '.join(kinds)} carry the pid", all(sample(text, f"alnair_{k}_process_info", pid) == 1 for k in kinds)),
+            (
+                f"process_info series of {' and '.join(kinds)} carry the pid",
+                all(sample(text, f"alnair_{k}_process_info", pid) == 1 for k in kinds),
+            ),
         ]
         if not args.cpu:
-            launches, memory = sample(text, "alnair_cuda_kernel_launches_total", pid), sample(text, "alnair_cuda_memory_used_bytes", pid) or 0
-            checks += [("alnair_cuda_kernel_launches_total >= 3 per step", launches >= 3 * args.steps),
-                       ("alnair_cuda_memory_used_bytes > 0", memory > 0)]
+            launches, memory = (
+                sample(text, "alnair_cuda_kernel_launches_total", pid),
+                sample(text, "alnair_cuda_memory_used_bytes", pid) or 0,
+            )
+            checks += [
+                ("alnair_cuda_kernel_launches_total >= 3 per step", launches >= 3 * args.steps),
+                ("alnair_cuda_memory_used_bytes > 0", memory > 0),
+            ]
             print(f"pid {pid}: kernel launches {launches:.0f}, GPU memory {memory / 2**20:.1f} MiB")
-        print(f"pid {pid}: steps {sample(text, 'alnair_python_steps_total', pid):.0f}, "
-              f"data wait {wait:.3f} s of {step:.3f} s in steps (stall {100 * wait / step:.1f}%, injected {injected:.3f} s), "
-              f"first step after {sample(text, 'alnair_python_time_to_first_step_seconds', pid):.2f} s")
-        top = subprocess.run([sys.executable, "-m", "alnair.cli.main", "top", f"--shm.dir={shm_dir}", "--interval=0.5"],
-                             env=env, capture_output=True, text=True)
+        print(
+            f"pid {pid}: steps {sample(text, 'alnair_python_steps_total', pid):.0f}, "
+            f"data wait {wait:.3f} s of {step:.3f} s in steps (stall {100 * wait / step:.1f}%, injected {injected:.3f} s), "
+            f"first step after {sample(text, 'alnair_python_time_to_first_step_seconds', pid):.2f} s"
+        )
+        top = subprocess.run(
+            [sys.executable, "-m", "alnair.cli.main", "top", f"--shm.dir={shm_dir}", "--interval=0.5"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         print("alnair top (piped):\n" + top.stdout + top.stderr)
         rows = {line.split()[0] for line in top.stdout.splitlines()[1:] if line.strip()}
         checks.append(("alnair top lists the training pid", top.returncode == 0 and str(pid) in rows))

@@ -9,6 +9,7 @@ solo); then the pair: the steady loop's rate while the other idles (target >= 90
 (target 50 +- 5% of solo), and the other's rate while it steps. Steps are placed by the time they ended. Results in
 a table and $OUT/share_lending.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,16 +52,21 @@ def main() -> int:
         # the first second of each phase is measured after 0.1 s: the switch, and the 30 ms the shares lag
         both = [(t0 + k + 0.1, t0 + k + 1) for k in range(0, int(args.seconds), 2) if t0 + k + 1 <= end]
         idle = [(t0 + k + 0.1, t0 + k + 1) for k in range(1, int(args.seconds), 2) if t0 + k + 1 <= end]
-        row = {"loop": loop, "solo_steps_per_s": solo["steps_per_s"],
-               "alone_with_share": alone["steps_per_s"] / solo["steps_per_s"],
-               "steady_while_peer_idles": rate_in(steady["ends"], idle) / solo["steps_per_s"],
-               "steady_while_both_step": rate_in(steady["ends"], both) / solo["steps_per_s"],
-               "peer_while_both_step": rate_in(on_off["ends"], both) / solo["steps_per_s"]}
+        row = {
+            "loop": loop,
+            "solo_steps_per_s": solo["steps_per_s"],
+            "alone_with_share": alone["steps_per_s"] / solo["steps_per_s"],
+            "steady_while_peer_idles": rate_in(steady["ends"], idle) / solo["steps_per_s"],
+            "steady_while_both_step": rate_in(steady["ends"], both) / solo["steps_per_s"],
+            "peer_while_both_step": rate_in(on_off["ends"], both) / solo["steps_per_s"],
+        }
         report.append(row)
-        print(f"{loop:16s} solo {solo['steps_per_s']:7.2f} steps/s; with a 50% share alone {100 * row['alone_with_share']:5.1f}%"
-              f"; pair: while the peer idles {100 * row['steady_while_peer_idles']:5.1f}%, while both step "
-              f"{100 * row['steady_while_both_step']:5.1f}% and {100 * row['peer_while_both_step']:5.1f}% (of solo)",
-              flush=True)
+        print(
+            f"{loop:16s} solo {solo['steps_per_s']:7.2f} steps/s; with a 50% share alone {100 * row['alone_with_share']:5.1f}%"
+            f"; pair: while the peer idles {100 * row['steady_while_peer_idles']:5.1f}%, while both step "
+            f"{100 * row['steady_while_both_step']:5.1f}% and {100 * row['peer_while_both_step']:5.1f}% (of solo)",
+            flush=True,
+        )
     save(report, "share_lending.json")
     return 0
 

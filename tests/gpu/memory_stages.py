@@ -4,11 +4,12 @@ stages and pauses; the parent reads the intercept's bytes_in_use at each pause.
     python tests/gpu/memory_stages.py [NAME=VALUE ...]   (PYTHONPATH with alnair, LD_PRELOAD-able
                                                           library built; NAME=VALUE: extra environment)
 """
+
 from __future__ import annotations
 
 import sys
 
-STAGES = '''
+STAGES = """
 import sys, torch
 def mark(name):
     torch.cuda.synchronize()
@@ -19,7 +20,7 @@ a = torch.randn(1024, 1024, device="cuda"); mark("4MiB_tensor")
 a @ a; mark("first_fp32_matmul")
 a.half() @ a.half(); mark("first_fp16_matmul")
 m = torch.nn.Linear(1024, 1024).cuda(); m(a).sum().backward(); mark("linear_backward")
-'''
+"""
 
 if __name__ == "__main__":
     from check_intercept import env, settled, spawn
@@ -30,7 +31,9 @@ if __name__ == "__main__":
     for line in child.stdout:
         _, stage, reserved = line.split()
         in_use = settled(child.pid)[0].bytes_in_use
-        print(f"{stage:28s} memory_reserved={int(reserved):>11d} intercept={in_use:>11d} outside_pytorch={in_use - int(reserved)}")
+        print(
+            f"{stage:28s} memory_reserved={int(reserved):>11d} intercept={in_use:>11d} outside_pytorch={in_use - int(reserved)}"
+        )
         child.stdin.write("go\n")
         child.stdin.flush()
     child.wait()

@@ -1,14 +1,15 @@
 """PyTorch workloads for the GPU checks, run as child processes (under LD_PRELOAD or not).
 
-    torch_workloads.py profile STEPS   train; at each "mark" wait for a line on stdin so the
-                                       parent can read the segment; report the profiler's kernels
-    torch_workloads.py oom             allocate until PyTorch's out-of-memory error, then go on
-    torch_workloads.py matmul SECONDS [BATCH [common [SIZE]]]  a loop of SIZE x SIZE (4096) matmuls
-                                       synchronising every BATCH (10) iterations; report iterations
-                                       per second (common: over the span FROM UNTIL its parent writes
-                                       to stdin); a small SIZE makes the loop launch-bound
-    torch_workloads.py train STEPS     time STEPS training steps; report seconds
+torch_workloads.py profile STEPS   train; at each "mark" wait for a line on stdin so the
+                                   parent can read the segment; report the profiler's kernels
+torch_workloads.py oom             allocate until PyTorch's out-of-memory error, then go on
+torch_workloads.py matmul SECONDS [BATCH [common [SIZE]]]  a loop of SIZE x SIZE (4096) matmuls
+                                   synchronising every BATCH (10) iterations; report iterations
+                                   per second (common: over the span FROM UNTIL its parent writes
+                                   to stdin); a small SIZE makes the loop launch-bound
+torch_workloads.py train STEPS     time STEPS training steps; report seconds
 """
+
 from __future__ import annotations
 
 import sys
@@ -53,7 +54,9 @@ def profile(steps: int) -> None:
         for _ in range(steps):
             step(model, optimizer, x, y)
         torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
+    kernels = [
+        e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))
+    ]
     say("profiler_kernels", len(kernels))
     say("memory_reserved", torch.cuda.memory_reserved())
     mark("after")
@@ -116,6 +119,14 @@ def train(steps: int) -> None:
 
 if __name__ == "__main__":
     mode, arg = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "0"
-    {"profile": lambda: profile(int(arg)), "oom": oom, "matmul": lambda: matmul(float(arg), int(sys.argv[3]) if len(sys.argv) > 3 else 10, sys.argv[4:5] == ["common"],
-                                 int(sys.argv[5]) if len(sys.argv) > 5 else 4096),
-     "train": lambda: train(int(arg))}[mode]()
+    {
+        "profile": lambda: profile(int(arg)),
+        "oom": oom,
+        "matmul": lambda: matmul(
+            float(arg),
+            int(sys.argv[3]) if len(sys.argv) > 3 else 10,
+            sys.argv[4:5] == ["common"],
+            int(sys.argv[5]) if len(sys.argv) > 5 else 4096,
+        ),
+        "train": lambda: train(int(arg)),
+    }[mode]()

@@ -8,6 +8,7 @@ A child builds its model and warms up, prints `ready`, waits for a line on stdin
 torch.profiler, prints the GPU time of their kernels and copies per step (`kernels`, ms) and waits for a line
 again before it exits. The parent reads what the intercept published between those lines.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-CHILD = r'''
+CHILD = r"""
 import json, sys, time, torch
 model_name, batch, seconds, profile_steps = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 on, off = map(float, sys.argv[5].split(":"))  # steps for `on` seconds, then idles for `off` (0:0: always on)
@@ -67,7 +68,7 @@ if profile_steps:
     gpu_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type.name == "CUDA")
     print("kernels", gpu_us / 1000 / profile_steps, flush=True)
     sys.stdin.readline()
-'''
+"""
 
 
 def make_importable() -> None:
@@ -95,13 +96,31 @@ def save(report: list, name: str) -> None:
         Path(os.environ["OUT"], name).write_text(json.dumps(report, indent=1))
 
 
-def start(model: str, batch: int, seconds: float, shm: str, env: dict[str, str] | None = None,
-          profile_steps: int = 0, on_off: str = "0:0", code: str = CHILD) -> subprocess.Popen:
+def start(
+    model: str,
+    batch: int,
+    seconds: float,
+    shm: str,
+    env: dict[str, str] | None = None,
+    profile_steps: int = 0,
+    on_off: str = "0:0",
+    code: str = CHILD,
+) -> subprocess.Popen:
     """A child running `code` (CHILD, or a variant taking the same arguments) under the intercept."""
-    environment = {**os.environ, "LD_PRELOAD": str(ROOT / "intercept" / "build" / "libalnair.so"),
-                   "ALNAIR_SHM_DIR": shm, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.Popen([sys.executable, "-c", code, model, str(batch), str(seconds), str(profile_steps), on_off],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=environment)
+    environment = {
+        **os.environ,
+        "LD_PRELOAD": str(ROOT / "intercept" / "build" / "libalnair.so"),
+        "ALNAIR_SHM_DIR": shm,
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-c", code, model, str(batch), str(seconds), str(profile_steps), on_off],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
 
 
 def new_shm_dir() -> str:
@@ -116,9 +135,12 @@ def published(shm: str, pid: int) -> dict:
     for parsed in SegmentDirectory(shm, layout.KIND_CUDA, reclaim=False).read():
         if parsed.segment.holder_pid == pid:
             d, ext = parsed.record.devices[0], parsed.record.devices_ext[0]
-            return {"throttled_s": d.throttled_ns / 1e9,
-                    "gpu_time_s": d.gpu_time_ns / 1e9, "busy_s": ext.busy_ns / 1e9,
-                    "gpu_time_measured": bool(d.flags & layout.CUDA_DEVICE_GPU_TIME)}
+            return {
+                "throttled_s": d.throttled_ns / 1e9,
+                "gpu_time_s": d.gpu_time_ns / 1e9,
+                "busy_s": ext.busy_ns / 1e9,
+                "gpu_time_measured": bool(d.flags & layout.CUDA_DEVICE_GPU_TIME),
+            }
     return {}
 
 

@@ -1,6 +1,7 @@
 """The chart rendered by Helm's own engine (helm-python-sdk bundles Helm v4's Go SDK), its objects, and their
 validation: the built-in kinds by kubernetes-validate's offline schemas, the custom resources by the schemas
 vendored in schemas/ (README there)."""
+
 from __future__ import annotations
 
 import copy
@@ -19,11 +20,13 @@ CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 KUBERNETES_VERSIONS = ("1.29.0", "1.33.0")
 RELEASE, NAMESPACE = "alnair", "monitoring"
-CUSTOM = {("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-v1.json",
-          ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor-v1.json",
-          ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-v1.json",
-          ("cert-manager.io/v1", "Certificate"): "certificate-v1.json",
-          ("cert-manager.io/v1", "Issuer"): "issuer-v1.json"}
+CUSTOM = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-v1.json",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor-v1.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-v1.json",
+    ("cert-manager.io/v1", "Certificate"): "certificate-v1.json",
+    ("cert-manager.io/v1", "Issuer"): "issuer-v1.json",
+}
 
 
 def ci_values(path: Path) -> dict:
@@ -52,7 +55,9 @@ def notes(values: dict | None = None) -> str:
 
 def one(found: list[dict], kind: str, name: str | None = None) -> dict:
     matches = [o for o in found if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
-    assert len(matches) == 1, f"{len(matches)} {kind} {name or ''} in {[(o['kind'], o['metadata']['name']) for o in found]}"
+    assert len(matches) == 1, (
+        f"{len(matches)} {kind} {name or ''} in {[(o['kind'], o['metadata']['name']) for o in found]}"
+    )
     return matches[0]
 
 
@@ -64,8 +69,11 @@ def closed(schema):
     if not isinstance(schema, dict):
         return schema
     result = {k: closed(v) if k not in ("enum", "required", "default", "example") else v for k, v in schema.items()}
-    if ("properties" in schema and "additionalProperties" not in schema
-            and not schema.get("x-kubernetes-preserve-unknown-fields")):
+    if (
+        "properties" in schema
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
         result["additionalProperties"] = False
     return result
 
@@ -81,7 +89,9 @@ def validation_errors(obj: dict, version: str) -> list[str]:
     """Why `obj` would not be accepted by a Kubernetes `version` API server (with its CRDs), or []."""
     custom = CUSTOM.get((obj.get("apiVersion"), obj.get("kind")))
     if custom:
-        return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in custom_validator(custom).iter_errors(obj)]
+        return [
+            f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in custom_validator(custom).iter_errors(obj)
+        ]
     try:
         kubernetes_validate.validate(copy.deepcopy(obj), version, strict=True)
     except kubernetes_validate.ValidationError as e:

@@ -1,5 +1,6 @@
 """The chart's redis.cachePolicy: the Redis container's postStart command, run against a real redis-server, writes the
 caps the dataset cache's scripts read, and a job there gets them."""
+
 from __future__ import annotations
 
 import subprocess
@@ -26,16 +27,23 @@ def test_post_start_writes_the_caps_that_jobs_then_get(start_redis, tmp_path):
     command = post_start(EVERYTHING).replace("-p 6379", f"-p {server.port}")
     subprocess.run(["sh", "-c", command], check=True, timeout=30)
     assert {k.decode(): v.decode() for k, v in client.hgetall(keys.POLICY).items()} == {
-        keys.CAPACITY_BYTES: str(3 << 30), keys.JOB_QUOTA_BYTES: str(1 << 30), keys.NAMESPACE_QUOTA_BYTES: str(2 << 30),
-        keys.MAX_PRIORITY: "10", keys.MARGIN: "0.5", keys.IDLE_SECONDS: "120", keys.WINDOW_SECONDS: "2",
+        keys.CAPACITY_BYTES: str(3 << 30),
+        keys.JOB_QUOTA_BYTES: str(1 << 30),
+        keys.NAMESPACE_QUOTA_BYTES: str(2 << 30),
+        keys.MAX_PRIORITY: "10",
+        keys.MARGIN: "0.5",
+        keys.IDLE_SECONDS: "120",
+        keys.WINDOW_SECONDS: "2",
         keys.per_namespace(keys.NAMESPACE_QUOTA_BYTES, "research"): str(512 << 20),
         keys.per_namespace(keys.MAX_PRIORITY, "research"): "2",
-        keys.per_namespace(keys.MAX_PRIORITY, "production"): "100"}
+        keys.per_namespace(keys.MAX_PRIORITY, "production"): "100",
+    }
 
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "0").write_bytes(b"sample")
-    dataset = CachedDataset(server.url, "d", DirectoryOrigin(tmp_path / "d"), job="j", namespace="research",
-                            priority=50)
+    dataset = CachedDataset(
+        server.url, "d", DirectoryOrigin(tmp_path / "d"), job="j", namespace="research", priority=50
+    )
     assert dataset[0] == b"sample"
     dataset.close()
     space = client.hgetall(keys.job_space("j"))

@@ -1,5 +1,6 @@
 """examples/kubernetes: the training Job that opts in to injection and the one wired by hand validate against
 Kubernetes 1.29 and 1.33 (test_chart_injection.py checks that the webhook's patch turns the first into the second)."""
+
 from __future__ import annotations
 
 import pytest

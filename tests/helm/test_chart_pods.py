@@ -11,6 +11,7 @@ each needs (pods/kube_play.py for hostPID, the pause image and ulimits); the fir
 ever differs. No API server or kubelet runs here: scheduling, the service account's token and RBAC,
 admission (the MutatingWebhookConfiguration, Pod Security), the kubelet's restarts on a failing probe and the NVIDIA
 toolkit are not exercised (docs/kubernetes.md)."""
+
 from __future__ import annotations
 
 import base64
@@ -28,14 +29,24 @@ import pytest
 from chart_support import ROOT, objects, one
 from support import LABEL, free_port, parse_samples, scrape_text, wait_until, write_tls_files
 
-sys.path[:0] = [str(Path(__file__).resolve().parent / "pods"), str(ROOT / "tests" / "image"),
-                str(ROOT / "tests" / "injector")]
+sys.path[:0] = [
+    str(Path(__file__).resolve().parent / "pods"),
+    str(ROOT / "tests" / "image"),
+    str(ROOT / "tests" / "injector"),
+]
 import kube_play  # noqa: E402
 import kubelet_probes  # noqa: E402
 import podman_gaps  # noqa: E402
 from debian_base import podman_command, run  # noqa: E402
-from fake_gpu_workload import (DEVICES, PER_THREAD, THREADS, WORKLOAD_UID, build_fake_driver,  # noqa: E402
-                               reported_launches, workload_pod)
+from fake_gpu_workload import (
+    DEVICES,
+    PER_THREAD,
+    THREADS,
+    WORKLOAD_UID,
+    build_fake_driver,  # noqa: E402
+    reported_launches,
+    workload_pod,
+)
 from injector_support import Injector, applied  # noqa: E402
 from project_images import EXPORTER_IMAGE, INTERCEPT_IMAGE, VERSION, base_image, build, bullseye  # noqa: E402
 
@@ -113,10 +124,14 @@ def tls_dir(tmp_path_factory) -> Path:
 def rendered(node, tls_dir) -> list[dict]:
     """The chart's objects with the test's images, node directories, a free metrics port and the webhook on."""
     ca_bundle = base64.b64encode((tls_dir / "ca.crt").read_bytes()).decode()
-    return objects({"image": {"repository": REPOSITORY},
-                    "hostPaths": {"segments": str(node.segments), "library": str(node.library)},
-                    "web": {"port": free_port()},
-                    "injector": {"enabled": True, "tls": {"existingSecret": "alnair-injector-tls", "caBundle": ca_bundle}}})
+    return objects(
+        {
+            "image": {"repository": REPOSITORY},
+            "hostPaths": {"segments": str(node.segments), "library": str(node.library)},
+            "web": {"port": free_port()},
+            "injector": {"enabled": True, "tls": {"existingSecret": "alnair-injector-tls", "caBundle": ca_bundle}},
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +168,8 @@ def test_the_bridges_are_exactly_the_documented_ones(exporter_pod):
         f"exporter: env NODE_NAME from spec.nodeName -> value {NODE!r}",
         f"exporter: args '--node.name=$(NODE_NAME)' -> '--node.name={NODE}'",
         "exporter: livenessProbe run by the test, not by podman",
-        "exporter: readinessProbe run by the test, not by podman"]
+        "exporter: readinessProbe run by the test, not by podman",
+    ]
     # the played pod is the rendered one with exactly those changes, made here by hand
     expected = copy.deepcopy(exporter_pod.rendered)
     expected["spec"]["restartPolicy"] = "OnFailure"
@@ -188,13 +204,21 @@ def test_the_exporter_runs_with_the_charts_security_context_and_nothing_more(pod
     assert "no-new-privileges" in data["HostConfig"]["SecurityOpt"]
     assert data["HostConfig"]["PidMode"] == "host"
     assert wanted["resources"]["limits"] == {"cpu": "1", "memory": "512Mi"}
-    assert (data["HostConfig"]["Memory"], data["HostConfig"]["CpuQuota"] / data["HostConfig"]["CpuPeriod"]) == (512 * MIB, 1)
+    assert (data["HostConfig"]["Memory"], data["HostConfig"]["CpuQuota"] / data["HostConfig"]["CpuPeriod"]) == (
+        512 * MIB,
+        1,
+    )
     # the process itself: the chart's user, exactly the capabilities it adds after dropping ALL, no way to more
     status = process_status(data["State"]["Pid"])
     granted = sum(1 << CAPABILITY_BITS[c] for c in context["capabilities"]["add"])
     assert context["capabilities"]["drop"] == ["ALL"] and granted == 1 << CAP_DAC_OVERRIDE
     assert {k: int(status[k], 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == {
-        "CapInh": 0, "CapPrm": granted, "CapEff": granted, "CapBnd": granted, "CapAmb": 0}
+        "CapInh": 0,
+        "CapPrm": granted,
+        "CapEff": granted,
+        "CapBnd": granted,
+        "CapAmb": 0,
+    }
     assert status["Uid"].split() == [str(context["runAsUser"])] * 4
     assert (status["NoNewPrivs"], status["Seccomp"]) == ("1", "2")  # seccomp filtering: the runtime's default profile
     # the rendered arguments, $(NODE_NAME) expanded as the kubelet would
@@ -212,8 +236,11 @@ def test_the_probes_pass_as_the_kubelet_runs_them(exporter_pod):
     assert sorted(probes) == ["livenessProbe", "readinessProbe"]
     for probe in probes.values():
         assert probe["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTP"}
-        wait_until(lambda: kubelet_probes.passes(exporter_pod.address, container, probe),
-                   timeout=kubelet_probes.patience(probe), interval=0.2)
+        wait_until(
+            lambda: kubelet_probes.passes(exporter_pod.address, container, probe),
+            timeout=kubelet_probes.patience(probe),
+            interval=0.2,
+        )
 
 
 def test_the_exporter_serves_its_node_and_collectors_on_the_pods_address(podman, exporter_pod):
@@ -238,8 +265,11 @@ def injector_args(rendered: list[dict]) -> list[str]:
 
 def launches_of(pod: ExporterPod, pid: int) -> dict[str, float]:
     """alnair_cuda_kernel_launches_total of pid, by gpu."""
-    series = [(key, value) for key, value in (samples(pod) or {}).items()
-              if key.startswith("alnair_cuda_kernel_launches_total{") and f'pid="{pid}"' in key]
+    series = [
+        (key, value)
+        for key, value in (samples(pod) or {}).items()
+        if key.startswith("alnair_cuda_kernel_launches_total{") and f'pid="{pid}"' in key
+    ]
     return {GPU_LABEL.search(key).group(1): value for key, value in series}
 
 
@@ -270,8 +300,9 @@ def workload(podman, images, rendered, tls_dir, exporter_pod, tmp_path_factory):
     name = pod["metadata"]["name"]
     try:
         kube_play.play(podman, bridged.pod, directory)
-        reported = wait_until(lambda: reported_launches(kube_play.logs(podman, name, "trainer")), timeout=60,
-                              interval=0.2)
+        reported = wait_until(
+            lambda: reported_launches(kube_play.logs(podman, name, "trainer")), timeout=60, interval=0.2
+        )
         container = kube_play.container(podman, name, "trainer")
         [pid] = client_pids(container["Id"])
         yield Workload(name, container, pid, reported)
@@ -281,9 +312,13 @@ def workload(podman, images, rendered, tls_dir, exporter_pod, tmp_path_factory):
 
 def test_the_webhook_mounts_the_charts_node_directories(rendered, tls_dir, node, tmp_path):
     pod = workload_pod("train-0", "any", tmp_path)
-    volumes = {v["name"]: v["hostPath"] for v in injected_pod(rendered, tls_dir, pod, tmp_path / "log")["spec"]["volumes"]}
+    volumes = {
+        v["name"]: v["hostPath"] for v in injected_pod(rendered, tls_dir, pod, tmp_path / "log")["spec"]["volumes"]
+    }
     assert (volumes["alnair-lib"], volumes["alnair-shm"]) == (
-        {"path": str(node.library / VERSION), "type": "Directory"}, {"path": str(node.segments), "type": "Directory"})
+        {"path": str(node.library / VERSION), "type": "Directory"},
+        {"path": str(node.segments), "type": "Directory"},
+    )
 
 
 def test_the_workloads_launches_reach_the_exporter_pods_metrics(exporter_pod, workload):
@@ -300,17 +335,27 @@ def test_the_workloads_segment_is_its_own_users_read_by_dac_override_alone(node,
 
 def test_the_workloads_process_is_described_as_podman_lays_out_its_cgroups(exporter_pod, workload):
     def info() -> list[str]:
-        return [k for k in samples(exporter_pod) or {}
-                if k.startswith("alnair_cuda_process_info{") and f'pid="{workload.pid}"' in k]
+        return [
+            k
+            for k in samples(exporter_pod) or {}
+            if k.startswith("alnair_cuda_process_info{") and f'pid="{workload.pid}"' in k
+        ]
 
     [series] = wait_until(info, timeout=30, interval=0.2)
     labels = dict(LABEL.findall(series))
     # podman's cgroups are /libpod_parent/<pod id>/<container id>, not the kubelet's kubepods/pod<uid>/<id>: no pod
     # UID there, and the first id-shaped component, the pod's, is taken for the container's; no API, so no names
     pid_namespace = str(os.stat(f"/proc/{workload.pid}/ns/pid").st_ino)  # the workload pod's own
-    assert labels == {"comm": "cuda_client", "container_id": workload.container["Pod"], "pod_uid": "<none>",
-                      "pod": "<none>", "namespace": "<none>", "container": "<none>", "pid": str(workload.pid),
-                      "pid_namespace": pid_namespace}
+    assert labels == {
+        "comm": "cuda_client",
+        "container_id": workload.container["Pod"],
+        "pod_uid": "<none>",
+        "pod": "<none>",
+        "namespace": "<none>",
+        "container": "<none>",
+        "pid": str(workload.pid),
+        "pid_namespace": pid_namespace,
+    }
 
 
 def client_pids(container_id: str) -> list[int]:
@@ -318,8 +363,11 @@ def client_pids(container_id: str) -> list[int]:
     pids = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and (proc / "comm").read_text().strip() == "cuda_client" and \
-                    container_id in (proc / "cgroup").read_text():
+            if (
+                proc.name.isdigit()
+                and (proc / "comm").read_text().strip() == "cuda_client"
+                and container_id in (proc / "cgroup").read_text()
+            ):
                 pids.append(int(proc.name))
         except OSError:  # gone meanwhile
             pass

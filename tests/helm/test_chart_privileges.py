@@ -3,6 +3,7 @@ segment is its own user's, mode 0640, in the 1777 directory the init container m
 root with exactly the chart's capability set (bounding set DAC_OVERRIDE only, no new privileges), serves a segment
 written by another user and removes it once that writer is dead (the directory is root's: its owner may remove any
 file despite the sticky bit); with no capability it cannot read it (counted unreadable). Needs root, as CI has."""
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,11 @@ WORKLOAD_UID = 4321  # any user but root; no account is needed
 def chart_capabilities() -> list[str]:
     daemonset = next(o for o in objects({}) if o["kind"] == "DaemonSet")
     context = daemonset["spec"]["template"]["spec"]["containers"][0]["securityContext"]
-    assert (context["runAsUser"], context["capabilities"]["drop"], context["allowPrivilegeEscalation"]) == (0, ["ALL"], False)
+    assert (context["runAsUser"], context["capabilities"]["drop"], context["allowPrivilegeEscalation"]) == (
+        0,
+        ["ALL"],
+        False,
+    )
     return context["capabilities"]["add"]
 
 
@@ -52,34 +57,59 @@ def wrap(tmp_path):
     def wrapper(capabilities: list[str]) -> str:
         bounding = ",".join(["-all", *(f"+{c.lower()}" for c in capabilities)])
         path = tmp_path / f"python-{'-'.join(capabilities) or 'nocaps'}"
-        path.write_text(f'#!/bin/sh\nexec {setpriv} --bounding-set={bounding} --inh-caps=-all --no-new-privs -- '
-                        f'{sys.executable} "$@"\n')
+        path.write_text(
+            f"#!/bin/sh\nexec {setpriv} --bounding-set={bounding} --inh-caps=-all --no-new-privs -- "
+            f'{sys.executable} "$@"\n'
+        )
         path.chmod(0o755)
         return str(path)
+
     return wrapper
 
 
 def workload_writer(test_writer_binary, directory: Path) -> Writer:
     setpriv = shutil.which("setpriv")
-    writer = Writer(Path(setpriv), directory, [f"--reuid={WORKLOAD_UID}", f"--regid={WORKLOAD_UID}", "--clear-groups", "--",
-                                               str(test_writer_binary), "--devices", "1", "--set", "kernel_launches=4242"])
+    writer = Writer(
+        Path(setpriv),
+        directory,
+        [
+            f"--reuid={WORKLOAD_UID}",
+            f"--regid={WORKLOAD_UID}",
+            "--clear-groups",
+            "--",
+            str(test_writer_binary),
+            "--devices",
+            "1",
+            "--set",
+            "kernel_launches=4242",
+        ],
+    )
     info = writer.path.stat()
     assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (WORKLOAD_UID, 0o640)
     return writer
 
 
 def launches(url: str, pid: int) -> list[str]:
-    return [line for line in scrape_text(url).splitlines()
-            if line.startswith("alnair_cuda_kernel_launches_total{") and f'pid="{pid}"' in line]
+    return [
+        line
+        for line in scrape_text(url).splitlines()
+        if line.startswith("alnair_cuda_kernel_launches_total{") and f'pid="{pid}"' in line
+    ]
 
 
-def test_dac_override_as_root_reads_and_reclaims_another_users_segments(shared_directory, wrap, start_exporter,
-                                                                        test_writer_binary):
+def test_dac_override_as_root_reads_and_reclaims_another_users_segments(
+    shared_directory, wrap, start_exporter, test_writer_binary
+):
     capabilities = chart_capabilities()
     assert capabilities == ["DAC_OVERRIDE"]
     writer = workload_writer(test_writer_binary, shared_directory)
-    exporter = start_exporter(f"--shm.dir={shared_directory}", "--shm.linger=1s", "--collector.cuda.interval=200ms",
-                              "--no-collector.nvml", python=wrap(capabilities))
+    exporter = start_exporter(
+        f"--shm.dir={shared_directory}",
+        "--shm.linger=1s",
+        "--collector.cuda.interval=200ms",
+        "--no-collector.nvml",
+        python=wrap(capabilities),
+    )
     wait_until(lambda: launches(exporter.url, writer.pid), timeout=15)
     assert launches(exporter.url, writer.pid)[0].endswith(" 4242")
     writer.proc.send_signal(signal.SIGKILL)
@@ -87,15 +117,21 @@ def test_dac_override_as_root_reads_and_reclaims_another_users_segments(shared_d
     wait_until(lambda: not writer.path.exists(), timeout=15)  # a dead writer's segment, removed after its linger
 
 
-def test_without_a_capability_another_users_segment_is_unreadable(shared_directory, wrap, start_exporter,
-                                                                  test_writer_binary):
+def test_without_a_capability_another_users_segment_is_unreadable(
+    shared_directory, wrap, start_exporter, test_writer_binary
+):
     writer = workload_writer(test_writer_binary, shared_directory)
-    exporter = start_exporter(f"--shm.dir={shared_directory}", "--collector.cuda.interval=200ms", "--no-collector.nvml",
-                              python=wrap([]))
+    exporter = start_exporter(
+        f"--shm.dir={shared_directory}", "--collector.cuda.interval=200ms", "--no-collector.nvml", python=wrap([])
+    )
 
     def unreadable() -> bool:
-        return any(line.startswith('alnair_cuda_segments_skipped{reason="unreadable"}') and line.rsplit(" ", 1)[1] not in ("0", "0.0")
-                   for line in scrape_text(exporter.url).splitlines())
+        return any(
+            line.startswith('alnair_cuda_segments_skipped{reason="unreadable"}')
+            and line.rsplit(" ", 1)[1] not in ("0", "0.0")
+            for line in scrape_text(exporter.url).splitlines()
+        )
+
     wait_until(unreadable, timeout=15)
     assert launches(exporter.url, writer.pid) == []
     writer.stop()

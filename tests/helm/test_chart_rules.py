@@ -1,6 +1,7 @@
 """The PrometheusRule is dashgen's rules: templates/_rules.tpl is generated from dashboards/dashgen (and current),
 the rendered rules with default values are exactly dashboards/rules/*.yaml, with other settings exactly what
 dashgen makes of those settings, and they pass promtool check rules."""
+
 from __future__ import annotations
 
 import shutil
@@ -46,14 +47,20 @@ def test_default_rules_are_the_committed_rules_files():
 
 
 def test_other_settings_give_what_dashgen_makes_of_them():
-    overrides = {"AlnairGpuTemperatureHigh": {"threshold": 78.5, "for": "10m", "severity": "critical"},
-                 "AlnairProcessNearMemoryLimit": {"threshold": 0.75},
-                 "AlnairGpuXidError": {"threshold": 3, "window": "1h"},
-                 "AlnairGpuMissing": {"lookback": "6h"},
-                 "AlnairGpuHardwareThrottling": {"reasons": "hw_slowdown|sw_thermal_slowdown"},
-                 "AlnairCacheHitRatioLow": {"threshold": 1, "for": "1h", "severity": "page"}}
-    rendered = rule_groups({"prometheusRule": {"enabled": True, "recording": False, "settings": overrides},
-                            "scrape": {"job": "gpu-exporters"}})
+    overrides = {
+        "AlnairGpuTemperatureHigh": {"threshold": 78.5, "for": "10m", "severity": "critical"},
+        "AlnairProcessNearMemoryLimit": {"threshold": 0.75},
+        "AlnairGpuXidError": {"threshold": 3, "window": "1h"},
+        "AlnairGpuMissing": {"lookback": "6h"},
+        "AlnairGpuHardwareThrottling": {"reasons": "hw_slowdown|sw_thermal_slowdown"},
+        "AlnairCacheHitRatioLow": {"threshold": 1, "for": "1h", "severity": "page"},
+    }
+    rendered = rule_groups(
+        {
+            "prometheusRule": {"enabled": True, "recording": False, "settings": overrides},
+            "scrape": {"job": "gpu-exporters"},
+        }
+    )
     assert rendered == alerts.groups(overrides, job="gpu-exporters")
     temperature = next(r for g in rendered for r in g["rules"] if r["alert"] == "AlnairGpuTemperatureHigh")
     assert temperature["expr"].startswith("(alnair_nvml_temperature_celsius > 78.5)")
@@ -64,24 +71,48 @@ def test_other_settings_give_what_dashgen_makes_of_them():
 
 def test_disabled_alerts_are_left_out_and_an_emptied_group_with_them():
     cache_alerts = [name for name in alerts.GROUPS["alnair-cache"]]
-    groups = rule_groups({"prometheusRule": {"enabled": True, "recording": False,
-                                             "disabledAlerts": ["AlnairComputeThrottled", *cache_alerts]}})
+    groups = rule_groups(
+        {
+            "prometheusRule": {
+                "enabled": True,
+                "recording": False,
+                "disabledAlerts": ["AlnairComputeThrottled", *cache_alerts],
+            }
+        }
+    )
     names = {g["name"]: [r["alert"] for r in g["rules"]] for g in groups}
     assert "alnair-cache" not in names
-    expected = {g["name"]: [r["alert"] for r in g["rules"] if r["alert"] != "AlnairComputeThrottled"]
-                for g in alerts.groups() if g["name"] != "alnair-cache"}
+    expected = {
+        g["name"]: [r["alert"] for r in g["rules"] if r["alert"] != "AlnairComputeThrottled"]
+        for g in alerts.groups()
+        if g["name"] != "alnair-cache"
+    }
     assert names == expected
 
 
 def test_a_setting_dashgen_does_not_have_is_refused_by_the_schema():
     from helm_python import HelmValuesError
+
     with pytest.raises(HelmValuesError, match="AlnairGpuTemperatureHigh"):
         rule_groups({"prometheusRule": {"enabled": True, "settings": {"AlnairGpuTemperatureHigh": {"window": "5m"}}}})
 
 
-@pytest.mark.parametrize("values", [ALL_GROUPS, {"prometheusRule": {"enabled": True, "settings": {
-    "AlnairGpuTemperatureHigh": {"threshold": 90.25}, "AlnairTrainingDataStallHigh": {"for": "1h"}}}}],
-    ids=["all-groups", "other-settings"])
+@pytest.mark.parametrize(
+    "values",
+    [
+        ALL_GROUPS,
+        {
+            "prometheusRule": {
+                "enabled": True,
+                "settings": {
+                    "AlnairGpuTemperatureHigh": {"threshold": 90.25},
+                    "AlnairTrainingDataStallHigh": {"for": "1h"},
+                },
+            }
+        },
+    ],
+    ids=["all-groups", "other-settings"],
+)
 def test_rendered_rules_pass_promtool(values, tmp_path):
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: apt-get install prometheus (make system-packages)"

@@ -1,5 +1,6 @@
 """Debian userlands made with debootstrap and imported into rootful podman (runc, explicit ulimits): the images'
 base (bookworm) and an old-glibc training image (bullseye). No image registry is needed, only a Debian mirror."""
+
 from __future__ import annotations
 
 import hashlib
@@ -57,7 +58,17 @@ def image(podman: list[str], name: str, suite: str, packages: list[str], scratch
     of the layers built on it."""
     keyed = f"{name}-{key(suite, packages)}"
     if run([*podman, "image", "exists", keyed], check=False).returncode != 0:
-        run([*podman, "import", "--change", f"ENV PATH={DEBIAN_PATH}", "--change", 'CMD ["/bin/bash"]',
-             str(tarball(suite, packages, scratch)), keyed])
+        run(
+            [
+                *podman,
+                "import",
+                "--change",
+                f"ENV PATH={DEBIAN_PATH}",
+                "--change",
+                'CMD ["/bin/bash"]',
+                str(tarball(suite, packages, scratch)),
+                keyed,
+            ]
+        )
     run([*podman, "tag", keyed, name])
     return name

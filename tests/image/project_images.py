@@ -2,6 +2,7 @@
 debootstrapped bookworm base, the bullseye training userland, and the fake CUDA driver with its client program
 built by Zig for glibc 2.17 so that they run in any of those userlands. tests/image, tests/deploy and tests/helm
 build them alike, so podman's layer cache and the debootstrapped trees serve every suite."""
+
 from __future__ import annotations
 
 import subprocess
@@ -36,8 +37,23 @@ def bullseye(podman: list[str], scratch: Path) -> str:
 def build_file(podman: list[str], tag: str, file: Path, context: Path, *args: str) -> str:
     """podman build with the host's network for apt and pip, the CA mounted and explicit ulimits; podman's layer
     cache makes a rebuild of unchanged inputs take seconds."""
-    run([*podman, "build", "--network", "host", "-v", f"{CA}:{CA}:ro", *LIMITS, *args, "--tag", tag, "--file", str(file),
-         str(context)])
+    run(
+        [
+            *podman,
+            "build",
+            "--network",
+            "host",
+            "-v",
+            f"{CA}:{CA}:ro",
+            *LIMITS,
+            *args,
+            "--tag",
+            tag,
+            "--file",
+            str(file),
+            str(context),
+        ]
+    )
     return tag
 
 
@@ -49,13 +65,36 @@ def build(podman: list[str], target: str, tag: str) -> str:
 def zig_cc(*args: str) -> None:
     """Zig's C compiler for glibc 2.17, as intercept/Makefile runs it, for the tests' own programs."""
     target = f"{sysconfig.get_platform().removeprefix('linux-')}-linux-gnu.2.17"
-    subprocess.run([sys.executable, "-m", "ziglang", "cc", "-target", target, "-std=gnu11", "-O2", "-Wall", "-Werror",
-                    f"-I{INTERCEPT}", *args], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ziglang",
+            "cc",
+            "-target",
+            target,
+            "-std=gnu11",
+            "-O2",
+            "-Wall",
+            "-Werror",
+            f"-I{INTERCEPT}",
+            *args,
+        ],
+        check=True,
+    )
 
 
 def fake_driver(directory: Path) -> Path:
     """libcuda.so.1 (the fake driver of tests/intercept) and cuda_client, built into directory for any userland."""
-    zig_cc("-shared", "-fPIC", "-fvisibility=hidden", "-Wl,-Bsymbolic", "-o", str(directory / "libcuda.so.1"),
-           str(DOUBLES / "doubles" / "fake_libcuda.c"), "-lpthread")
+    zig_cc(
+        "-shared",
+        "-fPIC",
+        "-fvisibility=hidden",
+        "-Wl,-Bsymbolic",
+        "-o",
+        str(directory / "libcuda.so.1"),
+        str(DOUBLES / "doubles" / "fake_libcuda.c"),
+        "-lpthread",
+    )
     zig_cc("-o", str(directory / "cuda_client"), str(DOUBLES / "programs" / "cuda_client.c"), "-ldl", "-lpthread")
     return directory

@@ -3,6 +3,7 @@
 lays out a version that a plain Python on the host runs the intercepts from; hadolint passes the file.
 
 Podman runs rootful with runc (crun refuses this kernel's hybrid cgroups) and explicit ulimits."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,17 @@ import pytest
 
 from debian_base import LIMITS, podman_command, run
 from project_images import EXPORTER_IMAGE, INTERCEPT_IMAGE, SOURCE, VERSION, base_image as make_base_image, build
-from support import ROOT, free_port, newest_glibc_needed, parse_samples, python_records, read_line, require_binary, scrape_text, wait_until
+from support import (
+    ROOT,
+    free_port,
+    newest_glibc_needed,
+    parse_samples,
+    python_records,
+    read_line,
+    require_binary,
+    scrape_text,
+    wait_until,
+)
 
 # What the chart's securityContext allows both containers: a read-only root and no capability at all.
 RESTRICTED = ["--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
@@ -52,8 +63,20 @@ def inspect(podman: list[str], image: str) -> dict:
 
 def in_container(podman: list[str], image: str, script: str, user: str | None = None) -> str:
     """The stdout of a shell script run in a fresh container of image."""
-    result = run([*podman, "run", "--rm", *LIMITS, *(["--user", user] if user else []), "--entrypoint", "/bin/sh",
-                  image, "-c", script])
+    result = run(
+        [
+            *podman,
+            "run",
+            "--rm",
+            *LIMITS,
+            *(["--user", user] if user else []),
+            "--entrypoint",
+            "/bin/sh",
+            image,
+            "-c",
+            script,
+        ]
+    )
     return result.stdout
 
 
@@ -75,9 +98,23 @@ def test_every_hadolint_ignore_says_why():
 def test_exporter_serves_its_version_and_the_host_cpus_and_stops_on_sigterm(podman, exporter_image):
     port = free_port()
     name = f"alnair-test-{uuid.uuid4().hex[:12]}"
-    run([*podman, "run", "--detach", "--name", name, "--network", "host", *LIMITS, *RESTRICTED, exporter_image,
-         f"--web.listen-address=127.0.0.1:{port}"])
+    run(
+        [
+            *podman,
+            "run",
+            "--detach",
+            "--name",
+            name,
+            "--network",
+            "host",
+            *LIMITS,
+            *RESTRICTED,
+            exporter_image,
+            f"--web.listen-address=127.0.0.1:{port}",
+        ]
+    )
     try:
+
         def answered() -> str | None:
             state = json.loads(run([*podman, "inspect", "--format", "{{json .State}}", name]).stdout)
             assert state["Running"], run([*podman, "logs", name]).stderr
@@ -103,8 +140,11 @@ def test_exporter_image_config_labels_user_and_port(podman, exporter_image):
     assert config["User"] == f"{UID}:{UID}"
     assert set(config["ExposedPorts"]) == {"9876/tcp"}
     labels = config["Labels"]
-    assert (labels["org.opencontainers.image.version"], labels["org.opencontainers.image.licenses"],
-            labels["org.opencontainers.image.source"]) == (VERSION, "Apache-2.0", SOURCE)
+    assert (
+        labels["org.opencontainers.image.version"],
+        labels["org.opencontainers.image.licenses"],
+        labels["org.opencontainers.image.source"],
+    ) == (VERSION, "Apache-2.0", SOURCE)
 
 
 def test_exporter_runs_as_its_fixed_non_root_user(podman, exporter_image):
@@ -112,12 +152,17 @@ def test_exporter_runs_as_its_fixed_non_root_user(podman, exporter_image):
 
 
 def test_exporter_image_holds_no_compiler_no_pip_and_no_bytecode_of_its_own(podman, exporter_image):
-    found = in_container(podman, exporter_image, textwrap.dedent("""
+    found = in_container(
+        podman,
+        exporter_image,
+        textwrap.dedent("""
         for c in gcc cc c++ g++ cpp clang make as ld pip pip3; do command -v "$c"; done
         ls -d /usr/lib/gcc /usr/libexec/gcc 2>/dev/null
         find /opt/alnair /root /tmp -name '*.pyc' -o -name __pycache__ -o -name .cache
         true
-    """), user="0")
+    """),
+        user="0",
+    )
     assert found == ""
     # the venv is whole: the library is there and the exporter side imports
     code = "import alnair.intercept as i, prometheus_client, psutil; print(i.library_path().is_file())"
@@ -133,8 +178,11 @@ def test_installer_image_is_busybox_the_library_and_the_package(podman, intercep
     try:
         assert sorted(p.name for p in mounted.iterdir()) == ["alnair", "bin", "install"]
         assert sorted(p.name for p in (mounted / "alnair").iterdir()) == ["VERSION", "lib", "python"]
-        programs = {str(p.relative_to(mounted)) for p in mounted.rglob("*")
-                    if p.is_file() and not p.is_symlink() and p.read_bytes()[:4] == b"\x7fELF"}
+        programs = {
+            str(p.relative_to(mounted))
+            for p in mounted.rglob("*")
+            if p.is_file() and not p.is_symlink() and p.read_bytes()[:4] == b"\x7fELF"
+        }
         assert programs == {"bin/busybox", "alnair/lib/libalnair.so", "alnair/python/alnair/intercept/libalnair.so"}
         assert newest_glibc_needed(mounted / "alnair" / "lib" / "libalnair.so") == "GLIBC_2.17"  # not the base's 2.36
         assert os.readlink(mounted / "bin" / "sh") == "busybox"
@@ -144,13 +192,18 @@ def test_installer_image_is_busybox_the_library_and_the_package(podman, intercep
 
 def install(podman: list[str], image: str, dest: Path, *command: str) -> subprocess.CompletedProcess:
     """The installer as the chart's init container runs it: root, without a capability."""
-    return run([*podman, "run", "--rm", *LIMITS, *RESTRICTED, "--user", "0", "--volume", f"{dest}:/host", image, *command],
-               check=False)
+    return run(
+        [*podman, "run", "--rm", *LIMITS, *RESTRICTED, "--user", "0", "--volume", f"{dest}:/host", image, *command],
+        check=False,
+    )
 
 
 def snapshot(tree: Path) -> dict[str, tuple[int, int, int]]:
-    return {str(p.relative_to(tree)): (s.st_ino, s.st_mtime_ns, s.st_mode) for p in sorted(tree.rglob("*"))
-            for s in [p.lstat()]}
+    return {
+        str(p.relative_to(tree)): (s.st_ino, s.st_mtime_ns, s.st_mode)
+        for p in sorted(tree.rglob("*"))
+        for s in [p.lstat()]
+    }
 
 
 def test_installer_lays_out_the_version_atomically_and_leaves_it_on_a_second_run(podman, intercept_image, tmp_path):
@@ -205,10 +258,21 @@ def test_a_python_without_alnair_runs_both_intercepts_from_the_installed_version
     venv = tmp_path / "venv"  # a workload's Python: nothing of this checkout's install in it
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ALNAIR_", "PYTHON")) and k != "LD_PRELOAD"}
-    env |= {"PYTHONPATH": str(tree / "python"), "LD_PRELOAD": str(tree / "lib" / "libalnair.so"),
-            "ALNAIR_SHM_DIR": str(shm), "ALNAIR_PYTHON_INTERCEPT": "1"}
-    proc = subprocess.Popen([str(venv / "bin" / "python"), "-c", PROGRAM], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    env |= {
+        "PYTHONPATH": str(tree / "python"),
+        "LD_PRELOAD": str(tree / "lib" / "libalnair.so"),
+        "ALNAIR_SHM_DIR": str(shm),
+        "ALNAIR_PYTHON_INTERCEPT": "1",
+    }
+    proc = subprocess.Popen(
+        [str(venv / "bin" / "python"), "-c", PROGRAM],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     try:
         line = read_line(proc.stdout, 60)
         assert line.split()[1:] == [str(tree / "python" / "alnair" / "__init__.py"), VERSION, "True", "True"], line

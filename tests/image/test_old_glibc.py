@@ -3,6 +3,7 @@ bullseye userland (glibc 2.31) made with debootstrap and run with podman. The li
 into its python3 and into a driver-API program there, and what they do on the fake driver reaches the segment the
 host reads; the same sources built by this machine's gcc do not even load there, which shows the userland is old
 enough to tell the two apart."""
+
 from __future__ import annotations
 
 import subprocess
@@ -43,17 +44,41 @@ def mounted(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("alnair")
     subprocess.run(["make", "-s", "-C", str(INTERCEPT)], check=True)
     (d / "libalnair.so").write_bytes((INTERCEPT / "build" / "libalnair.so").read_bytes())
-    subprocess.run(["make", "-s", "-C", str(INTERCEPT), "LIBCC=gcc", f"BUILD={d / 'gcc'}", f"{d / 'gcc'}/libalnair.so"],
-                   check=True)
+    subprocess.run(
+        ["make", "-s", "-C", str(INTERCEPT), "LIBCC=gcc", f"BUILD={d / 'gcc'}", f"{d / 'gcc'}/libalnair.so"], check=True
+    )
     return fake_driver(d)
 
 
 def start(podman: list[str], userland: str, mounted: Path, shm: Path, library: str, *command: str) -> subprocess.Popen:
     """command in the userland, preloading /alnair/<library>; host pids, so the segment names the host's pid."""
     return subprocess.Popen(
-        [*podman, "run", "--rm", "-i", "--pid", "host", *LIMITS, "-v", f"{mounted}:/alnair:ro", "-v", f"{shm}:/seg",
-         "-e", f"LD_PRELOAD=/alnair/{library}", "-e", "LD_LIBRARY_PATH=/alnair", "-e", "ALNAIR_SHM_DIR=/seg",
-         userland, *command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            *podman,
+            "run",
+            "--rm",
+            "-i",
+            "--pid",
+            "host",
+            *LIMITS,
+            "-v",
+            f"{mounted}:/alnair:ro",
+            "-v",
+            f"{shm}:/seg",
+            "-e",
+            f"LD_PRELOAD=/alnair/{library}",
+            "-e",
+            "LD_LIBRARY_PATH=/alnair",
+            "-e",
+            "ALNAIR_SHM_DIR=/seg",
+            userland,
+            *command,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def devices(shm: Path, pid: int) -> dict[int, object]:
@@ -63,9 +88,21 @@ def devices(shm: Path, pid: int) -> dict[int, object]:
     return {d.device_index: d for d in record.devices} if record else {}
 
 
-def test_the_userland_has_glibc_2_31_where_a_gcc_build_of_this_machine_does_not_load(podman, bullseye, mounted, tmp_path):
-    version = run([*podman, "run", "--rm", *LIMITS, bullseye, "python3", "-c",
-                   "import os; print(os.confstr('CS_GNU_LIBC_VERSION'))"]).stdout
+def test_the_userland_has_glibc_2_31_where_a_gcc_build_of_this_machine_does_not_load(
+    podman, bullseye, mounted, tmp_path
+):
+    version = run(
+        [
+            *podman,
+            "run",
+            "--rm",
+            *LIMITS,
+            bullseye,
+            "python3",
+            "-c",
+            "import os; print(os.confstr('CS_GNU_LIBC_VERSION'))",
+        ]
+    ).stdout
     assert version.strip() == "glibc 2.31"
     proc = start(podman, bullseye, mounted, tmp_path, "gcc/libalnair.so", "python3", "-c", "print('ran')")
     out, err = proc.communicate(timeout=120)
@@ -78,7 +115,9 @@ def test_python3_there_preloads_the_library_and_its_allocation_is_published(podm
         line = LineReader(proc.stdout).read_line(120).strip()
         assert line.split()[0::2] == ["pid", "True"], (line, proc.stderr.read() if proc.poll() is not None else "")
         pid = int(line.split()[1])
-        wait_until(lambda: devices(tmp_path, pid).get(0) and devices(tmp_path, pid)[0].bytes_in_use == 3 * MIB, timeout=30)
+        wait_until(
+            lambda: devices(tmp_path, pid).get(0) and devices(tmp_path, pid)[0].bytes_in_use == 3 * MIB, timeout=30
+        )
         proc.stdin.close()
         assert proc.wait(60) == 0 and proc.stderr.read() == ""
     finally:

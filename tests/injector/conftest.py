@@ -1,4 +1,5 @@
 """Fixtures of tests/injector: a shared injector with the default flags, and injectors with flags of their own."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,6 +1,7 @@
 """The injector as it runs in the cluster: `python -m alnair.injector` over HTTPS on a free loopback port, with a
 certificate from a test CA, sent AdmissionReview requests as the API server sends them; pods, and checks of
 what the patch made of them."""
+
 from __future__ import annotations
 
 import base64
@@ -28,15 +29,32 @@ POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
 class Injector:
     """A running alnair-injector; its stderr goes to a file."""
 
-    def __init__(self, tls_dir: Path, log_path: Path, *args: str, env: dict[str, str] | None = None,
-                 host: str = "127.0.0.1", python: str = sys.executable):
+    def __init__(
+        self,
+        tls_dir: Path,
+        log_path: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        host: str = "127.0.0.1",
+        python: str = sys.executable,
+    ):
         self.tls_dir, self.log_path, self.port = tls_dir, log_path, free_port()
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(
-                [python, "-m", "alnair.injector", f"--web.listen-address={host}:{self.port}",
-                 f"--tls.cert-file={tls_dir / 'server.crt'}", f"--tls.key-file={tls_dir / 'server.key'}",
-                 f"--library.host-path={LIBRARY_HOST_PATH}", *args],
-                stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, **(env or {})})
+                [
+                    python,
+                    "-m",
+                    "alnair.injector",
+                    f"--web.listen-address={host}:{self.port}",
+                    f"--tls.cert-file={tls_dir / 'server.crt'}",
+                    f"--tls.key-file={tls_dir / 'server.key'}",
+                    f"--library.host-path={LIBRARY_HOST_PATH}",
+                    *args,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env={**os.environ, **(env or {})},
+            )
         wait_until(lambda: self.healthy() or self.proc.poll() is not None, timeout=20)
         if self.proc.poll() is not None:
             raise RuntimeError(f"injector did not start: {self.log()}")
@@ -95,8 +113,10 @@ class Injector:
 def exchange_over_tls(port: int, cafile: Path, raw: bytes) -> bytes:
     """Everything the injector on port sends back for raw, sent over TLS, until it closes the connection."""
     context = ssl.create_default_context(cafile=str(cafile))
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn, \
-            context.wrap_socket(conn, server_hostname="127.0.0.1") as tls:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as conn,
+        context.wrap_socket(conn, server_hostname="127.0.0.1") as tls,
+    ):
         tls.sendall(raw)
         received = b""
         while chunk := tls.recv(65536):
@@ -106,13 +126,26 @@ def exchange_over_tls(port: int, cafile: Path, raw: bytes) -> bytes:
 
 def admission_review(pod: dict, operation: str = "CREATE", kind: dict = POD_KIND, **extra) -> dict:
     """A review as the API server sends it for a pod's creation in namespace team-a."""
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": str(uuid.uuid4()), "kind": kind, "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "requestKind": kind, "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-        "name": pod["metadata"].get("name", ""), "namespace": "team-a", "operation": operation,
-        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
-        "object": pod, "oldObject": None, "dryRun": False,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}, **extra}}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": kind,
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": kind,
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": pod["metadata"].get("name", ""),
+            "namespace": "team-a",
+            "operation": operation,
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": pod,
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+            **extra,
+        },
+    }
 
 
 def applied(pod: dict, response: dict) -> dict:
@@ -145,9 +178,16 @@ def make_pod(*containers: str, labels: dict | None = None, annotations: dict | N
     metadata = {"name": "train-0", "namespace": "team-a", "labels": {"alnair.io/inject": "true", **(labels or {})}}
     if annotations is not None:
         metadata["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-            "spec": {"containers": [c if isinstance(c, dict) else container(c) for c in containers or ("trainer",)],
-                     "restartPolicy": "Never", **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {
+            "containers": [c if isinstance(c, dict) else container(c) for c in containers or ("trainer",)],
+            "restartPolicy": "Never",
+            **spec,
+        },
+    }
 
 
 def container(name: str, **fields) -> dict:

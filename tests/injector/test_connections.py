@@ -1,6 +1,7 @@
 """The webhook under connections anyone who reaches its port can open (hardening finding 3): whatever arrives, it
 holds a bounded number of them and stays well under the chart's memory limit, and the API server's reviews are
 still answered; and a request it cannot parse gets 400 and a log line (finding 9)."""
+
 from __future__ import annotations
 
 import logging
@@ -55,7 +56,10 @@ def test_idle_connections_leave_connections_and_memory_bounded_and_reviews_answe
 MALFORMED = {
     "no Host": (b"GET /healthz HTTP/1.1\r\n\r\n", "Missing 'Host' header in request."),
     "not HTTP": (b"GARBAGE\r\n\r\n", "Invalid method encountered: b'GARBAGE' ^"),
-    "no colon": (b"POST /mutate HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", "Invalid header token: b'no colon here' ^"),
+    "no colon": (
+        b"POST /mutate HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n",
+        "Invalid header token: b'no colon here' ^",
+    ),
 }
 
 
@@ -63,8 +67,9 @@ MALFORMED = {
 def test_a_request_it_cannot_parse_gets_400_and_a_log_line(injector, raw, problem):
     reply = exchange_over_tls(injector.port, injector.tls_dir / "ca.crt", raw)
     assert reply.startswith(b"HTTP/1.0 400 Bad Request\r\n")
-    assert ("warn", f"malformed request from 127.0.0.1: {problem}") in [(r["level"], r["msg"]) for r in
-                                                                      records(injector.log(), "logfmt")]
+    assert ("warn", f"malformed request from 127.0.0.1: {problem}") in [
+        (r["level"], r["msg"]) for r in records(injector.log(), "logfmt")
+    ]
     assert injector.healthy()
 
 
@@ -72,8 +77,10 @@ def test_a_body_that_does_not_arrive_in_time_is_answered_408_and_logged(tls_dir,
     monkeypatch.setattr(server, "BODY_TIMEOUT", 0.5)
     tls = server.LiveTLS(str(tls_dir / "server.crt"), str(tls_dir / "server.key"))
     settings = Settings(LIBRARY_HOST_PATH, "/run/alnair/shm", False, "9.9.9")
-    with serving_in_thread(server.InjectorServer(("127.0.0.1", 0), tls, settings)) as port, \
-            caplog.at_level(logging.WARNING, logger="alnair.injector"):
+    with (
+        serving_in_thread(server.InjectorServer(("127.0.0.1", 0), tls, settings)) as port,
+        caplog.at_level(logging.WARNING, logger="alnair.injector"),
+    ):
         head_and_a_byte = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"
         reply = exchange_over_tls(port, tls_dir / "ca.crt", head_and_a_byte)
     assert reply.startswith(b"HTTP/1.1 408 ") and reply.endswith(b"the body did not arrive in time\n")

@@ -1,6 +1,7 @@
 """The webhook's ALNAIR_MEMORY_LIMIT / ALNAIR_COMPUTE_LIMIT / ALNAIR_COMPUTE_SHARE grammar is the intercept's: the
 cases of tests/intercept/test_configuration.py (there run through libalnair.so), each with the same verdict and
 reason."""
+
 from __future__ import annotations
 
 import re
@@ -10,8 +11,17 @@ import limit_cases
 import pytest
 
 from alnair.injector import limits
-from alnair.injector.limits import (BAD_DEVICE, EMPTY_ITEM, FRACTIONAL, NOT_AN_ITEM, TOO_BIG, TWICE, WANT_BYTES,
-                                    WANT_PERCENT, ZERO)
+from alnair.injector.limits import (
+    BAD_DEVICE,
+    EMPTY_ITEM,
+    FRACTIONAL,
+    NOT_AN_ITEM,
+    TOO_BIG,
+    TWICE,
+    WANT_BYTES,
+    WANT_PERCENT,
+    ZERO,
+)
 from alnair.injector.patch import OWN_LIMITS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,17 +30,51 @@ ROOT = Path(__file__).resolve().parents[2]
 BAD_MEMORY = [(value, why) for value, _shown, why in limit_cases.BAD_MEMORY] + [
     # beyond the intercept's table, where a Python port could part ways with C: another script's digit (str.isdigit
     # takes it), a NUL (it would end C's string), runs of digits longer than int() converts
-    ("١Mi", WANT_BYTES), ("1\x00Mi", WANT_BYTES), ("1." + "0" * 5000 + "1Mi", FRACTIONAL),
-    ("0" * 5000 + "1=1Mi,1=1Mi", TWICE), ("1." + "0" * 49 + "1Pi", FRACTIONAL),
+    ("١Mi", WANT_BYTES),
+    ("1\x00Mi", WANT_BYTES),
+    ("1." + "0" * 5000 + "1Mi", FRACTIONAL),
+    ("0" * 5000 + "1=1Mi,1=1Mi", TWICE),
+    ("1." + "0" * 49 + "1Pi", FRACTIONAL),
 ]
 
 # ENFORCED_MEMORY and the per-device cases there, each accepted.
-GOOD_MEMORY = ["1048576", "3Mi", "3MiB", "3mi", "3Mib", "5M", "5MB", "5m", "2048K", "2048Ki", "2048k", "1.5Mi",
-               "1.50Mi", "1.0Mi", "007Mi", "0.25Gi", "0.001G", "1.5Gi", "1Gi", "1.000001M", "0=3Mi", "1=1Mi,0=3Mi",
-               "8Gi", "0=8Gi,1=4Gi", "5=1.5Gi,2=512M,63=1", "00=1Mi", "2Ti", "1.5Ti", "1T", "1P",
-               "0=1Pi,1=1125899906842624,2=0.5Pi", "1." + "0" * 5000 + "Mi", "0" * 5000 + "1Ki",
-               # 2^-50 Pi: exactly one byte
-               "0.00000000000000088817841970012523233890533447265625Pi"]
+GOOD_MEMORY = [
+    "1048576",
+    "3Mi",
+    "3MiB",
+    "3mi",
+    "3Mib",
+    "5M",
+    "5MB",
+    "5m",
+    "2048K",
+    "2048Ki",
+    "2048k",
+    "1.5Mi",
+    "1.50Mi",
+    "1.0Mi",
+    "007Mi",
+    "0.25Gi",
+    "0.001G",
+    "1.5Gi",
+    "1Gi",
+    "1.000001M",
+    "0=3Mi",
+    "1=1Mi,0=3Mi",
+    "8Gi",
+    "0=8Gi,1=4Gi",
+    "5=1.5Gi,2=512M,63=1",
+    "00=1Mi",
+    "2Ti",
+    "1.5Ti",
+    "1T",
+    "1P",
+    "0=1Pi,1=1125899906842624,2=0.5Pi",
+    "1." + "0" * 5000 + "Mi",
+    "0" * 5000 + "1Ki",
+    # 2^-50 Pi: exactly one byte
+    "0.00000000000000088817841970012523233890533447265625Pi",
+]
 
 BAD_COMPUTE, GOOD_COMPUTE = limit_cases.BAD_COMPUTE, limit_cases.GOOD_COMPUTE
 # The cap and the share have one grammar, as the intercept's tests run both through one table: each is checked

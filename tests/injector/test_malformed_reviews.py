@@ -1,6 +1,7 @@
 """Reviews no API server sends, as anything that can reach the webhook's port may: whatever a body holds, the
 injector answers it (a review, or 400 saying why, in one log line) and goes on serving; an error of its own is
 answered 500 with its traceback in the log, never a connection dropped unanswered."""
+
 from __future__ import annotations
 
 import copy
@@ -19,13 +20,23 @@ from support import serving_in_thread
 
 # What a value of a review may be replaced by: every JSON type, empty and not, and a string that breaks a line.
 WRONG = [None, 7, "line\nbreak", [], ["x"], {}, {"x": ["y"]}]
-REVIEW = admission_review(make_pod(
-    container("trainer", env=[{"name": "LD_PRELOAD", "value": "/lib/a.so"}, {"name": "ALNAIR_MEMORY_LIMIT", "value": "8Gi"}],
-              volumeMounts=[{"name": "data", "mountPath": "/data"}]),
-    initContainers=[container("fetch", env=[{"name": "ALNAIR_COMPUTE_LIMIT", "value": "30"},
-                                            {"name": "ALNAIR_COMPUTE_SHARE", "value": "40"}])],
-    volumes=[{"name": "data", "emptyDir": {}}],
-    annotations={"alnair.io/compute-limit": "30", "alnair.io/compute-share": "40"}))
+REVIEW = admission_review(
+    make_pod(
+        container(
+            "trainer",
+            env=[{"name": "LD_PRELOAD", "value": "/lib/a.so"}, {"name": "ALNAIR_MEMORY_LIMIT", "value": "8Gi"}],
+            volumeMounts=[{"name": "data", "mountPath": "/data"}],
+        ),
+        initContainers=[
+            container(
+                "fetch",
+                env=[{"name": "ALNAIR_COMPUTE_LIMIT", "value": "30"}, {"name": "ALNAIR_COMPUTE_SHARE", "value": "40"}],
+            )
+        ],
+        volumes=[{"name": "data", "emptyDir": {}}],
+        annotations={"alnair.io/compute-limit": "30", "alnair.io/compute-share": "40"},
+    )
+)
 
 
 def places(node, path: tuple = ()):
@@ -76,8 +87,9 @@ def test_any_value_of_a_review_replaced_by_any_json_type_is_answered_in_one_log_
     assert injector.healthy()
 
 
-@pytest.mark.parametrize("nested", ["[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "0" + "}" * 100_000],
-                         ids=["arrays", "objects"])
+@pytest.mark.parametrize(
+    "nested", ["[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "0" + "}" * 100_000], ids=["arrays", "objects"]
+)
 def test_a_body_nested_too_deeply_is_answered_400(injector, nested):
     body = json.dumps({**REVIEW, "request": {**REVIEW["request"], "oldObject": "NESTED"}}).replace('"NESTED"', nested)
     assert injector.post(body.encode()) == (400, b"the body is nested too deeply\n")
@@ -87,8 +99,9 @@ def test_a_body_nested_too_deeply_is_answered_400(injector, nested):
 
 def test_a_body_of_too_many_tiny_values_is_refused_before_it_is_parsed(injector):
     """Parsed, 8 MiB of [] would take ~150 MiB: past the chart's 128 MiB limit for the webhook."""
-    body = json.dumps({**REVIEW, "request": {**REVIEW["request"], "oldObject": "MANY"}}).replace('"MANY"',
-                                                                                               "[" + "[]," * 600_000 + "[]]")
+    body = json.dumps({**REVIEW, "request": {**REVIEW["request"], "oldObject": "MANY"}}).replace(
+        '"MANY"', "[" + "[]," * 600_000 + "[]]"
+    )
     assert injector.post(body.encode()) == (400, b"the body holds more than 500000 JSON values\n")
     assert "the body holds more than 500000 JSON values" in injector.log()
     assert injector.healthy()
@@ -102,13 +115,15 @@ def test_an_error_of_the_injectors_own_is_answered_500_and_logged(tls_dir, monke
     tls = server.LiveTLS(str(tls_dir / "server.crt"), str(tls_dir / "server.key"))
     settings = Settings(LIBRARY_HOST_PATH, "/run/alnair/shm", False, "9.9.9")
     context = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
-    with serving_in_thread(server.InjectorServer(("127.0.0.1", 0), tls, settings)) as port, \
-            caplog.at_level(logging.ERROR, logger="alnair.injector"):
+    with (
+        serving_in_thread(server.InjectorServer(("127.0.0.1", 0), tls, settings)) as port,
+        caplog.at_level(logging.ERROR, logger="alnair.injector"),
+    ):
         connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
         connection.request("POST", "/mutate", json.dumps(REVIEW).encode())
         reply = connection.getresponse()
         assert (reply.status, reply.read()) == (500, b"the injector failed on this review; its log says why\n")
         connection.close()
-    record, = caplog.records
+    (record,) = caplog.records
     assert record.getMessage() == "cannot answer the review from 127.0.0.1"
     assert record.exc_info[0] is KeyError

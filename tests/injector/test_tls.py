@@ -1,5 +1,6 @@
 """The certificate is read again when cert-manager rotates it: new connections get the new one, open ones keep
 theirs, and files that do not load keep the certificate served before, said once in the log."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Builds the intercept, the fake driver (a test double named libcuda.so.1) and the client program."""
+
 from __future__ import annotations
 
 import os
@@ -29,7 +30,16 @@ def fake_driver_dir(tmp_path_factory) -> Path:
     """A directory holding the fake libcuda.so.1, for LD_LIBRARY_PATH."""
     d = tmp_path_factory.mktemp("fake-driver")
     # -Bsymbolic: like the real driver, its own addresses bind inside it, whatever is preloaded
-    gcc("-shared", "-fPIC", "-fvisibility=hidden", "-Wl,-Bsymbolic", "-o", str(d / "libcuda.so.1"), str(HERE / "doubles" / "fake_libcuda.c"), "-lpthread")
+    gcc(
+        "-shared",
+        "-fPIC",
+        "-fvisibility=hidden",
+        "-Wl,-Bsymbolic",
+        "-o",
+        str(d / "libcuda.so.1"),
+        str(HERE / "doubles" / "fake_libcuda.c"),
+        "-lpthread",
+    )
     (d / "libcuda.so").symlink_to("libcuda.so.1")
     return d
 
@@ -73,11 +83,22 @@ def run_client(intercept_library, fake_driver_dir, client_programs, shm_dir):
     clients: list[Client] = []
 
     def run(lookup: str, *args: str, env: dict[str, str] | None = None, preload: bool = True) -> Client:
-        environment = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver_dir), "ALNAIR_SHM_DIR": str(shm_dir), **(env or {})}
+        environment = {
+            **os.environ,
+            "LD_LIBRARY_PATH": str(fake_driver_dir),
+            "ALNAIR_SHM_DIR": str(shm_dir),
+            **(env or {}),
+        }
         if preload:
             environment["LD_PRELOAD"] = str(intercept_library)
-        proc = subprocess.Popen([str(client_programs[lookup]), lookup, *args], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+        proc = subprocess.Popen(
+            [str(client_programs[lookup]), lookup, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment,
+        )
         client = Client(proc)
         clients.append(client)
         return client

@@ -2,6 +2,7 @@
 
 The client prints, around each event, the time since it started reckoned the intercept's way (CLOCK_BOOTTIME
 minus the start time of /proc/self/stat), so the published times must fall between its two readings."""
+
 from __future__ import annotations
 
 import time

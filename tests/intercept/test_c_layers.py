@@ -1,6 +1,7 @@
 """The C library in layers: every call between its files goes down, never up or sideways, so the hooks count,
 the limiter decides and the monitor publishes without a circle among intercept/*.c (docs/architecture.md).
 The calls are read from the compiler's objects: each file's undefined symbols that another file defines."""
+
 from __future__ import annotations
 
 import re
@@ -33,10 +34,15 @@ def calls_between_files(build: Path) -> dict[str, set[str]]:
     defined, undefined = {}, {}
     for source in library_sources():
         name, obj = source[:-2], build / f"{source[:-2]}.o"
-        subprocess.run(["gcc", "-I../abi", "-O2", "-std=gnu11", "-fPIC", "-fvisibility=hidden", "-c", source, "-o", str(obj)],
-                       cwd=INTERCEPT, check=True)
-        symbols = [line.split() for line in subprocess.run(["nm", str(obj)], capture_output=True, text=True,
-                                                            check=True).stdout.splitlines()]
+        subprocess.run(
+            ["gcc", "-I../abi", "-O2", "-std=gnu11", "-fPIC", "-fvisibility=hidden", "-c", source, "-o", str(obj)],
+            cwd=INTERCEPT,
+            check=True,
+        )
+        symbols = [
+            line.split()
+            for line in subprocess.run(["nm", str(obj)], capture_output=True, text=True, check=True).stdout.splitlines()
+        ]
         defined[name] = {s[2] for s in symbols if len(s) == 3 and s[1] in "TDBRCG"}
         undefined[name] = {s[1] for s in symbols if len(s) == 2 and s[0] == "U"}
     owner = {symbol: name for name, symbols in defined.items() for symbol in symbols}
@@ -48,8 +54,12 @@ def calls_between_files(build: Path) -> dict[str, set[str]]:
 
 def violations(graph: dict[str, set[str]], layers: list[set[str]]) -> list[str]:
     level = {name: i for i, layer in enumerate(layers) for name in layer}
-    return sorted(f"{caller} -> {callee}" for caller, callees in graph.items() for callee in callees
-                  if level[callee] >= level[caller])
+    return sorted(
+        f"{caller} -> {callee}"
+        for caller, callees in graph.items()
+        for callee in callees
+        if level[callee] >= level[caller]
+    )
 
 
 def test_every_library_file_has_a_layer():
@@ -60,9 +70,13 @@ def test_calls_between_the_files_only_go_down(tmp_path):
     assert violations(calls_between_files(tmp_path), LAYERS) == []
 
 
-@pytest.mark.parametrize("graph, found", [
-    ({"state": {"monitor"}, "monitor": {"state"}}, ["state -> monitor"]),  # the circle this test removed
-    ({"compute_limit": {"pools"}}, ["compute_limit -> pools"]),  # sideways
-], ids=["up", "sideways"])
+@pytest.mark.parametrize(
+    "graph, found",
+    [
+        ({"state": {"monitor"}, "monitor": {"state"}}, ["state -> monitor"]),  # the circle this test removed
+        ({"compute_limit": {"pools"}}, ["compute_limit -> pools"]),  # sideways
+    ],
+    ids=["up", "sideways"],
+)
 def test_a_call_up_or_sideways_is_found(graph, found):
     assert violations(graph, LAYERS) == found

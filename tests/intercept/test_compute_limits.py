@@ -3,6 +3,7 @@ its monitor and the share table, against the fake driver (docs/intercept.md, Lim
 their own queue (its GPUs do not time-slice), so two busy processes are busy together all the time and each counts
 half of it: a cap or a share holds when the GPU time it publishes does. Exact behaviour on a time-sliced GPU is
 tested on a virtual clock (test_gpu_time.py)."""
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ LAUNCH_NS = 1_000_000  # 17 launches of 1 ms and a sync: 17 ms steps
 
 @dataclass
 class Times:
-    at: float          # time.monotonic() of the reading
+    at: float  # time.monotonic() of the reading
     gpu_time_ns: int
     busy_ns: int
     throttled_ns: int
@@ -36,16 +37,19 @@ def times(shm_dir: Path, pid: int) -> Times | None:
 
 @dataclass
 class Measured:
-    gpu_share: float     # GPU time / wall time over the span
-    of_busy: float       # GPU time / busy time over the span
-    throttled: float     # of the span, how much launches waited
+    gpu_share: float  # GPU time / wall time over the span
+    of_busy: float  # GPU time / busy time over the span
+    throttled: float  # of the span, how much launches waited
 
 
 def between(a: Times, b: Times) -> Measured:
     wall = (b.at - a.at) * 1e9
     busy = b.busy_ns - a.busy_ns
-    return Measured((b.gpu_time_ns - a.gpu_time_ns) / wall, (b.gpu_time_ns - a.gpu_time_ns) / busy if busy else 0,
-                    (b.throttled_ns - a.throttled_ns) / wall)
+    return Measured(
+        (b.gpu_time_ns - a.gpu_time_ns) / wall,
+        (b.gpu_time_ns - a.gpu_time_ns) / busy if busy else 0,
+        (b.throttled_ns - a.throttled_ns) / wall,
+    )
 
 
 def stepping(run_client, env: dict[str, str], seconds: float):
@@ -53,8 +57,15 @@ def stepping(run_client, env: dict[str, str], seconds: float):
     return run_client("gpa", "batches", "0", str(seconds), "17", env=env)
 
 
-def together(run_client, shm_dir: Path, envs: list[dict[str, str]], settle: float = 1.5, span: float = 1.5,
-             after_settling=None, said: list[str] | None = None) -> list[Measured | None]:
+def together(
+    run_client,
+    shm_dir: Path,
+    envs: list[dict[str, str]],
+    settle: float = 1.5,
+    span: float = 1.5,
+    after_settling=None,
+    said: list[str] | None = None,
+) -> list[Measured | None]:
     """Processes stepping at once (started in order, so their pids are known), measured over `span` seconds once
     `settle` seconds passed and `after_settling` (given the pids) returned; None for a process gone by then.
     What each process said on stderr goes into `said`, "" where it exited 0 without a word."""
@@ -115,6 +126,7 @@ def test_processes_without_a_share_are_not_held_back_by_each_other(run_client, s
 def test_a_killed_process_stops_counting_within_a_second_and_a_half(run_client, shm_dir):
     """Two busy processes split their time; once one is killed (no clean exit: its slot's lock is all that
     tells) the other's busy time is all its own again."""
+
     def kill_second(pids):
         os.kill(pids[1], signal.SIGKILL)
         time.sleep(1.5)  # the liveness check runs every second

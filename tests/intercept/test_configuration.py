@@ -1,5 +1,6 @@
 """The intercept's environment: every accepted syntax applies exactly, every other value costs
 exactly one stderr line naming the variable and the value, and the variable counts as unset."""
+
 from __future__ import annotations
 
 import os
@@ -16,6 +17,7 @@ GIB = 1 << 30
 CUDA_ERROR_OUT_OF_MEMORY = 2
 DEVICE_BYTES = 8 * MIB  # the fake GPU's size in the tests of refused limits: each would-be limit is below it
 
+
 def ignored(variable: str, shown: str, why: str, instead: str) -> str:
     return f'alnair: ignoring {variable}="{shown}": {why}; {instead}\n'
 
@@ -29,7 +31,6 @@ def device_zero(shm_dir, pid: int, ready=lambda d: True):
 
 
 # ---- ALNAIR_MEMORY_LIMIT ---------------------------------------------------------------------
-
 
 
 @pytest.mark.parametrize("value, shown, why", BAD_MEMORY, ids=[repr(v[:30]) for v, _, _ in BAD_MEMORY])
@@ -46,11 +47,28 @@ def test_a_refused_memory_limit_costs_one_line_and_the_program_runs_unlimited(ru
 
 
 ENFORCED_MEMORY = [
-    ("1048576", MIB), ("3Mi", 3 * MIB), ("3MiB", 3 * MIB), ("3mi", 3 * MIB), ("3Mib", 3 * MIB),
-    ("5M", 5_000_000), ("5MB", 5_000_000), ("5m", 5_000_000), ("2048K", 2_048_000), ("2048Ki", 2 * MIB),
-    ("2048k", 2_048_000), ("1.5Mi", 1_572_864), ("1.50Mi", 1_572_864), ("1.0Mi", MIB), ("007Mi", 7 * MIB),
-    ("0.25Gi", GIB // 4), ("0.001G", 1_000_000), ("1.5Gi", 1_610_612_736), ("1Gi", GIB), ("1.000001M", 1_000_001),
-    ("0=3Mi", 3 * MIB), ("1=1Mi,0=3Mi", 3 * MIB),
+    ("1048576", MIB),
+    ("3Mi", 3 * MIB),
+    ("3MiB", 3 * MIB),
+    ("3mi", 3 * MIB),
+    ("3Mib", 3 * MIB),
+    ("5M", 5_000_000),
+    ("5MB", 5_000_000),
+    ("5m", 5_000_000),
+    ("2048K", 2_048_000),
+    ("2048Ki", 2 * MIB),
+    ("2048k", 2_048_000),
+    ("1.5Mi", 1_572_864),
+    ("1.50Mi", 1_572_864),
+    ("1.0Mi", MIB),
+    ("007Mi", 7 * MIB),
+    ("0.25Gi", GIB // 4),
+    ("0.001G", 1_000_000),
+    ("1.5Gi", 1_610_612_736),
+    ("1Gi", GIB),
+    ("1.000001M", 1_000_001),
+    ("0=3Mi", 3 * MIB),
+    ("1=1Mi,0=3Mi", 3 * MIB),
 ]
 
 
@@ -73,16 +91,21 @@ def published_on_64_devices(run_client, shm_dir, env: dict[str, str]) -> tuple[d
     return devices, client.stop()
 
 
-@pytest.mark.parametrize("value, limits", [
-    ("8Gi", {i: 8 * GIB for i in range(64)}),
-    ("1=1Mi,0=3Mi", {0: 3 * MIB, 1: MIB}),
-    ("0=8Gi,1=4Gi", {0: 8 * GIB, 1: 4 * GIB}),
-    ("5=1.5Gi,2=512M,63=1", {5: 1_610_612_736, 2: 512_000_000, 63: 1}),
-    ("00=1Mi", {0: MIB}),
-    ("2Ti", {i: 2 << 40 for i in range(64)}), ("1.5Ti", {i: 3 << 39 for i in range(64)}),
-    ("1T", {i: 10**12 for i in range(64)}), ("1P", {i: 10**15 for i in range(64)}),
-    ("0=1Pi,1=1125899906842624,2=0.5Pi", {0: 1 << 50, 1: 1 << 50, 2: 1 << 49}),  # the bound itself is accepted
-])
+@pytest.mark.parametrize(
+    "value, limits",
+    [
+        ("8Gi", {i: 8 * GIB for i in range(64)}),
+        ("1=1Mi,0=3Mi", {0: 3 * MIB, 1: MIB}),
+        ("0=8Gi,1=4Gi", {0: 8 * GIB, 1: 4 * GIB}),
+        ("5=1.5Gi,2=512M,63=1", {5: 1_610_612_736, 2: 512_000_000, 63: 1}),
+        ("00=1Mi", {0: MIB}),
+        ("2Ti", {i: 2 << 40 for i in range(64)}),
+        ("1.5Ti", {i: 3 << 39 for i in range(64)}),
+        ("1T", {i: 10**12 for i in range(64)}),
+        ("1P", {i: 10**15 for i in range(64)}),
+        ("0=1Pi,1=1125899906842624,2=0.5Pi", {0: 1 << 50, 1: 1 << 50, 2: 1 << 49}),  # the bound itself is accepted
+    ],
+)
 def test_per_device_and_large_memory_limits_land_on_exactly_their_devices(run_client, shm_dir, value, limits):
     devices, stderr = published_on_64_devices(run_client, shm_dir, {"ALNAIR_MEMORY_LIMIT": value})
     assert {i: d.memory_limit_bytes for i, d in devices.items()} == {i: limits.get(i, 0) for i in range(64)}
@@ -109,34 +132,45 @@ def test_an_empty_memory_limit_is_unset_and_silent(run_client, shm_dir):
 # ---- ALNAIR_COMPUTE_LIMIT and ALNAIR_COMPUTE_SHARE: one grammar -------------------------------
 
 
-
-COMPUTE_VARIABLES = [("ALNAIR_COMPUTE_LIMIT", "compute_limit_percent", "running with no compute limit"),
-                     ("ALNAIR_COMPUTE_SHARE", "compute_share_percent", "running with no compute share")]
+COMPUTE_VARIABLES = [
+    ("ALNAIR_COMPUTE_LIMIT", "compute_limit_percent", "running with no compute limit"),
+    ("ALNAIR_COMPUTE_SHARE", "compute_share_percent", "running with no compute share"),
+]
 
 
 @pytest.mark.parametrize("variable, field, instead", COMPUTE_VARIABLES, ids=["limit", "share"])
 @pytest.mark.parametrize("value, why", BAD_COMPUTE)
-def test_a_refused_compute_limit_costs_one_line_and_the_program_runs_unlimited(run_client, shm_dir, value, why,
-                                                                               variable, field, instead):
+def test_a_refused_compute_limit_costs_one_line_and_the_program_runs_unlimited(
+    run_client, shm_dir, value, why, variable, field, instead
+):
     client = run_client("gpa", "launches", "1", "10", "1", env={variable: value})
     device = device_zero(shm_dir, client.proc.pid, lambda d: d.kernel_launches == 10)
     assert getattr(device, field) == 0 and device.throttled_ns == 0
     assert client.stop() == ignored(variable, value, why, instead)
 
 
-@pytest.mark.parametrize("value, limits", [
-    ("30", {i: 30 for i in range(64)}), ("1", {i: 1 for i in range(64)}), ("100", {i: 100 for i in range(64)}),
-    ("007", {i: 7 for i in range(64)}), ("0=30,1=70", {0: 30, 1: 70}), ("63=1,5=100", {63: 1, 5: 100}),
-])
+@pytest.mark.parametrize(
+    "value, limits",
+    [
+        ("30", {i: 30 for i in range(64)}),
+        ("1", {i: 1 for i in range(64)}),
+        ("100", {i: 100 for i in range(64)}),
+        ("007", {i: 7 for i in range(64)}),
+        ("0=30,1=70", {0: 30, 1: 70}),
+        ("63=1,5=100", {63: 1, 5: 100}),
+    ],
+)
 @pytest.mark.parametrize("variable, field, instead", COMPUTE_VARIABLES, ids=["limit", "share"])
-def test_every_accepted_compute_syntax_limits_exactly_its_devices(run_client, shm_dir, value, limits, variable, field,
-                                                                   instead):
+def test_every_accepted_compute_syntax_limits_exactly_its_devices(
+    run_client, shm_dir, value, limits, variable, field, instead
+):
     devices, stderr = published_on_64_devices(run_client, shm_dir, {variable: value})
     assert {i: getattr(d, field) for i, d in devices.items()} == {i: limits.get(i, 0) for i in range(64)}
     assert stderr == ""
 
 
 # ---- ALNAIR_PUBLISH_INTERVAL_MS --------------------------------------------------------------
+
 
 def publishes_in(shm_dir, pid: int, seconds: float) -> int:
     """How many times the monitor published in a window of `seconds` (the seqlock moves by 2 each time)."""
@@ -154,13 +188,31 @@ def publishes_in(shm_dir, pid: int, seconds: float) -> int:
     return (seq() - before) // 2
 
 
-@pytest.mark.parametrize("value", ["10abc", "5000abc", "5000ms", "0", "60001", "-1", "+5000", " 5000", "5000 ",
-                                   "1e3", "5000.0", "0x10", "99999999999999999999", "inf"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "10abc",
+        "5000abc",
+        "5000ms",
+        "0",
+        "60001",
+        "-1",
+        "+5000",
+        " 5000",
+        "5000 ",
+        "1e3",
+        "5000.0",
+        "0x10",
+        "99999999999999999999",
+        "inf",
+    ],
+)
 def test_a_refused_publish_interval_costs_one_line_and_the_default_10_ms_applies(run_client, shm_dir, value):
     client = run_client("gpa", "launches", "1", "1", "1", env={"ALNAIR_PUBLISH_INTERVAL_MS": value})
     assert publishes_in(shm_dir, client.proc.pid, 0.5) >= 10  # ~50 at 10 ms; a loaded machine loses some
-    assert client.stop() == ignored("ALNAIR_PUBLISH_INTERVAL_MS", value, "want milliseconds 1-60000",
-                                    "publishing every 10 ms")
+    assert client.stop() == ignored(
+        "ALNAIR_PUBLISH_INTERVAL_MS", value, "want milliseconds 1-60000", "publishing every 10 ms"
+    )
 
 
 @pytest.mark.parametrize("value, fast", [("1", True), ("010", True), ("", True), ("5000", False), ("60000", False)])
@@ -172,6 +224,7 @@ def test_every_accepted_publish_interval_applies(run_client, shm_dir, value, fas
 
 
 # ---- ALNAIR_INTERCEPT ------------------------------------------------------------------------
+
 
 def granted_under_a_1_mib_limit(run_client, switch: str):
     env = {"ALNAIR_INTERCEPT": switch, "ALNAIR_MEMORY_LIMIT": "1Mi", "FAKE_CUDA_DEVICE_BYTES": str(DEVICE_BYTES)}
@@ -191,8 +244,18 @@ def test_an_accepted_on_value_intercepts_silently(run_client, switch):
     assert granted_under_a_1_mib_limit(run_client, switch) == (MIB, "")
 
 
-@pytest.mark.parametrize("switch, shown", [("offx", "offx"), (" off", " off"), ("off ", "off "), ("disable", "disable"),
-                                           ("2", "2"), ("off\n", "off\\x0a"), ("nope", "nope")])
+@pytest.mark.parametrize(
+    "switch, shown",
+    [
+        ("offx", "offx"),
+        (" off", " off"),
+        ("off ", "off "),
+        ("disable", "disable"),
+        ("2", "2"),
+        ("off\n", "off\\x0a"),
+        ("nope", "nope"),
+    ],
+)
 def test_an_unknown_switch_costs_one_line_and_intercepts_as_if_unset(run_client, switch, shown):
     why = "want off, 0, false or no (or on, 1, true, yes)"
     line = ignored("ALNAIR_INTERCEPT", shown, why, "intercepting")

@@ -4,6 +4,7 @@ The client's `copies` scenario calls each entry point with ends of each kind (ho
 pointer, a peer device, a CUDA array, a mapped virtual memory range, memory the process did not allocate, freed
 memory) and prints what each call should count as: `copy NAME DEVICE DIRECTION BYTES SYNC`, written by hand
 in the client, not computed."""
+
 from __future__ import annotations
 
 import re
@@ -24,8 +25,9 @@ CUDA_DRIVER = Path(__file__).resolve().parents[2] / "intercept" / "cuda_driver.h
 def copy_table_names() -> set[str]:
     """The entry points of the intercept's copy table (ALNAIR_COPY_HOOKS), as the preprocessor expands it."""
     source = '#include "cuda_driver.h"\n#define ROW(X, name, family, kind) COPY name\nALNAIR_COPY_HOOKS(ROW, X)\n'
-    out = subprocess.run(["gcc", "-E", "-P", f"-I{CUDA_DRIVER.parent}", "-"], input=source, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["gcc", "-E", "-P", f"-I{CUDA_DRIVER.parent}", "-"], input=source, capture_output=True, text=True, check=True
+    ).stdout
     return set(re.findall(r"COPY (\w+)", out))
 
 
@@ -53,8 +55,14 @@ def counted(record) -> tuple[Counter, Counter, Counter]:
 
 def settled(shm_dir, client, want_copies: Counter):
     """The published record once it holds the client's copies (the monitor publishes every 10 ms)."""
-    return wait_until(lambda: (r := published_record(shm_dir, client.proc.pid)) and r.devices_ext is not None
-                      and counted(r)[0] == want_copies and r)
+    return wait_until(
+        lambda: (
+            (r := published_record(shm_dir, client.proc.pid))
+            and r.devices_ext is not None
+            and counted(r)[0] == want_copies
+            and r
+        )
+    )
 
 
 @pytest.mark.parametrize("lookup", ["gpa", "dlsym", "direct"])

@@ -1,4 +1,5 @@
 """Exact launch and memory counts, published by the intercept's monitor thread."""
+
 from __future__ import annotations
 
 from conftest import published
@@ -9,8 +10,13 @@ def test_exact_launch_counts_from_16_threads_on_4_devices(run_client, shm_dir):
     client = run_client("gpa", "launches", "16", "25000", "4")
     expected = {int(d): int(n) for d, n in client.values("launches")}
     assert expected == {0: 100000, 1: 100000, 2: 100000, 3: 100000}
-    devices = wait_until(lambda: (p := published(shm_dir, client.proc.pid)) and
-                         {i: d.kernel_launches for i, d in p.items()} == expected and p)
+    devices = wait_until(
+        lambda: (
+            (p := published(shm_dir, client.proc.pid))
+            and {i: d.kernel_launches for i, d in p.items()} == expected
+            and p
+        )
+    )
     assert all(d.graph_launches == 0 and d.bytes_in_use == 0 for d in devices.values())
     assert bytes(devices[2].uuid)[15] == 2  # the fake driver's UUID for device 2
 
@@ -35,7 +41,9 @@ def test_every_entry_point_is_wrapped_counted_and_reaches_the_driver(run_client,
         assert len(reached) == 46 and min(reached.values()) >= 1, (lookup, reached)
         in_use = int(client.values("bytes")[0][1])
         # the monitor publishes every 10 ms: wait for the publish after the last free
-        devices = wait_until(lambda: (p := published(shm_dir, client.proc.pid)) and 1 in p and p[0].bytes_in_use == in_use and p)
+        devices = wait_until(
+            lambda: (p := published(shm_dir, client.proc.pid)) and 1 in p and p[0].bytes_in_use == in_use and p
+        )
         assert devices[0].kernel_launches == 7  # 6 single-device launch paths + the multi-device one
         assert devices[1].kernel_launches == 1  # its second device
         assert devices[0].graph_launches == 2

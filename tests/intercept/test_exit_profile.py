@@ -1,5 +1,6 @@
 """alnair-run --profile on jobs of the C client under the fake driver: one JSON file and a summary when the job ends,
 values equal to what the programs did, also for a SIGTERMed job; an unwritable path is one line and the job runs."""
+
 from __future__ import annotations
 
 import json
@@ -60,12 +61,14 @@ def job(intercept_library, fake_driver_dir, client_programs, tmp_path_factory) -
     shm_dir, path = tmp_path_factory.mktemp("shm"), tmp_path_factory.mktemp("out") / "profile.json"
     started = time.monotonic()
     command = [alnair_run(), "--profile", str(path), "sh", "-c", JOB, str(client_programs["gpa"])]
-    result = subprocess.run(command, check=False, capture_output=True, text=True,
-                            env=job_environment(fake_driver_dir, shm_dir), timeout=60)
+    result = subprocess.run(
+        command, check=False, capture_output=True, text=True, env=job_environment(fake_driver_dir, shm_dir), timeout=60
+    )
     elapsed = time.monotonic() - started
     assert result.returncode == 3, result.stderr
-    return Ran(json.loads(path.read_text()), path, result.stderr.splitlines(), result.stdout.splitlines(), elapsed,
-               shm_dir)
+    return Ran(
+        json.loads(path.read_text()), path, result.stderr.splitlines(), result.stdout.splitlines(), elapsed, shm_dir
+    )
 
 
 def printed(lines: list[str], key: str) -> list[list[str]]:
@@ -99,7 +102,8 @@ def test_launches_and_gpu_time_are_what_the_programs_did(job):
     assert by_index(activity)[0]["kernel_launches"] == 2
     # published by the exit alone: the last counts a process makes are in the profile
     assert {i: d["kernel_launches"] for i, d in by_index(launches).items()} == {
-        int(d): int(n) for d, n in printed(job.lines, "launches")}
+        int(d): int(n) for d, n in printed(job.lines, "launches")
+    }
 
 
 def test_each_device_totals_its_processes_by_uuid(job):
@@ -107,9 +111,12 @@ def test_each_device_totals_its_processes_by_uuid(job):
     for process in job.profile["processes"]:
         for device in process["cuda"]["devices"]:
             expected.setdefault(device["uuid"], Counter()).update(
-                {k: device[k] for k in ("kernel_launches", "peak_bytes", "allocations", "gpu_time_ns")})
-    assert {d["uuid"]: {k: d[k] for k in ("kernel_launches", "peak_bytes", "allocations", "gpu_time_ns")}
-            for d in job.profile["devices"]} == {uuid: dict(c) for uuid, c in expected.items()}
+                {k: device[k] for k in ("kernel_launches", "peak_bytes", "allocations", "gpu_time_ns")}
+            )
+    assert {
+        d["uuid"]: {k: d[k] for k in ("kernel_launches", "peak_bytes", "allocations", "gpu_time_ns")}
+        for d in job.profile["devices"]
+    } == {uuid: dict(c) for uuid, c in expected.items()}
     assert len(job.profile["devices"]) == 4 and all(d["uuid"].startswith("GPU-") for d in job.profile["devices"])
 
 
@@ -162,8 +169,10 @@ def kernel_name(k: int) -> str:
 def test_each_process_keeps_its_own_kernel_table(job):
     first = job.profile["processes"][3]  # kernels 0-29 on devices 0 and 1, the 20 most launched named
     named = [{"index": k % 2, "name": kernel_name(k), "launches": launched(k)} for k in range(20)]
-    other = [{"index": d, "name": "(other)", "launches": sum(launched(k) for k in range(20, 30) if k % 2 == d)}
-             for d in (0, 1)]
+    other = [
+        {"index": d, "name": "(other)", "launches": sum(launched(k) for k in range(20, 30) if k % 2 == d)}
+        for d in (0, 1)
+    ]
     assert first["cuda"]["kernels"] == named + other
 
 
@@ -192,18 +201,26 @@ def test_the_summary_says_it_on_stderr(job):
     assert summary[2].startswith(f"  {device['uuid']}: GPU time ")
     assert f", {device['kernel_launches']:,} launches" in summary[2]
     assert summary[3].startswith(f"    copies: host->device {h2d} (")
-    assert summary[4] == ("    top kernels: fake_kernel_0 2,000; fake_kernel_2 1,960; fake_kernel_4 1,920; "
-                          "fake_kernel_6 1,880; fake_kernel_8 1,840")
+    assert summary[4] == (
+        "    top kernels: fake_kernel_0 2,000; fake_kernel_2 1,960; fake_kernel_4 1,920; "
+        "fake_kernel_6 1,880; fake_kernel_8 1,840"
+    )
     assert not any("training" in line for line in summary)
 
 
-def test_a_sigtermed_job_still_writes_its_profile(intercept_library, fake_driver_dir, client_programs, shm_dir,
-                                                  tmp_path):
+def test_a_sigtermed_job_still_writes_its_profile(
+    intercept_library, fake_driver_dir, client_programs, shm_dir, tmp_path
+):
     path = tmp_path / "profile.json"
     client = [str(client_programs["gpa"]), "gpa", "launches", "2", "300", "2"]
-    proc = subprocess.Popen([alnair_run(), "--profile", str(path), *client],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=job_environment(fake_driver_dir, shm_dir))
+    proc = subprocess.Popen(
+        [alnair_run(), "--profile", str(path), *client],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=job_environment(fake_driver_dir, shm_dir),
+    )
     try:
         output = LineReader(proc.stdout)
         while output.read_line(30).strip() != "ready":
@@ -223,17 +240,26 @@ def test_a_sigtermed_job_still_writes_its_profile(intercept_library, fake_driver
     assert "(killed by SIGTERM)" in proc.stderr.read().splitlines()[0]
 
 
-@pytest.mark.parametrize("where, reason", [("missing/profile.json", "No such file or directory"),
-                                           ("file/profile.json", "Not a directory"), ("", "it is a directory")])
-def test_an_unwritable_path_is_one_line_and_the_job_runs_with_its_own_status(intercept_library, tmp_path, where,
-                                                                             reason):
+@pytest.mark.parametrize(
+    "where, reason",
+    [
+        ("missing/profile.json", "No such file or directory"),
+        ("file/profile.json", "Not a directory"),
+        ("", "it is a directory"),
+    ],
+)
+def test_an_unwritable_path_is_one_line_and_the_job_runs_with_its_own_status(
+    intercept_library, tmp_path, where, reason
+):
     (tmp_path / "file").write_text("")
     path = tmp_path / where
-    result = subprocess.run([alnair_run(), f"--profile={path}", "sh", "-c", "echo job; exit 7"],
-                            check=False, capture_output=True, text=True)
+    result = subprocess.run(
+        [alnair_run(), f"--profile={path}", "sh", "-c", "echo job; exit 7"], check=False, capture_output=True, text=True
+    )
     assert (result.returncode, result.stdout) == (7, "job\n")
     assert result.stderr.splitlines() == [
-        f'alnair-run: ignoring --profile="{path}": cannot write there ({reason}); writing no profile']
+        f'alnair-run: ignoring --profile="{path}": cannot write there ({reason}); writing no profile'
+    ]
 
 
 def test_the_environment_variable_is_the_flags_fallback_and_percent_p_its_pid(tmp_path):

@@ -2,6 +2,7 @@
 limit (trimmed when it stands in an allocation's way), and a context's own memory is measured, published, and
 charged with ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT=on. The fake driver's pools reserve in 2 MiB granules and its
 contexts hold FAKE_CUDA_CONTEXT_BYTES each."""
+
 from __future__ import annotations
 
 import pytest
@@ -36,6 +37,7 @@ def published_at(shm_dir, pid: int) -> int | None:
 
 def device_memory(shm_dir, pid: int, ready=lambda d, m: True, device: int = 0):
     """(CudaDevice, CudaDeviceMemory) of the device once ready(...) holds for the published pair."""
+
     def look():
         record = published_record(shm_dir, pid)
         if not record or record.devices_memory is None:
@@ -43,10 +45,12 @@ def device_memory(shm_dir, pid: int, ready=lambda d, m: True, device: int = 0):
         pairs = {d.device_index: (d, m) for d, m in zip(record.devices, record.devices_memory)}
         pair = pairs.get(device)
         return pair if pair and ready(*pair) else None
+
     return wait_until(look)
 
 
 # ---- pools ------------------------------------------------------------------------------------
+
 
 def test_pool_reservations_are_counted_beside_exact_allocations(run_client, shm_dir):
     client = run_client("gpa", "pools")
@@ -84,7 +88,9 @@ def test_the_limit_charges_pool_caches_and_trims_them_rather_than_refusing(run_c
 def test_at_the_limit_an_allocation_the_pools_cache_holds_is_never_refused(run_client, shm_dir):
     """The hardening of GPU sharing, item 3: CuPy's pool under a limit refused 8,000 bytes with 256 MiB free in it."""
     # 8 MiB granules: the two freed MiB share theirs with live blocks, so no trim can release them
-    client = run_client("gpa", "pool-refill", env={"ALNAIR_MEMORY_LIMIT": "64Mi", "FAKE_CUDA_POOL_GRANULE": str(8 * MIB)})
+    client = run_client(
+        "gpa", "pool-refill", env={"ALNAIR_MEMORY_LIMIT": "64Mi", "FAKE_CUDA_POOL_GRANULE": str(8 * MIB)}
+    )
     r = report(client)
     assert r["refused_result"] == CUDA_ERROR_OUT_OF_MEMORY and r["granted"] >= 60
     assert (r["again_result"], r["small_result"]) == (0, 0)  # both fit in the two freed MiB the pool holds
@@ -102,6 +108,7 @@ def test_without_a_limit_pools_are_never_trimmed(run_client, shm_dir):
 
 
 # ---- the context's own memory ---------------------------------------------------------------
+
 
 def test_each_contexts_own_memory_is_measured_published_and_given_back(run_client, shm_dir):
     client = run_client("gpa", "contexts", env={"FAKE_CUDA_CONTEXT_BYTES": str(CONTEXT)})
@@ -143,13 +150,16 @@ def test_by_default_and_with_the_option_off_the_limit_leaves_the_context_out(run
     assert client.stop() == ""
 
 
-@pytest.mark.parametrize("switch, shown", [("maybe", "maybe"), ("on ", "on "), ("2", "2"), ("include", "include"),
-                                           ("on\n", "on\\x0a")])
+@pytest.mark.parametrize(
+    "switch, shown", [("maybe", "maybe"), ("on ", "on "), ("2", "2"), ("include", "include"), ("on\n", "on\\x0a")]
+)
 def test_a_bad_option_value_costs_one_line_and_the_context_stays_out(run_client, switch, shown):
     r, client = granted_under(run_client, switch)
     assert r["granted"] == 1 << 30
-    assert client.stop() == (f'alnair: ignoring ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT="{shown}": want on, 1, true or yes '
-                             "(or off, 0, false, no); the memory limit leaves the context out\n")
+    assert client.stop() == (
+        f'alnair: ignoring ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT="{shown}": want on, 1, true or yes '
+        "(or off, 0, false, no); the memory limit leaves the context out\n"
+    )
 
 
 # ---- what contexts gain after their creation, as NVML shows it ------------------------------
@@ -158,11 +168,16 @@ GROWTH = 32 << 20  # e.g. cuBLAS's modules, loaded at its first use
 
 
 @pytest.mark.parametrize("switch", ["off", "on"])
-def test_context_growth_nvml_shows_is_published_and_charged_with_the_option(run_client, shm_dir, fake_nvml_dir,
-                                                                           fake_driver_dir, switch):
-    env = {"LD_LIBRARY_PATH": f"{fake_nvml_dir}:{fake_driver_dir}", "FAKE_NVML_CONTEXT_GROWTH_BYTES": str(GROWTH),
-           "ALNAIR_MEMORY_LIMIT": "1Gi", "ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT": switch,
-           "FAKE_CUDA_CONTEXT_BYTES": str(CONTEXT)}
+def test_context_growth_nvml_shows_is_published_and_charged_with_the_option(
+    run_client, shm_dir, fake_nvml_dir, fake_driver_dir, switch
+):
+    env = {
+        "LD_LIBRARY_PATH": f"{fake_nvml_dir}:{fake_driver_dir}",
+        "FAKE_NVML_CONTEXT_GROWTH_BYTES": str(GROWTH),
+        "ALNAIR_MEMORY_LIMIT": "1Gi",
+        "ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT": switch,
+        "FAKE_CUDA_CONTEXT_BYTES": str(CONTEXT),
+    }
     client = run_client("gpa", "limit", "1", env=env)
     granted = report(client)["granted"]  # allocated at once, before a second NVML reading confirmed the growth
     # the probe's figure and what NVML shows beyond the counters (readings taken while the scenario allocated
@@ -174,8 +189,16 @@ def test_context_growth_nvml_shows_is_published_and_charged_with_the_option(run_
 
 
 def test_without_nvml_the_context_is_the_probes_figure(run_client, shm_dir):
-    client = run_client("gpa", "limit", "1", env={"ALNAIR_MEMORY_LIMIT": "1Gi", "FAKE_CUDA_CONTEXT_BYTES": str(CONTEXT),
-                                                  "FAKE_NVML_CONTEXT_GROWTH_BYTES": str(GROWTH)})
+    client = run_client(
+        "gpa",
+        "limit",
+        "1",
+        env={
+            "ALNAIR_MEMORY_LIMIT": "1Gi",
+            "FAKE_CUDA_CONTEXT_BYTES": str(CONTEXT),
+            "FAKE_NVML_CONTEXT_GROWTH_BYTES": str(GROWTH),
+        },
+    )
     first = wait_until(lambda: published_at(shm_dir, client.proc.pid))
     # a publish 2.5 s later: the monitor took two held-memory readings (once a second) meanwhile, had NVML been there
     wait_until(lambda: published_at(shm_dir, client.proc.pid) >= first + 2_500_000_000)

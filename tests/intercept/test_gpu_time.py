@@ -4,6 +4,7 @@ return of a sync, each millisecond divided among the processes busy in it throug
 The accounting runs exactly on a virtual clock (programs/gpu_time_sim.c: a time-sliced GPU and the processes
 sharing it, driving intercept/gpu_time.c as the library does); the library's own path (hooks, monitor, table,
 record) runs against the fake driver."""
+
 from __future__ import annotations
 
 import subprocess
@@ -23,8 +24,15 @@ STEP_17MS = "20:850:5:0"  # 20 launches of 0.85 ms, 5 us of CPU apart, a sync: a
 @pytest.fixture(scope="module")
 def simulate(tmp_path_factory):
     binary = tmp_path_factory.mktemp("sim") / "gpu_time_sim"
-    gcc(f"-I{INTERCEPT.parent / 'abi'}", "-o", str(binary), str(HERE / "programs" / "gpu_time_sim.c"),
-        str(INTERCEPT / "gpu_time.c"), "-lpthread", "-lm")
+    gcc(
+        f"-I{INTERCEPT.parent / 'abi'}",
+        "-o",
+        str(binary),
+        str(HERE / "programs" / "gpu_time_sim.c"),
+        str(INTERCEPT / "gpu_time.c"),
+        "-lpthread",
+        "-lm",
+    )
 
     def run(seconds: float, *procs: str, device: dict | None = None) -> tuple[list[dict[str, int]], int]:
         """Each process's figures, and the GPU's busy time (all the device's figures into `device`)."""
@@ -49,12 +57,16 @@ def test_alone_the_gpu_time_is_the_busy_time(simulate):
     assert p["gpu_time_ns"] == p["busy_ns"] == p["true_ns"]
 
 
-@pytest.mark.parametrize("procs", [
-    (STEP_17MS, STEP_17MS),
-    ("20:250:5:0", STEP_17MS),  # 5 ms steps beside 17 ms steps
-    ("10:5000:5:0", "20:250:5:0"),  # 50 ms steps beside 5 ms steps
-    ("20:850:5:2000", STEP_17MS, "20:2500:5:0"),  # three: one leaves the GPU 2 ms a step for its CPU
-], ids=["17+17", "5+17", "50+5", "three"])
+@pytest.mark.parametrize(
+    "procs",
+    [
+        (STEP_17MS, STEP_17MS),
+        ("20:250:5:0", STEP_17MS),  # 5 ms steps beside 17 ms steps
+        ("10:5000:5:0", "20:250:5:0"),  # 50 ms steps beside 5 ms steps
+        ("20:850:5:2000", STEP_17MS, "20:2500:5:0"),  # three: one leaves the GPU 2 ms a step for its CPU
+    ],
+    ids=["17+17", "5+17", "50+5", "three"],
+)
 def test_processes_busy_together_split_the_gpu(simulate, procs):
     found, device = simulate(10, *procs)
     for p in found:
@@ -133,6 +145,7 @@ def test_two_processes_busy_together_each_count_half(run_client, shm_dir):
 
 # ---- the cap and the share on a time-sliced GPU (what compute_limit.c decides, on the virtual clock) ----------
 
+
 def share_of(p: dict, seconds: float = 10) -> float:
     return p["true_ns"] / (seconds * 1e9)
 
@@ -182,12 +195,16 @@ def test_steps_as_short_as_a_time_slice_pass_their_cap_by_the_documented_error(s
     assert 0.33 < share_of(small) < 0.37 and abs(small["gpu_time_ns"] / 1e10 - 0.30) < 0.01, small
 
 
-@pytest.mark.parametrize("procs, shares", [
-    (("cap=30,200:850:5:0", "cap=70,200:850:5:0"), (0.30, 0.70)),  # deep queues: 170 ms of work per sync
-    (("cap=30,1:17000:5:0", "cap=70,1:17000:5:0"), (0.30, 0.70)),  # a CUDA graph a step: one launch of 17 ms
-    (("share=30,1:17000:5:0", STEP_17MS), (0.30, 0.70)),
-    ((f"cap=30,{STEP_17MS}", f"{STEP_17MS}:0:0:3000"), (0.30, 0.49)),  # the unlimited one arrives at 3 s
-], ids=["deep-queues", "graphs", "graph-share", "arrival"])
+@pytest.mark.parametrize(
+    "procs, shares",
+    [
+        (("cap=30,200:850:5:0", "cap=70,200:850:5:0"), (0.30, 0.70)),  # deep queues: 170 ms of work per sync
+        (("cap=30,1:17000:5:0", "cap=70,1:17000:5:0"), (0.30, 0.70)),  # a CUDA graph a step: one launch of 17 ms
+        (("share=30,1:17000:5:0", STEP_17MS), (0.30, 0.70)),
+        ((f"cap=30,{STEP_17MS}", f"{STEP_17MS}:0:0:3000"), (0.30, 0.49)),  # the unlimited one arrives at 3 s
+    ],
+    ids=["deep-queues", "graphs", "graph-share", "arrival"],
+)
 def test_limits_hold_for_deep_queues_graphs_and_a_late_arrival(simulate, procs, shares):
     found, _ = simulate(10, *procs)
     assert [round(share_of(p), 2) for p in found] == pytest.approx(list(shares), abs=0.03), found

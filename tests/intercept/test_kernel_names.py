@@ -1,5 +1,6 @@
 """Kernels by name: the launch path counts each kernel handle, the monitor names it (cuFuncGetName, cuKernelGetName,
 demangled where the process has a C++ runtime) and publishes the most launched ones, then each device's OTHER row."""
+
 from __future__ import annotations
 
 import os
@@ -37,13 +38,19 @@ def test_the_20_most_launched_kernels_by_name_then_each_devices_other_launches_e
         assert sum(n for (d, _), n in table.items() if d == device.device_index) == device.kernel_launches
 
 
-DEMANGLED = {(0, "fake_kernel_0"): 1000, (0, "fake_kernel_1(float*)"): 990, (0, "fake_kernel_2"): 980,
-             (0, "fake_kernel_3(float*)"): 970, (0, "(other)"): 0}
+DEMANGLED = {
+    (0, "fake_kernel_0"): 1000,
+    (0, "fake_kernel_1(float*)"): 990,
+    (0, "fake_kernel_2"): 980,
+    (0, "fake_kernel_3(float*)"): 970,
+    (0, "(other)"): 0,
+}
 
 
 def test_names_are_demangled_where_the_process_has_a_cpp_runtime(run_client, shm_dir, intercept_library):
-    client = run_client("gpa", "kernels", "4", "1", preload=False,
-                        env={"LD_PRELOAD": f"libstdc++.so.6 {intercept_library}"})
+    client = run_client(
+        "gpa", "kernels", "4", "1", preload=False, env={"LD_PRELOAD": f"libstdc++.so.6 {intercept_library}"}
+    )
     wait_until(lambda: rows(shm_dir, client.proc.pid) == DEMANGLED)
 
 
@@ -69,24 +76,38 @@ def test_launches_of_a_null_handle_count_only_in_other(run_client, shm_dir):
 def test_kernel_names_top_sets_how_many_are_named_and_a_bad_value_is_one_line(run_client, shm_dir):
     five = run_client("gpa", "kernels", "10", "1", env={"ALNAIR_KERNEL_NAMES_TOP": "5"})
     want = {(0, f"fake_kernel_{k}" if k % 2 == 0 else mangled(k)): expected_launches(k) for k in range(5)}
-    wait_until(lambda: rows(shm_dir, five.proc.pid) == {**want, (0, "(other)"): sum(map(expected_launches, range(5, 10)))})
+    wait_until(
+        lambda: rows(shm_dir, five.proc.pid) == {**want, (0, "(other)"): sum(map(expected_launches, range(5, 10)))}
+    )
     none = run_client("gpa", "kernels", "10", "1", env={"ALNAIR_KERNEL_NAMES_TOP": "0"})
     wait_until(lambda: rows(shm_dir, none.proc.pid) == {(0, "(other)"): sum(map(expected_launches, range(10)))})
     bad = run_client("gpa", "kernels", "30", "1", env={"ALNAIR_KERNEL_NAMES_TOP": "33"})
     wait_until(lambda: len(rows(shm_dir, bad.proc.pid)) == 21)  # the default: 20 named, and OTHER
     assert bad.stop().splitlines() == [
-        'alnair: ignoring ALNAIR_KERNEL_NAMES_TOP="33": want a number of kernels 0-32; naming the 20 most launched']
+        'alnair: ignoring ALNAIR_KERNEL_NAMES_TOP="33": want a number of kernels 0-32; naming the 20 most launched'
+    ]
 
 
 def test_rows_change_as_kernels_overtake_one_another_and_other_never_goes_down(
-        intercept_library, fake_driver_dir, client_programs, shm_dir):
+    intercept_library, fake_driver_dir, client_programs, shm_dir
+):
     """One named row: a kernel takes it only with an eighth more launches than its holder; a kernel that leaves
     counts in OTHER from then on. The test looks at the record between the phases the client waits between."""
-    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver_dir), "ALNAIR_SHM_DIR": str(shm_dir),
-           "LD_PRELOAD": str(intercept_library), "ALNAIR_KERNEL_NAMES_TOP": "1"}
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(fake_driver_dir),
+        "ALNAIR_SHM_DIR": str(shm_dir),
+        "LD_PRELOAD": str(intercept_library),
+        "ALNAIR_KERNEL_NAMES_TOP": "1",
+    }
     phases = "5:100,wait,6:110,wait,6:200,wait,5:250,wait,6:10,wait"
-    proc = subprocess.Popen([str(client_programs["gpa"]), "gpa", "kernels", "0", "1", phases], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [str(client_programs["gpa"]), "gpa", "kernels", "0", "1", phases],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     output = LineReader(proc.stdout)
     after = [
         {(0, mangled(5)): 100, (0, "(other)"): 0},
@@ -105,4 +126,3 @@ def test_rows_change_as_kernels_overtake_one_another_and_other_never_goes_down(
     finally:
         proc.kill()
         proc.wait()
-

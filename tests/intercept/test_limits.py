@@ -1,4 +1,5 @@
 """Memory and compute limits for shared GPUs."""
+
 from __future__ import annotations
 
 from conftest import published
@@ -17,7 +18,9 @@ def test_memory_limit_is_never_overshot_by_16_racing_threads_and_is_what_the_pro
     assert report["granted"] == 100 * MIB  # exactly up to the limit, never past it
     assert report["refused_result"] == CUDA_ERROR_OUT_OF_MEMORY
     # one refusal per thread, and the last probe: wait for the publish after it
-    device = wait_until(lambda: (d := published(shm_dir, client.proc.pid).get(0)) and d.limit_denied_allocations >= 17 and d)
+    device = wait_until(
+        lambda: (d := published(shm_dir, client.proc.pid).get(0)) and d.limit_denied_allocations >= 17 and d
+    )
     assert device.bytes_in_use == device.peak_bytes == 100 * MIB
     assert device.memory_limit_bytes == 100 * MIB
     assert device.failed_allocations == 0  # refused before reaching the driver
@@ -39,7 +42,8 @@ def test_malformed_limits_are_reported_once_each_and_ignored(run_client, shm_dir
         'alnair: ignoring ALNAIR_MEMORY_LIMIT="lots": want bytes like 8Gi, 512M or 1073741824, '
         "or per device 0=8Gi,1=4Gi; running with no memory limit\n"
         'alnair: ignoring ALNAIR_COMPUTE_LIMIT="250": want a percent 1-100, or per device 0=30,1=70; '
-        "running with no compute limit\n")
+        "running with no compute limit\n"
+    )
     assert client.proc.returncode == 0
 
 

@@ -1,4 +1,5 @@
 """Pass-through mode, fork, and running on when the segment cannot be created."""
+
 from __future__ import annotations
 
 import os
@@ -32,7 +33,11 @@ def test_the_preloaded_library_alone_wraps_and_publishes(run_client, shm_dir):
     client.stop()
     assert os.listdir(shm_dir) == []
     client = run_client("gpa", "launches", "1", "10", "1")
-    wait_until(lambda: published(shm_dir, client.proc.pid).get(0) and published(shm_dir, client.proc.pid)[0].kernel_launches == 10)
+    wait_until(
+        lambda: (
+            published(shm_dir, client.proc.pid).get(0) and published(shm_dir, client.proc.pid)[0].kernel_launches == 10
+        )
+    )
     client.stop()
 
 
@@ -101,8 +106,14 @@ def test_a_clean_exit_publishes_the_final_counts_and_leaves_them_where_a_reader_
 
     (shm_dir / "alnair.reader").touch()
     # 1 ms per launch: the first tick publishes near the start, and 60 s pass before the next one would.
-    client = run_client("gpa", "launches", "1", "500", "1",
-                        env={"ALNAIR_PUBLISH_INTERVAL_MS": "60000", "FAKE_CUDA_LAUNCH_NS": "1000000"})
+    client = run_client(
+        "gpa",
+        "launches",
+        "1",
+        "500",
+        "1",
+        env={"ALNAIR_PUBLISH_INTERVAL_MS": "60000", "FAKE_CUDA_LAUNCH_NS": "1000000"},
+    )
     reader = SegmentDirectory(str(shm_dir), layout.KIND_CUDA, linger_seconds=60)
     wait_until(lambda: reader.read())  # seen alive
     assert client.values("launches") == [["0", "500"]]

@@ -1,6 +1,7 @@
 """The GPU share table is a mode-0666 file: any local user may truncate it, grow it, fill it with
 garbage or rename another file over it while the processes on the GPU publish their busy timelines
 there. None of that may kill them, stall them or take their GPU time away (docs/intercept.md, the rules)."""
+
 from __future__ import annotations
 
 import fcntl
@@ -63,6 +64,7 @@ def write_at(path: Path, offset: int, data: bytes) -> None:
 
 # ---- the disturbances -----------------------------------------------------------------------
 
+
 def truncate_to_zero(path: Path) -> None:
     os.truncate(path, 0)
 
@@ -101,8 +103,12 @@ def remove(path: Path) -> None:
 
 # ---- the pair of capped processes, disturbed --------------------------------------------------
 
-@pytest.mark.parametrize("disturb", [truncate_to_zero, grow_to_1mib, random_bytes, max_quotas_in_free_slots,
-                                     rename_over, remove], ids=lambda f: f.__name__)
+
+@pytest.mark.parametrize(
+    "disturb",
+    [truncate_to_zero, grow_to_1mib, random_bytes, max_quotas_in_free_slots, rename_over, remove],
+    ids=lambda f: f.__name__,
+)
 def test_a_disturbed_table_neither_kills_nor_starves_the_processes_sharing_it(run_client, shm_dir, disturb):
     table, said = table_path(shm_dir), []
 
@@ -112,8 +118,13 @@ def test_a_disturbed_table_neither_kills_nor_starves_the_processes_sharing_it(ru
         assert wait_until(lambda: set(holders(table).values()) >= set(pids), timeout=2)
         time.sleep(1.2)  # past every process's liveness check: the figures below are measured after it
 
-    small, large = together(run_client, shm_dir, [{"ALNAIR_COMPUTE_LIMIT": limit} for limit in LIMITS],
-                            after_settling=disturb_then_settle, said=said)
+    small, large = together(
+        run_client,
+        shm_dir,
+        [{"ALNAIR_COMPUTE_LIMIT": limit} for limit in LIMITS],
+        after_settling=disturb_then_settle,
+        said=said,
+    )
     assert said == ["", ""]  # not a line of complaint, and both lived to the end
     assert abs(small.gpu_share - 0.30) < 0.06 and abs(large.gpu_share - 0.70) < 0.06, (small, large)
     if disturb is grow_to_1mib:
@@ -147,8 +158,14 @@ def test_a_process_holding_every_free_slot_counts_once(run_client, shm_dir):
 
     def start_hog(pids):
         assert wait_until(lambda: table_path(shm_dir).exists())
-        hog.append(subprocess.Popen([sys.executable, "-c", SLOT_HOG, str(table_path(shm_dir))], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, text=True))
+        hog.append(
+            subprocess.Popen(
+                [sys.executable, "-c", SLOT_HOG, str(table_path(shm_dir))],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
         assert read_line(hog[0].stdout, 10).strip() == "locked"
         assert len(holders(table_path(shm_dir))) == SLOTS
         time.sleep(0.3)  # counted within a period

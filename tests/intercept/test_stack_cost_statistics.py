@@ -1,5 +1,6 @@
 """bench/stack_overhead.py's two estimates of the whole stack's cost: the mean ratio (Student's t) that one slow run
 drags, and the median ratio with its sign-test interval that it cannot."""
+
 from __future__ import annotations
 
 import importlib.util

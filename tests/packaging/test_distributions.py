@@ -1,6 +1,7 @@
 """What the packaging promises, proven on a wheel built from the tracked files and installed into real venvs:
 the base install is the training side on the standard library alone; the exporter is the `exporter` extra; the
 dataset lab (dataset/, its own distribution) is neither in the wheel nor among its dependencies."""
+
 from __future__ import annotations
 
 import configparser
@@ -26,20 +27,40 @@ EXPORTER_EXTRA = {"prometheus-client", "psutil", "pyyaml", "bcrypt", "nvidia-ml-
 INJECTOR_EXTRA = {"aiohttp"}
 CACHE_EXTRA = {"redis", "xxhash"}
 LAB_DEPENDENCIES = {"pandas", "scipy", "scikit-learn", "matplotlib", "frictionless", "transformers"}
-EXPORTER_SIDE_MODULES = ["prometheus_client", "yaml", "bcrypt", "pynvml", "kubernetes", "redis", "psutil", "xxhash",
-                         "aiohttp"]
-SCRIPTS = {"alnair-exporter": "alnair.exporter:main", "alnair": "alnair.cli.main:main",
-           "alnair-run": "alnair.intercept.launcher:main", "alnair-injector": "alnair.injector:main"}
-COLLECTORS = {"host": "alnair.collectors.host:HostCollector", "cuda": "alnair.collectors.cuda:CudaCollector",
-              "python": "alnair.collectors.python:PythonCollector", "cache": "alnair.collectors.cache:CacheCollector",
-              "nvml": "alnair.collectors.nvml:NvmlCollector"}
+EXPORTER_SIDE_MODULES = [
+    "prometheus_client",
+    "yaml",
+    "bcrypt",
+    "pynvml",
+    "kubernetes",
+    "redis",
+    "psutil",
+    "xxhash",
+    "aiohttp",
+]
+SCRIPTS = {
+    "alnair-exporter": "alnair.exporter:main",
+    "alnair": "alnair.cli.main:main",
+    "alnair-run": "alnair.intercept.launcher:main",
+    "alnair-injector": "alnair.injector:main",
+}
+COLLECTORS = {
+    "host": "alnair.collectors.host:HostCollector",
+    "cuda": "alnair.collectors.cuda:CudaCollector",
+    "python": "alnair.collectors.python:PythonCollector",
+    "cache": "alnair.collectors.cache:CacheCollector",
+    "nvml": "alnair.collectors.nvml:NvmlCollector",
+}
 LONG = 600  # seconds: only ever reached when something hangs; the tests wait for conditions, not for time
 
 
 def clean_env(**extra: str) -> dict[str, str]:
     """This environment without what would configure Alnair or reach past the venv under test."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ALNAIR_", "PYTHON")) and k not in ("LD_PRELOAD", "VIRTUAL_ENV")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ALNAIR_", "PYTHON")) and k not in ("LD_PRELOAD", "VIRTUAL_ENV")
+    }
     return {**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1", **extra}
 
 
@@ -57,8 +78,19 @@ def requirement_name(requirement: str) -> str:
 def wheel(tmp_path_factory) -> Path:
     """The wheel, built once, offline, from a copy of the tracked files (as CI's clone has them)."""
     out = tmp_path_factory.mktemp("wheel")
-    result = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out),
-                  str(tracked_tree(tmp_path_factory))])
+    result = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(tracked_tree(tmp_path_factory)),
+        ]
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     [built] = out.glob("alnair_gpu-*.whl")
     return built
@@ -120,7 +152,11 @@ def test_wheel_holds_the_products_packages_and_none_of_the_dataset_lab(wheel_fil
     folders = {name.split("/")[1] for name in wheel_files if name.startswith("alnair/") and name.count("/") > 1}
     assert folders == {package.split(".")[1] for package in packages if package.count(".") == 1}
     tops = {name.split("/")[0] for name in wheel_files}
-    assert tops == {"alnair", "alnair_intercept.pth", f"alnair_gpu-{importlib.metadata.version('alnair-gpu')}.dist-info"}
+    assert tops == {
+        "alnair",
+        "alnair_intercept.pth",
+        f"alnair_gpu-{importlib.metadata.version('alnair-gpu')}.dist-info",
+    }
     assert not [name for name in wheel_files if name.startswith("alnair/dataset/") or "/data/" in name]
 
 
@@ -146,7 +182,12 @@ def test_wheel_is_manylinux_2_17_because_its_native_library_needs_nothing_newer(
 
 
 def test_wheel_carries_the_abi_the_intercept_library_and_the_switch(wheel_files):
-    for name in ("alnair/abi/alnair_shm.h", "alnair/abi/layout.py", "alnair/intercept/libalnair.so", "alnair_intercept.pth"):
+    for name in (
+        "alnair/abi/alnair_shm.h",
+        "alnair/abi/layout.py",
+        "alnair/intercept/libalnair.so",
+        "alnair_intercept.pth",
+    ):
         assert name in wheel_files, name
     assert wheel_files["alnair/abi/alnair_shm.h"] == (ROOT / "abi" / "alnair_shm.h").read_bytes()
     assert wheel_files["alnair/intercept/libalnair.so"][:4] == b"\x7fELF"
@@ -197,22 +238,27 @@ def test_injector_command_without_the_extra_says_in_one_line_how_to_install_it(t
     result = run([str(training_venv / "bin" / "alnair-injector")], cwd=tmp_path)
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
-    assert line == "alnair-injector: error: the injector's server is not installed (no module aiohttp): " \
-                   "pip install 'alnair-gpu[injector]'"
+    assert (
+        line == "alnair-injector: error: the injector's server is not installed (no module aiohttp): "
+        "pip install 'alnair-gpu[injector]'"
+    )
 
 
 def test_switch_variable_activates_the_python_intercept_through_the_pth(training_venv, tmp_path):
     python = str(training_venv / "bin" / "python")
     code = "import sys; print('alnair.intercept.activation' in sys.modules)"
-    on = run([python, "-c", code], env=clean_env(ALNAIR_PYTHON_INTERCEPT="1", ALNAIR_SHM_DIR=str(tmp_path)), cwd=tmp_path)
+    on = run(
+        [python, "-c", code], env=clean_env(ALNAIR_PYTHON_INTERCEPT="1", ALNAIR_SHM_DIR=str(tmp_path)), cwd=tmp_path
+    )
     off = run([python, "-c", code], env=clean_env(), cwd=tmp_path)
     assert (on.returncode, on.stdout) == (0, "True\n"), on.stderr
     assert (off.returncode, off.stdout) == (0, "False\n"), off.stderr
 
 
 def test_alnair_profile_runs_on_the_product_alone(training_venv, tmp_path):
-    result = run([str(training_venv / "bin" / "alnair"), "profile", f"--prometheus=http://127.0.0.1:{free_port()}"],
-                 cwd=tmp_path)
+    result = run(
+        [str(training_venv / "bin" / "alnair"), "profile", f"--prometheus=http://127.0.0.1:{free_port()}"], cwd=tmp_path
+    )
     assert result.returncode == 1, result.stderr
     [line] = result.stderr.splitlines()
     assert line.startswith("alnair profile: error: cannot reach Prometheus at http://127.0.0.1:")
@@ -253,12 +299,20 @@ def test_readme_first_command_installs_an_exporter_that_serves_metrics_without_f
     port = free_port()
     log_path = tmp_path / "exporter.log"
     with open(log_path, "w") as log:
-        exporter = subprocess.Popen([str(venv / "bin" / "alnair-exporter")], stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
-                                    env=clean_env(ALNAIR_WEB_LISTEN_ADDRESS=f"127.0.0.1:{port}"))
+        exporter = subprocess.Popen(
+            [str(venv / "bin" / "alnair-exporter")],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env=clean_env(ALNAIR_WEB_LISTEN_ADDRESS=f"127.0.0.1:{port}"),
+        )
     try:
-        body = wait_until(lambda: exporter.poll() is not None or metrics(f"http://127.0.0.1:{port}/metrics"),
-                          timeout=LONG, interval=0.2)
+        body = wait_until(
+            lambda: exporter.poll() is not None or metrics(f"http://127.0.0.1:{port}/metrics"),
+            timeout=LONG,
+            interval=0.2,
+        )
         assert exporter.poll() is None, log_path.read_text()
         assert "alnair_exporter_build_info" in body, body
         exporter.terminate()

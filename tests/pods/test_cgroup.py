@@ -1,4 +1,5 @@
 """Pod UID and container id from /proc/<pid>/cgroup, for each cgroup version, driver and runtime."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,54 +14,56 @@ ID = "4f1e9c3b2a7d8e6f5c4b3a29180706f5e4d3c2b1a09f8e7d6c5b4a3928170605"
 CASES = {
     "v2 systemd containerd": (
         f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{SYSTEMD_UID}.slice/cri-containerd-{ID}.scope\n",
-        CgroupIdentity(UID, f"containerd://{ID}")),
+        CgroupIdentity(UID, f"containerd://{ID}"),
+    ),
     "v2 systemd cri-o": (
         f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{SYSTEMD_UID}.slice/crio-{ID}.scope\n",
-        CgroupIdentity(UID, f"cri-o://{ID}")),
+        CgroupIdentity(UID, f"cri-o://{ID}"),
+    ),
     "v2 systemd guaranteed docker (cri-dockerd)": (
         f"0::/kubepods.slice/kubepods-pod{SYSTEMD_UID}.slice/docker-{ID}.scope\n",
-        CgroupIdentity(UID, f"docker://{ID}")),
-    "v2 cgroupfs containerd": (
-        f"0::/kubepods/burstable/pod{UID}/{ID}\n",
-        CgroupIdentity(UID, ID)),
-    "v2 cgroupfs cri-o": (
-        f"0::/kubepods/besteffort/pod{UID}/crio-{ID}\n",
-        CgroupIdentity(UID, f"cri-o://{ID}")),
+        CgroupIdentity(UID, f"docker://{ID}"),
+    ),
+    "v2 cgroupfs containerd": (f"0::/kubepods/burstable/pod{UID}/{ID}\n", CgroupIdentity(UID, ID)),
+    "v2 cgroupfs cri-o": (f"0::/kubepods/besteffort/pod{UID}/crio-{ID}\n", CgroupIdentity(UID, f"cri-o://{ID}")),
     "v1 cgroupfs docker": (
         f"12:pids:/kubepods/burstable/pod{UID}/{ID}\n"
         f"11:memory:/kubepods/burstable/pod{UID}/{ID}\n"
         f"4:cpu,cpuacct:/kubepods/burstable/pod{UID}/{ID}\n"
         f"1:name=systemd:/kubepods/burstable/pod{UID}/{ID}\n",
-        CgroupIdentity(UID, ID)),
+        CgroupIdentity(UID, ID),
+    ),
     "v1 systemd containerd": (
         f"12:hugetlb:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{SYSTEMD_UID}.slice/cri-containerd-{ID}.scope\n"
         f"11:devices:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{SYSTEMD_UID}.slice/cri-containerd-{ID}.scope\n"
         "0::/\n",
-        CgroupIdentity(UID, f"containerd://{ID}")),
+        CgroupIdentity(UID, f"containerd://{ID}"),
+    ),
     "v1 systemd cri-o with the unified hierarchy mounted": (
         f"10:cpuset:/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{SYSTEMD_UID}.slice/crio-{ID}.scope\n"
         "1:name=systemd:/system.slice/crio.service\n"
         "0::/system.slice/crio.service\n",
-        CgroupIdentity(UID, f"cri-o://{ID}")),
+        CgroupIdentity(UID, f"cri-o://{ID}"),
+    ),
     "kind node (kubelet.slice nesting)": (
         f"0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/"
         f"kubelet-kubepods-besteffort-pod{SYSTEMD_UID}.slice/cri-containerd-{ID}.scope\n",
-        CgroupIdentity(UID, f"containerd://{ID}")),
+        CgroupIdentity(UID, f"containerd://{ID}"),
+    ),
     "docker outside Kubernetes (systemd)": (
         f"0::/system.slice/docker-{ID}.scope\n",
-        CgroupIdentity("", f"docker://{ID}")),
-    "docker outside Kubernetes (v1 cgroupfs)": (
-        f"13:memory:/docker/{ID}\n",
-        CgroupIdentity("", ID)),
-    "host login session": (
-        "0::/user.slice/user-1000.slice/session-3.scope\n",
-        CgroupIdentity()),
+        CgroupIdentity("", f"docker://{ID}"),
+    ),
+    "docker outside Kubernetes (v1 cgroupfs)": (f"13:memory:/docker/{ID}\n", CgroupIdentity("", ID)),
+    "host login session": ("0::/user.slice/user-1000.slice/session-3.scope\n", CgroupIdentity()),
     "host service (v1)": (
         "12:memory:/system.slice/ssh.service\n1:name=systemd:/system.slice/ssh.service\n",
-        CgroupIdentity()),
+        CgroupIdentity(),
+    ),
     "pod sandbox cgroup without a container component": (
         f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{SYSTEMD_UID}.slice\n",
-        CgroupIdentity(UID, "")),
+        CgroupIdentity(UID, ""),
+    ),
 }
 
 
@@ -81,12 +84,16 @@ def test_a_pod_uid_outside_a_kubepods_path_is_not_believed():
 OTHER = "f" * 64  # the container id a process would pass off as its own
 
 
-@pytest.mark.parametrize("path", [
-    f"/user.slice/user-1000.slice/user@1000.service/kubepods/burstable/pod{UID}/{ID}",  # a systemd user's subtree
-    f"/user.slice/user-1000.slice/user@1000.service/app.slice/kubepods-pod{SYSTEMD_UID}.slice/libpod-{ID}.scope",
-    f"/../../../user.slice/user-1000.slice/user@1000.service/kubepods/pod{UID}/{ID}",  # seen from a cgroup namespace
-    f"/system.slice/docker-{OTHER}.scope/kubepods/pod{UID}/{ID}",  # inside a container outside Kubernetes
-], ids=["user subtree", "rootless podman", "user subtree from a cgroup namespace", "container outside Kubernetes"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/user.slice/user-1000.slice/user@1000.service/kubepods/burstable/pod{UID}/{ID}",  # a systemd user's subtree
+        f"/user.slice/user-1000.slice/user@1000.service/app.slice/kubepods-pod{SYSTEMD_UID}.slice/libpod-{ID}.scope",
+        f"/../../../user.slice/user-1000.slice/user@1000.service/kubepods/pod{UID}/{ID}",  # seen from a cgroup namespace
+        f"/system.slice/docker-{OTHER}.scope/kubepods/pod{UID}/{ID}",  # inside a container outside Kubernetes
+    ],
+    ids=["user subtree", "rootless podman", "user subtree from a cgroup namespace", "container outside Kubernetes"],
+)
 def test_a_delegated_subtree_cannot_name_its_cgroups_after_another_pod(path):
     assert parse_cgroup_file(f"0::{path}\n").pod_uid == ""
 

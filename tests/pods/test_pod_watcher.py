@@ -1,5 +1,6 @@
 """The pod watcher against a stand-in API server that answers list and watch requests the way the
 Kubernetes API does (a PodList, then JSON-line watch events), including expiry and outages."""
+
 from __future__ import annotations
 
 import json
@@ -24,13 +25,29 @@ CLOSE = object()  # ends the current watch response
 def pod(uid: str, name: str, containers: dict[str, str], namespace: str = "training") -> dict:
     """A pod as the API serves it (trimmed of fields the watcher ignores, never of ones it reads)."""
     return {
-        "kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": namespace, "uid": uid, "resourceVersion": "0",
-                     "labels": {"app": name.rsplit("-", 1)[0]}},
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "resourceVersion": "0",
+            "labels": {"app": name.rsplit("-", 1)[0]},
+        },
         "spec": {"nodeName": NODE, "containers": [{"name": c, "image": "pytorch:2.4"} for c in containers]},
-        "status": {"phase": "Running", "containerStatuses": [
-            {"name": c, "containerID": f"containerd://{cid}" if cid else None, "ready": bool(cid),
-             "restartCount": 0, "image": "pytorch:2.4"} for c, cid in containers.items()]},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": c,
+                    "containerID": f"containerd://{cid}" if cid else None,
+                    "ready": bool(cid),
+                    "restartCount": 0,
+                    "image": "pytorch:2.4",
+                }
+                for c, cid in containers.items()
+            ],
+        },
     }
 
 
@@ -98,20 +115,50 @@ class FakeApiServer:
         if url.path != "/api/v1/pods":
             return request.send_error(404)
         if self.forbidden:
-            return self.send_json(request, 403, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden",
-                                                 "message": 'pods is forbidden: User "system:serviceaccount:alnair:default" cannot list resource "pods"', "code": 403})
+            return self.send_json(
+                request,
+                403,
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "reason": "Forbidden",
+                    "message": 'pods is forbidden: User "system:serviceaccount:alnair:default" cannot list resource "pods"',
+                    "code": 403,
+                },
+            )
         if query.get("watch") not in ("true", "1", "True"):
-            return self.send_json(request, 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.version)},
-                                                 "items": list(self.pods.values())})
+            return self.send_json(
+                request,
+                200,
+                {
+                    "kind": "PodList",
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": str(self.version)},
+                    "items": list(self.pods.values()),
+                },
+            )
         request.send_response(200)
         request.send_header("Content-Type", "application/json")
         request.send_header("Transfer-Encoding", "chunked")
         request.end_headers()
         if self.expire_next_watch:
             self.expire_next_watch = False
-            self.write_line(request, {"type": "ERROR", "object": {
-                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": f"too old resource version: {query.get('resourceVersion')} ({self.version})", "reason": "Expired", "code": 410}})
+            self.write_line(
+                request,
+                {
+                    "type": "ERROR",
+                    "object": {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Failure",
+                        "message": f"too old resource version: {query.get('resourceVersion')} ({self.version})",
+                        "reason": "Expired",
+                        "code": 410,
+                    },
+                },
+            )
             return self.write_chunk(request, b"")
         while not self._stopping.is_set():  # stopped: the connection is cut without the last chunk
             try:
@@ -261,7 +308,9 @@ def test_no_permission_is_said_once_and_identity_stays_cgroup_derived(api, watch
     wait_until(lambda: any("no permission" in r.message for r in caplog.records))
     assert not watcher.synced.is_set()
     (tmp_path / "9").mkdir()
-    (tmp_path / "9" / "cgroup").write_text(f"0::/kubepods/besteffort/pod{'6d3a1b8e-4c2f-4e8a-9b1d-2f7c5a9e0b11'}/{'f' * 64}\n")
+    (tmp_path / "9" / "cgroup").write_text(
+        f"0::/kubepods/besteffort/pod{'6d3a1b8e-4c2f-4e8a-9b1d-2f7c5a9e0b11'}/{'f' * 64}\n"
+    )
     who = PodIdentity(str(tmp_path), watcher).of_pid(9)
     assert (who.pod_uid, who.container_id, who.pod) == ("6d3a1b8e-4c2f-4e8a-9b1d-2f7c5a9e0b11", "f" * 64, "<unknown>")
 
@@ -274,7 +323,13 @@ def test_identity_names_a_pid_through_the_watch(api, watch, tmp_path):
     wait_until(watcher.synced.is_set)
     (tmp_path / "9").mkdir()
     (tmp_path / "9" / "cgroup").write_text(
-        f"0::/kubepods.slice/kubepods-pod{uid.replace('-', '_')}.slice/cri-containerd-{'a' * 64}.scope\n")
+        f"0::/kubepods.slice/kubepods-pod{uid.replace('-', '_')}.slice/cri-containerd-{'a' * 64}.scope\n"
+    )
     who = PodIdentity(str(tmp_path), watcher).of_pid(9)
-    assert who.labels() == {"pod_uid": uid, "container_id": f"containerd://{'a' * 64}", "pod": "trainer-0",
-                            "namespace": "ml", "container": "pytorch"}
+    assert who.labels() == {
+        "pod_uid": uid,
+        "container_id": f"containerd://{'a' * 64}",
+        "pod": "trainer-0",
+        "namespace": "ml",
+        "container": "pytorch",
+    }

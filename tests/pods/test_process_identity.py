@@ -1,4 +1,5 @@
 """Pod identity on the cuda collector's process info: cgroup-derived, named by the pod cache, or marked host."""
+
 from __future__ import annotations
 
 import argparse
@@ -40,28 +41,46 @@ def process_info(shm_dir, procfs: str, watcher=None) -> tuple[CudaCollector, dic
     infos = {}
     for key in parse_samples(collector.collect().decode()):
         if key.startswith("alnair_cuda_process_info{"):
-            labels = dict(pair.split("=", 1) for pair in key[len("alnair_cuda_process_info{"):-1].split(","))
+            labels = dict(pair.split("=", 1) for pair in key[len("alnair_cuda_process_info{") : -1].split(","))
             infos[labels["pid"].strip('"')] = {k: v.strip('"') for k, v in labels.items()}
     return collector, infos
 
 
 def test_process_in_a_pod_gets_cgroup_identity_and_names_from_the_cache(start_writer, shm_dir, tmp_path):
     in_pod, on_host = start_writer(), start_writer()
-    procfs = fake_procfs(tmp_path, {
-        in_pod.pid: f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice/cri-containerd-{CONTAINER}.scope\n",
-        on_host.pid: "0::/user.slice/user-0.slice/session-1.scope\n"})
+    procfs = fake_procfs(
+        tmp_path,
+        {
+            in_pod.pid: f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice/cri-containerd-{CONTAINER}.scope\n",
+            on_host.pid: "0::/user.slice/user-0.slice/session-1.scope\n",
+        },
+    )
     _, infos = process_info(shm_dir, procfs, KnownPods({UID: PodNames("trainer-0", "ml", {CONTAINER: "pytorch"})}))
     assert {k: infos[str(in_pod.pid)][k] for k in ("pod_uid", "container_id", "pod", "namespace", "container")} == {
-        "pod_uid": UID, "container_id": f"containerd://{CONTAINER}", "pod": "trainer-0", "namespace": "ml", "container": "pytorch"}
+        "pod_uid": UID,
+        "container_id": f"containerd://{CONTAINER}",
+        "pod": "trainer-0",
+        "namespace": "ml",
+        "container": "pytorch",
+    }
     assert {k: infos[str(on_host.pid)][k] for k in ("pod_uid", "pod", "namespace", "container")} == {
-        "pod_uid": "<none>", "pod": "<none>", "namespace": "<none>", "container": "<none>"}
+        "pod_uid": "<none>",
+        "pod": "<none>",
+        "namespace": "<none>",
+        "container": "<none>",
+    }
 
 
 def test_names_unknown_to_the_cache_are_marked_unknown_not_empty(start_writer, shm_dir, tmp_path):
     w = start_writer()
     procfs = fake_procfs(tmp_path, {w.pid: f"0::/kubepods/besteffort/pod{UID}/crio-{CONTAINER}\n"})
     info = process_info(shm_dir, procfs, KnownPods({}))[1][str(w.pid)]
-    assert (info["pod_uid"], info["container_id"], info["pod"], info["namespace"]) == (UID, f"cri-o://{CONTAINER}", "<unknown>", "<unknown>")
+    assert (info["pod_uid"], info["container_id"], info["pod"], info["namespace"]) == (
+        UID,
+        f"cri-o://{CONTAINER}",
+        "<unknown>",
+        "<unknown>",
+    )
 
 
 def test_a_claim_contradicting_the_cgroup_is_ignored_and_counted(start_writer, shm_dir, tmp_path):
@@ -69,13 +88,29 @@ def test_a_claim_contradicting_the_cgroup_is_ignored_and_counted(start_writer, s
     w = start_writer(env={"ALNAIR_POD_UID": "pod-1", "ALNAIR_CONTAINER_ID": "cri-o://c1"})
     on_host = start_writer(env={"ALNAIR_POD_UID": "pod-1"})
     agrees = start_writer(env={"ALNAIR_POD_UID": UID, "ALNAIR_CONTAINER_ID": CONTAINER})
-    procfs = fake_procfs(tmp_path, {w.pid: f"0::/kubepods/besteffort/pod{UID}/crio-{CONTAINER}\n",
-                                    on_host.pid: "0::/user.slice/user-0.slice/session-1.scope\n",
-                                    agrees.pid: f"0::/kubepods/besteffort/pod{UID}/crio-{CONTAINER}\n"})
-    collector, infos = process_info(shm_dir, procfs, KnownPods({"pod-1": PodNames("web-0", "apps", {"c1": "server"}),
-                                                                UID: PodNames("trainer-0", "ml", {CONTAINER: "pytorch"})}))
+    procfs = fake_procfs(
+        tmp_path,
+        {
+            w.pid: f"0::/kubepods/besteffort/pod{UID}/crio-{CONTAINER}\n",
+            on_host.pid: "0::/user.slice/user-0.slice/session-1.scope\n",
+            agrees.pid: f"0::/kubepods/besteffort/pod{UID}/crio-{CONTAINER}\n",
+        },
+    )
+    collector, infos = process_info(
+        shm_dir,
+        procfs,
+        KnownPods(
+            {
+                "pod-1": PodNames("web-0", "apps", {"c1": "server"}),
+                UID: PodNames("trainer-0", "ml", {CONTAINER: "pytorch"}),
+            }
+        ),
+    )
     assert (infos[str(w.pid)]["pod_uid"], infos[str(w.pid)]["container_id"], infos[str(w.pid)]["pod"]) == (
-        UID, f"cri-o://{CONTAINER}", "trainer-0")
+        UID,
+        f"cri-o://{CONTAINER}",
+        "trainer-0",
+    )
     assert infos[str(on_host.pid)]["pod"] == "<none>"
     assert infos[str(agrees.pid)]["container"] == "pytorch"
     assert collector.identity.claims_ignored == 2

@@ -1,4 +1,5 @@
 """The row's schema: unique names, and docs/dataset.md describes every column."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,6 +1,7 @@
 """`alnair profile` end to end: a PyTorch loop trains on the CPU under alnair-run while the real exporter serves its
 record and a real Prometheus scrapes it every second; the job's row is checked against what the test measured,
 and every bad input is one line and exit 2."""
+
 from __future__ import annotations
 
 import csv
@@ -50,12 +51,21 @@ def query(url: str, promql: str) -> list[dict]:
 def start_prometheus(directory, target: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     config = directory / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-                      f"scrape_configs:\n  - job_name: alnair\n    static_configs:\n      - targets: ['{target}']\n")
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        f"scrape_configs:\n  - job_name: alnair\n    static_configs:\n      - targets: ['{target}']\n"
+    )
     with open(directory / "prometheus.log", "w") as log:
-        proc = subprocess.Popen([require_binary("prometheus"), f"--config.file={config}",
-                                 f"--storage.tsdb.path={directory / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-                                stdout=log, stderr=log)
+        proc = subprocess.Popen(
+            [
+                require_binary("prometheus"),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={directory / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=log,
+        )
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -65,15 +75,20 @@ def recorded(tmp_path_factory):
     directory = tmp_path_factory.mktemp("profile")
     shm = directory / "shm"
     shm.mkdir()
-    exporter = Exporter([f"--shm.dir={shm}", "--collector.python.interval=200ms", "--node.name=e2e-node"],
-                        directory / "exporter.log")
+    exporter = Exporter(
+        [f"--shm.dir={shm}", "--collector.python.interval=200ms", "--node.name=e2e-node"], directory / "exporter.log"
+    )
     prometheus, url = start_prometheus(directory, f"127.0.0.1:{exporter.port}")
     try:
         wait_until(lambda: query(url, 'up{job="alnair"} == 1'), timeout=60)
         began = time.time()
-        job = subprocess.Popen([require_binary("alnair-run"), sys.executable, "-c", TRAINING, str(STEPS), str(BATCH)],
-                               env={**os.environ, "ALNAIR_SHM_DIR": str(shm)}, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+        job = subprocess.Popen(
+            [require_binary("alnair-run"), sys.executable, "-c", TRAINING, str(STEPS), str(BATCH)],
+            env={**os.environ, "ALNAIR_SHM_DIR": str(shm)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         # The job's wall time ends with its last step (the line it prints then), not with the interpreter's
         # teardown after its final publish, which takes 0.7 s or more on a loaded machine.
         assert " steps of " in job.stdout.readline()
@@ -118,7 +133,13 @@ def test_the_jobs_row_holds_its_duration_steps_and_node(recorded):
     training = float(row["duration_seconds"]) - float(row["time_to_first_step_seconds"])
     # one a second at least while it trained (its record begins with torch)
     assert int(row["scrapes"]) >= 0.8 * training
-    assert 0 <= float(row["cpu_util_ratio_min"]) <= float(row["cpu_util_ratio_mean"]) <= float(row["cpu_util_ratio_max"]) <= 1 + 1e-9
+    assert (
+        0
+        <= float(row["cpu_util_ratio_min"])
+        <= float(row["cpu_util_ratio_mean"])
+        <= float(row["cpu_util_ratio_max"])
+        <= 1 + 1e-9
+    )
     assert 0 < float(row["sys_memory_util_ratio_min"]) <= float(row["sys_memory_util_ratio_max"]) < 1
     assert 0 < float(row["step_seconds_p50"]) <= float(row["step_seconds_p95"])
     assert 0 <= float(row["data_stall_ratio"]) < 1
@@ -145,20 +166,25 @@ def test_selectors_choose_the_job(recorded):
         assert [r["pid"] for r in csv.DictReader(io.StringIO(result.stdout))] == [pid], chosen
 
 
-@pytest.mark.parametrize("case, message", [
-    ("no scheme", "--prometheus: not an http:// or https:// URL: 'localhost:9090'"),
-    ("not prometheus", "is not a Prometheus: HTTP 404 for /api/v1/status/buildinfo"),
-    ("reversed range", "empty range: the start ("),
-    ("range without data", "no Alnair job in the range 2001-09-09T01:46:40Z to 2001-09-09T01:56:40Z (empty range)"),
-    ("no match", 'no job matches {namespace="nowhere"} from '),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("no scheme", "--prometheus: not an http:// or https:// URL: 'localhost:9090'"),
+        ("not prometheus", "is not a Prometheus: HTTP 404 for /api/v1/status/buildinfo"),
+        ("reversed range", "empty range: the start ("),
+        ("range without data", "no Alnair job in the range 2001-09-09T01:46:40Z to 2001-09-09T01:56:40Z (empty range)"),
+        ("no match", 'no job matches {namespace="nowhere"} from '),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(recorded, case, message):
     url, exporter_url, _, _, (start, end) = recorded
-    args = {"no scheme": ["--prometheus", "localhost:9090"],
-            "not prometheus": ["--prometheus", exporter_url],
-            "reversed range": ["--prometheus", url, "--start", f"{end}", "--end", f"{start}"],
-            "range without data": ["--prometheus", url, "--start", "1000000000", "--end", "1000000600"],
-            "no match": ["--prometheus", url, "--start", f"{start}", "--end", f"{end}", "--namespace", "nowhere"]}[case]
+    args = {
+        "no scheme": ["--prometheus", "localhost:9090"],
+        "not prometheus": ["--prometheus", exporter_url],
+        "reversed range": ["--prometheus", url, "--start", f"{end}", "--end", f"{start}"],
+        "range without data": ["--prometheus", url, "--start", "1000000000", "--end", "1000000600"],
+        "no match": ["--prometheus", url, "--start", f"{start}", "--end", f"{end}", "--namespace", "nowhere"],
+    }[case]
     result = profile(*args)
     assert result.returncode == 2
     [line] = result.stderr.splitlines()

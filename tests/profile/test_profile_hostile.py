@@ -1,6 +1,7 @@
 """`alnair profile` against a broken or hostile Prometheus (a test double on 127.0.0.1): malformed answers are one
 line and exit 2, a failing server one line and exit 1, a slow drip ends at --timeout, an answer over
 --max-answer-mib is refused unread, and the server's control characters are never printed raw."""
+
 from __future__ import annotations
 
 import csv
@@ -87,8 +88,9 @@ def serve():
 
 
 def profile(url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([*PROFILE, "--prometheus", url, *RANGE, "-q", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [*PROFILE, "--prometheus", url, *RANGE, "-q", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def one_line(result: subprocess.CompletedProcess, status: int) -> str:
@@ -99,26 +101,57 @@ def one_line(result: subprocess.CompletedProcess, status: int) -> str:
     return line
 
 
-@pytest.mark.parametrize("body, message", [
-    (b"[" * 100_000, "/api/v1/query did not answer a JSON object"),  # nested past the parser's depth
-    (b'{"status": "fine", "data": {}}', "/api/v1/query answered no status success with data"),
-    (b'{"status": "success"}', "/api/v1/query answered no status success with data"),
-    (b'{"status": "success", "data": [1]}', "/api/v1/query answered no matrix result"),
-    (matrix({"metric": INFO, "value": [1e9, "1"]}).replace(b'"matrix"', b'"vector"'), "answered no matrix result"),
-    (b'{"status": "success", "data": {"resultType": "matrix", "result": {"a": 1}}}', "answered no matrix result"),
-    (matrix(1), "answered result[0] that is not a series (metric and values)"),
-    (matrix({"values": [[1e9, "1"]]}), "answered result[0] that is not a series (metric and values)"),
-    (matrix({"metric": {**INFO, "pid": 7}, "values": [[1e9, "1"]]}), "answered result[0].metric that is not labels"),
-    (matrix({"metric": INFO, "values": [[1e9]]}), "answered result[0].values that are not [time, value] pairs"),
-    (matrix({"metric": INFO, "values": [[1e9, "1", "2"]]}), "answered result[0].values that are not [time, value]"),
-    (matrix({"metric": INFO, "values": [[1e9, "abc"]]}), "answered result[0].values that are not [time, value]"),
-    (matrix({"metric": INFO, "values": [[1e9, "1"]]}).replace(b"1000000000.0", b"NaN"), "did not answer a JSON object"),
-    (matrix({"metric": INFO, "values": [[1e9, "1"]]}).replace(b"1000000000.0", b"1e999"), "result[0].values that are"),
-    (matrix({"metric": INFO, "values": [[10 ** 400, "1"]]}), "answered result[0].values that are not [time, value]"),
-    (matrix({"metric": INFO, "values": [["1000000000", "1"]]}), "answered result[0].values that are not [time, value]"),
-], ids=["deep JSON", "odd status", "no data", "data not an object", "vector", "result not a list",
-        "item not an object", "no metric", "label not a string", "pair of one", "pair of three", "value not a number",
-        "time NaN", "time 1e999", "time overflows", "time a string"])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b"[" * 100_000, "/api/v1/query did not answer a JSON object"),  # nested past the parser's depth
+        (b'{"status": "fine", "data": {}}', "/api/v1/query answered no status success with data"),
+        (b'{"status": "success"}', "/api/v1/query answered no status success with data"),
+        (b'{"status": "success", "data": [1]}', "/api/v1/query answered no matrix result"),
+        (matrix({"metric": INFO, "value": [1e9, "1"]}).replace(b'"matrix"', b'"vector"'), "answered no matrix result"),
+        (b'{"status": "success", "data": {"resultType": "matrix", "result": {"a": 1}}}', "answered no matrix result"),
+        (matrix(1), "answered result[0] that is not a series (metric and values)"),
+        (matrix({"values": [[1e9, "1"]]}), "answered result[0] that is not a series (metric and values)"),
+        (
+            matrix({"metric": {**INFO, "pid": 7}, "values": [[1e9, "1"]]}),
+            "answered result[0].metric that is not labels",
+        ),
+        (matrix({"metric": INFO, "values": [[1e9]]}), "answered result[0].values that are not [time, value] pairs"),
+        (matrix({"metric": INFO, "values": [[1e9, "1", "2"]]}), "answered result[0].values that are not [time, value]"),
+        (matrix({"metric": INFO, "values": [[1e9, "abc"]]}), "answered result[0].values that are not [time, value]"),
+        (
+            matrix({"metric": INFO, "values": [[1e9, "1"]]}).replace(b"1000000000.0", b"NaN"),
+            "did not answer a JSON object",
+        ),
+        (
+            matrix({"metric": INFO, "values": [[1e9, "1"]]}).replace(b"1000000000.0", b"1e999"),
+            "result[0].values that are",
+        ),
+        (matrix({"metric": INFO, "values": [[10**400, "1"]]}), "answered result[0].values that are not [time, value]"),
+        (
+            matrix({"metric": INFO, "values": [["1000000000", "1"]]}),
+            "answered result[0].values that are not [time, value]",
+        ),
+    ],
+    ids=[
+        "deep JSON",
+        "odd status",
+        "no data",
+        "data not an object",
+        "vector",
+        "result not a list",
+        "item not an object",
+        "no metric",
+        "label not a string",
+        "pair of one",
+        "pair of three",
+        "value not a number",
+        "time NaN",
+        "time 1e999",
+        "time overflows",
+        "time a string",
+    ],
+)
 def test_a_malformed_answer_is_one_line_and_exit_2(serve, body, message):
     double = serve(replying(body))
     line = one_line(profile(double.url), 2)
@@ -131,14 +164,26 @@ def test_an_answer_that_is_not_http_is_one_line_and_exit_2(serve):
     assert f"{double.url} is not a Prometheus: /api/v1/query did not answer HTTP" in line, line
 
 
-@pytest.mark.parametrize("answer, message", [
-    (replying(b"<html>bad gateway</html>", "502 Bad Gateway"), "failed: HTTP 502 for /api/v1/query"),
-    (replying(b'{"status": "error", "errorType": "unavailable", "error": "shutting down"}', "503 Service Unavailable"),
-     "Prometheus failed the query: shutting down"),
-    (replying(b'{"status": "error", "errorType": "execution", "error": "too many samples"}', "422 Unprocessable"),
-     "Prometheus failed the query: too many samples"),
-    (lambda double, handler, query: None, "cannot reach Prometheus at"),  # hangs up without an answer
-], ids=["HTTP 502", "status error 503", "status error 422", "hangs up"])
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        (replying(b"<html>bad gateway</html>", "502 Bad Gateway"), "failed: HTTP 502 for /api/v1/query"),
+        (
+            replying(
+                b'{"status": "error", "errorType": "unavailable", "error": "shutting down"}', "503 Service Unavailable"
+            ),
+            "Prometheus failed the query: shutting down",
+        ),
+        (
+            replying(
+                b'{"status": "error", "errorType": "execution", "error": "too many samples"}', "422 Unprocessable"
+            ),
+            "Prometheus failed the query: too many samples",
+        ),
+        (lambda double, handler, query: None, "cannot reach Prometheus at"),  # hangs up without an answer
+    ],
+    ids=["HTTP 502", "status error 503", "status error 422", "hangs up"],
+)
 def test_a_failing_prometheus_is_one_line_and_exit_1(serve, answer, message):
     line = one_line(profile(serve(answer).url), 1)
     assert message in line, line
@@ -151,15 +196,20 @@ def test_an_unreachable_prometheus_is_one_line_and_exit_1():
 
 def drip(head: bytes):
     """An answer: `head` at once, then a byte every 0.2 s (each resets a socket timeout) until the client goes."""
+
     def answer(double, handler, query):
         double.send(handler, head)
         while not double.stop.wait(0.2):
             double.send(handler, b" ")
+
     return answer
 
 
-@pytest.mark.parametrize("head", [b"HTTP/1.0 200 OK\r\nX-Slow: ",
-                                  b"HTTP/1.0 200 OK\r\nContent-Length: 1000000\r\n\r\n{"], ids=["headers", "body"])
+@pytest.mark.parametrize(
+    "head",
+    [b"HTTP/1.0 200 OK\r\nX-Slow: ", b"HTTP/1.0 200 OK\r\nContent-Length: 1000000\r\n\r\n{"],
+    ids=["headers", "body"],
+)
 def test_a_slow_drip_ends_at_the_timeout_with_exit_1(serve, head):
     double = serve(drip(head))
     began = time.monotonic()
@@ -193,9 +243,11 @@ def test_the_servers_text_in_an_error_is_escaped_and_cut(serve):
 
 def by_family(**series):
     """An answer: each family's series (name=[(labels, value), ...]) sampled at 1e9, no series for other families."""
+
     def answer(double, handler, query):
         found = series.get(query.split("{")[0], [])
         double.send(handler, http(matrix(*[{"metric": labels, "values": [[1e9, value]]} for labels, value in found])))
+
     return answer
 
 
@@ -207,7 +259,10 @@ def test_label_values_are_escaped_in_the_rows(serve):
     assert not any(c in result.stdout for c in "\x1b\x07\x9b\x7f\u202e") and result.stdout.count("\n") == 2
     [row] = list(csv.DictReader(io.StringIO(result.stdout)))
     assert (row["pod"], row["namespace"], row["comm"]) == (
-        "\\x1b[2J\\x1b]0;owned\\x07\\x9b31m\\x7f\\nforged line\\u202e", "team\\x1b[31m", "py\\rthon")
+        "\\x1b[2J\\x1b]0;owned\\x07\\x9b31m\\x7f\\nforged line\\u202e",
+        "team\\x1b[31m",
+        "py\\rthon",
+    )
 
 
 def test_nan_and_infinite_values_are_gaps_not_errors(serve):
@@ -224,8 +279,10 @@ def test_a_job_without_samples_in_the_range_is_the_last_row(serve):
     info = [(INFO, "1"), ({**INFO, "pid": "8"}, "1")]
     result = profile(serve(by_family(alnair_python_process_info=info, alnair_python_steps_total=[(INFO, "5")])).url)
     assert (result.returncode, result.stderr) == (0, "")
-    assert [(r["pid"], r["start_time"]) for r in csv.DictReader(io.StringIO(result.stdout))] == [("7", "1000000000.0"),
-                                                                                                ("8", "")]
+    assert [(r["pid"], r["start_time"]) for r in csv.DictReader(io.StringIO(result.stdout))] == [
+        ("7", "1000000000.0"),
+        ("8", ""),
+    ]
 
 
 def test_a_value_too_large_for_its_parquet_column_is_one_line_and_exit_2(serve, tmp_path):

@@ -1,5 +1,6 @@
 """The profile's arithmetic on raw samples: windows, summaries, counters through resets, per-scrape ratios,
 weighted percentiles, windows of a long range merged without duplicates, and selectors quoted for PromQL."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Turning the intercept on: alnair-run, the ALNAIR_PYTHON_INTERCEPT switch through the installed .pth, `import alnair.auto`."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -27,7 +28,9 @@ PROBE = textwrap.dedent("""
 
 
 def probe(python: str, env: dict[str, str], cwd: Path, prefix: list[str] = ()) -> list[str]:
-    proc = subprocess.Popen([*prefix, python, "-c", PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    proc = subprocess.Popen(
+        [*prefix, python, "-c", PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd
+    )
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     fields = out.split()
@@ -84,7 +87,9 @@ def test_alnair_run_reports_a_missing_command_in_one_line():
 def test_import_line_hooks_torch_imported_before_or_after():
     for order in ("import alnair.auto, torch", "import torch, alnair.auto"):
         code = f"{order}\nfrom torch.utils.data.dataloader import _BaseDataLoaderIter as I\nprint(hasattr(I.__next__, 'alnair_original'))"
-        assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "True\n"
+        assert (
+            subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "True\n"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +99,25 @@ def installed_python(tmp_path_factory) -> str:
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
     if sys.prefix != sys.base_prefix:  # run from a venv: --system-site-packages reaches the base, not that venv
-        own = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True,
-                             text=True, check=True).stdout.strip()
+        own = subprocess.run(
+            [python, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         Path(own, "outer-venv.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(tracked_tree(tmp_path_factory))],
-                   check=True, capture_output=True, cwd=venv)
+    subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            str(tracked_tree(tmp_path_factory)),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=venv,
+    )
     return python
 
 
@@ -111,7 +130,9 @@ def test_installed_package_ships_the_pth_and_the_switch_works_in_any_python(inst
 
 def test_the_switch_works_in_the_editable_install_make_test_makes(tmp_path):
     sites = [Path(d) for d in site.getsitepackages()]
-    assert any(any(d.glob("__editable__.alnair_gpu-*.pth")) for d in sites), "make test installs it: pip install -e '.[test]'"
+    assert any(any(d.glob("__editable__.alnair_gpu-*.pth")) for d in sites), (
+        "make test installs it: pip install -e '.[test]'"
+    )
     assert any((d / "alnair_intercept.pth").is_file() for d in sites)
     env = {**os.environ, "ALNAIR_PYTHON_INTERCEPT": "1"}
     env.pop("LD_PRELOAD", None)
@@ -124,13 +145,17 @@ def test_switch_off_imports_nothing(installed_python, tmp_path):
         if value is not None:
             env["ALNAIR_PYTHON_INTERCEPT"] = value
         code = "import sys; print(sorted(m for m in sys.modules if m.startswith('alnair')))"
-        out = subprocess.run([installed_python, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+        out = subprocess.run(
+            [installed_python, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
+        )
         assert out.stdout == "[]\n", value
 
 
 def test_installed_package_is_one_namespace_with_the_public_api(installed_python, tmp_path):
     code = "import alnair, alnair.exporter, alnair.collectors.cuda, alnair.cli.top; print(alnair.phase.__name__, alnair.__file__)"
-    out = subprocess.run([installed_python, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True).stdout.split()
+    out = subprocess.run(
+        [installed_python, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True
+    ).stdout.split()
     assert out[0] == "phase" and "site-packages" in out[1]
 
 
@@ -142,8 +167,16 @@ def test_two_bootstrap_copies_on_the_path_run_once_each_and_then_the_shadowed_si
     own.mkdir()
     shutil.copy(bootstrap, copy / "sitecustomize.py")
     (own / "sitecustomize.py").write_text("import sys\nsys.ran_own = getattr(sys, 'ran_own', 0) + 1\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(launcher.BOOTSTRAP_DIR), str(copy), str(own)]),
-           "ALNAIR_PYTHON_INTERCEPT": "1"}
-    out = subprocess.run([sys.executable, "-c", "import sys; print(sys.ran_own, 'alnair.intercept.activation' in sys.modules)"],
-                         env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(launcher.BOOTSTRAP_DIR), str(copy), str(own)]),
+        "ALNAIR_PYTHON_INTERCEPT": "1",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys.ran_own, 'alnair.intercept.activation' in sys.modules)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (out.returncode, out.stdout.split(), out.stderr) == (0, ["1", "True"], "")

@@ -1,4 +1,5 @@
 """alnair.counter and alnair.phase publish a python record, with PyTorch unimportable, and bad input never raises."""
+
 from __future__ import annotations
 
 import textwrap
@@ -13,7 +14,8 @@ def program(body: str) -> str:
 
 
 def test_counters_and_phases_are_published_without_torch(shm_dir):
-    p = PythonProgram(program("""
+    p = PythonProgram(
+        program("""
         import time
         import alnair, alnair.auto  # activation must not need torch
         images = alnair.counter("images_decoded")
@@ -26,7 +28,9 @@ def test_counters_and_phases_are_published_without_torch(shm_dir):
         alnair.counter("images_decoded").inc()  # the same counter by name
         with alnair.phase("checkpoint"):
             pass
-    """), shm_dir)
+    """),
+        shm_dir,
+    )
     record = wait_until(lambda: python_records(shm_dir).get(p.pid))
     record = wait_until(lambda: (r := python_records(shm_dir)[p.pid]).phase_count == 2 and r)
     counters = {c.name: c.value for c in record.counters[: record.counter_count]}
@@ -41,7 +45,8 @@ def test_counters_and_phases_are_published_without_torch(shm_dir):
 
 
 def test_bad_names_and_amounts_warn_once_and_the_program_carries_on(shm_dir):
-    p = PythonProgram(program("""
+    p = PythonProgram(
+        program("""
         import alnair
         for _ in range(2):
             alnair.counter("").inc()
@@ -54,7 +59,9 @@ def test_bad_names_and_amounts_warn_once_and_the_program_carries_on(shm_dir):
             with alnair.phase(f"phase{i}"):
                 pass
         alnair.counter("ok").inc(2)
-    """), shm_dir)
+    """),
+        shm_dir,
+    )
     record = wait_until(lambda: (r := python_records(shm_dir).get(p.pid)) and r.phase_count == 32 and r)
     assert [(c.name, c.value) for c in record.counters[: record.counter_count]] == [(b"ok", 2)]
     assert [ph.name for ph in record.phases[:32]] == [f"phase{i}".encode() for i in range(32)]
@@ -72,13 +79,16 @@ def test_a_process_that_records_nothing_publishes_nothing(shm_dir):
 
 
 def test_segment_that_cannot_be_created_costs_one_line_and_nothing_else(tmp_path):
-    p = PythonProgram(program("""
+    p = PythonProgram(
+        program("""
         import alnair
         for _ in range(3):
             alnair.counter("c").inc()
             with alnair.phase("p"):
                 pass
-    """), tmp_path / "missing")
+    """),
+        tmp_path / "missing",
+    )
     errors = p.finish().splitlines()
     assert p.proc.returncode == 0
     assert len(errors) == 1 and errors[0].startswith("alnair: python metrics off, cannot create a segment:")

@@ -1,4 +1,5 @@
 """The Python writer follows the segment protocol of intercept/shm_segment.c: name, mode, lock, fork."""
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,11 @@ FORKING = textwrap.dedent("""
 
 
 def test_segment_is_named_locked_and_private_like_the_c_writers(shm_dir):
-    p = PythonProgram("import sys, alnair\nalnair.counter('c').inc()\nprint('ready', flush=True)\nsys.stdin.read()",
-                      shm_dir, env={"ALNAIR_POD_UID": "0f0e-pod", "ALNAIR_CONTAINER_ID": "containerd://abc"})
+    p = PythonProgram(
+        "import sys, alnair\nalnair.counter('c').inc()\nprint('ready', flush=True)\nsys.stdin.read()",
+        shm_dir,
+        env={"ALNAIR_POD_UID": "0f0e-pod", "ALNAIR_CONTAINER_ID": "containerd://abc"},
+    )
     path = wait_until(lambda: next(iter(shm_dir.iterdir()), None))
     with open(f"/proc/{p.pid}/stat", "rb") as f:
         start_ticks = f.read().rsplit(b")", 1)[1].split()[19].decode()
@@ -40,7 +44,11 @@ def test_segment_is_named_locked_and_private_like_the_c_writers(shm_dir):
         header = layout.ShmHeader.from_buffer_copy(os.pread(fd, layout.HEADER_SIZE, 0))
     finally:
         os.close(fd)
-    assert (header.record_kind, header.record_size, header.writer_pid) == (layout.KIND_PYTHON, layout.PYTHON_RECORD_SIZE, p.pid)
+    assert (header.record_kind, header.record_size, header.writer_pid) == (
+        layout.KIND_PYTHON,
+        layout.PYTHON_RECORD_SIZE,
+        p.pid,
+    )
     comm = Path(f"/proc/{p.pid}/comm").read_bytes().strip()  # python or python3, as the interpreter is named
     assert (header.pod_uid, header.container_id, header.comm) == (b"0f0e-pod", b"containerd://abc", comm)
     assert header.seq % 2 == 0 and header.seq >= 2
@@ -84,14 +92,18 @@ def test_a_clean_exit_leaves_the_final_record_where_a_reader_lingers_and_removes
     finally:
         os.close(fd)
     [last] = reader.read()
-    assert last.segment.exited and {c.name: c.value for c in last.record.counters[: last.record.counter_count]} == {b"done": 7}
+    assert last.segment.exited and {c.name: c.value for c in last.record.counters[: last.record.counter_count]} == {
+        b"done": 7
+    }
 
 
 def test_no_segment_in_a_world_writable_directory_without_the_sticky_bit(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    p = PythonProgram("import sys, alnair\nalnair.counter('c').inc()\nprint('ready', flush=True)\nsys.stdin.read()", shared)
+    p = PythonProgram(
+        "import sys, alnair\nalnair.counter('c').inc()\nprint('ready', flush=True)\nsys.stdin.read()", shared
+    )
     assert os.listdir(shared) == []
     err = p.finish()
     assert p.proc.returncode == 0 and os.listdir(shared) == []

@@ -1,4 +1,5 @@
 """A real PyTorch CPU training loop under the intercept: steps, samples, epochs, optimizer steps and the data stall."""
+
 from __future__ import annotations
 
 import textwrap
@@ -23,8 +24,9 @@ EVALUATE = """
         for x, y in DataLoader(data, batch_size=8, collate_fn=slow_collate):
             model(x)
 """
-LOOP = textwrap.indent(timed_epochs(f"DataLoader(data, batch_size={BATCH}, collate_fn=slow_collate)", EPOCHS, BODY_TIME,
-                                    EVALUATE), "    ")
+LOOP = textwrap.indent(
+    timed_epochs(f"DataLoader(data, batch_size={BATCH}, collate_fn=slow_collate)", EPOCHS, BODY_TIME, EVALUATE), "    "
+)
 TRAINING = textwrap.dedent(f"""
     import sys, time
     import alnair.auto  # before torch: the hooks go in when torch is imported
@@ -48,7 +50,9 @@ def trained(tmp_path_factory):
     shm_dir = tmp_path_factory.mktemp("shm")
     program = PythonProgram(TRAINING, shm_dir)
     batches = EPOCHS * -(-ITEMS // BATCH)
-    record = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and r.epochs == EPOCHS and r, timeout=10)
+    record = wait_until(
+        lambda: (r := python_records(shm_dir).get(program.pid)) and r.epochs == EPOCHS and r, timeout=10
+    )
     yield record, batches, [float(v) for v in program.ready_line]
     assert program.finish() == ""
 
@@ -78,7 +82,8 @@ def test_time_to_first_step_is_measured_from_process_start(trained):
 
 
 def test_a_hung_loader_shows_as_data_stall_before_its_batch_comes(shm_dir):
-    program = PythonProgram(textwrap.dedent("""
+    program = PythonProgram(
+        textwrap.dedent("""
         import sys, threading, time
         import torch, alnair.auto  # after torch: hooked at once
         from torch.utils.data import DataLoader
@@ -92,9 +97,13 @@ def test_a_hung_loader_shows_as_data_stall_before_its_batch_comes(shm_dir):
         for batch in DataLoader(list(range(2)), batch_size=1, collate_fn=collate):
             pass
         sys.stdin.read()
-    """), shm_dir)
+    """),
+        shm_dir,
+    )
     first = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and r.data_wait_ns > 0.3e9 and r)
-    later = wait_until(lambda: (r := python_records(shm_dir)[program.pid]).data_wait_ns > first.data_wait_ns + 0.1e9 and r)
+    later = wait_until(
+        lambda: (r := python_records(shm_dir)[program.pid]).data_wait_ns > first.data_wait_ns + 0.1e9 and r
+    )
     assert later.steps == first.steps == 1  # the second batch has not come, yet its wait counts
     assert later.step_ns - first.step_ns == later.data_wait_ns - first.data_wait_ns  # all of it stall
     program.proc.stdin.write("go\n")
@@ -107,7 +116,8 @@ def test_a_hung_loader_shows_as_data_stall_before_its_batch_comes(shm_dir):
 def test_dataloader_workers_publish_only_what_they_record(shm_dir):
     """Workers are forked: each starts with zero counters and gets its own segment
     only when it records something (here a phase in __getitem__)."""
-    program = PythonProgram(textwrap.dedent("""
+    program = PythonProgram(
+        textwrap.dedent("""
         import sys
         import alnair, alnair.auto, torch
         from torch.utils.data import DataLoader, Dataset
@@ -125,7 +135,9 @@ def test_dataloader_workers_publish_only_what_they_record(shm_dir):
         del loader  # shuts the workers down cleanly
         print("released", flush=True)
         sys.stdin.read()
-    """), shm_dir)
+    """),
+        shm_dir,
+    )
 
     def settled():
         r = python_records(shm_dir)
@@ -150,7 +162,8 @@ def test_dataloader_workers_publish_only_what_they_record(shm_dir):
 
 
 def test_batches_of_any_shape_are_counted_and_never_break_the_loop(shm_dir):
-    program = PythonProgram(textwrap.dedent("""
+    program = PythonProgram(
+        textwrap.dedent("""
         import sys
         import alnair.auto, torch
         from torch.utils.data import DataLoader
@@ -163,14 +176,17 @@ def test_batches_of_any_shape_are_counted_and_never_break_the_loop(shm_dir):
             pass
         print("ready", flush=True)
         sys.stdin.read()
-    """), shm_dir)
+    """),
+        shm_dir,
+    )
     record = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and r.epochs == 1 and r)
     assert (record.steps, record.samples) == (5, 5 + 2 + 3 + 0 + 4)
     assert program.finish() == ""
 
 
 def test_samples_are_the_items_the_sampler_batched_whatever_collate_makes_of_them(shm_dir):
-    program = PythonProgram(textwrap.dedent("""
+    program = PythonProgram(
+        textwrap.dedent("""
         import sys
         import alnair.auto, torch
         from torch.utils.data import DataLoader
@@ -180,14 +196,17 @@ def test_samples_are_the_items_the_sampler_batched_whatever_collate_makes_of_the
                 pass
         print("ready", flush=True)
         sys.stdin.read()
-    """), shm_dir)
+    """),
+        shm_dir,
+    )
     record = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and r.epochs == 2 and r)
     assert (record.steps, record.samples) == (3 + 2, 10 + 8)
     assert program.finish() == ""
 
 
 def test_a_loop_that_breaks_or_meets_a_bad_item_counts_exactly_the_batches_it_took(shm_dir):
-    program = PythonProgram(textwrap.dedent("""
+    program = PythonProgram(
+        textwrap.dedent("""
         import sys, time
         import alnair.auto, torch
         from torch.utils.data import DataLoader, Dataset
@@ -220,7 +239,9 @@ def test_a_loop_that_breaks_or_meets_a_bad_item_counts_exactly_the_batches_it_to
             time.sleep(0.01)
         print("ready", len(RECORDER.passes), flush=True)
         sys.stdin.read()
-    """), shm_dir)
+    """),
+        shm_dir,
+    )
     assert program.ready_line == ["0"]
     record = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and r.epochs == 2 and r)
     assert (record.steps, record.samples, record.epochs) == (2 + 3 + 3, 8 + 9 + 10, 2)
@@ -228,7 +249,8 @@ def test_a_loop_that_breaks_or_meets_a_bad_item_counts_exactly_the_batches_it_to
 
 
 def test_without_a_segment_the_loop_logs_nothing_and_runs_on(tmp_path):
-    program = PythonProgram(textwrap.dedent("""
+    program = PythonProgram(
+        textwrap.dedent("""
         import sys
         import alnair.auto, torch
         from torch.utils.data import DataLoader
@@ -238,7 +260,9 @@ def test_without_a_segment_the_loop_logs_nothing_and_runs_on(tmp_path):
             pass
         print("ready", len(RECORDER.passes), flush=True)  # nothing would fold a pass's log: none is kept
         sys.stdin.read()
-    """), tmp_path / "missing")
+    """),
+        tmp_path / "missing",
+    )
     assert program.ready_line == ["0"]
     errors = program.finish().splitlines()
     assert len(errors) == 1 and errors[0].startswith("alnair: python metrics off, cannot create a segment:")

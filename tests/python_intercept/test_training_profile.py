@@ -1,6 +1,7 @@
 """The profile of a PyTorch training job: under alnair-run --profile, and with ALNAIR_PROFILE in the environment as
 in a pod (the job's first Python forks its watcher), values checked against the program's own account; its
 DataLoader workers and a Python it starts are sections of the same file."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,12 @@ BODY_TIME = 0.010  # seconds of each training step after its batch came
 ITEMS, BATCH, EPOCHS, WORKERS = 42, 4, 2, 2  # 11 batches per epoch
 STEPS = EPOCHS * -(-ITEMS // BATCH)
 
-LOOP = textwrap.indent(timed_epochs(
-    f"DataLoader(Items(), batch_size={BATCH}, collate_fn=slow_collate, num_workers={WORKERS})", EPOCHS, BODY_TIME), "    ")
+LOOP = textwrap.indent(
+    timed_epochs(
+        f"DataLoader(Items(), batch_size={BATCH}, collate_fn=slow_collate, num_workers={WORKERS})", EPOCHS, BODY_TIME
+    ),
+    "    ",
+)
 TRAINING = textwrap.dedent(f"""
     import subprocess, sys, time
     import alnair, torch
@@ -59,7 +64,11 @@ def check_training(profile: dict, waited: float, stepped: float) -> dict:
     """The training totals and the processes against the program's account; returns the training process."""
     training = profile["training"]
     assert {k: training[k] for k in ("steps", "samples", "epochs", "optimizer_steps")} == {
-        "steps": STEPS, "samples": EPOCHS * ITEMS, "epochs": EPOCHS, "optimizer_steps": STEPS}
+        "steps": STEPS,
+        "samples": EPOCHS * ITEMS,
+        "epochs": EPOCHS,
+        "optimizer_steps": STEPS,
+    }
     assert abs(training["data_stall_fraction"] - waited / stepped) <= 0.05
     assert training["samples_per_second"] == pytest.approx(EPOCHS * ITEMS / stepped, rel=0.1)
     main, *workers, child = profile["processes"]
@@ -75,18 +84,26 @@ def check_training(profile: dict, waited: float, stepped: float) -> dict:
 def test_alnair_run_profiles_a_training_job_with_its_workers_and_children(tmp_path):
     path = tmp_path / "profile.json"
     alnair_run = shutil.which("alnair-run") or pytest.fail("alnair-run is not installed: pip install -e '.[test]'")
-    result = subprocess.run([alnair_run, "--profile", str(path), sys.executable, "-c", TRAINING], check=False,
-                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "ALNAIR_SHM_DIR": str(tmp_path)})
+    result = subprocess.run(
+        [alnair_run, "--profile", str(path), sys.executable, "-c", TRAINING],
+        check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ALNAIR_SHM_DIR": str(tmp_path)},
+    )
     assert result.returncode == 0, result.stderr
     waited, stepped = (float(v) for v in result.stdout.split()[1:])
     profile = json.loads(path.read_text())
     check_training(profile, waited, stepped)
     assert profile["exit"] == {"code": 0} and profile["devices"] == []
     training = profile["training"]
-    assert result.stderr.splitlines()[-1] == (f"  training: {STEPS} steps, {EPOCHS * ITEMS} samples, "
-                                              f"{training['samples_per_second']:,.1f} samples/s, "
-                                              f"data stall {training['data_stall_fraction']:.1%}")
+    assert result.stderr.splitlines()[-1] == (
+        f"  training: {STEPS} steps, {EPOCHS * ITEMS} samples, "
+        f"{training['samples_per_second']:,.1f} samples/s, "
+        f"data stall {training['data_stall_fraction']:.1%}"
+    )
 
 
 def test_the_environment_variable_profiles_a_sigtermed_job_from_its_first_python(tmp_path):
@@ -94,8 +111,14 @@ def test_the_environment_variable_profiles_a_sigtermed_job_from_its_first_python
     shm_dir = tmp_path / "shm"
     shm_dir.mkdir()
     env = intercepted(ALNAIR_PROFILE=str(tmp_path / "profile-%p.json"), ALNAIR_SHM_DIR=str(shm_dir))
-    proc = subprocess.Popen([sys.executable, "-c", TRAINING], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TRAINING],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         waited, stepped = (float(v) for v in read_line(proc.stdout, 120).split()[1:])
         trained = wait_until(lambda: [pid for pid, r in python_records(shm_dir).items() if r.epochs == EPOCHS])
@@ -114,8 +137,13 @@ def test_the_environment_variable_profiles_a_sigtermed_job_from_its_first_python
 
 def test_an_unwritable_path_in_the_environment_is_one_line_and_the_program_keeps_its_status(tmp_path):
     value = str(tmp_path / 'missing/"x"\tprofile.json')
-    result = subprocess.run([sys.executable, "-c", "import sys; print('job'); sys.exit(5)"], check=False,
-                            capture_output=True, text=True, env=intercepted(ALNAIR_PROFILE=value))
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys; print('job'); sys.exit(5)"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=intercepted(ALNAIR_PROFILE=value),
+    )
     assert (result.returncode, result.stdout) == (5, "job\n")
     shown = value.replace('"', "\\x22").replace("\t", "\\x09")
     reason = "cannot write there (No such file or directory); writing no profile"
@@ -123,6 +151,11 @@ def test_an_unwritable_path_in_the_environment_is_one_line_and_the_program_keeps
 
 
 def test_without_the_variable_the_program_is_not_forked():
-    result = subprocess.run([sys.executable, "-c", "import os; print(os.getppid())"], check=False,
-                            capture_output=True, text=True, env=intercepted(ALNAIR_PROFILE=""))
+    result = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getppid())"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=intercepted(ALNAIR_PROFILE=""),
+    )
     assert (result.stdout, result.stderr) == (f"{os.getpid()}\n", "")

@@ -1,6 +1,7 @@
 """The training loop the PyTorch tests run, as program text: `epochs` passes over the DataLoader made by `loader`,
 each step sleeping `body_time` after its batch came, keeping the program's own account (`waited` in next(),
 `stepped` from the first ask to the last, on the intercept's clock) to compare with what the intercept publishes."""
+
 from __future__ import annotations
 
 import textwrap

@@ -1,5 +1,6 @@
 """alnair.webserver.bounds: each class of peer has its own limit, the connection idle the longest gives way, and
 one being answered never does."""
+
 from __future__ import annotations
 
 from alnair.webserver.bounds import ConnectionBounds

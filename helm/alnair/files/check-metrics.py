@@ -1,6 +1,7 @@
 """`helm test`: one scrape of the exporter's /metrics through its Service, as Prometheus makes it (TLS verified
 against the CA given, basic auth from the Secret given); exits 1 with one line unless the answer is 200 and
 holds alnair_exporter_build_info and alnair_node_info."""
+
 import base64
 import os
 import socket
@@ -31,7 +32,9 @@ status_line, _, rest = reply.partition(b"\r\n")
 body = rest.partition(b"\r\n\r\n")[2]
 if status_line.split(b" ")[1:2] != [b"200"]:
     sys.exit(f"FAIL {scheme}://{host}:{port}{path}: {status_line.decode(errors='replace')}")
-missing = [name for name in ("alnair_exporter_build_info", "alnair_node_info") if f"\n{name}{{".encode() not in b"\n" + body]
+missing = [
+    name for name in ("alnair_exporter_build_info", "alnair_node_info") if f"\n{name}{{".encode() not in b"\n" + body
+]
 if missing:
     sys.exit(f"FAIL {scheme}://{host}:{port}{path}: no {', '.join(missing)} in {len(body)} bytes")
 lines = body.count(b"\n")

@@ -2,6 +2,7 @@
 carries the explicit ulimits (kube play has no --ulimit), the pause image (podman makes its own from catatonit,
 which Debian's podman only recommends, so CI's --no-install-recommends install lacks it) and, for a pod with
 `hostPID: true`, the host's pid namespace (podman 4.3 ignores the field; podman_gaps.py)."""
+
 from __future__ import annotations
 
 import json

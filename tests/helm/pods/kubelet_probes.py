@@ -1,6 +1,7 @@
 """A container's probes run as the kubelet runs them, from outside the pod to its IP: httpGet succeeds on a status
 200-399 within timeoutSeconds, tcpSocket on a connection; a named port is the container's port of that name.
 (podman 4.3 cannot run them: podman_gaps.py.)"""
+
 from __future__ import annotations
 
 import http.client

@@ -22,6 +22,7 @@ namespace, Pod Security admission. Different, left as podman does it: podman pub
 host's same port, which Kubernetes does not (the test sets the chart's own `web.port` to a free port); a container's
 cgroup is /libpod_parent/<pod id>/<container id>, not the kubelet's kubepods/pod<uid>/<id>, so the exporter finds
 no pod UID and takes the pod's id for the container's; an init container is removed once it has run, logs and all."""
+
 from __future__ import annotations
 
 import copy
@@ -44,16 +45,24 @@ class Bridged:
 
 def as_pod(template: dict, name: str) -> dict:
     """A controller's pod template as the Pod it would create: the template's metadata and spec, a name."""
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {**copy.deepcopy(template["metadata"]), "name": name},
-            "spec": copy.deepcopy(template["spec"])}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**copy.deepcopy(template["metadata"]), "name": name},
+        "spec": copy.deepcopy(template["spec"]),
+    }
 
 
 def bridge(pod: dict, node_name: str) -> Bridged:
     """pod with every bridge it needs applied, each change reported."""
     result = Bridged(copy.deepcopy(pod))
     spec = result.pod["spec"]
-    for change in (init_containers_run_once(spec), node_name_given(spec, node_name), variables_expanded(spec),
-                   probes_taken_out(spec, result.probes)):
+    for change in (
+        init_containers_run_once(spec),
+        node_name_given(spec, node_name),
+        variables_expanded(spec),
+        probes_taken_out(spec, result.probes),
+    ):
         result.changes += change
     return result
 
