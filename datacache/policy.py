@@ -16,8 +16,8 @@ from alnair.abi import cache_keys as keys
 NAMESPACE_ENV, PRIORITY_ENV, QUOTA_ENV = "ALNAIR_JOB_NAMESPACE", "ALNAIR_CACHE_PRIORITY", "ALNAIR_CACHE_QUOTA"
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")  # a pod's own namespace
 DEFAULT_NAMESPACE = "default"
-MAX_PRIORITY = 1000.0
-TTL_FIELD, MARK_FIELD = "ttl", "mark"  # a job hash's TTL (for a hash ADMIT kept past it), REVALUE's last counters
+PRIORITY_LIMIT = 1000.0  # the highest a job may ask; the operator's max_priority may lower it
+TTL_FIELD, MARK_FIELD = "ttl", "mark"  # a job space's TTL (it outlives it while holding space), REVALUE's last counters
 SIZE = re.compile(r"([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?")
 UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30,
          "Ti": 1 << 40}
@@ -32,8 +32,8 @@ def parse_size(text: str) -> int:
 
 
 def check_priority(priority: float) -> float:
-    if isinstance(priority, bool) or not isinstance(priority, (int, float)) or not 0 <= priority <= MAX_PRIORITY:
-        raise ValueError(f"priority must be a number from 0 to {MAX_PRIORITY:g}: {priority!r}")
+    if isinstance(priority, bool) or not isinstance(priority, (int, float)) or not 0 <= priority <= PRIORITY_LIMIT:
+        raise ValueError(f"priority must be a number from 0 to {PRIORITY_LIMIT:g}: {priority!r}")
     return float(priority)
 
 
@@ -65,7 +65,7 @@ class JobSettings:
         return cls(name, keys.check_name("namespace", namespace), check_priority(priority), quota_bytes, ttl_seconds)
 
     def script_args(self) -> list:
-        """namespace, priority, quota ("" for none): the arguments ADMIT and ADD_COUNTERS share."""
+        """namespace, priority, quota ("" for none): the arguments ADMIT and ACCOUNT share."""
         return [self.namespace, self.priority, "" if self.quota_bytes is None else self.quota_bytes]
 
 
