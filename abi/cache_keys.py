@@ -1,5 +1,6 @@
 """The dataset cache's Redis schema: key names, manifest and check-digest entries and counter fields,
 written by the cache in training jobs (alnair.datacache) and read by the exporter's cache collector."""
+
 from __future__ import annotations
 
 import re

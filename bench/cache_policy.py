@@ -21,6 +21,7 @@ Every epoch's samples are checked against the origin's. Reported per policy: eac
 and its hit ratio, and the total (the four times added), as medians over the runs with their range; the blobs
 resident at the end (a check that LRU had the same room); and the ratios the issue's targets name.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -111,16 +112,19 @@ def one_policy(policy: str, roots: dict[str, Path], room: int, args, work: Path)
         url = f"redis://127.0.0.1:{port}/0"
         context = multiprocessing.get_context("fork")
         start, results = context.Event(), context.Queue()
-        processes = [context.Process(target=run_job,
-                                     args=(url, str(roots[job]), job, args, compute / 1000, start, results))
-                     for job, compute in zip(JOBS, args.compute_ms)]
+        processes = [
+            context.Process(target=run_job, args=(url, str(roots[job]), job, args, compute / 1000, start, results))
+            for job, compute in zip(JOBS, args.compute_ms)
+        ]
         for process in processes:
             process.start()
         time.sleep(0.5)  # every process opened its dataset
         configure(policy, port, room, blobs_bytes, args)
         start.set()
-        finished = {job: (seconds, hits, misses, right) for job, seconds, hits, misses, right in
-                    (results.get(timeout=600) for _ in processes)}
+        finished = {
+            job: (seconds, hits, misses, right)
+            for job, seconds, hits, misses, right in (results.get(timeout=600) for _ in processes)
+        }
         for process in processes:
             process.join(60)
         resident = sum(1 for _ in redis.Redis(port=port).scan_iter(match=keys.PREFIX + "blob:*", count=1000))
@@ -129,8 +133,11 @@ def one_policy(policy: str, roots: dict[str, Path], room: int, args, work: Path)
         server.wait()
     if not all(right for *_, right in finished.values()):
         raise SystemExit(f"{policy}: an epoch did not serve the origin's bytes")
-    return {"jobs": {job: {"seconds": s, "hit_ratio": h / max(h + m, 1)} for job, (s, h, m, _) in finished.items()},
-            "total_seconds": sum(s for s, *_ in finished.values()), "resident_blobs": resident}
+    return {
+        "jobs": {job: {"seconds": s, "hit_ratio": h / max(h + m, 1)} for job, (s, h, m, _) in finished.items()},
+        "total_seconds": sum(s for s, *_ in finished.values()),
+        "resident_blobs": resident,
+    }
 
 
 def spread(values: list[float]) -> str:
@@ -138,8 +145,11 @@ def spread(values: list[float]) -> str:
 
 
 def report(runs: list[dict], args) -> dict:
-    print(f"{'policy':8} {'total s (median [range])':>26} " + " ".join(f"{'job ' + j + ' s':>22}" for j in JOBS)
-          + "  hit ratios (median)   resident blobs")
+    print(
+        f"{'policy':8} {'total s (median [range])':>26} "
+        + " ".join(f"{'job ' + j + ' s':>22}" for j in JOBS)
+        + "  hit ratios (median)   resident blobs"
+    )
     summary = {}
     for policy in POLICIES:
         rows = [run[policy] for run in runs]
@@ -147,15 +157,27 @@ def report(runs: list[dict], args) -> dict:
         jobs = {j: [r["jobs"][j]["seconds"] for r in rows] for j in JOBS}
         hits = {j: statistics.median(r["jobs"][j]["hit_ratio"] for r in rows) for j in JOBS}
         resident = [r["resident_blobs"] for r in rows]
-        summary[policy] = {"total": statistics.median(totals),
-                           "jobs": {j: statistics.median(v) for j, v in jobs.items()}}
-        print(f"{policy:8} {spread(totals):>26} " + " ".join(f"{spread(jobs[j]):>22}" for j in JOBS)
-              + "  " + " ".join(f"{hits[j]:.2f}" for j in JOBS) + f"   {min(resident)}-{max(resident)}")
+        summary[policy] = {
+            "total": statistics.median(totals),
+            "jobs": {j: statistics.median(v) for j, v in jobs.items()},
+        }
+        print(
+            f"{policy:8} {spread(totals):>26} "
+            + " ".join(f"{spread(jobs[j]):>22}" for j in JOBS)
+            + "  "
+            + " ".join(f"{hits[j]:.2f}" for j in JOBS)
+            + f"   {min(resident)}-{max(resident)}"
+        )
     lru, split, benefit = (summary[p] for p in POLICIES)
-    print(f"\nbenefit total / lru total: {benefit['total'] / lru['total']:.3f} (target <= 0.80); "
-          f"/ split total: {benefit['total'] / split['total']:.3f}")
-    print("benefit / split per job: " + ", ".join(f"{j} {benefit['jobs'][j] / split['jobs'][j]:.3f}" for j in JOBS)
-          + " (target: none above 1)")
+    print(
+        f"\nbenefit total / lru total: {benefit['total'] / lru['total']:.3f} (target <= 0.80); "
+        f"/ split total: {benefit['total'] / split['total']:.3f}"
+    )
+    print(
+        "benefit / split per job: "
+        + ", ".join(f"{j} {benefit['jobs'][j] / split['jobs'][j]:.3f}" for j in JOBS)
+        + " (target: none above 1)"
+    )
     return summary
 
 
@@ -166,8 +188,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=8000)
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--compute-ms", type=lambda text: [float(x) for x in text.split(",")],
-                        default=[0.25, 1, 5.5, 6])
+    parser.add_argument(
+        "--compute-ms", type=lambda text: [float(x) for x in text.split(",")], default=[0.25, 1, 5.5, 6]
+    )
     parser.add_argument("--origin-ms", type=float, default=5)
     parser.add_argument("--origin-reads", type=int, default=1)
     parser.add_argument("--json", type=Path)
@@ -175,24 +198,31 @@ def main() -> None:
     if len(args.compute_ms) != len(JOBS):
         parser.error(f"--compute-ms takes {len(JOBS)} numbers")
     room = len(JOBS) * args.samples * args.size // 2
-    print(f"{platform.node()}: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; {len(JOBS)} jobs x {args.samples} "
-          f"samples x {args.size} B, room {room} B (half), {args.epochs} epochs, batch {args.batch}, compute ms/sample "
-          f"{args.compute_ms}, origin {args.origin_ms} ms/read x {args.origin_reads} at once", flush=True)
+    print(
+        f"{platform.node()}: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; {len(JOBS)} jobs x {args.samples} "
+        f"samples x {args.size} B, room {room} B (half), {args.epochs} epochs, batch {args.batch}, compute ms/sample "
+        f"{args.compute_ms}, origin {args.origin_ms} ms/read x {args.origin_reads} at once",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="alnair-cache-policy-") as work:
         roots = {job: Path(work) / job for job in JOBS}
         for root in roots.values():
             write_origin(root, args.samples, args.size)
         runs = []
         for run in range(args.runs):
-            order = POLICIES[run % len(POLICIES):] + POLICIES[:run % len(POLICIES)]
+            order = POLICIES[run % len(POLICIES) :] + POLICIES[: run % len(POLICIES)]
             runs.append({policy: one_policy(policy, roots, room, args, Path(work)) for policy in order})
             totals = ", ".join(f"{p} {runs[-1][p]['total_seconds']:.2f} s" for p in order)
             print(f"run {run + 1}: {totals}", flush=True)
     print(f"load after: {os.getloadavg()[0]:.2f}\n")
     summary = report(runs, args)
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "json"}, "runs": runs,
-                                         "summary": summary}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {"args": {k: v for k, v in vars(args).items() if k != "json"}, "runs": runs, "summary": summary},
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

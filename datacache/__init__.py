@@ -1,5 +1,6 @@
 """Alnair's dataset cache: training samples kept in Redis under the SHA-256 of their bytes, shared by
 every job and dataset that holds the same content, read through a verifying, prefetching loader."""
+
 import importlib
 
 from alnair.commandline import install_command
@@ -24,8 +25,9 @@ def _absent(modules: tuple[str, ...]) -> list[str]:
 
 
 if _missing := _absent(EXTRA_MODULES):
-    raise ModuleNotFoundError(f"alnair.datacache needs the cache extra (no module {', '.join(_missing)}): {INSTALL}",
-                              name=_missing[0])
+    raise ModuleNotFoundError(
+        f"alnair.datacache needs the cache extra (no module {', '.join(_missing)}): {INSTALL}", name=_missing[0]
+    )
 
 from .dataset import CachedDataset  # noqa: E402  (after the check above)
 from .loader import CacheLoader  # noqa: E402

@@ -6,6 +6,7 @@ the kernel and faulted back in by the next one: about 25 page faults and 50 µs 
 sample on the development VM (bench/cache_loader.py), more than verifying it. glibc raises these
 thresholds by itself only for allocations above 128 KiB, so samples below that never benefit.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -29,7 +30,9 @@ def keep_freed_memory() -> bool:
 
 
 def user_configured() -> bool:
-    return any(name in os.environ for name in MALLOC_ENVIRONMENT) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")
+    return any(name in os.environ for name in MALLOC_ENVIRONMENT) or "glibc.malloc." in os.environ.get(
+        "GLIBC_TUNABLES", ""
+    )
 
 
 def glibc_mallopt():

@@ -1,13 +1,14 @@
 """The dataset cache on a Redis Cluster (`redis+cluster://host:port[,host:port...]`): blobs spread over every
 slot by their digest, metadata in the one slot of keys.CLUSTER_TAG, reads grouped per node and pipelined to
 all nodes at once, MOVED/ASK redirects and failovers followed, a failed node's keys read from the origin."""
+
 from __future__ import annotations
 
 import binascii
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 import hiredis
 import redis
@@ -29,7 +30,8 @@ class NodeUnavailable(redis.ConnectionError):
 
 
 class NodeDown(NodeUnavailable):
-    """A node not asked: it failed less than retry_seconds ago (that failure was counted), or no node serves the slot."""
+    """A node not asked: it failed less than retry_seconds ago (that failure was counted), or no node serves
+    the slot."""
 
 
 def slot_of(name: str) -> int:
@@ -70,7 +72,7 @@ def cluster_slots(connection: RespConnection, seen_as: Node) -> list[Node | None
     owners: list[Node | None] = [None] * SLOTS
     for start, end, primary, *_ in reply:
         node = (primary[0].decode() or seen_as[0], int(primary[1]))
-        owners[start:end + 1] = [node] * (end - start + 1)
+        owners[start : end + 1] = [node] * (end - start + 1)
     return owners
 
 
@@ -108,8 +110,9 @@ class Cluster:
         if any(node is None or not self._up(node) for node in groups) and self._remap_due():
             self.refresh()
             groups = self._grouped(keys)
-        unavailable = [position for node in [n for n in groups if n is None or not self._up(n)]
-                       for position in groups.pop(node)]
+        unavailable = [
+            position for node in [n for n in groups if n is None or not self._up(n)] for position in groups.pop(node)
+        ]
         if unavailable:
             groups[None] = sorted(unavailable)
         return groups
@@ -341,8 +344,11 @@ def _replies(cluster: Cluster, node: Node, pool: RespClient, connection: RespCon
         cluster.failed(node)
         return len(commands)
     pool.give(connection)
-    return sum(not _redirected_command(cluster, command, reply)
-               for command, reply in zip(commands, replies) if isinstance(reply, ReplyError))
+    return sum(
+        not _redirected_command(cluster, command, reply)
+        for command, reply in zip(commands, replies)
+        if isinstance(reply, ReplyError)
+    )
 
 
 def _redirected_command(cluster: Cluster, command: tuple, error: ReplyError) -> bool:

@@ -5,6 +5,7 @@ Redis is the trust anchor either way: the manifest that maps a sample to its SHA
 hostile writer to Redis could rewrite the address as easily as the bytes. What a check must catch is bytes
 that are not the sample's (bit rot, a truncated or foreign write, a value out of step with its manifest);
 a 128-bit hash misses such an accident with probability 2^-128. docs/datacache.md has the reasoning."""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,5 @@
 """Counter deltas a process has not written to Redis yet: hits, misses, bytes, fallbacks, errors, fetch latency."""
+
 from __future__ import annotations
 
 import bisect

@@ -1,5 +1,6 @@
 """CachedDataset: samples by index, from Redis when it holds verified bytes, else from the origin,
 which then repopulates the cache. torch.utils.data.DataLoader takes it as a map-style dataset."""
+
 from __future__ import annotations
 
 import logging
@@ -9,21 +10,21 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import redis
 
-from alnair.abi import cache_keys as keys
-from alnair.abi import cache_urls
+from alnair.abi import cache_keys as keys, cache_urls
 
 from . import allocator, content, process_record, worker_batches
+from .cluster import UNAVAILABLE, ClusterReads, NodeDown, NodeUnavailable
 from .counters import PendingCounters
 from .health import RedisHealth
 from .manifest import Manifest
 from .origin import Origin
-from .cluster import UNAVAILABLE, ClusterReads, NodeDown, NodeUnavailable
 from .policy import JobSettings, footprint
 from .resp_client import MgetPipeline
 from .singleflight import SingleFlight
@@ -99,10 +100,22 @@ class CachedDataset:
     policy, within the operator's caps (docs/datacache.md, "Space for many jobs").
     """
 
-    def __init__(self, redis_url: str, name: str, origin: Origin, *, transform: Callable[[bytes], Any] | None = None,
-                 job: str | None = None, timeout: float = 0.2, retry_seconds: float = 1.0, job_ttl_seconds: int = 3600,
-                 substitutable: bool = False, namespace: str | None = None, priority: float | None = None,
-                 quota_bytes: int | str | None = None):
+    def __init__(
+        self,
+        redis_url: str,
+        name: str,
+        origin: Origin,
+        *,
+        transform: Callable[[bytes], Any] | None = None,
+        job: str | None = None,
+        timeout: float = 0.2,
+        retry_seconds: float = 1.0,
+        job_ttl_seconds: int = 3600,
+        substitutable: bool = False,
+        namespace: str | None = None,
+        priority: float | None = None,
+        quota_bytes: int | str | None = None,
+    ):
         if not timeout > 0 or not retry_seconds > 0 or job_ttl_seconds < 1:
             raise ValueError("timeout and retry_seconds must be > 0, job_ttl_seconds >= 1")
         self.redis_url = cache_urls.check(redis_url)  # a bad URL is refused here, not at the first read
@@ -140,8 +153,12 @@ class CachedDataset:
             fetched.close()  # now, not when the generator is collected: the connection goes back, counters out
         return worker_batches.WorkerBatch(samples) if worker_batches.in_dataloader_worker() else samples
 
-    def batches(self, index_batches: Iterable[Sequence[int]], depth: int = PIPELINE_DEPTH,
-                counter_seconds: float = COUNTER_SECONDS) -> Iterator[list[Any]]:
+    def batches(
+        self,
+        index_batches: Iterable[Sequence[int]],
+        depth: int = PIPELINE_DEPTH,
+        counter_seconds: float = COUNTER_SECONDS,
+    ) -> Iterator[list[Any]]:
         """`__getitems__` of each batch, in order, with up to `depth` batches' MGETs in flight on one
         connection: Redis builds the next reply while this thread receives and checks the last. Counters
         go to Redis at most every `counter_seconds` (with a batch's blobs, if it writes any) and when the
@@ -149,8 +166,9 @@ class CachedDataset:
         A substitutable dataset's batches are all taken first: the last ones give up substitutes."""
         return self._batches(index_batches, depth, counter_seconds, 0)
 
-    def _batches(self, index_batches: Iterable[Sequence[int]], depth: int, counter_seconds: float,
-                 last_counter_seconds: float) -> Iterator[list[Any]]:
+    def _batches(
+        self, index_batches: Iterable[Sequence[int]], depth: int, counter_seconds: float, last_counter_seconds: float
+    ) -> Iterator[list[Any]]:
         """`batches`, whose counters are written when it ends unless written less than `last_counter_seconds` ago."""
         runtime = self._runtime_here()
         reads = runtime.store.blob_reads(lambda error: self._redis_failed(runtime, error))
@@ -158,7 +176,7 @@ class CachedDataset:
         checked = ([self._checked(i) for i in indices] for indices in index_batches)
         plan = EpochPlan(list(checked)) if self.substitutable else None
         try:
-            for indices in (plan.batches if plan else checked):
+            for indices in plan.batches if plan else checked:
                 asked.append(self._ask(runtime, reads, list(indices), plan))
                 if len(asked) >= depth:
                     yield self._answer(runtime, reads, asked.popleft(), counter_seconds, plan)
@@ -172,7 +190,8 @@ class CachedDataset:
         """`batches` as they come, measuring their consumer: how long it waited for each (its data stall) and the time
         from one to the next, counted for this job (stall_seconds, consumer_seconds): the space policy learns from
         them what a miss costs the job. CacheLoader measures itself; wrap anything else that yields this dataset's
-        batches, such as `for batch in dataset.timed(DataLoader(dataset, ...))` or `dataset.timed(dataset.batches(...))`."""
+        batches, such as `for batch in dataset.timed(DataLoader(dataset, ...))` or
+        `dataset.timed(dataset.batches(...))`."""
         runtime = self._runtime_here()
         iterator, last = iter(batches), time.monotonic()
         try:
@@ -234,8 +253,9 @@ class CachedDataset:
         except redis.RedisError as e:
             self._redis_failed(runtime, e)
 
-    def _ask(self, runtime: _Runtime, reads: MgetPipeline | ClusterReads, indices: list[int],
-             plan: EpochPlan | None = None) -> _Asked:
+    def _ask(
+        self, runtime: _Runtime, reads: MgetPipeline | ClusterReads, indices: list[int], plan: EpochPlan | None = None
+    ) -> _Asked:
         """Sends the batch's MGET for the samples whose digests are known, unless Redis is away."""
         if not runtime.opened and runtime.health.available():
             self._open(runtime)  # Redis was away when this process started
@@ -243,8 +263,11 @@ class CachedDataset:
         if plan is not None:
             plan.asked += 1
             asked.deferred = [position for position, index in enumerate(indices) if index in plan.deferred]
-        asked.wanted = [position for position, digest in enumerate(asked.digests)
-                        if digest is not None and position not in asked.deferred]
+        asked.wanted = [
+            position
+            for position, digest in enumerate(asked.digests)
+            if digest is not None and position not in asked.deferred
+        ]
         for position, digest in enumerate(asked.digests):
             if digest is None and position not in asked.deferred:
                 # never cached: its origin read starts now, beside the batches before it
@@ -262,8 +285,14 @@ class CachedDataset:
                 asked.redis_up = False
         return asked
 
-    def _answer(self, runtime: _Runtime, reads: MgetPipeline | ClusterReads, asked: _Asked,
-                counter_seconds: float, plan: EpochPlan | None = None) -> list[Any]:
+    def _answer(
+        self,
+        runtime: _Runtime,
+        reads: MgetPipeline | ClusterReads,
+        asked: _Asked,
+        counter_seconds: float,
+        plan: EpochPlan | None = None,
+    ) -> list[Any]:
         """The asked batch: verified values from Redis, the rest from the origin (or, substitutable, from
         the end of the pass); then the write-back."""
         samples: list[bytes | None] = [None] * len(asked.indices)
@@ -278,16 +307,23 @@ class CachedDataset:
         for position in from_origin:
             samples[position] = asked.origin[position].result()
         fallbacks = len(asked.unavailable) if asked.redis_up else len(from_origin)
-        self._count(runtime, **{keys.MISSES: len(from_origin) - fallbacks, keys.FALLBACKS: fallbacks,
-                                keys.ORIGIN_BYTES: sum(len(samples[p]) for p in from_origin)})
+        self._count(
+            runtime,
+            **{
+                keys.MISSES: len(from_origin) - fallbacks,
+                keys.FALLBACKS: fallbacks,
+                keys.ORIGIN_BYTES: sum(len(samples[p]) for p in from_origin),
+            },
+        )
         runtime.served += len(samples)
         runtime.served_bytes += sum(map(len, samples))
         runtime.counters.observe_fetch(asked.fetch.done())
         self._write_back(runtime, asked.writes if asked.redis_up else Writes(), counter_seconds)
         return [self.transform(s) for s in samples] if self.transform else samples
 
-    def _from_cache(self, runtime: _Runtime, reads: MgetPipeline | ClusterReads, asked: _Asked,
-                    samples: list[bytes | None]) -> bool:
+    def _from_cache(
+        self, runtime: _Runtime, reads: MgetPipeline | ClusterReads, asked: _Asked, samples: list[bytes | None]
+    ) -> bool:
         """Fill `samples` with the verified values of the asked MGET; False if Redis did not answer."""
         try:
             values = reads.receive()
@@ -340,8 +376,9 @@ class CachedDataset:
         for position in missing:  # no substitute: wait for its own read
             self._serve_deferred(runtime, asked, samples, plan, position)
 
-    def _fill(self, runtime: _Runtime, asked: _Asked, samples: list[bytes | None], plan: EpochPlan,
-              missing: list[int]) -> list[int]:
+    def _fill(
+        self, runtime: _Runtime, asked: _Asked, samples: list[bytes | None], plan: EpochPlan, missing: list[int]
+    ) -> list[int]:
         """Serves cached samples from the end of the pass at the `missing` positions, each missed sample
         taking its substitute's slot there; returns the positions still unfilled."""
         missing, hits, cache_bytes = list(missing), 0, 0
@@ -352,7 +389,9 @@ class CachedDataset:
             indices = [plan.batches[batch][position] for batch, position in slots]
             digests = [self.manifest.digest(index) for index in indices]
             try:
-                values = runtime.store.read_now([keys.blob(d) for d in digests], lambda e: self._redis_failed(runtime, e))
+                values = runtime.store.read_now(
+                    [keys.blob(d) for d in digests], lambda e: self._redis_failed(runtime, e)
+                )
             except redis.RedisError as e:
                 self._redis_failed(runtime, e)
                 break
@@ -374,19 +413,25 @@ class CachedDataset:
         """Starts sample `index`'s origin read, to be served in whichever slot it is given."""
         if index not in plan.deferred:
             writes = Writes()
-            plan.deferred[index] = Deferred(runtime.origin_pool.submit(self._from_origin, runtime, index, writes),
-                                            writes, fallback)
+            plan.deferred[index] = Deferred(
+                runtime.origin_pool.submit(self._from_origin, runtime, index, writes), writes, fallback
+            )
 
-    def _serve_deferred(self, runtime: _Runtime, asked: _Asked, samples: list[bytes | None], plan: EpochPlan,
-                        position: int) -> None:
+    def _serve_deferred(
+        self, runtime: _Runtime, asked: _Asked, samples: list[bytes | None], plan: EpochPlan, position: int
+    ) -> None:
         deferred = plan.deferred.pop(asked.indices[position])
         samples[position] = deferred.read.result()
         asked.writes.merge(deferred.writes)
-        self._count(runtime, **{keys.FALLBACKS if deferred.fallback else keys.MISSES: 1,
-                                keys.ORIGIN_BYTES: len(samples[position])})
+        self._count(
+            runtime,
+            **{keys.FALLBACKS if deferred.fallback else keys.MISSES: 1, keys.ORIGIN_BYTES: len(samples[position])},
+        )
 
     def _start_origin_read(self, runtime: _Runtime, asked: _Asked, position: int) -> None:
-        asked.origin[position] = runtime.origin_pool.submit(self._from_origin, runtime, asked.indices[position], asked.writes)
+        asked.origin[position] = runtime.origin_pool.submit(
+            self._from_origin, runtime, asked.indices[position], asked.writes
+        )
 
     def _from_origin(self, runtime: _Runtime, index: int, writes: Writes) -> bytes:
         data = runtime.origin_reads.run(index, lambda: self.origin.read(index))
@@ -404,8 +449,14 @@ class CachedDataset:
             return
         deltas = runtime.counters.take(0 if writes else counter_seconds)
         try:
-            refused = runtime.store.write(self.name, self.fingerprint, writes, self.settings,
-                                          footprint(len(self), runtime.served, runtime.served_bytes), deltas)
+            refused = runtime.store.write(
+                self.name,
+                self.fingerprint,
+                writes,
+                self.settings,
+                footprint(len(self), runtime.served, runtime.served_bytes),
+                deltas,
+            )
         except redis.RedisError as e:
             runtime.counters.restore(deltas)
             self._redis_failed(runtime, e)
@@ -427,8 +478,12 @@ class CachedDataset:
             log.warning("dataset cache %s: %s", self.name, error)
         elif isinstance(error, UNREACHABLE):
             if runtime.health.available():
-                log.warning("dataset cache %s: Redis unreachable, reading from the origin for %gs: %s",
-                            self.name, self.retry_seconds, error)
+                log.warning(
+                    "dataset cache %s: Redis unreachable, reading from the origin for %gs: %s",
+                    self.name,
+                    self.retry_seconds,
+                    error,
+                )
             runtime.health.failed()
         else:  # refused (out of memory, say): counted, and Redis is still asked
             log.debug("dataset cache %s: Redis error: %s", self.name, error)

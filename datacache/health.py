@@ -1,9 +1,10 @@
 """Whether to ask Redis at all: after a failure the cache goes straight to the origin for
 `retry_seconds`, then tries Redis again, so an outage costs one timeout per interval, not per batch."""
+
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 class RedisHealth:

@@ -1,11 +1,13 @@
 """CacheLoader: batches of a CachedDataset fetched ahead by threads with pipelined MGETs, delivered in
 order; no PyTorch needed."""
+
 from __future__ import annotations
 
 import queue
 import random
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .dataset import CachedDataset
 
@@ -32,9 +34,18 @@ class CacheLoader:
     waits for each batch is counted as the job's data stall (CachedDataset.timed), for the space policy.
     """
 
-    def __init__(self, dataset: CachedDataset, batch_size: int, *, workers: int | None = None, prefetch: int | None = None,
-                 shuffle: bool = False, seed: int = 0, drop_last: bool = False,
-                 collate: Callable[[list[Any]], Any] | None = None):
+    def __init__(
+        self,
+        dataset: CachedDataset,
+        batch_size: int,
+        *,
+        workers: int | None = None,
+        prefetch: int | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        collate: Callable[[list[Any]], Any] | None = None,
+    ):
         if batch_size < 1 or (workers is not None and workers < 1) or (prefetch is not None and prefetch < 1):
             raise ValueError("batch_size, workers and prefetch must be >= 1")
         self.dataset = dataset
@@ -55,8 +66,8 @@ class CacheLoader:
         order = list(range(len(self.dataset)))
         if self.shuffle:
             random.Random(self.seed + epoch).shuffle(order)
-        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-        return batches[:len(self)]
+        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        return batches[: len(self)]
 
     def __iter__(self) -> Iterator[Any]:
         batches = self.batch_indices(self.epoch)
@@ -65,8 +76,12 @@ class CacheLoader:
         # Batch k comes from thread k % workers, through that thread's queue: the order needs no sorting.
         ready = [queue.Queue(maxsize=max(1, self.prefetch // workers)) for _ in range(workers)]
         stop = threading.Event()
-        threads = [threading.Thread(target=self._fetch, args=(batches[w::workers], ready[w], stop), daemon=True,
-                                    name=f"cache-loader-{w}") for w in range(workers)]
+        threads = [
+            threading.Thread(
+                target=self._fetch, args=(batches[w::workers], ready[w], stop), daemon=True, name=f"cache-loader-{w}"
+            )
+            for w in range(workers)
+        ]
         for thread in threads:
             thread.start()
         try:

@@ -1,4 +1,5 @@
 """Where samples come from when the cache does not have them: the Origin interface and a local directory."""
+
 from __future__ import annotations
 
 import hashlib

@@ -2,6 +2,7 @@
 its arguments and environment, and the Lua that places its samples under the operator's caps (keys.POLICY): space
 accounted per job and namespace, admission and eviction by each job's measured benefit, its value kept with its
 counters. Every decision runs in Redis, atomically, on the metadata's node: no process of its own."""
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,17 @@ DEFAULT_NAMESPACE = "default"
 PRIORITY_LIMIT = 1000.0  # the highest a job may ask; the operator's max_priority may lower it
 TTL_FIELD, MARK_FIELD = "ttl", "mark"  # a job space's TTL (it outlives it while holding space), REVALUE's last counters
 SIZE = re.compile(r"([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?")
-UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30,
-         "Ti": 1 << 40}
+UNITS = {
+    None: 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 1 << 10,
+    "Mi": 1 << 20,
+    "Gi": 1 << 30,
+    "Ti": 1 << 40,
+}
 
 
 def parse_size(text: str) -> int:
@@ -48,8 +58,15 @@ class JobSettings:
     ttl_seconds: int = 3600  # its counters live this long after its last batch
 
     @classmethod
-    def resolve(cls, name: str, namespace: str | None, priority: float | None, quota_bytes: int | str | None,
-                ttl_seconds: int, environ: Mapping[str, str] = os.environ) -> JobSettings:
+    def resolve(
+        cls,
+        name: str,
+        namespace: str | None,
+        priority: float | None,
+        quota_bytes: int | str | None,
+        ttl_seconds: int,
+        environ: Mapping[str, str] = os.environ,
+    ) -> JobSettings:
         """Arguments first, then $ALNAIR_JOB_NAMESPACE (else the pod's service-account namespace, else "default"),
         $ALNAIR_CACHE_PRIORITY and $ALNAIR_CACHE_QUOTA; a bad value raises ValueError naming its source."""
         namespace = namespace or environ.get(NAMESPACE_ENV) or _pod_namespace() or DEFAULT_NAMESPACE
@@ -59,8 +76,9 @@ class JobSettings:
             quota_bytes = _from_env(environ, QUOTA_ENV, parse_size, None)
         elif isinstance(quota_bytes, str):
             quota_bytes = parse_size(quota_bytes)
-        if quota_bytes is not None and (isinstance(quota_bytes, bool) or not isinstance(quota_bytes, int)
-                                        or quota_bytes < 0):
+        if quota_bytes is not None and (
+            isinstance(quota_bytes, bool) or not isinstance(quota_bytes, int) or quota_bytes < 0
+        ):
             raise ValueError(f"quota_bytes must be a size >= 0: {quota_bytes!r}")
         return cls(name, keys.check_name("namespace", namespace), check_priority(priority), quota_bytes, ttl_seconds)
 
@@ -95,8 +113,9 @@ def footprint(samples: int, served: int, served_bytes: int) -> int:
 
 
 # Key names relative to the metadata keys' prefix (keys.metadata's), for the keys a script finds as it goes.
-SPACE_KEY, NAMESPACE_KEY, HELD_KEY = (name("")[len(keys.PREFIX):]
-                                      for name in (keys.job_space, keys.namespace, keys.held))
+SPACE_KEY, NAMESPACE_KEY, HELD_KEY = (
+    name("")[len(keys.PREFIX) :] for name in (keys.job_space, keys.namespace, keys.held)
+)
 
 # Lua shared by ADMIT and ACCOUNT. HMGET gives false for an absent field, which tonumber makes nil.
 PRELUDE = f"""
@@ -190,7 +209,10 @@ end
 # yet), the number of integer deltas, then (field, delta) pairs, integers first. Adds the counters to the dataset's,
 # job's and namespace's hashes, records what the job asks as the caps leave it, revalues it and lists it: one command
 # per write-back, not two increments per field.
-ACCOUNT = PRELUDE + REVALUE + f"""
+ACCOUNT = (
+    PRELUDE
+    + REVALUE
+    + f"""
 local prefix, job, ttl, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local dataset_key, job_key, space_key, jobs, namespaces, policy, holders = unpack(KEYS, 1, 7)
 local ns = namespace_of(space_key, ARGV[5])
@@ -216,6 +238,7 @@ redis.call('ZREMRANGEBYSCORE', jobs, '-inf', now - ttl)
 redis.call('TOUCH', policy, namespaces, ns_key, unpack(KEYS, 8))
 return 0
 """
+)
 
 # KEYS: policy, space, held, holders, jobs, job hash, job space hash, the job's held set. ARGV: the metadata keys'
 # prefix, now, job, namespace, priority, quota ("": none), then (raw digest, size) per blob read from the origin.
@@ -226,7 +249,9 @@ return 0
 # quotas, into free space, or into space taken from the job of lowest value when this job's value exceeds that one's
 # by the margin and this job has read one pass over its datasets: a scan, whose samples are never read twice, only
 # fills free space.
-ADMIT = PRELUDE + f"""
+ADMIT = (
+    PRELUDE
+    + f"""
 local function demote_idle(jobs, holders, since)
   for _, idle in ipairs(redis.call('ZRANGEBYSCORE', jobs, '-inf', since)) do
     redis.call('ZADD', holders, 'XX', 0, idle)
@@ -337,3 +362,4 @@ if holding(space_key) > 0 then redis.call('ZADD', holders, value, job) end
 keep(space_key, number(redis.call('HGET', space_key, '{TTL_FIELD}'), 3600))
 return reply(stored, evicted)
 """
+)

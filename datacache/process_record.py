@@ -1,5 +1,6 @@
 """The loader's counters mirrored into this process's python-kind shared-memory record, through the
 public `alnair.counter` / `alnair.phase` API (exported as alnair_python_custom_total and _phase_*)."""
+
 from __future__ import annotations
 
 import time
@@ -10,8 +11,16 @@ from alnair.abi import cache_keys as keys
 PREFIX = "datacache."
 # Totals of every dataset this process reads: per dataset they stay in Redis, as a record holds at
 # most 32 counters of 47-byte names.
-MIRRORED = (keys.HITS, keys.MISSES, keys.FALLBACKS, keys.CORRUPT, keys.REDIS_ERRORS, keys.CACHE_BYTES, keys.ORIGIN_BYTES,
-            keys.SUBSTITUTED)
+MIRRORED = (
+    keys.HITS,
+    keys.MISSES,
+    keys.FALLBACKS,
+    keys.CORRUPT,
+    keys.REDIS_ERRORS,
+    keys.CACHE_BYTES,
+    keys.ORIGIN_BYTES,
+    keys.SUBSTITUTED,
+)
 FETCH_PHASE = PREFIX + "fetch"  # one completion per fetch, its seconds the fetch latency
 
 

@@ -1,6 +1,7 @@
 """The cache's commands on every batch, in RESP on sockets of its own: MGET, whose replies are read straight
 off the socket, each large value received into its own bytes object (one copy out of the kernel, where
 redis-py with hiredis copies it three times: socket buffer, reader, bytes), and the counters' script."""
+
 from __future__ import annotations
 
 import socket
@@ -8,8 +9,9 @@ import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator, TypeVar
+from typing import TypeVar
 
 import hiredis
 import redis
@@ -18,7 +20,9 @@ from redis.connection import SSLConnection, parse_url
 
 T = TypeVar("T")
 PEEK_SIZE = 64 << 10  # reply headers and small values are parsed from a peek of this many bytes
-HEADER_PEEK = 64  # after a value of PEEK_SIZE or more, the next peek reads only this far: a header, not 64 KB of the next value
+HEADER_PEEK = (
+    64  # after a value of PEEK_SIZE or more, the next peek reads only this far: a header, not 64 KB of the next value
+)
 LINE_PEEK = 512  # a line (a reply's header, +OK, an error) is looked for this far at a time
 GET = b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n"  # a GET in RESP, formatted in place: a third of pack_command's cost
 
@@ -52,7 +56,9 @@ class RespConnection:
 
     def __init__(self, params: dict, timeout: float):
         self.timeout = timeout
-        self.peek_size = PEEK_SIZE  # MSG_PEEK copies what it returns: HEADER_PEEK after a large value, until a small one
+        self.peek_size = (
+            PEEK_SIZE  # MSG_PEEK copies what it returns: HEADER_PEEK after a large value, until a small one
+        )
         self.sock = self._connected(params, timeout)
         try:
             self.sock.settimeout(None)
@@ -87,11 +93,12 @@ class RespConnection:
         self.sock.sendall(encode(*args))
         return self._line()
 
-    def run_script(self, script: Script, keys: list[str], args: list, array: bool = False,
-                   by_sha: bool = True) -> bytes | list:
+    def run_script(
+        self, script: Script, keys: list[str], args: list, array: bool = False, by_sha: bool = True
+    ) -> bytes | list:
         """EVALSHA, or EVAL where the server does not hold the script yet (or at once, without `by_sha`);
         its reply is one line, or with `array` an array of bulk strings."""
-        for command, body in (("EVALSHA", script.sha), ("EVAL", script.script))[0 if by_sha else 1:]:
+        for command, body in (("EVALSHA", script.sha), ("EVAL", script.script))[0 if by_sha else 1 :]:
             self.sock.sendall(encode(command, body, len(keys), *keys, *args))
             try:
                 return self.read_array() if array else self._line()
@@ -173,8 +180,8 @@ class RespConnection:
                 values.append(None)
                 position = start
             elif start + size + 2 <= len(peeked):
-                expect_crlf(peeked[start + size:start + size + 2])
-                values.append(peeked[start:start + size])
+                expect_crlf(peeked[start + size : start + size + 2])
+                values.append(peeked[start : start + size])
                 position = start + size + 2
                 self.peek_size = PEEK_SIZE  # small values: the next ones are likely small too
             else:  # a large value: take the peek through its header, then the value
@@ -263,7 +270,7 @@ class MgetPipeline:
     the replies still owed on that connection are lost with it: `receive` then returns None for each.
     TLS connections (redis-py's) are not pipelined: `send` keeps the names, `receive` asks."""
 
-    def __init__(self, client: "RespClient"):
+    def __init__(self, client: RespClient):
         self._client = client
         self._connection: RespConnection | None = None
         self._unsent: deque[list[str]] = deque()  # TLS: asked at `receive`

@@ -1,9 +1,11 @@
 """One in-flight origin read per key: callers asking for a key being read wait for that read's result."""
+
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future
-from typing import Callable, Hashable, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 

@@ -1,18 +1,18 @@
 """The cache's Redis side: open a dataset's manifest, read blobs, and write blobs, manifest entries, check
 digests and counters in one pipelined round trip; on one server (CacheStore) or a Redis Cluster (ClusterStore)."""
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import redis
 from redis.backoff import NoBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
-from alnair.abi import cache_keys as keys
-from alnair.abi import cache_urls
+from alnair.abi import cache_keys as keys, cache_urls
 
 from . import cluster as cluster_
 from .policy import ACCOUNT, ADMIT, JobSettings
@@ -74,8 +74,13 @@ return 0
 def connect(url: str, timeout: float, read_size: int = SOCKET_READ_SIZE) -> redis.Redis:
     """A client that gives up within `timeout` (connect or any read) and never retries on its own:
     the caller falls back to the origin instead. Each connection holds a `read_size` buffer."""
-    return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                retry=Retry(NoBackoff(), 0), socket_read_size=read_size)
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        socket_read_size=read_size,
+    )
 
 
 def counter_args(deltas: dict[str, float]) -> list:
@@ -84,29 +89,61 @@ def counter_args(deltas: dict[str, float]) -> list:
     return [sum(not isinstance(value, float) for value in deltas.values()), *(x for item in ordered for x in item)]
 
 
-def account_call(dataset: str, job: JobSettings, footprint: int, deltas: dict[str, float],
-                 cluster: bool) -> tuple[list, list]:
+def account_call(
+    dataset: str, job: JobSettings, footprint: int, deltas: dict[str, float], cluster: bool
+) -> tuple[list, list]:
     """ACCOUNT's keys and arguments."""
-    names = [keys.dataset(dataset), keys.job(job.name), keys.job_space(job.name), keys.JOBS, keys.NAMESPACES,
-             keys.POLICY, keys.HOLDERS, keys.manifest(dataset), keys.CONTENT, keys.DATASETS, keys.checks(dataset),
-             keys.SPACE, keys.HELD]
-    return ([keys.metadata(name, cluster) for name in names],
-            [keys.metadata(keys.PREFIX, cluster), job.name, job.ttl_seconds, time.time(), *job.script_args(), dataset,
-             footprint, *counter_args(deltas)])
+    names = [
+        keys.dataset(dataset),
+        keys.job(job.name),
+        keys.job_space(job.name),
+        keys.JOBS,
+        keys.NAMESPACES,
+        keys.POLICY,
+        keys.HOLDERS,
+        keys.manifest(dataset),
+        keys.CONTENT,
+        keys.DATASETS,
+        keys.checks(dataset),
+        keys.SPACE,
+        keys.HELD,
+    ]
+    return (
+        [keys.metadata(name, cluster) for name in names],
+        [
+            keys.metadata(keys.PREFIX, cluster),
+            job.name,
+            job.ttl_seconds,
+            time.time(),
+            *job.script_args(),
+            dataset,
+            footprint,
+            *counter_args(deltas),
+        ],
+    )
 
 
 def admit_call(job: JobSettings, blobs: dict[bytes, bytes], cluster: bool) -> tuple[list, list]:
     """ADMIT's keys and arguments for the blobs a batch read from the origin."""
-    names = [keys.POLICY, keys.SPACE, keys.HELD, keys.HOLDERS, keys.JOBS, keys.job(job.name), keys.job_space(job.name),
-             keys.held(job.name)]
+    names = [
+        keys.POLICY,
+        keys.SPACE,
+        keys.HELD,
+        keys.HOLDERS,
+        keys.JOBS,
+        keys.job(job.name),
+        keys.job_space(job.name),
+        keys.held(job.name),
+    ]
     args = [keys.metadata(keys.PREFIX, cluster), time.time(), job.name, *job.script_args()]
     for digest, data in blobs.items():
         args += [digest, len(data)]
     return [keys.metadata(name, cluster) for name in names], args
 
 
-def admission(job: JobSettings, blobs: dict[bytes, bytes], cluster: bool,
-              run: Callable[[list, list], list]) -> tuple[list[bytes], list[bytes], int]:
+def admission(
+    job: JobSettings, blobs: dict[bytes, bytes], cluster: bool, run: Callable[[list, list], list]
+) -> tuple[list[bytes], list[bytes], int]:
     """(to store, evicted, refused) for the blobs a batch read from the origin, by ADMIT as `run(keys, args)` runs it
     (its reply: the count to store, those digests, then the evicted ones); all refused if Redis refuses the script."""
     if not blobs:
@@ -116,7 +153,7 @@ def admission(job: JobSettings, blobs: dict[bytes, bytes], cluster: bool,
     except redis.ResponseError:
         return [], [], 1
     count = int(reply[0])
-    return reply[1:1 + count], reply[1 + count:], 0
+    return reply[1 : 1 + count], reply[1 + count :], 0
 
 
 @dataclass
@@ -130,7 +167,7 @@ class Writes:
     def __bool__(self) -> bool:
         return bool(self.blobs or self.entries or self.checks)
 
-    def merge(self, other: "Writes") -> None:
+    def merge(self, other: Writes) -> None:
         self.blobs.update(other.blobs)
         self.entries.extend(other.entries)
         self.checks.extend(other.checks)
@@ -169,8 +206,9 @@ class CacheStore:
         """One MGET on a connection of its own (substitutes for a batch's misses); a failure raises."""
         return self._direct.mget(names)
 
-    def write(self, dataset: str, fingerprint: str, writes: Writes, job: JobSettings, footprint: int,
-              deltas: dict[str, float]) -> int:
+    def write(
+        self, dataset: str, fingerprint: str, writes: Writes, job: JobSettings, footprint: int, deltas: dict[str, float]
+    ) -> int:
         """The blobs the space policy admits (one round trip), then what it evicted deleted, those blobs, manifest
         entries and counters in one more; returns how many commands Redis refused (out of memory, say)."""
         if not writes:
@@ -191,11 +229,17 @@ class CacheStore:
         for digest in stored:
             pipe.set(keys.blob(digest), writes.blobs[digest])
         if writes.entries:
-            self._record(keys=[keys.dataset(dataset), keys.manifest(dataset), keys.CONTENT, keys.checks(dataset)],
-                         args=record_args(fingerprint, writes.entries), client=pipe)
+            self._record(
+                keys=[keys.dataset(dataset), keys.manifest(dataset), keys.CONTENT, keys.checks(dataset)],
+                args=record_args(fingerprint, writes.entries),
+                client=pipe,
+            )
         if writes.checks:
-            self._record_checks(keys=[keys.dataset(dataset), keys.manifest(dataset), keys.checks(dataset)],
-                                args=[fingerprint, *(x for item in writes.checks for x in item)], client=pipe)
+            self._record_checks(
+                keys=[keys.dataset(dataset), keys.manifest(dataset), keys.checks(dataset)],
+                args=[fingerprint, *(x for item in writes.checks for x in item)],
+                client=pipe,
+            )
         if deltas:
             account_keys, account_args = account_call(dataset, job, footprint, deltas, False)
             self._account(keys=account_keys, args=account_args, client=pipe)
@@ -215,7 +259,8 @@ class ClusterStore:
     def __init__(self, url: str, timeout: float, retry_seconds: float):
         self.cluster = cluster_.Cluster(url, timeout, retry_seconds)
         self._open, self._record, self._record_checks, self._account, self._admit = (
-            Script(None, source.encode()) for source in (OPEN, RECORD, RECORD_CHECKS, ACCOUNT, ADMIT))
+            Script(None, source.encode()) for source in (OPEN, RECORD, RECORD_CHECKS, ACCOUNT, ADMIT)
+        )
 
     @staticmethod
     def _meta(*names: str) -> list[str]:
@@ -238,24 +283,35 @@ class ClusterStore:
         finally:
             reads.close()
 
-    def write(self, dataset: str, fingerprint: str, writes: Writes, job: JobSettings, footprint: int,
-              deltas: dict[str, float]) -> int:
+    def write(
+        self, dataset: str, fingerprint: str, writes: Writes, job: JobSettings, footprint: int, deltas: dict[str, float]
+    ) -> int:
         """The space policy's admission on the metadata's node, then the evicted blobs deleted and the admitted ones
         stored, on their nodes at once, then the metadata's scripts; returns how many commands failed. The metadata's
         node down: NodeUnavailable, before any blob is written."""
-        stored, evicted, failed = admission(job, writes.blobs, True,
-                                            lambda k, a: self.cluster.script(self._admit, k, a, array=True))
+        stored, evicted, failed = admission(
+            job, writes.blobs, True, lambda k, a: self.cluster.script(self._admit, k, a, array=True)
+        )
         commands = [("DEL", keys.blob(digest)) for digest in evicted]
         commands += [("SET", keys.blob(digest), writes.blobs[digest]) for digest in stored]
         failed += cluster_.blob_commands(self.cluster, commands)
         calls = []
         if writes.entries:
-            calls.append((self._record, self._meta(keys.dataset(dataset), keys.manifest(dataset), keys.CONTENT,
-                                                   keys.checks(dataset)), record_args(fingerprint, writes.entries)))
+            calls.append(
+                (
+                    self._record,
+                    self._meta(keys.dataset(dataset), keys.manifest(dataset), keys.CONTENT, keys.checks(dataset)),
+                    record_args(fingerprint, writes.entries),
+                )
+            )
         if writes.checks:
-            calls.append((self._record_checks,
-                          self._meta(keys.dataset(dataset), keys.manifest(dataset), keys.checks(dataset)),
-                          [fingerprint, *(x for item in writes.checks for x in item)]))
+            calls.append(
+                (
+                    self._record_checks,
+                    self._meta(keys.dataset(dataset), keys.manifest(dataset), keys.checks(dataset)),
+                    [fingerprint, *(x for item in writes.checks for x in item)],
+                )
+            )
         if deltas:
             calls.append((self._account, *account_call(dataset, job, footprint, deltas, True)))
         for script, keys_, args in calls:

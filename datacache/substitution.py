@@ -1,11 +1,12 @@
 """Substitutable reads (CachedDataset(substitutable=True)): within an epoch, a sample that misses the cache is
 replaced at once by a cached sample not yet served, taken from the end of the epoch, and takes that sample's
 place there while its origin read runs: every sample is served once per epoch, in another order."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable
 
 from .store import Writes
 

@@ -1,5 +1,6 @@
 """A DataLoader worker's batches of sample bytes handed to the loader's process through shared memory: a ring
 of slots each worker maps once, so the pickle torch's queue carries says where the bytes lie instead of holding them."""
+
 from __future__ import annotations
 
 import logging
@@ -63,7 +64,7 @@ class _Ring:
                 return None
             offset = HEADER_BYTES + slot * self.slot_bytes
             for sample, size in zip(samples, sizes):
-                self.view[offset:offset + size] = sample
+                self.view[offset : offset + size] = sample
                 offset += size
             self.sequence += 1
             _WORD.pack_into(self.view, _slot_word(slot), self.sequence)
@@ -131,7 +132,7 @@ def _received(ring: tuple, slot: int, sequence: int, sizes: list[int]) -> list[b
         raise RuntimeError("a DataLoader worker's shared batch was overwritten before it was read")
     offset, samples = HEADER_BYTES + slot * (len(view) - HEADER_BYTES) // SLOTS, []
     for size in sizes:
-        samples.append(bytes(view[offset:offset + size]))
+        samples.append(bytes(view[offset : offset + size]))
         offset += size
     _WORD.pack_into(view, _slot_word(slot), 0)
     return samples
@@ -145,7 +146,9 @@ def _mapping(name: str, pid: int, size: int, descriptor) -> memoryview:
             if known is not None:
                 return known[1]
             if fd is None:
-                raise RuntimeError(f"a DataLoader worker's shared batch from ring {name} that this process never mapped")
+                raise RuntimeError(
+                    f"a DataLoader worker's shared batch from ring {name} that this process never mapped"
+                )
             view = memoryview(mmap.mmap(fd, size))
         finally:
             if fd is not None:

@@ -1,6 +1,7 @@
 """The cache collector against real redis-servers and a real Redis Cluster: INFO, keys per database, the
 dataset cache's counters and dedupe bytes, every cluster node and the cluster's state; an unreachable Redis
 (or cluster node) is up 0 and costs at most its timeout."""
+
 from __future__ import annotations
 
 import subprocess
@@ -12,12 +13,16 @@ import pytest
 from alnair.abi import cache_keys as keys
 from alnair.collectors.cache import CacheCollector
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
-from alnair.exporter.plugin import CollectorUnavailable
 from alnair.exporter.config import parse_options
-from alnair.exporter.plugin import render
+from alnair.exporter.plugin import CollectorUnavailable, render
 from alnair.exporter.registry import CollectorSpec
-from support import (cluster, fill_cache, free_port, parse_samples, redis_cluster, start_redis,  # noqa: F401  (fixtures)
-                     wait_until)
+from support import (
+    fill_cache,
+    free_port,
+    parse_samples,
+    start_redis,  # noqa: F401  (fixtures)
+    wait_until,
+)
 
 SIZE = 1000
 
@@ -49,16 +54,26 @@ def test_collector_reports_server_cache_counters_and_dedupe(start_redis, tmp_pat
     assert samples[series("alnair_cache_db_keys", redis=server.url, db="0")] == server.client().dbsize()
     stats = server.client().info("stats")  # read after the collector's INFO, so at least as high
     assert 0 < samples[series("alnair_cache_keyspace_misses_total", redis=server.url)] <= stats["keyspace_misses"]
-    assert 0 < samples[series("alnair_cache_commands_processed_total", redis=server.url)] <= stats["total_commands_processed"]
+    assert (
+        0
+        < samples[series("alnair_cache_commands_processed_total", redis=server.url)]
+        <= stats["total_commands_processed"]
+    )
     assert any(k.startswith("alnair_cache_redis_info{") and 'maxmemory_policy="allkeys-lru"' in k for k in samples)
     for dataset, job in (("a", "job-1"), ("b", "job-2")):
         assert samples[series("alnair_cache_dataset_misses_total", redis=server.url, dataset=dataset)] == 10
-        assert samples[series("alnair_cache_dataset_origin_read_bytes_total", redis=server.url, dataset=dataset)] == 10 * SIZE
+        assert (
+            samples[series("alnair_cache_dataset_origin_read_bytes_total", redis=server.url, dataset=dataset)]
+            == 10 * SIZE
+        )
         assert samples[series("alnair_cache_dataset_logical_bytes", redis=server.url, dataset=dataset)] == 10 * SIZE
         assert samples[series("alnair_cache_dataset_samples", redis=server.url, dataset=dataset)] == 10
         assert samples[series("alnair_cache_job_misses_total", redis=server.url, job_name=job)] == 10
         assert samples[series("alnair_cache_job_fetch_duration_seconds_count", redis=server.url, job_name=job)] == 3
-        assert samples[series("alnair_cache_job_fetch_duration_seconds_bucket", redis=server.url, job_name=job, le="+Inf")] == 3
+        assert (
+            samples[series("alnair_cache_job_fetch_duration_seconds_bucket", redis=server.url, job_name=job, le="+Inf")]
+            == 3
+        )
     assert samples[series("alnair_cache_physical_bytes", redis=server.url)] == 15 * SIZE  # samples 5-9 are shared
 
     list(CacheLoader(CachedDataset(server.url, "a", DirectoryOrigin(tmp_path / "a"), job="job-3"), 4))
@@ -72,8 +87,13 @@ def test_collector_reports_server_cache_counters_and_dedupe(start_redis, tmp_pat
 def test_unreachable_and_stalled_redis_are_up_0_within_the_timeout(start_redis):
     live, stalled = start_redis(), start_redis()
     refused = f"redis://127.0.0.1:{free_port()}/0"
-    collector = CacheCollector(options(f"--collector.cache.redis-url={live.url},{refused}",
-                                       f"--collector.cache.redis-url={stalled.url}", "--collector.cache.timeout=0.3"))
+    collector = CacheCollector(
+        options(
+            f"--collector.cache.redis-url={live.url},{refused}",
+            f"--collector.cache.redis-url={stalled.url}",
+            "--collector.cache.timeout=0.3",
+        )
+    )
     stalled.pause()
     try:
         started = time.monotonic()
@@ -104,19 +124,35 @@ def test_without_a_redis_url_the_collector_is_unavailable():
 
 def test_urls_come_from_the_environment_comma_separated_and_flags_replace_them(monkeypatch):
     env = {"ALNAIR_COLLECTOR_CACHE_REDIS_URL": "redis://a:6379/0, redis://b:6379/1"}
-    assert options(env=env, monkeypatch=monkeypatch).collector_cache_redis_url == ["redis://a:6379/0", "redis://b:6379/1"]
-    given = options("--collector.cache.redis-url=redis://c:1/0", "--collector.cache.redis-url", "unix:///run/r.sock",
-                    env=env, monkeypatch=monkeypatch)
+    assert options(env=env, monkeypatch=monkeypatch).collector_cache_redis_url == [
+        "redis://a:6379/0",
+        "redis://b:6379/1",
+    ]
+    given = options(
+        "--collector.cache.redis-url=redis://c:1/0",
+        "--collector.cache.redis-url",
+        "unix:///run/r.sock",
+        env=env,
+        monkeypatch=monkeypatch,
+    )
     assert given.collector_cache_redis_url == ["redis://c:1/0", "unix:///run/r.sock"]
 
 
-@pytest.mark.parametrize("args, env", [
-    (["--collector.cache.redis-url", "localhost:6379"], {}),
-    ([], {"ALNAIR_COLLECTOR_CACHE_REDIS_URL": "redis://ok:1/0,http://nope"}),
-])
+@pytest.mark.parametrize(
+    "args, env",
+    [
+        (["--collector.cache.redis-url", "localhost:6379"], {}),
+        ([], {"ALNAIR_COLLECTOR_CACHE_REDIS_URL": "redis://ok:1/0,http://nope"}),
+    ],
+)
 def test_a_bad_redis_url_exits_2_with_one_line(args, env):
-    result = subprocess.run([sys.executable, "-m", "alnair.exporter", "--collector.cache", *args], capture_output=True,
-                            text=True, timeout=30, env={**__import__("os").environ, **env})
+    result = subprocess.run(
+        [sys.executable, "-m", "alnair.exporter", "--collector.cache", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**__import__("os").environ, **env},
+    )
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert "not a Redis URL" in result.stderr
@@ -148,10 +184,12 @@ def test_a_cluster_target_reports_every_node_the_cluster_state_and_the_cache_cou
     assert sum(samples[series("alnair_cache_node_slots", redis=cluster.url, node=n)] for n in nodes) == 16384
     primaries = [f"127.0.0.1:{s.port}" for s in cluster.primaries()]
     assert sum(samples[series("alnair_cache_node_keys", redis=cluster.url, node=n)] for n in primaries) == sum(
-        s.client().dbsize() for s in cluster.primaries())
+        s.client().dbsize() for s in cluster.primaries()
+    )
     assert all(samples[series("alnair_cache_node_memory_used_bytes", redis=cluster.url, node=n)] > 0 for n in nodes)
     assert sorted(k.split('role="')[1].split('"')[0] for k in samples if k.startswith("alnair_cache_node_info{")) == (
-        ["primary"] * 3 + ["replica"] * 3)
+        ["primary"] * 3 + ["replica"] * 3
+    )
     assert samples[series("alnair_cache_dataset_misses_total", redis=cluster.url, dataset="a")] == 10
     assert samples[series("alnair_cache_job_misses_total", redis=cluster.url, job_name="job-2")] == 10
     assert samples[series("alnair_cache_physical_bytes", redis=cluster.url)] == 15 * SIZE
@@ -176,13 +214,21 @@ def test_a_cluster_target_reports_every_node_the_cluster_state_and_the_cache_cou
 
 def test_collector_reports_space_per_job_and_namespace_and_the_policys_caps(start_redis, tmp_path):
     server = start_redis()
-    server.client().hset(keys.POLICY, mapping={keys.CAPACITY_BYTES: 12 * SIZE, keys.JOB_QUOTA_BYTES: 8 * SIZE,
-                                                keys.per_namespace(keys.NAMESPACE_QUOTA_BYTES, "team-a"): 5 * SIZE})
+    server.client().hset(
+        keys.POLICY,
+        mapping={
+            keys.CAPACITY_BYTES: 12 * SIZE,
+            keys.JOB_QUOTA_BYTES: 8 * SIZE,
+            keys.per_namespace(keys.NAMESPACE_QUOTA_BYTES, "team-a"): 5 * SIZE,
+        },
+    )
     for job, namespace in (("a1", "team-a"), ("b1", "team-b")):
         (tmp_path / job).mkdir()
         for i in range(10):
             (tmp_path / job / f"{i:02d}").write_bytes(bytes([i, ord(job[0])]) * (SIZE // 2))
-        dataset = CachedDataset(server.url, job, DirectoryOrigin(tmp_path / job), job=job, namespace=namespace, priority=2)
+        dataset = CachedDataset(
+            server.url, job, DirectoryOrigin(tmp_path / job), job=job, namespace=namespace, priority=2
+        )
         for _ in range(2):
             list(CacheLoader(dataset, 5))
         dataset.close()
@@ -211,4 +257,7 @@ def test_collector_reports_space_per_job_and_namespace_and_the_policys_caps(star
 def test_a_cluster_urls_commas_stay_in_it_beside_other_urls(monkeypatch):
     env = {"ALNAIR_COLLECTOR_CACHE_REDIS_URL": "redis://a:1/0,redis+cluster://b:1, c:2,redis://d:3/0"}
     assert options(env=env, monkeypatch=monkeypatch).collector_cache_redis_url == [
-        "redis://a:1/0", "redis+cluster://b:1,c:2", "redis://d:3/0"]
+        "redis://a:1/0",
+        "redis+cluster://b:1,c:2",
+        "redis://d:3/0",
+    ]

@@ -1,5 +1,6 @@
 """Fixtures for the dataset cache: real redis-servers (support.start_redis), a real Redis Cluster
 (support.redis_cluster, one per session) and origin directories."""
+
 from __future__ import annotations
 
 import random

@@ -1,5 +1,6 @@
 """glibc's malloc keeps the memory of freed batches, so the next batch costs no page faults, unless the
 program chose malloc options of its own."""
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,9 @@ print(json.dumps([default, tuned, faults_per_batch()]))
 
 def run_batches(**environment: str) -> list:
     clean = {k: v for k, v in os.environ.items() if k not in allocator.MALLOC_ENVIRONMENT and k != "GLIBC_TUNABLES"}
-    done = subprocess.run([sys.executable, "-c", BATCHES], env=clean | environment, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", BATCHES], env=clean | environment, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

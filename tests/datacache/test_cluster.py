@@ -1,11 +1,10 @@
 """The dataset cache on a real Redis Cluster (3 primaries, 3 replicas on loopback): blobs spread by slot,
 metadata in one slot, dedupe, eviction, a primary killed or stalled mid-epoch, slots migrated mid-epoch."""
+
 from __future__ import annotations
 
 import hashlib
 import time
-
-import pytest
 
 from alnair.abi import cache_keys as keys
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
@@ -40,8 +39,11 @@ def batches(count: int) -> list[list[int]]:
 
 def counts(cluster, name: str = "train") -> dict[str, float]:
     client = cluster.owner(META_SLOT).client()
-    return {k.decode(): float(v) for k, v in client.hgetall(keys.metadata(keys.dataset(name), True)).items()
-            if k != b"fingerprint"}
+    return {
+        k.decode(): float(v)
+        for k, v in client.hgetall(keys.metadata(keys.dataset(name), True)).items()
+        if k != b"fingerprint"
+    }
 
 
 def blob_slot(sample: bytes) -> int:
@@ -68,10 +70,24 @@ def test_blobs_spread_over_every_primary_and_metadata_stays_in_one_slot(cluster,
     blob_counts = {s.port: len(s.client().keys(keys.PREFIX + "blob:*")) for s in cluster.primaries()}
     assert sum(blob_counts.values()) == 120 and min(blob_counts.values()) > 10  # spread by the cluster's own slots
     meta = cluster.owner(META_SLOT).client()
-    assert set(meta.keys(keys.PREFIX + "{meta}:*")) == {k.encode() for k in (
-        keys.metadata(name, True) for name in (keys.DATASETS, keys.JOBS, keys.CONTENT, keys.dataset("train"),
-                                               keys.manifest("train"), keys.checks("train"), keys.job("j"),
-                                               keys.job_space("j"), keys.NAMESPACES, keys.namespace("default")))}
+    assert set(meta.keys(keys.PREFIX + "{meta}:*")) == {
+        k.encode()
+        for k in (
+            keys.metadata(name, True)
+            for name in (
+                keys.DATASETS,
+                keys.JOBS,
+                keys.CONTENT,
+                keys.dataset("train"),
+                keys.manifest("train"),
+                keys.checks("train"),
+                keys.job("j"),
+                keys.job_space("j"),
+                keys.NAMESPACES,
+                keys.namespace("default"),
+            )
+        )
+    }
     assert len(meta.get(keys.metadata(keys.manifest("train"), True))) == 120 * keys.ENTRY_SIZE
 
     again = CachedDataset(cluster.url, "train", origin, job="j")  # a new process: the manifest from the cluster
@@ -168,7 +184,11 @@ def migrate(cluster, slot: int, finish: bool) -> None:
     for name in source_client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000):
         source_client.execute_command("MIGRATE", "127.0.0.1", target.port, name, 0, 5000)
     if finish:
-        for client in (target_client, source_client, *(s.client() for s in cluster.primaries() if s not in (source, target))):
+        for client in (
+            target_client,
+            source_client,
+            *(s.client() for s in cluster.primaries() if s not in (source, target)),
+        ):
             client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target.port])
 
 

@@ -1,11 +1,12 @@
 """Samples are stored once under the SHA-256 of their bytes, with a manifest per dataset."""
+
 from __future__ import annotations
 
 import hashlib
 import os
 
-from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.abi import cache_keys as keys
+from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from conftest import sample_bytes
 
 

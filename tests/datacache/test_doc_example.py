@@ -1,6 +1,7 @@
 """docs/datacache.md's first example runs as written: its Python block, in a Python of its own, against a real
 redis-server (the URL's port replaced by the test server's), prints the output the document shows, within a minute
 (it takes under a second on the 2-CPU VM)."""
+
 from __future__ import annotations
 
 import os
@@ -30,7 +31,8 @@ def test_the_example_reads_a_dataset_through_the_cache_and_prints_what_the_docum
     script = tmp_path / "example.py"
     script.write_text(code)
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # its origin directory (tempfile.mkdtemp) goes with the test's files
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == blocks("text")[0]

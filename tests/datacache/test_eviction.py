@@ -1,8 +1,9 @@
 """Under maxmemory with an LRU policy the cache evicts, and every epoch is still the origin's bytes."""
+
 from __future__ import annotations
 
-from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.abi import cache_keys as keys
+from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from conftest import sample_bytes
 
 
@@ -12,6 +13,7 @@ class CountingOrigin(DirectoryOrigin):
     def read(self, index: int) -> bytes:
         self.reads += 1
         return super().read(index)
+
 
 EPOCHS = 3
 

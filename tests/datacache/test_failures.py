@@ -1,4 +1,5 @@
 """Wrong bytes in Redis, Redis killed, stalled or absent: the origin's bytes, quickly, and recovery."""
+
 from __future__ import annotations
 
 import hashlib
@@ -8,8 +9,8 @@ import time
 import pytest
 import redis
 
-from alnair.datacache import CachedDataset, DirectoryOrigin
 from alnair.abi import cache_keys as keys
+from alnair.datacache import CachedDataset, DirectoryOrigin
 from alnair.datacache.singleflight import SingleFlight
 from conftest import sample_bytes
 from support import free_port, wait_until
@@ -108,7 +109,10 @@ def test_stalled_redis_falls_back_within_250ms_and_recovers(start_redis, make_or
         redis_server.resume()
     client = redis_server.client()
     assert stored_counts(client).get("hits", 0) == 0  # the first 16 were misses
-    wait_until(lambda: dataset.__getitems__(list(range(16))) == samples and stored_counts(client).get("hits", 0) >= 16, timeout=10)
+    wait_until(
+        lambda: dataset.__getitems__(list(range(16))) == samples and stored_counts(client).get("hits", 0) >= 16,
+        timeout=10,
+    )
     assert stored_counts(client)["fallbacks"] >= 16
 
 
@@ -203,7 +207,9 @@ def test_a_server_that_is_not_redis_serves_the_origin(make_origin, scheme):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         samples = sample_bytes(6)
-        dataset = CachedDataset(f"{scheme}://127.0.0.1:{server.server_address[1]}", "train", make_origin(samples), job="j")
+        dataset = CachedDataset(
+            f"{scheme}://127.0.0.1:{server.server_address[1]}", "train", make_origin(samples), job="j"
+        )
         assert dataset.__getitems__(list(range(6))) == samples and dataset[5] == samples[5]
     finally:
         server.shutdown()

@@ -1,4 +1,5 @@
 """CacheLoader and torch's DataLoader over a CachedDataset: order, transforms, workers, bad input."""
+
 from __future__ import annotations
 
 import threading
@@ -6,8 +7,8 @@ import time
 
 import pytest
 
-from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.abi import cache_keys as keys
+from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.datacache.dataset import COUNTER_SECONDS
 from conftest import sample_bytes
 from support import free_port, write_tls_files
@@ -68,7 +69,9 @@ def test_a_consumer_that_stops_early_leaves_no_thread_behind(start_redis, make_o
     assert not [t for t in threading.enumerate() if t.name.startswith("cache-loader")]
 
 
-def test_a_loader_epoch_writes_its_counters_at_most_twice_a_second_and_all_of_them_when_it_ends(start_redis, make_origin):
+def test_a_loader_epoch_writes_its_counters_at_most_twice_a_second_and_all_of_them_when_it_ends(
+    start_redis, make_origin
+):
     redis_server = start_redis()
     samples = sample_bytes(40)
     dataset = CachedDataset(redis_server.url, "train", make_origin(samples), job="loader")
@@ -91,7 +94,9 @@ def test_torch_dataloader_workers_get_origin_bytes_and_report_their_counters(sta
     samples = sample_bytes(24)
     dataset = CachedDataset(redis_server.url, "train", make_origin(samples), job=f"torch-{context}")
     workers = 2 if context == "fork" else 1  # a spawned worker imports torch anew: keep it to one
-    loader = data.DataLoader(dataset, batch_size=5, num_workers=workers, collate_fn=list, multiprocessing_context=context)
+    loader = data.DataLoader(
+        dataset, batch_size=5, num_workers=workers, collate_fn=list, multiprocessing_context=context
+    )
     for _ in range(2):
         assert [s for batch in loader for s in batch] == samples
     counts = job_counts(redis_server.client(), f"torch-{context}")
@@ -124,9 +129,18 @@ def test_one_worker_and_two_batches_ahead_by_default(start_redis, make_origin):
 def test_a_tls_redis_is_read_through_redis_py_one_mget_at_a_time(start_redis, make_origin, tmp_path):
     write_tls_files(tmp_path)
     tls_port = free_port()
-    redis_server = start_redis("--tls-port", str(tls_port), "--tls-cert-file", str(tmp_path / "server.crt"),
-                               "--tls-key-file", str(tmp_path / "server.key"),
-                               "--tls-ca-cert-file", str(tmp_path / "ca.crt"), "--tls-auth-clients", "no")
+    redis_server = start_redis(
+        "--tls-port",
+        str(tls_port),
+        "--tls-cert-file",
+        str(tmp_path / "server.crt"),
+        "--tls-key-file",
+        str(tmp_path / "server.key"),
+        "--tls-ca-cert-file",
+        str(tmp_path / "ca.crt"),
+        "--tls-auth-clients",
+        "no",
+    )
     samples = sample_bytes(20)
     url = f"rediss://127.0.0.1:{tls_port}/0?ssl_ca_certs={tmp_path / 'ca.crt'}"
     dataset = CachedDataset(url, "train", make_origin(samples), job="tls")

@@ -1,4 +1,6 @@
-"""The in-process manifest: entries and check digests as Redis stores them, merged without losing what the origin said."""
+"""The in-process manifest: entries and check digests as Redis stores them, merged without losing what the
+origin said."""
+
 from __future__ import annotations
 
 import hashlib
@@ -55,8 +57,15 @@ def test_a_manifest_written_before_check_digests_merges_with_none():
 def test_a_merge_keeps_what_the_origin_said_and_fills_the_gaps():
     manifest = Manifest(4)
     manifest.learn(0, sha(b"new a"), 5, check(b"new a"))
-    manifest.merge(entries(b"old a", b"b", None, b"d", b"beyond the dataset"), checks(b"old a", b"b", None, None, b"beyond"))
-    assert known(manifest) == [(sha(b"new a"), check(b"new a")), (sha(b"b"), check(b"b")), (None, None), (sha(b"d"), None)]
+    manifest.merge(
+        entries(b"old a", b"b", None, b"d", b"beyond the dataset"), checks(b"old a", b"b", None, None, b"beyond")
+    )
+    assert known(manifest) == [
+        (sha(b"new a"), check(b"new a")),
+        (sha(b"b"), check(b"b")),
+        (None, None),
+        (sha(b"d"), None),
+    ]
 
 
 def test_a_merge_takes_a_check_digest_only_beside_the_entry_it_was_made_for():

@@ -1,5 +1,6 @@
 """`import alnair.datacache` without the cache extra: one line naming the missing module and the install command,
 from a Python whose meta path makes the extra's modules unimportable, as they are in an install without it."""
+
 from __future__ import annotations
 
 import re
@@ -17,7 +18,8 @@ MODULES = ("redis", "hiredis", "xxhash")  # what alnair.datacache's modules impo
 PRELUDE = """
 import importlib.abc, sys
 BLOCKED = {blocked!r}
-assert not [m for m in sys.modules if m.split(".")[0] in BLOCKED or m.startswith("alnair.datacache")], "imported at start-up"
+imported = [m for m in sys.modules if m.split(".")[0] in BLOCKED or m.startswith("alnair.datacache")]
+assert not imported, "imported at start-up"
 class Absent(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if any(name == b or name.startswith(b + ".") for b in BLOCKED):
@@ -28,8 +30,9 @@ sys.meta_path.insert(0, Absent())
 
 
 def run_without(blocked: tuple[str, ...], code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", PRELUDE.format(blocked=blocked) + code], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", PRELUDE.format(blocked=blocked) + code], capture_output=True, text=True, timeout=60
+    )
 
 
 def requirement_names(requirement: str) -> set[str]:
@@ -41,8 +44,9 @@ def requirement_names(requirement: str) -> set[str]:
 def install_command() -> str:
     """The one extra of pyproject.toml whose own requirements bring every module the cache imports."""
     extras = PYPROJECT["project"]["optional-dependencies"]
-    [extra] = [e for e, requirements in extras.items()
-               if set(MODULES) <= set().union(*map(requirement_names, requirements))]
+    [extra] = [
+        e for e, requirements in extras.items() if set(MODULES) <= set().union(*map(requirement_names, requirements))
+    ]
     return f"pip install '{PYPROJECT['project']['name']}[{extra}]'"
 
 
@@ -79,4 +83,6 @@ def test_a_dependency_that_fails_on_a_module_of_its_own_keeps_its_own_error():
 
 def test_with_the_extra_the_cache_imports():
     result = run_without((), "import alnair.datacache as d; print(*d.__all__)")
-    assert (result.returncode, result.stdout) == (0, "CachedDataset CacheLoader DirectoryOrigin Origin\n"), result.stderr
+    assert (result.returncode, result.stdout) == (0, "CachedDataset CacheLoader DirectoryOrigin Origin\n"), (
+        result.stderr
+    )

@@ -1,6 +1,7 @@
 """The space policy against a real Redis and the 3+3 Redis Cluster: quotas hold under concurrent jobs, priorities
 order evictions (within the operator's caps), a scan does not flush a hot job's set, the accounting matches what is
 stored, and every sample served is the origin's bytes."""
+
 from __future__ import annotations
 
 import hashlib
@@ -13,13 +14,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import sample_bytes
-from support import cluster, redis_cluster, wait_until  # noqa: F401  (fixtures)
 
 from alnair.abi import cache_keys as keys
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.datacache.cluster import slot_of
 from alnair.datacache.policy import JobSettings
+from conftest import sample_bytes
+from support import cluster, redis_cluster, wait_until  # noqa: F401  (fixtures)
 
 KB = 1024
 META_SLOT = slot_of(keys.metadata(keys.DATASETS, True))
@@ -70,8 +71,13 @@ def target(request, start_redis) -> Target:
     if request.param == "server":
         return server_target(start_redis)
     nodes = request.getfixturevalue("cluster")
-    return Target(nodes.url, nodes.owner(META_SLOT).client(), True, lambda: [s.client() for s in nodes.primaries()],
-                  lambda name: nodes.owner(slot_of(name)).client())
+    return Target(
+        nodes.url,
+        nodes.owner(META_SLOT).client(),
+        True,
+        lambda: [s.client() for s in nodes.primaries()],
+        lambda name: nodes.owner(slot_of(name)).client(),
+    )
 
 
 def write_origin(root: Path, samples: list[bytes]) -> DirectoryOrigin:
@@ -125,8 +131,13 @@ def read_epochs(url: str, root: str, job: str, namespace: str, epochs: int, quot
 def test_quotas_hold_under_concurrent_jobs(target, tmp_path):
     # 1 MB of room; each job 400 KB of its own samples of 8 KB; at most 200 KB a job, 300 KB for team-a's two jobs,
     # and b2 asks for 96 KB itself. Four processes at once, three epochs each.
-    target.set_policy(**{keys.CAPACITY_BYTES: 1024 * KB, keys.JOB_QUOTA_BYTES: 200 * KB,
-                         keys.per_namespace(keys.NAMESPACE_QUOTA_BYTES, "team-a"): 300 * KB})
+    target.set_policy(
+        **{
+            keys.CAPACITY_BYTES: 1024 * KB,
+            keys.JOB_QUOTA_BYTES: 200 * KB,
+            keys.per_namespace(keys.NAMESPACE_QUOTA_BYTES, "team-a"): 300 * KB,
+        }
+    )
     jobs = {"a1": ("team-a", None), "a2": ("team-a", None), "b1": ("team-b", None), "b2": ("team-b", 96 * KB)}
     context = multiprocessing.get_context("fork")
     failures = context.Queue()
@@ -134,8 +145,9 @@ def test_quotas_hold_under_concurrent_jobs(target, tmp_path):
     for seed, (job, (namespace, quota)) in enumerate(jobs.items()):
         root = tmp_path / job
         write_origin(root, sample_bytes(50, size=8 * KB, seed=seed))
-        processes.append(context.Process(target=read_epochs, args=(target.url, str(root), job, namespace, 3, quota,
-                                                                   failures)))
+        processes.append(
+            context.Process(target=read_epochs, args=(target.url, str(root), job, namespace, 3, quota, failures))
+        )
     for process in processes:
         process.start()
     for process in processes:
@@ -160,8 +172,16 @@ class Looping:
     """A job reading its dataset epoch after epoch on a thread, each sample costing `compute` seconds of its loop,
     until stopped; every epoch checked against the origin."""
 
-    def __init__(self, target: Target, root: Path, job: str, priority: float, origin_seconds: float,
-                 compute: float = 0.001, namespace: str = "default"):
+    def __init__(
+        self,
+        target: Target,
+        root: Path,
+        job: str,
+        priority: float,
+        origin_seconds: float,
+        compute: float = 0.001,
+        namespace: str = "default",
+    ):
         origin = SlowOrigin(root, origin_seconds)
         self.expected = sorted(path.read_bytes() for path in origin.paths)
         self.dataset = CachedDataset(target.url, job, origin, job=job, priority=priority, namespace=namespace)
@@ -207,8 +227,11 @@ def test_priorities_order_evictions(target, tmp_path):
         high.end()
     assert target.cached("low") == 0 and target.cached("high") == size
     assert int(target.space("low")[keys.EVICTIONS]) == 40 and keys.EVICTIONS not in target.space("high")
-    assert float(target.space("high")[keys.VALUE]) > float(target.space("new")[keys.VALUE]) > float(
-        target.space("low")[keys.VALUE]) * 1.25
+    assert (
+        float(target.space("high")[keys.VALUE])
+        > float(target.space("new")[keys.VALUE])
+        > float(target.space("low")[keys.VALUE]) * 1.25
+    )
     assert low.wrong == high.wrong == new.wrong == 0
     assert_accounting_matches_what_is_stored(target, ["low", "high", "new"])
 
@@ -216,8 +239,9 @@ def test_priorities_order_evictions(target, tmp_path):
 def test_an_operators_priority_cap_keeps_a_job_from_evicting(start_redis, tmp_path):
     target = server_target(start_redis)
     size = 40 * 4 * KB
-    target.set_policy(**{keys.CAPACITY_BYTES: size, keys.WINDOW_SECONDS: 0.2,
-                         keys.per_namespace(keys.MAX_PRIORITY, "batch"): 0.5})
+    target.set_policy(
+        **{keys.CAPACITY_BYTES: size, keys.WINDOW_SECONDS: 0.2, keys.per_namespace(keys.MAX_PRIORITY, "batch"): 0.5}
+    )
     for seed, job in enumerate(("resident", "greedy")):
         write_origin(tmp_path / job, sample_bytes(40, size=4 * KB, seed=seed))
     resident = Looping(target, tmp_path / "resident", "resident", 1, 0.003)
@@ -249,8 +273,13 @@ def hot_then_scan(target: Target, tmp_path: Path) -> tuple[int, int]:
     hot = CachedDataset(target.url, "hot", write_origin(tmp_path / "hot", sample_bytes(40, 16 * KB, seed=1)), job="hot")
     for _ in range(3):
         assert epoch_counts(target, hot)[1]
-    scan = CachedDataset(target.url, "scan", write_origin(tmp_path / "scan", sample_bytes(200, 16 * KB, seed=2)),
-                         job="scan", priority=100)
+    scan = CachedDataset(
+        target.url,
+        "scan",
+        write_origin(tmp_path / "scan", sample_bytes(200, 16 * KB, seed=2)),
+        job="scan",
+        priority=100,
+    )
     scan_misses, right = epoch_counts(target, scan)
     assert right
     hot_misses, right = epoch_counts(target, hot)
@@ -306,14 +335,17 @@ def test_a_job_asks_by_its_arguments_then_its_environment():
     assert JobSettings.resolve("j", None, None, None, 60, {}).quota_bytes is None
 
 
-@pytest.mark.parametrize("arguments, environ, message", [
-    ((None, None, None), {"ALNAIR_CACHE_PRIORITY": "high"}, r"\$ALNAIR_CACHE_PRIORITY"),
-    ((None, None, None), {"ALNAIR_CACHE_PRIORITY": "nan"}, r"\$ALNAIR_CACHE_PRIORITY"),
-    ((None, None, None), {"ALNAIR_CACHE_QUOTA": "8GB"}, r"\$ALNAIR_CACHE_QUOTA: not a size"),
-    ((None, 1001, None), {}, "priority must be a number from 0 to 1000"),
-    ((None, None, -1), {}, "quota_bytes must be a size"),
-    (("bad namespace", None, None), {}, "namespace name must match"),
-])
+@pytest.mark.parametrize(
+    "arguments, environ, message",
+    [
+        ((None, None, None), {"ALNAIR_CACHE_PRIORITY": "high"}, r"\$ALNAIR_CACHE_PRIORITY"),
+        ((None, None, None), {"ALNAIR_CACHE_PRIORITY": "nan"}, r"\$ALNAIR_CACHE_PRIORITY"),
+        ((None, None, None), {"ALNAIR_CACHE_QUOTA": "8GB"}, r"\$ALNAIR_CACHE_QUOTA: not a size"),
+        ((None, 1001, None), {}, "priority must be a number from 0 to 1000"),
+        ((None, None, -1), {}, "quota_bytes must be a size"),
+        (("bad namespace", None, None), {}, "namespace name must match"),
+    ],
+)
 def test_a_bad_setting_is_refused_naming_where_it_came_from(arguments, environ, message):
     with pytest.raises(ValueError, match=message):
         JobSettings.resolve("j", *arguments, 60, environ)
@@ -321,10 +353,11 @@ def test_a_bad_setting_is_refused_naming_where_it_came_from(arguments, environ, 
 
 def test_a_loader_counts_its_consumers_stall_and_the_policy_learns_its_stall_per_miss(target, tmp_path):
     target.set_policy(**{keys.WINDOW_SECONDS: 0.05})  # no capacity: the policy off, the estimates kept all the same
-    dataset = CachedDataset(target.url, "d", SlowOrigin(write_origin(tmp_path / "d", sample_bytes(40)).root, 0.005),
-                            job="j")
-    for epoch in range(2):
-        for batch in CacheLoader(dataset, 8):
+    dataset = CachedDataset(
+        target.url, "d", SlowOrigin(write_origin(tmp_path / "d", sample_bytes(40)).root, 0.005), job="j"
+    )
+    for _ in range(2):
+        for _batch in CacheLoader(dataset, 8):
             time.sleep(0.002)  # the step: overlaps the next batch's origin reads
         time.sleep(0.1)  # a window passes before the next write-back
     dataset.close()

@@ -1,4 +1,6 @@
-"""The loader's counters mirrored into the process's python-kind shared-memory record equal the ones it keeps in Redis."""
+"""The loader's counters mirrored into the process's python-kind shared-memory record equal the ones it keeps
+in Redis."""
+
 from __future__ import annotations
 
 import hashlib
@@ -37,12 +39,12 @@ LOADING = textwrap.dedent("""
 
 
 def record_counts(record) -> dict[str, int]:
-    counters = {c.name.decode(): c.value for c in record.counters[:record.counter_count]}
+    counters = {c.name.decode(): c.value for c in record.counters[: record.counter_count]}
     return {field: counters.get(process_record.PREFIX + field, 0) for field in process_record.MIRRORED}
 
 
 def fetch_phase(record):
-    return next(p for p in record.phases[:record.phase_count] if p.name.decode() == process_record.FETCH_PHASE)
+    return next(p for p in record.phases[: record.phase_count] if p.name.decode() == process_record.FETCH_PHASE)
 
 
 def test_shared_memory_record_holds_the_same_counts_as_redis(start_redis, make_origin, tmp_path):
@@ -52,7 +54,9 @@ def test_shared_memory_record_holds_the_same_counts_as_redis(start_redis, make_o
     client = redis_server.client()
     shm_dir = tmp_path / "shm"
     shm_dir.mkdir()
-    program = PythonProgram(LOADING.replace("sys.argv[1]", repr(redis_server.url)).replace("sys.argv[2]", repr(str(origin.root))), shm_dir)
+    program = PythonProgram(
+        LOADING.replace("sys.argv[1]", repr(redis_server.url)).replace("sys.argv[2]", repr(str(origin.root))), shm_dir
+    )
     try:
         client.set(keys.blob(hashlib.sha256(samples[5]).digest()), b"wrong bytes")
         redis_server.pause()
@@ -66,10 +70,20 @@ def test_shared_memory_record_holds_the_same_counts_as_redis(start_redis, make_o
 
         stored = {k.decode(): float(v) for k, v in client.hgetall(keys.job("mirror-job")).items()}
         expected = {field: int(stored.get(field, 0)) for field in process_record.MIRRORED}
-        assert expected | {keys.REDIS_ERRORS: 0} == {"hits": 23, "misses": 13, "fallbacks": 12, "corrupt": 1, "redis_errors": 0,
-                                                     "cache_bytes": 23 * SIZE, "origin_bytes": 25 * SIZE, "substituted": 0}
+        assert expected | {keys.REDIS_ERRORS: 0} == {
+            "hits": 23,
+            "misses": 13,
+            "fallbacks": 12,
+            "corrupt": 1,
+            "redis_errors": 0,
+            "cache_bytes": 23 * SIZE,
+            "origin_bytes": 25 * SIZE,
+            "substituted": 0,
+        }
         assert expected[keys.REDIS_ERRORS] >= 1
-        record = wait_until(lambda: (r := python_records(shm_dir).get(program.pid)) and record_counts(r) == expected and r)
+        record = wait_until(
+            lambda: (r := python_records(shm_dir).get(program.pid)) and record_counts(r) == expected and r
+        )
         phase = fetch_phase(record)
         assert phase.count == stored[keys.FETCHES] == 4 * 3
         # The phase wraps the loader's own timing of each fetch: a little longer, never shorter.

@@ -1,6 +1,7 @@
 """The cache's own RESP client: MGET values the same as redis-py's, whatever their sizes and however the
 reply arrives, on TCP and Unix sockets with a password and a database; scripts by their SHA, sent whole
 when the server lacks them; failures raise redis-py's errors."""
+
 from __future__ import annotations
 
 import socket
@@ -38,8 +39,11 @@ def test_password_database_and_unix_socket(start_redis, tmp_path):
     path = tmp_path / "redis.sock"
     redis_server = start_redis("--requirepass", "secret", "--unixsocket", str(path))
     redis.Redis(port=redis_server.port, password="secret", db=3).set("key", b"in db 3")
-    for url in (f"redis://:secret@127.0.0.1:{redis_server.port}/3", f"redis://default:secret@127.0.0.1:{redis_server.port}/3",
-                f"unix://:secret@{path}?db=3"):
+    for url in (
+        f"redis://:secret@127.0.0.1:{redis_server.port}/3",
+        f"redis://default:secret@127.0.0.1:{redis_server.port}/3",
+        f"unix://:secret@{path}?db=3",
+    ):
         assert reader_for(url).mget(["key", "other"]) == [b"in db 3", None], url
     with pytest.raises(redis.ResponseError, match="WRONGPASS|invalid password"):
         reader_for(f"redis://:wrong@127.0.0.1:{redis_server.port}/3").mget(["key"])
@@ -51,6 +55,7 @@ def test_a_reply_arriving_in_awkward_pieces_is_read_whole():
     cuts = [3, 9, 17, 22, 30, 2_000, len(reply) - 4, len(reply) - 1]  # inside CRLFs, headers and the value
     pieces = [reply[a:b] for a, b in zip([0, *cuts], [*cuts, len(reply)])]
     with socket.create_server(("127.0.0.1", 0)) as listener:
+
         def serve():
             connection, _ = listener.accept()
             with connection:
@@ -59,6 +64,7 @@ def test_a_reply_arriving_in_awkward_pieces_is_read_whole():
                     connection.sendall(piece)
                     time.sleep(0.02)  # each piece alone in the reader's socket
                 connection.recv(1)  # until the reader closes
+
         server = threading.Thread(target=serve)
         server.start()
         reader = reader_for(f"redis://127.0.0.1:{listener.getsockname()[1]}/0")
@@ -71,8 +77,15 @@ def test_after_a_large_value_the_next_is_peeked_only_as_far_as_its_header(monkey
     """MSG_PEEK copies what it returns: 64 KB of the next value per value would be two thirds more copying."""
     large, second = sample_bytes(2, 100 * 1024)
     moved = b"-MOVED 16000 127.0.0.1:30001 " + b"x" * 80  # an error line longer than the small peek
-    reply = (b"$102400\r\n" + large + b"\r\n" + moved + b"\r\n$5\r\nhello\r\n$-1\r\n$102400\r\n" + second
-             + b"\r\n$3\r\nend\r\n")
+    reply = (
+        b"$102400\r\n"
+        + large
+        + b"\r\n"
+        + moved
+        + b"\r\n$5\r\nhello\r\n$-1\r\n$102400\r\n"
+        + second
+        + b"\r\n$3\r\nend\r\n"
+    )
     peeked = []
     recv = RespConnection._recv
 
@@ -84,6 +97,7 @@ def test_after_a_large_value_the_next_is_peeked_only_as_far_as_its_header(monkey
 
     monkeypatch.setattr(RespConnection, "_recv", counted)
     with socket.create_server(("127.0.0.1", 0)) as listener:
+
         def serve():
             connection, _ = listener.accept()
             with connection:

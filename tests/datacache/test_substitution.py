@@ -1,5 +1,6 @@
 """Substitutable reads: a sample that misses is served later in the same epoch and a cached one in its
 place meanwhile, so every epoch holds every sample exactly once; on one server and on a Redis Cluster."""
+
 from __future__ import annotations
 
 import threading
@@ -75,14 +76,18 @@ def epochs_exactly_once(url: str, make_origin, counts) -> None:
 def test_every_sample_exactly_once_per_epoch_with_a_slow_origin_and_a_half_warm_cache(start_redis, make_origin):
     server = start_redis()
     client = server.client()
-    epochs_exactly_once(server.url, make_origin, lambda: {
-        k.decode(): float(v) for k, v in client.hgetall(keys.job("j")).items()})
+    epochs_exactly_once(
+        server.url, make_origin, lambda: {k.decode(): float(v) for k, v in client.hgetall(keys.job("j")).items()}
+    )
 
 
 def test_on_a_cluster_too(cluster, make_origin):
     meta = cluster.owner(slot_of(keys.metadata(keys.JOBS, True))).client()
-    epochs_exactly_once(cluster.url, make_origin, lambda: {
-        k.decode(): float(v) for k, v in meta.hgetall(keys.metadata(keys.job("j"), True)).items()})
+    epochs_exactly_once(
+        cluster.url,
+        make_origin,
+        lambda: {k.decode(): float(v) for k, v in meta.hgetall(keys.metadata(keys.job("j"), True)).items()},
+    )
 
 
 def test_substitution_keeps_a_half_warm_epoch_going_without_waiting_for_the_origin(start_redis, make_origin):
@@ -104,6 +109,6 @@ def test_substitution_keeps_a_half_warm_epoch_going_without_waiting_for_the_orig
     assert set(served) <= cached and len(served) == 4 * BATCH and not gate.opened.is_set()
     gate.opened.set()  # the misses' reads, started in the background, end now
     served, waiting_seconds = first_batches(waiting)
-    assert served == samples[:4 * BATCH]
+    assert served == samples[: 4 * BATCH]
     # every two batches (pipelined: asked together, their 8 misses read at once) waited for one origin read
     assert waiting_seconds >= 2 * 0.05

@@ -1,5 +1,6 @@
 """Every value read from Redis is verified: by the XXH3-128 check digest beside its manifest entry, or by its
 SHA-256 where the manifest has no check digest yet (written before them), which then records one."""
+
 from __future__ import annotations
 
 import hashlib
@@ -36,7 +37,7 @@ def stored_checks(client, samples: list[bytes]) -> list[bytes]:
     """The check digests in Redis, and what they must be, per sample."""
     stored = client.get(keys.checks("train")) or b""
     size = keys.CHECK_SIZE
-    return [stored[i * size:(i + 1) * size] for i in range(len(samples))]
+    return [stored[i * size : (i + 1) * size] for i in range(len(samples))]
 
 
 def expected_checks(samples: list[bytes]) -> list[bytes]:
@@ -105,7 +106,9 @@ def test_a_check_digest_out_of_step_with_its_entry_falls_back_to_sha256_not_to_t
     origin = make_origin(samples)
     CachedDataset(redis_server.url, "train", origin, job="first").__getitems__(list(range(4)))
     client = redis_server.client()
-    client.setrange(keys.checks("train"), keys.CHECK_SIZE, bytes(range(keys.CHECK_SIZE)))  # sample 1's, say from another writer
+    client.setrange(
+        keys.checks("train"), keys.CHECK_SIZE, bytes(range(keys.CHECK_SIZE))
+    )  # sample 1's, say from another writer
 
     dataset = CachedDataset(redis_server.url, "train", NoOrigin(origin.root), job="second")
     assert dataset.__getitems__(list(range(4))) == samples

@@ -1,5 +1,6 @@
 """DataLoader workers hand their batches of bytes to the loader's process through shared-memory slots:
 the same bytes, plain lists, slots reused and never read twice, plain pickles whenever shared memory is not there."""
+
 from __future__ import annotations
 
 import os
@@ -8,8 +9,7 @@ from multiprocessing.reduction import ForkingPickler
 
 import pytest
 
-from alnair.datacache import CachedDataset
-from alnair.datacache import worker_batches
+from alnair.datacache import CachedDataset, worker_batches
 from conftest import sample_bytes
 from test_loader import job_counts, require_torch
 
@@ -53,8 +53,13 @@ def test_a_transform_that_returns_no_bytes_leaves_the_batch_to_torch(start_redis
     import torch
 
     samples = sample_bytes(6, size=64)
-    dataset = CachedDataset(start_redis().url, "train", make_origin(samples), job="j",
-                            transform=lambda raw: torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+    dataset = CachedDataset(
+        start_redis().url,
+        "train",
+        make_origin(samples),
+        job="j",
+        transform=lambda raw: torch.frombuffer(bytearray(raw), dtype=torch.uint8),
+    )
     loader = data.DataLoader(dataset, batch_size=3, num_workers=1, multiprocessing_context="fork")
     batches = list(loader)
     assert [tuple(batch.shape) for batch in batches] == [(3, 64), (3, 64)]  # default_collate stacked them
