@@ -4,9 +4,10 @@ their families from it. tests/abi/test_field_table.py checks it against the head
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from . import layout
 

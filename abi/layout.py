@@ -4,7 +4,8 @@ tests/abi still compiles a probe against the header and checks every size and of
 from __future__ import annotations
 
 import ctypes as C
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import HEADER, c_header
 

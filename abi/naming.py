@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import re
 import stat
-from functools import lru_cache
-from typing import Mapping
+from collections.abc import Mapping
+from functools import cache
 
 from . import layout
 
@@ -65,7 +65,7 @@ def reader_lingers(directory: str) -> bool:
     return os.path.isfile(os.path.join(directory, READER_MARKER))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _name_pattern(kind: int) -> re.Pattern[str]:
     # Exactly what segment_name() makes (ASCII digits, at most a uint64's 20): any other name is not a writer's, is
     # refused without being opened, and never reaches a log, a label or the reader's saved state.

@@ -16,8 +16,9 @@ import stat
 import struct
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Generic, Iterator, TypeVar
+from typing import Generic, TypeVar
 
 from . import layout, naming
 from .arrivals import ArrivalWatcher
@@ -133,7 +134,8 @@ def load_holders(path: str | None, kind: int) -> dict[str, int]:
 
 
 def save_holders(path: str, holders: dict[str, int]) -> str:
-    """Returns "" or why it could not. Every name is a writer's (naming.is_segment_name): ASCII, no spaces or newlines."""
+    """Returns "" or why it could not. Every name is a writer's (naming.is_segment_name): ASCII, no spaces or
+    newlines."""
     # Written whole under a temporary name, then renamed: a reader restarting never finds half of it.
     temp = f"{path}.{os.getpid()}.tmp"
     try:

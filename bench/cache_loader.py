@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import io
 import json
 import math
@@ -72,16 +73,15 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import redis
 
-from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.abi import cache_keys as keys
-from alnair.datacache import content
+from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin, content
 from alnair.datacache.dataset import PIPELINE_DEPTH
 from alnair.datacache.resp_client import RespClient
 from alnair.datacache.store import connect
@@ -121,10 +121,10 @@ def start_redis(port: int, directory: Path, *extra: str) -> subprocess.Popen:
         try:
             client.ping()
             return server
-        except redis.ConnectionError:
+        except redis.ConnectionError as e:
             if time.monotonic() > deadline or server.poll() is not None:
                 server.kill()
-                raise RuntimeError("redis-server did not start")
+                raise RuntimeError("redis-server did not start") from e
             time.sleep(0.05)
 
 
@@ -239,7 +239,7 @@ def calibrated(run: Callable[[int], int | tuple[int, float] | None], seconds: fl
     then scaled by how long a run took, until one lasts 0.9 of it (4 tries at most)."""
     repeat = 1
     for _ in range(4):
-        result = measured(lambda: run(repeat), server_pids)
+        result = measured(functools.partial(run, repeat), server_pids)
         if result is None or result.seconds >= 0.9 * seconds:
             break
         repeat = max(repeat + 1, math.ceil(repeat * seconds / result.seconds * 1.1))
@@ -316,7 +316,8 @@ class HalfWarm:
 
 def loader_processes(dataset: CachedDataset, plan: list[list[int]], processes: int, depth: int) -> tuple[int, float]:
     """The pipelined loader (CachedDataset.batches, `depth` batches in flight per node) in `processes` forked
-    processes, each reading every processes-th batch; timed from when every process is ready to when the last is done."""
+    processes, each reading every processes-th batch; timed from when every process is ready to when the last is
+    done."""
     context = multiprocessing.get_context("fork")
     ready, go, counts = context.Barrier(processes + 1), context.Event(), context.Queue()
 
@@ -405,7 +406,7 @@ def run_cluster_rounds(
     results: dict[str, list[Measured]] = {name: [] for name in methods}
     for round_ in range(args.rounds):
         for name in list(methods) if round_ % 2 == 0 else list(reversed(methods)):
-            result = measured(lambda: methods[name](repeats[name]), server_pids)
+            result = measured(functools.partial(methods[name], repeats[name]), server_pids)
             if result is not None:
                 results[name].append(result)
     return results, cold, repeats
@@ -421,7 +422,8 @@ def cache_loader(dataset: CachedDataset, args, workers: int | None) -> int:
 
 
 def torch_dataloader(dataset: CachedDataset, args, workers: int, persistent: bool = False):
-    """torch's DataLoader as a user writes it: batch size and workers, default collate (a list of bytes stays a list)."""
+    """torch's DataLoader as a user writes it: batch size and workers, default collate (a list of bytes stays a
+    list)."""
     global torch_missing
     try:
         from torch.utils.data import DataLoader

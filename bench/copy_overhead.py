@@ -45,7 +45,8 @@ def main() -> None:
     for label, times, per_call in results:
         without, with_ = statistics.median(times[False]), statistics.median(times[True])
         print(
-            f"{label:24}{without:12.2f}{with_:10.2f}{with_ - without:10.2f}{per_call[False]:15.1f}{per_call[True]:12.1f}"
+            f"{label:24}{without:12.2f}{with_:10.2f}{with_ - without:10.2f}"
+            f"{per_call[False]:15.1f}{per_call[True]:12.1f}"
             f"{per_call[True] - per_call[False]:8.1f}"
         )
 

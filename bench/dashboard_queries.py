@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 import requests
-
 from fleet import ROOT, Fleet, write_openmetrics
 from scrape_latency import free_port, machine, wait_until
 

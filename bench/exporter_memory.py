@@ -20,7 +20,6 @@ import argparse
 import http.client
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -166,7 +165,8 @@ def main() -> None:
             proc.terminate()
             proc.wait()
     print(
-        f"{args.scrapes} scrapes each ({elapsed:.0f} s), {args.processes} processes, a tenth replaced every 50 ms sample"
+        f"{args.scrapes} scrapes each ({elapsed:.0f} s), {args.processes} processes, a tenth replaced every 50 ms "
+        "sample"
     )
     print(f"{'':<12}{f'RSS@{warm_up} KiB':>16}{f'RSS@{args.scrapes} KiB':>18}{'growth':>9}")
     for name, (first, last) in rss.items():

@@ -11,9 +11,10 @@ matters for query cost is the number of series and samples, and that the joins t
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, TextIO
+from typing import TextIO
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = ROOT / "tests" / "e2e" / "fixtures" / "exposition.txt"

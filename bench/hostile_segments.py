@@ -1,7 +1,8 @@
 """Three attacks on the exporter's segment reader, rerunnable on every change: a fuzzed directory, SIGKILLed
 writers and a flood of junk names.
 
-    make -C intercept && python bench/hostile_segments.py    # [--attack fuzz|sigkill|junk|both|all] [--files 10000] [--writers 1000]
+    make -C intercept && python bench/hostile_segments.py    # [--attack fuzz|sigkill|junk|both|all]
+                                                             # [--files 10000] [--writers 1000]
 
 The attacks run the real exporter (`python -m alnair.exporter --shm.dir DIR --no-collector.host
 --no-collector.nvml --collector.cuda.interval ...`) on a fresh directory under /dev/shm, scrape it all along,
@@ -632,7 +633,7 @@ def plant(shm_dir: Path, stage: Path, files: int, rng: random.Random, locker: Lo
     own protocol): the exporter never sees them unlocked, so it never reclaims one."""
     planted, held = [], []
     for kind, count in zip(KINDS, kind_counts(files)):
-        for i in range(count):
+        for _ in range(count):
             name = file_name(kind, len(planted), rng)
             where = (
                 os.path.join(bytes(stage), b"%d" % len(planted)) if kind.locked else os.path.join(bytes(shm_dir), name)
@@ -965,7 +966,8 @@ def fuzz_checks(
         Check(
             "live writers' values exact in every sample",
             not check.mismatches and check.samples > 0,
-            f"{check.series} series checked in {check.samples} samples, {len(check.mismatches)} wrong {check.mismatches[:2]}",
+            f"{check.series} series checked in {check.samples} samples, {len(check.mismatches)} wrong "
+            f"{check.mismatches[:2]}",
         ),
         Check(
             "exposition well formed, no raw control characters",
@@ -1019,7 +1021,8 @@ def linger_checks(lingering: list[Sample]) -> list[Check]:
     )
     print(
         f"  finding: while they lingered ({len(lingering)} samples), up to {max(s.lingering for s in lingering)} "
-        f"planted unlocked files never seen alive were served as exited writers (pid label writer_pid@ns, their counters)"
+        "planted unlocked files never seen alive were served as exited writers (pid label writer_pid@ns, their "
+        "counters)"
     )
     return [
         Check(
@@ -1167,7 +1170,7 @@ def junk_run(args: argparse.Namespace, root: Path, label: str, python: str) -> J
     shm_dir = root / f"junk-{label}"
     shm_dir.mkdir(mode=0o700)
     check, run = LiveCheck(), JunkRun()
-    live = start_live_writers(shm_dir, args.live, 0, check)
+    _held = start_live_writers(shm_dir, args.live, 0, check)  # alive while their stdin is open: to the end
     exporter = Exporter(
         shm_dir, root / f"junk-{label}.log", "500ms", "--no-collector.python", *args.linger_flags, python=python
     )
@@ -1245,7 +1248,8 @@ def junk(args: argparse.Namespace, root: Path) -> bool:
         late = f"after {run.late_served_after:.2f} s" if run.late_served_after is not None else "never"
         print(
             f"  {label:<11}{run.plant_seconds:>8.1f}  {late:<20}{learning:<40}{steady:<40}"
-            f"{run.sweep_passes if run.sweep_passes is not None else '-':>6}{run.rss_kib:>9}{run.left:>9}{run.wrong:>14}"
+            f"{run.sweep_passes if run.sweep_passes is not None else '-':>6}"
+            f"{run.rss_kib:>9}{run.left:>9}{run.wrong:>14}"
         )
     run = runs["this tree"]
     worst = max((c for _, c in run.cpu), default=float("inf"))
@@ -1481,7 +1485,8 @@ def main() -> None:
         try:
             if args.attack in ("junk", "all"):
                 print(
-                    f"\njunk: {args.junk} + {args.temps} names beside {args.live} live writers, cuda sampled every 500 ms"
+                    f"\njunk: {args.junk} + {args.temps} names beside {args.live} live writers, cuda sampled every 500 "
+                    "ms"
                 )
                 ok &= junk(args, Path(tmp))
                 end_children()

@@ -29,8 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "injector")]
 
-from injector_support import Injector, make_pod  # noqa: E402
 from scrape_latency import raise_fd_limit  # noqa: E402
+
+from injector_support import Injector, make_pod  # noqa: E402
 from support import write_tls_files  # noqa: E402
 
 CHART_LIMIT_MIB = 128
@@ -117,7 +118,8 @@ def main() -> int:
     print("|---|" + "---|" * len(runs))
     for i, count in enumerate(counts):
         cells = [
-            f"{r[i]['rss_mib']:.1f} / {r[i]['sockets']} / {'%.0f ms' % r[i]['review_ms'] if r[i]['review_answered'] else 'failed'}"
+            f"{r[i]['rss_mib']:.1f} / {r[i]['sockets']} / "
+            + (f"{r[i]['review_ms']:.0f} ms" if r[i]["review_answered"] else "failed")
             for r in runs.values()
         ]
         print(f"| {count:,} | " + " | ".join(cells) + " |")

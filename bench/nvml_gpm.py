@@ -26,9 +26,8 @@ import pynvml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fake_pynvml import GPM_METRICS, FakeGpu, FakeNvml  # noqa: E402
-
 from alnair.collectors.nvml import NvmlCollector  # noqa: E402
+from fake_pynvml import GPM_METRICS, FakeGpu, FakeNvml  # noqa: E402
 
 
 def node(gpus: int, processes: int, gpm: bool) -> NvmlCollector:

@@ -27,8 +27,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fake_pynvml import FakeGpu, FakeNvml  # noqa: E402
-
 from alnair.collectors.nvml import NvmlCollector  # noqa: E402
 from alnair.exporter.plugin import render
 from alnair.exporter.registry import CollectorSpec  # noqa: E402
@@ -36,6 +34,7 @@ from alnair.exporter.sampler import CollectorRunner  # noqa: E402
 from alnair.exporter.scrape import ScrapeAssembler  # noqa: E402
 from alnair.exporter.server import ExporterServer  # noqa: E402
 from alnair.exporter.webconfig import load_web_config  # noqa: E402
+from fake_pynvml import FakeGpu, FakeNvml  # noqa: E402
 
 
 class BusyNvml(FakeNvml):
@@ -130,11 +129,13 @@ def main() -> None:
     for name, label in (("alnair", "alnair (background sample)"), ("baseline", "baseline (sample in request)")):
         ordered = sorted(times[name])
         print(
-            f"{label:<34}{statistics.median(ordered) * 1e3:>10.2f}{ordered[int(0.9 * len(ordered))] * 1e3:>10.2f}{sizes[name]:>10}"
+            f"{label:<34}{statistics.median(ordered) * 1e3:>10.2f}"
+            f"{ordered[int(0.9 * len(ordered))] * 1e3:>10.2f}{sizes[name]:>10}"
         )
     print(
         f"baseline / alnair median: {b / a:.1f}x; alnair's background sample (median): "
-        f"{statistics.median(sample_times) * 1e3:.1f} ms; target: alnair median < 50 ms: {'met' if a < 0.050 else 'NOT met'}"
+        f"{statistics.median(sample_times) * 1e3:.1f} ms; target: alnair median < 50 ms: "
+        f"{'met' if a < 0.050 else 'NOT met'}"
     )
 
 

@@ -54,7 +54,7 @@ def bare_loop(steps: int):
     optimizer = torch.optim.SGD([weight], lr=0.1)
 
     def run() -> None:
-        for (x,) in loader:
+        for _ in loader:
             optimizer.step()
 
     return run
@@ -207,8 +207,7 @@ def compare(switch: Switch, loop: str, rounds: int) -> dict[str, tuple[float, fl
 
 def publish_microseconds(times: int = 20000) -> float:
     """One publish with something new, timed on this thread (the publisher thread stopped first)."""
-    from alnair.intercept.this_process import PUBLISHER
-    from alnair.intercept.this_process import RECORDER
+    from alnair.intercept.this_process import PUBLISHER, RECORDER
 
     RECORDER.optimizer_stepped()  # the first event (already seen in the timed loops) starts the thread
     PUBLISHER._stop.set()
@@ -265,8 +264,8 @@ def main() -> None:
         for loop, counts in per_loop.items():
             plain, added, fold = counts["plain"], counts["added"], counts["fold"]
             print(
-                f"{loop} loop, callgrind: {plain:.0f} instructions per plain step; added by the intercept: {added:.0f} on "
-                f"the training thread + {fold:.0f} folded by the publisher = {added + fold:.0f} "
+                f"{loop} loop, callgrind: {plain:.0f} instructions per plain step; added by the intercept: {added:.0f} "
+                f"on the training thread + {fold:.0f} folded by the publisher = {added + fold:.0f} "
                 f"({100 * (added + fold) / plain:.3f}%)"
             )
         plain, added, fold = (per_loop["bare"][k] for k in ("plain", "added", "fold"))

@@ -39,9 +39,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITER = ROOT / "intercept" / "build" / "alnair-shm-test-writer"

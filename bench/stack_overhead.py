@@ -9,25 +9,25 @@ Run from the repository root; nothing needs installing (the intercept is built w
 shim of symlinks, as tests/gpu does). Each run is its own process training on synthetic data, timing --steps
 steps after --warmup with the GPU synchronised; it prints samples per second. The models: ResNet-50
 (torchvision, batch 128, bf16 autocast, channels_last, SGD; 120 steps after 15, about 3.5 s of training on an
-H200: a run's 11 s of start-up is paid whatever its length, so longer runs narrow the interval more cheaply), GPU-bound; and a small MLP
-(1024-4096-1024, batch 256, SGD; 3000 steps after 200) whose launches bound it. Runs alternate in ABBA order (bare, stack, stack, bare, ...), so drift in clocks
-or temperature falls on both sides; each adjacent pair gives a ratio, and the cost is the mean ratio's
-distance from 1 with a 95% confidence interval (Student's t over the pairs), and beside it the median ratio with
-a distribution-free 95% interval (sign test), which one slow run moves by one place at most: now and then a run on
-the H200 is 5-28% slow with the GPU clock and the CPUs as usual, in bare runs more than in the others, and drags the
-mean by itself. --report PATH prints a --json file's figures and runs nothing. With --limits a third variant
-runs the stack with ALNAIR_MEMORY_LIMIT=120Gi, ALNAIR_COMPUTE_LIMIT=100 and ALNAIR_COMPUTE_SHARE=50, so the limit
-and share paths run (GPU time kept, the share table read every tick, every launch checks for a debt) without
-limiting anything: A B C C B A. The figures are written to --json after every pair, and --resume PATH goes on
-from the pairs such a file holds (same variants and settings), so the pairs can span several GPU sessions.
---settle-seconds (90) of runs come first, untimed for the result, every variant in turn: on a freshly started GPU
-machine the first minutes' bare runs were up to 9% slow in two calls of three (2026-12-01); their figures are kept
-in the JSON under "settling". Each run is pinned to --run-cpus (4-7) and the
-exporter with its scraper to --exporter-cpus (0-1), with taskset, so neither waits for the other or for the
-scheduler's moves ("none" leaves either unpinned). --budget-seconds S starts no pair that would end after S
-seconds (the pairs so far say how long one takes), so a GPU call's time limit never cuts one off. Each run also
-reports the conditions it ran in, kept in the JSON beside its figure: its timed part's CPU time and context switches,
-its CPUs, and the GPU's SM clock, temperature and clock event reasons as it ended (NVML), to tell a slow run's cause.
+H200: a run's 11 s of start-up is paid whatever its length, so longer runs narrow the interval more cheaply),
+GPU-bound; and a small MLP (1024-4096-1024, batch 256, SGD; 3000 steps after 200) whose launches bound it. Runs
+alternate in ABBA order (bare, stack, stack, bare, ...), so drift in clocks or temperature falls on both sides; each
+adjacent pair gives a ratio, and the cost is the mean ratio's distance from 1 with a 95% confidence interval (Student's
+t over the pairs), and beside it the median ratio with a distribution-free 95% interval (sign test), which one slow run
+moves by one place at most: now and then a run on the H200 is 5-28% slow with the GPU clock and the CPUs as usual, in
+bare runs more than in the others, and drags the mean by itself. --report PATH prints a --json file's figures and runs
+nothing. With --limits a third variant runs the stack with ALNAIR_MEMORY_LIMIT=120Gi, ALNAIR_COMPUTE_LIMIT=100 and
+ALNAIR_COMPUTE_SHARE=50, so the limit and share paths run (GPU time kept, the share table read every tick, every launch
+checks for a debt) without limiting anything: A B C C B A. The figures are written to --json after every pair, and
+--resume PATH goes on from the pairs such a file holds (same variants and settings), so the pairs can span several GPU
+sessions. --settle-seconds (90) of runs come first, untimed for the result, every variant in turn: on a freshly started
+GPU machine the first minutes' bare runs were up to 9% slow in two calls of three (2026-12-01); their figures are kept
+in the JSON under "settling". Each run is pinned to --run-cpus (4-7) and the exporter with its scraper to
+--exporter-cpus (0-1), with taskset, so neither waits for the other or for the scheduler's moves ("none" leaves either
+unpinned). --budget-seconds S starts no pair that would end after S seconds (the pairs so far say how long one takes),
+so a GPU call's time limit never cuts one off. Each run also reports the conditions it ran in, kept in the JSON beside
+its figure: its timed part's CPU time and context switches, its CPUs, and the GPU's SM clock, temperature and clock
+event reasons as it ended (NVML), to tell a slow run's cause.
 """
 
 from __future__ import annotations
@@ -199,11 +199,11 @@ def run(variant: str, args, env: dict[str, str]) -> tuple[float, dict]:
     out = subprocess.run(
         pinned(args.run_cpus, command), env={**env, **limits}, capture_output=True, text=True, timeout=600
     )
-    line = next((l for l in out.stdout.splitlines() if l.startswith("samples_per_second")), None)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("samples_per_second")), None)
     if out.returncode != 0 or line is None:
         raise RuntimeError(f"{variant} run failed: {out.stderr[-2000:]}")
     conditions = next(
-        (json.loads(l.split(" ", 1)[1]) for l in out.stdout.splitlines() if l.startswith("conditions ")), {}
+        (json.loads(x.split(" ", 1)[1]) for x in out.stdout.splitlines() if x.startswith("conditions ")), {}
     )
     return float(line.split()[1]), conditions
 

@@ -292,7 +292,8 @@ def table(runs: dict[str, dict]) -> str:
         (
             "priority scraper, new connection each second",
             lambda f: (
-                f"{f['scraper_ok']} of {f['scraper_total']} (statuses {f['scraper_statuses']}, p99 {f['scraper_p99_ms']:.0f} ms)"
+                f"{f['scraper_ok']} of {f['scraper_total']} (statuses {f['scraper_statuses']}, p99 "
+                f"{f['scraper_p99_ms']:.0f} ms)"
             ),
         ),
         (

@@ -4,8 +4,8 @@ compute cap and share). Read only: nothing is ever removed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from alnair.abi import layout
 from alnair.abi.records import OTHER_KERNELS, kernel_key

@@ -21,8 +21,10 @@ log = logging.getLogger(__name__)
 # fmt: off
 # (metric, kind, help, field of GpuSample): per-GPU values, absent when the GPU does not support them.
 GPU_FIELDS = [
-    ("alnair_nvml_sm_utilization_ratio", "gauge", "Share of the last sample period a kernel ran on the GPU.", "sm_util"),
-    ("alnair_nvml_memory_utilization_ratio", "gauge", "Share of the last sample period device memory was read or written.", "mem_util"),
+    ("alnair_nvml_sm_utilization_ratio", "gauge", "Share of the last sample period a kernel ran on the GPU.",
+     "sm_util"),
+    ("alnair_nvml_memory_utilization_ratio", "gauge",
+     "Share of the last sample period device memory was read or written.", "mem_util"),
     ("alnair_nvml_memory_used_bytes", "gauge", "Device memory in use.", "memory_used"),
     ("alnair_nvml_memory_total_bytes", "gauge", "Device memory installed.", "memory_total"),
     ("alnair_nvml_temperature_celsius", "gauge", "GPU core temperature.", "temperature"),
@@ -71,7 +73,7 @@ class Device:
     parent_uuid: str = ""
     last_seen_us: int = 0  # newest process-utilization sample already read
     unsupported: set[str] = field(default_factory=set)  # optional queries this device refused
-    instances: list["Device"] = field(default_factory=list)  # MIG instances last seen, with their timestamps
+    instances: list[Device] = field(default_factory=list)  # MIG instances last seen, with their timestamps
 
 
 @dataclass
@@ -144,7 +146,8 @@ class NvmlCollector:
         out.family(
             "alnair_nvml_up",
             "gauge",
-            "1 if NVML answered for the GPU this sample; 0 and none of its sampled series otherwise (its XID series stay).",
+            "1 if NVML answered for the GPU this sample; 0 and none of its sampled series otherwise "
+            "(its XID series stay).",
             up,
         )
         self._gpu_families(out, samples)
@@ -372,7 +375,8 @@ class NvmlCollector:
         out.family(
             "alnair_nvml_xid_watch_up",
             "gauge",
-            "1 if the GPU's XID critical errors are being watched; 0 if registering for them failed or is not supported.",
+            "1 if the GPU's XID critical errors are being watched; 0 if registering for them failed or is not "
+            "supported.",
             ((labels, int(w.watched)) for w, labels in rows),
         )
         out.family(
@@ -384,7 +388,8 @@ class NvmlCollector:
         out.family(
             "alnair_nvml_xid_errors_by_code",
             "counter",
-            f"XID critical errors on the GPU since its watch began, by XID code ({MAX_XID_CODES} codes at most, later ones as other).",
+            f"XID critical errors on the GPU since its watch began, by XID code ({MAX_XID_CODES} codes at most, "
+            "later ones as other).",
             (
                 (self.labels.get((w.labels["uuid"], "xid", code), {**w.labels, "xid": code}), number)
                 for w, _ in rows
@@ -427,12 +432,13 @@ class XidWatcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nvml-xid-watcher", daemon=True)
 
-    def start(self) -> "XidWatcher":
+    def start(self) -> XidWatcher:
         self._thread.start()
         return self
 
     def stop(self) -> bool:
-        """True once the thread has ended (its event set freed); False while a wait in NVML outlives XID_STOP_SECONDS."""
+        """True once the thread has ended (its event set freed); False while a wait in NVML outlives
+        XID_STOP_SECONDS."""
         self._stop.set()
         self._thread.join(XID_STOP_SECONDS)
         return not self._thread.is_alive()

@@ -20,18 +20,32 @@ SERIES = [
     ("alnair_nvml_pipe_active_ratio", {"pipe": "fp32"}, "NVML_GPM_METRIC_FP32_UTIL", 0.01),
     ("alnair_nvml_pipe_active_ratio", {"pipe": "fp16"}, "NVML_GPM_METRIC_FP16_UTIL", 0.01),
     ("alnair_nvml_dram_active_ratio", {}, "NVML_GPM_METRIC_DRAM_BW_UTIL", 0.01),
-    ("alnair_nvml_link_bytes_per_second", {"link": "pcie", "direction": "transmit"}, "NVML_GPM_METRIC_PCIE_TX_PER_SEC", MIB),
-    ("alnair_nvml_link_bytes_per_second", {"link": "pcie", "direction": "receive"}, "NVML_GPM_METRIC_PCIE_RX_PER_SEC", MIB),
-    ("alnair_nvml_link_bytes_per_second", {"link": "nvlink", "direction": "transmit"}, "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", MIB),
-    ("alnair_nvml_link_bytes_per_second", {"link": "nvlink", "direction": "receive"}, "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", MIB),
+    ("alnair_nvml_link_bytes_per_second", {"link": "pcie", "direction": "transmit"},
+     "NVML_GPM_METRIC_PCIE_TX_PER_SEC", MIB),
+    ("alnair_nvml_link_bytes_per_second", {"link": "pcie", "direction": "receive"},
+     "NVML_GPM_METRIC_PCIE_RX_PER_SEC", MIB),
+    ("alnair_nvml_link_bytes_per_second", {"link": "nvlink", "direction": "transmit"},
+     "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", MIB),
+    ("alnair_nvml_link_bytes_per_second", {"link": "nvlink", "direction": "receive"},
+     "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", MIB),
 ]
 FAMILIES = {
-    "alnair_nvml_graphics_engine_active_ratio": "Share of the collector's interval the graphics or compute engine was busy (GPM; DCGM_FI_PROF_GR_ENGINE_ACTIVE).",
-    "alnair_nvml_sm_active_ratio": "Share of the collector's interval the SMs had a warp resident, averaged over SMs (GPM; DCGM_FI_PROF_SM_ACTIVE).",
-    "alnair_nvml_sm_occupancy_ratio": "Resident warps over the SMs' maximum, averaged over the collector's interval (GPM; DCGM_FI_PROF_SM_OCCUPANCY).",
-    "alnair_nvml_pipe_active_ratio": "Share of the collector's interval the pipe was busy, averaged over SMs (GPM; DCGM_FI_PROF_PIPE_*_ACTIVE).",
-    "alnair_nvml_dram_active_ratio": "Device memory bandwidth used over its peak, over the collector's interval (GPM; DCGM_FI_PROF_DRAM_ACTIVE).",
-    "alnair_nvml_link_bytes_per_second": "PCIe or NVLink (all links) throughput over the collector's interval (GPM; DCGM_FI_PROF_PCIE_*_BYTES, NVLINK_*_BYTES).",
+    "alnair_nvml_graphics_engine_active_ratio":
+        "Share of the collector's interval the graphics or compute engine was busy "
+        "(GPM; DCGM_FI_PROF_GR_ENGINE_ACTIVE).",
+    "alnair_nvml_sm_active_ratio":
+        "Share of the collector's interval the SMs had a warp resident, averaged over SMs "
+        "(GPM; DCGM_FI_PROF_SM_ACTIVE).",
+    "alnair_nvml_sm_occupancy_ratio":
+        "Resident warps over the SMs' maximum, averaged over the collector's interval "
+        "(GPM; DCGM_FI_PROF_SM_OCCUPANCY).",
+    "alnair_nvml_pipe_active_ratio":
+        "Share of the collector's interval the pipe was busy, averaged over SMs (GPM; DCGM_FI_PROF_PIPE_*_ACTIVE).",
+    "alnair_nvml_dram_active_ratio":
+        "Device memory bandwidth used over its peak, over the collector's interval (GPM; DCGM_FI_PROF_DRAM_ACTIVE).",
+    "alnair_nvml_link_bytes_per_second":
+        "PCIe or NVLink (all links) throughput over the collector's interval "
+        "(GPM; DCGM_FI_PROF_PCIE_*_BYTES, NVLINK_*_BYTES).",
 }
 # fmt: on
 
@@ -42,7 +56,8 @@ class NoGpm(Exception):
 
 @dataclass
 class GpmDevice:
-    """A device's two sample buffers: `older` holds the previous collect's sample once `primed`; `newer` takes this one's."""
+    """A device's two sample buffers: `older` holds the previous collect's sample once `primed`; `newer` takes this
+    one's."""
 
     older: object
     newer: object
@@ -67,7 +82,8 @@ class GpmSampler:
 
     def measure(self, device, parent_handle=None) -> dict[int, float]:
         """{index in SERIES: value} since the device's last measure; empty on its first, after an NVML error, for the
-        metrics it does not measure and without GPM. `device` has index, uuid, handle and parent_uuid (MIG instances)."""
+        metrics it does not measure and without GPM. `device` has index, uuid, handle and parent_uuid (MIG
+        instances)."""
         if device.uuid in self.refused or device.parent_uuid in self.without_gpm:  # the parent's line said it
             return {}
         try:

@@ -1,4 +1,5 @@
-"""The python collector: per-process training-loop counters, custom counters and phases the Python intercept publishes."""
+"""The python collector: per-process training-loop counters, custom counters and phases the Python intercept
+publishes."""
 
 from __future__ import annotations
 

@@ -170,8 +170,8 @@ def clustering_section(report: Report, rows: pd.DataFrame, label: str, tag: str,
     centroids["rows"] = clusters.sizes
     report.add(
         f"{len(rows)} rows ({int(rows.synthetic.sum())} synthetic, spline of order 2 as the notebook's input), "
-        f"features {', '.join(clustering.FEATURES)}. Elbow (Kneedle: the k farthest below the chord of the scaled inertia curve): k = "
-        f"{clustering.elbow_k(inertia)}; k = 3 as the notebook:",
+        f"features {', '.join(clustering.FEATURES)}. Elbow (Kneedle: the k farthest below the chord of the scaled "
+        f"inertia curve): k = {clustering.elbow_k(inertia)}; k = 3 as the notebook:",
         "",
         _table(centroids, 1),
         "",
@@ -284,10 +284,10 @@ def interference_section(report: Report, campaign: sources.Campaign) -> None:
         )
     if not result.fitted:
         report.add(
-            f"No slowdown model: {result.reason}. The model (features: both jobs' solo {', '.join(interference.PROFILE)}, "
-            "their GPU shares and solo durations; mean, Ridge and a random forest, cross-validated by pair so no "
-            "pair's modes are split between training and test) runs once the campaign's pairs are in "
-            "dataset/data/h200/.",
+            f"No slowdown model: {result.reason}. The model (features: both jobs' solo "
+            f"{', '.join(interference.PROFILE)}, their GPU shares and solo durations; mean, Ridge and a random forest, "
+            "cross-validated by pair so no pair's modes are split between training and test) runs once the campaign's "
+            "pairs are in dataset/data/h200/.",
             "",
         )
     else:

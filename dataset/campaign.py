@@ -11,10 +11,11 @@ The order is the plan (dataset/plan.py: families in turn, the core configuration
 `--plan` prints it with what each block is expected to cover). Resumable: DIR/runs.csv holds one row per attempt
 (a configuration's key names its settings, seed and repeat); a key with an `ok` (or `failed`) row is not run again.
 A row is written as `incomplete` before its job starts and replaced when the job ends, so a campaign cut anywhere
-(the budget, SIGTERM, SIGKILL) leaves at worst rows marked incomplete, which the next run does again. --budget-seconds defers a step that would not fit to the next block
-(later steps that fit go on), and ends a job that outlives the budget (its row stays incomplete). psutil samples
-each job's process tree while it runs (process_sampler). DIR/pairs.csv holds each pair's slowdowns and packing
-saving with the keys of the four rows they come from; DIR/runs.parquet and DIR/pairs.parquet are written at the end.
+(the budget, SIGTERM, SIGKILL) leaves at worst rows marked incomplete, which the next run does again.
+--budget-seconds defers a step that would not fit to the next block (later steps that fit go on), and ends a job that
+outlives the budget (its row stays incomplete). psutil samples each job's process tree while it runs (process_sampler).
+DIR/pairs.csv holds each pair's slowdowns and packing saving with the keys of the four rows they come from;
+DIR/runs.parquet and DIR/pairs.parquet are written at the end.
 """
 
 from __future__ import annotations
@@ -198,7 +199,8 @@ class Campaign:
             self.versions = versions(self.options.device)
             self.stack = Stack(self.out, self.scratch, self.options.prometheus_binary)
             say(
-                f"exporter at {self.stack.target}, Prometheus at {self.stack.url} (data in {self.scratch / 'prometheus-data'})"
+                f"exporter at {self.stack.target}, Prometheus at {self.stack.url} (data in "
+                f"{self.scratch / 'prometheus-data'})"
             )
 
     # -- one or two jobs
@@ -664,7 +666,8 @@ def print_plan(campaign: Campaign, items: list[plan.Item]) -> None:
     for s in steps:
         p = s.progress
         print(
-            f"{s.index}\t{s.block or 'done'}\t{s.seconds:.0f}\t{p.solo}\t{p.families}\t{p.repeated}\t{p.pairs}\t{s.item.key}"
+            f"{s.index}\t{s.block or 'done'}\t{s.seconds:.0f}\t"
+            f"{p.solo}\t{p.families}\t{p.repeated}\t{p.pairs}\t{s.item.key}"
         )
     for line in plan_summary(
         steps, campaign.options.repeats, campaign.options.block_seconds, campaign.options.pair_modes
@@ -756,7 +759,8 @@ def main(argv: list[str] | None = None) -> int:
     state = "stopped by the budget" if campaign.stopped_by_budget else "done"
     say(
         f"{state}: {c['ok']} ok, {c['failed']} failed, {c['incomplete']} incomplete, {c['skipped']} already measured, "
-        f"{c['pairs']} pairs, {c['waiting']} waiting for the next block; {len([r for r in campaign.runs.rows if r['status'] == 'ok'])} ok rows in {campaign.runs.path} "
+        f"{c['pairs']} pairs, {c['waiting']} waiting for the next block; "
+        f"{len([r for r in campaign.runs.rows if r['status'] == 'ok'])} ok rows in {campaign.runs.path} "
         f"in {time.monotonic() - campaign.began:.0f} s"
     )
     return 0

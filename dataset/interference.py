@@ -337,7 +337,8 @@ def _candidates(runs: pd.DataFrame, measured: pd.DataFrame, model, names: list[s
 
 
 def plot(result: Interference, path, title: str = "") -> None:
-    """Left: measured slowdowns and savings of every pair and mode; right (when fitted): predicted vs measured saving."""
+    """Left: measured slowdowns and savings of every pair and mode; right (when fitted): predicted vs measured
+    saving."""
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5))

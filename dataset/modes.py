@@ -55,7 +55,8 @@ MODES = {
         Mode("share-30-70", SHARE, (30, 70)),
     )
 }
-# --pair-modes' default: the modes before the share existed, so a block's plan stays what it was; ask for share-* by name
+# --pair-modes' default: the modes before the share existed, so a block's plan stays what it was; ask for share-* by
+# name
 DEFAULT = ("timeslice", "limit-50-50", "limit-30-70")
 
 

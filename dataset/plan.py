@@ -43,7 +43,7 @@ class Config:
     def key(self) -> str:
         return key_of(self.run, self.repeat)
 
-    def at(self, repeat: int) -> "Config":
+    def at(self, repeat: int) -> Config:
         """This configuration's run at another repeat, with that repeat's seed."""
         return Config(replace(self.run, seed=grid.seed_of(self.run, repeat)), repeat)
 
@@ -192,12 +192,13 @@ def build(
     other_modes_pairs: int | None = None,
 ) -> list[Item]:
     """The plan. `firsts`: the chosen configurations at repeat 0, in interleaved order. It begins with one core run
-    of each family; then phase 1 (the targets) merges three streams: the core (the first `core_size` configurations) with all their repeats, repeat by repeat; the
-    pairs in their target modes (target_modes), a pair's modes one after the other; and the other configurations' first
-    runs up to `solo_target` solo runs in all. Phase 2 merges the remaining first runs with the pairs' other modes;
-    phase 3 is the remaining repeats, repeat by repeat. With `other_modes_pairs` K, only the first K pairs run the
-    other modes, right after the pair's target modes and in their block (`with_targets`: on the same GPU and
-    baselines), and the other pairs never: phase 2 has no pairs then."""
+    of each family; then phase 1 (the targets) merges three streams: the core (the first `core_size`
+    configurations) with all their repeats, repeat by repeat; the pairs in their target modes (target_modes), a pair's
+    modes one after the other; and the other configurations' first runs up to `solo_target` solo runs in all. Phase 2
+    merges the remaining first runs with the pairs' other modes; phase 3 is the remaining repeats, repeat by repeat.
+    With `other_modes_pairs` K, only the first K pairs run the other modes, right after the pair's target modes and in
+    their block (`with_targets`: on the same GPU and baselines), and the other pairs never: phase 2 has no pairs
+    then."""
     core, rest = firsts[:core_size], firsts[core_size:]
     core_runs = [Item(config=c.at(r) if r else c) for r in range(repeats) for c in core]
     early_modes, late_modes = target_modes(modes)
@@ -321,7 +322,7 @@ def walk(
         block += 1
         left, stack_up, waiting, here, deferred, taken = block_seconds, False, [], set(), set(), set()
 
-        def jobs_of(item: Item) -> list[tuple[Config | None, float, float]]:
+        def jobs_of(item: Item, here=here) -> list[tuple[Config | None, float, float]]:
             """The step's jobs in this block: (the configuration run alone or None for the two together, its
             estimate, its expected seconds); a pair's baselines first, unless measured in this block."""
             if item.config is not None:
@@ -331,7 +332,7 @@ def walk(
                 (None, estimate(a) + estimate(b), SHARED_FACTOR * max(expected(a), expected(b)))
             ]
 
-        def place(item: Item) -> float | None:
+        def place(item: Item, here=here) -> float | None:
             """Budget the step in this block: its seconds, or None when a job of it does not fit."""
             nonlocal left, stack_up
             seconds = 0.0

@@ -5,9 +5,9 @@ dataset/data/published-schema/ from the committed runs."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -218,14 +218,17 @@ def dictionary(origin: str) -> str:
     lines = [
         "# The campaign's runs in the published 66-column schema: columns",
         "",
-        f"Made by `python -m alnair_dataset.published` from the {origin} campaign's rich runs table (its columns are in",
+        f"Made by `python -m alnair_dataset.published` from the {origin} campaign's rich runs table "
+        "(its columns are in",
         "docs/dataset.md); every value is per run: statistics over the samples inside the run (1 s scrapes of 500 ms",
         "samples), never counters since boot. Only solo runs with status `ok` are rows; pairs are in the pairs table.",
-        f"{len(MEASURED)} of the 66 columns are measured; the other {len(NAMES) - len(MEASURED)} are empty (no value in the CSV,",
+        f"{len(MEASURED)} of the 66 columns are measured; the other {len(NAMES) - len(MEASURED)} are empty (no value "
+        "in the CSV,",
         "null in Parquet) because nothing the campaign records measures them per run. The psutil columns (process RSS",
         "and threads, CPU times and statistics, memory, disk, network) come from the campaign's sampler of each job",
         "(`dataset/process_sampler.py`): they are empty in rows measured before it (the first H200 block's).",
-        "Names and order are the published table's (`../published/alnair-open-data-columns.md` says what each meant there).",
+        "Names and order are the published table's (`../published/alnair-open-data-columns.md` says what each meant "
+        "there).",
         "",
         "|#|Column|How it is computed here|",
         "|-|-|-|",

@@ -95,7 +95,8 @@ class Ranking:
 
 
 def rank(table: pd.DataFrame, target: str, correlation: str = "pearson", forest_grid: dict | None = None) -> Ranking:
-    """Every method's weight and rank; the average rank is the notebook's: r² (of `correlation`), forest, Ridge, Lasso."""
+    """Every method's weight and rank; the average rank is the notebook's: r² (of `correlation`), forest, Ridge,
+    Lasso."""
     X, y = features(table, target)
     weights = pd.DataFrame({f"r2_{m}": determination(X, y, m) for m in CORRELATIONS})
     for name, w in model_weights(X, y, forest_grid).items():

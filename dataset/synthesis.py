@@ -67,7 +67,7 @@ class Errors:
     points: int
 
     @classmethod
-    def of(cls, true, predicted) -> "Errors":
+    def of(cls, true, predicted) -> Errors:
         error = np.asarray(predicted, float) - np.asarray(true, float)
         mse = float(np.mean(error**2)) if len(error) else float("nan")
         return cls(float(np.sqrt(mse)), mse, float(np.mean(np.abs(error))) if len(error) else float("nan"), len(error))

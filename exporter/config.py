@@ -6,7 +6,8 @@ import argparse
 import ipaddress
 import os
 import socket
-from typing import Callable, Iterable, NoReturn
+from collections.abc import Callable, Iterable
+from typing import NoReturn
 
 from alnair import commandline, logs
 from alnair.commandline import (
@@ -59,7 +60,8 @@ def add_collector_flags(parser: argparse.ArgumentParser, collector: CollectorSpe
         dest=dest,
         action="store_true",
         default=None,
-        help=f"Enable the {collector.name} collector (default: {'enabled' if collector.default_enabled else 'disabled'}) [env {env_name(flag)}]",
+        help=f"Enable the {collector.name} collector (default: "
+        f"{'enabled' if collector.default_enabled else 'disabled'}) [env {env_name(flag)}]",
     )
     group.add_argument(
         f"--no-collector.{collector.name}",

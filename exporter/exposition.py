@@ -8,7 +8,7 @@ keep it across samples, and join lines here. The output is the same text format.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric

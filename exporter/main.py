@@ -10,7 +10,7 @@ import time
 
 from alnair import logs
 
-from .config import PROG, fail, enabled_collectors, parse_options
+from .config import PROG, enabled_collectors, fail, parse_options
 from .registry import discover_collectors
 from .sampler import CollectorRunner
 from .scrape import ScrapeAssembler

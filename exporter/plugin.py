@@ -12,7 +12,8 @@ docs/plugins.md.
 
 from __future__ import annotations
 
-from typing import Iterable, Protocol, Union, runtime_checkable
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
 
 from prometheus_client.metrics_core import Metric
 
@@ -52,4 +53,4 @@ class Collector(Protocol):
     Each family name belongs to one collector: a collector that emits a family another collector or
     the exporter emits is refused (it stops serving; the others go on)."""
 
-    def collect(self) -> Union[Iterable[Metric], bytes]: ...
+    def collect(self) -> Iterable[Metric] | bytes: ...

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Callable
 
 from alnair.commandline import DISTRIBUTION as BUILT_IN_DISTRIBUTION
 
@@ -31,7 +31,7 @@ class CollectorSpec:
     check_options: Callable | None = None  # options -> why they are unusable (exit 2 with it), or None
 
     @classmethod
-    def of(cls, name: str, factory: Callable, built_in: bool = False) -> "CollectorSpec":
+    def of(cls, name: str, factory: Callable, built_in: bool = False) -> CollectorSpec:
         return cls(
             name,
             factory,

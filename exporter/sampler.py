@@ -7,8 +7,8 @@ import argparse
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .exposition import family_names, render
 from .plugin import Collector, CollectorUnavailable

@@ -13,13 +13,13 @@ from __future__ import annotations
 import gzip
 import platform
 import threading
-from typing import Iterator
-
-from alnair.commandline import version
+from collections.abc import Iterator
 
 from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
+
+from alnair.commandline import version
 
 from .exposition import family_names, render
 from .sampler import CollectorRunner

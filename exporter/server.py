@@ -13,9 +13,9 @@ import html
 import ipaddress
 import logging
 import ssl
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
-from typing import Sequence, Union
 
 from aiohttp import web as aio
 
@@ -28,7 +28,7 @@ from .web_tls import refusal_after_handshake
 from .webconfig import BCRYPT_PARALLEL, LiveWebConfig, WebConfig
 
 log = logging.getLogger(__name__)
-IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IDLE_TIMEOUT = 30.0  # to send each request head, from the connection or the last reply
 MAX_CONNECTIONS = 256  # connections open at once from other peers, and as many from --web.priority-sources
 RENDER_WORKERS = 4  # threads that render scrapes; a render takes about a millisecond from the cached part
@@ -187,7 +187,8 @@ def index_page(server: ExporterServer) -> str:
     path = html.escape(server.metrics_path)
     return (
         "<!doctype html><html><head><title>Alnair exporter</title></head><body>"
-        f'<h1>Alnair exporter {html.escape(version())}</h1><p><a href="{path}">Metrics</a> &middot; <a href="/healthz">Health</a></p>'
+        f'<h1>Alnair exporter {html.escape(version())}</h1><p><a href="{path}">Metrics</a> &middot; <a '
+        'href="/healthz">Health</a></p>'
         "<table><tr><th>collector</th><th>state</th><th>interval</th><th>last sample</th><th>detail</th></tr>"
         + "".join(rows)
         + "</table></body></html>\n"

@@ -9,7 +9,8 @@ import contextlib
 import ipaddress
 import os
 import ssl
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 from .web_fields import Invalid, check_boolean, optional_string, read_regular
 

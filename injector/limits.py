@@ -10,7 +10,7 @@ tests/intercept/test_configuration.py case for case.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 MAX_DEVICES = 64  # the segment's device slots: the C side's ALNAIR_CUDA_MAX_DEVICES
 MAX_LIMIT_BYTES = 1 << 50  # 1Pi: far above any GPU, far below overflow in the C side's sums

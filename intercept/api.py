@@ -48,7 +48,7 @@ class phase:
     def __init__(self, name: str):
         self._slot = RECORDER.phase_slot(name)
 
-    def __enter__(self) -> "phase":
+    def __enter__(self) -> phase:
         self._entered_at = _clock()
         return self
 

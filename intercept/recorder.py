@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 from alnair.abi import layout
 from alnair.abi.records import as_text

@@ -61,9 +61,9 @@ MEASURES = [
     (
         "cuda_gpu_time_seconds",
         float,
-        "GPU time the process got (alnair_cuda_gpu_time_seconds_total: its busy time, "
-        "each moment divided among the processes busy on the GPU then), process total, summed over its GPUs (empty: not "
-        "measured, as for writers before GPU time)",
+        "GPU time the process got (alnair_cuda_gpu_time_seconds_total: its busy time, each moment divided among the "
+        "processes busy on the GPU then), process total, summed over its GPUs (empty: not measured, as for writers "
+        "before GPU time)",
     ),
     (
         "cuda_gpu_time_ratio",
@@ -90,8 +90,8 @@ MEASURES = [
     (
         "gpu_util_ratio_training_min",
         float,
-        "min of gpu_util_ratio over the scrapes between the job's second step and "
-        "its last (its step counter's): the GPU idles through start-up and exit, so gpu_util_ratio_min is 0 for most jobs",
+        "min of gpu_util_ratio over the scrapes between the job's second step and its last (its step counter's): the "
+        "GPU idles through start-up and exit, so gpu_util_ratio_min is 0 for most jobs",
     ),
 ]
 

@@ -17,7 +17,7 @@ from alnair.commandline import duration, flag_type, format_duration, int_at_leas
 
 from . import jobs as job_series
 from .output import write
-from .prometheus import MAX_ANSWER_BYTES, TIMEOUT_SECONDS, MiB, Prometheus, ProfileError
+from .prometheus import MAX_ANSWER_BYTES, TIMEOUT_SECONDS, MiB, ProfileError, Prometheus
 from .selection import Selection, parse_last, parse_time, time_range
 
 PROG = "alnair profile"

@@ -1,4 +1,5 @@
-"""Alnair's public API for training programs: `alnair.phase`, `alnair.counter`; `import alnair.auto` turns on the intercept.
+"""Alnair's public API for training programs: `alnair.phase`, `alnair.counter`; `import alnair.auto` turns on the
+intercept.
 
 The rest of the namespace is the exporter and its tools (alnair.exporter, alnair.collectors, ...);
 importing this package starts nothing.

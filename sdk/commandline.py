@@ -8,10 +8,10 @@ import math
 import os
 import re
 import sys
+from collections.abc import Callable
 from functools import cache
 from importlib import metadata
-from typing import Callable, NoReturn
-
+from typing import NoReturn
 
 DISTRIBUTION = "alnair-gpu"  # the name pip installs; the import name is alnair (PyPI's `alnair` is another project)
 

@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
+import support
 from support import Exporter, Locker, Writer, end_all
+
+# support's Redis fixtures, for any test that asks for one
+cluster, redis_cluster, start_redis = support.cluster, support.redis_cluster, support.start_redis
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERCEPT = ROOT / "intercept"

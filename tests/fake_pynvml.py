@@ -51,7 +51,7 @@ class FakeGpu:
     remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)
     processes: dict[int, int | None] = field(default_factory=dict)  # pid -> used bytes (None: hidden)
     utilization_samples: list[tuple[int, int, int, int]] = field(default_factory=list)  # pid, µs, SM %, memory %
-    mig: list["FakeGpu"] | None = None  # None: MIG off; a list of slots (None entries are empty slots)
+    mig: list[FakeGpu] | None = None  # None: MIG off; a list of slots (None entries are empty slots)
     unsupported: set[str] = field(default_factory=set)  # pynvml function names this GPU refuses
     lost: bool = False  # fallen off the bus: every call fails
     supported_events: int = (

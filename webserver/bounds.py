@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 
 class Slot:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class PodWatcher:
         self._thread = threading.Thread(target=self._run, name="pod-watcher", daemon=True)
         self.lists = 0  # relists done, for tests and logs
 
-    def start(self) -> "PodWatcher":
+    def start(self) -> PodWatcher:
         self._thread.start()
         return self
 

@@ -15,7 +15,6 @@ from alnair.exporter.plugin import ExpositionBuilder, LabelSets, add_flag, durat
 from ..pods.identity import pod_identity
 from .metrics import boot_time_seconds, directory_metrics, process_families
 
-
 log = logging.getLogger(__name__)
 _announced: set[str] = set()  # directories marked as read: once per directory, whichever collector comes first
 _announce_lock = threading.Lock()

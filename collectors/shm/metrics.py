@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -72,7 +72,8 @@ def process_families(
     out.family(
         f"alnair_{kind}_process_exited_timestamp_seconds",
         "gauge",
-        "When a process that has exited last published: its series hold its final counters while they linger (--shm.linger).",
+        "When a process that has exited last published: its series hold its final counters while they linger "
+        "(--shm.linger).",
         exited,
     )
     out.family(

@@ -26,7 +26,7 @@ rule groups; the alerts take their settings from .Values.prometheusRule.settings
 {{- define "alnair.rules.scalar" -}}
 {{- if and (kindIs "float64" .) (eq (floor .) .) -}}{{ int64 . }}{{- else -}}{{ . }}{{- end -}}
 {{- end -}}
-"""
+"""  # noqa: E501  (the header of the generated template, as it reads there)
 
 
 def placeholder(name: str) -> str:
@@ -62,12 +62,12 @@ def scalar(value: object) -> str:
     literals, names = parts[0::2], parts[1::2]
     if not names:
         if "{{" in value or "}}" in value:
-            return "{{ %s | quote }}" % go_string(value)
+            return "{{ " + go_string(value) + " | quote }}"
         return go_string(value)
     if "\x00" in "".join(literals):
         raise ValueError(f"a placeholder was altered (formatted or cut): {value!r}")
     template = "%s".join(literal.replace("%", "%%") for literal in literals)
-    return "{{ printf %s %s | quote }}" % (go_string(template), " ".join(setting(n) for n in names))
+    return "{{ printf " + go_string(template) + " " + " ".join(setting(n) for n in names) + " | quote }}"
 
 
 def key(name: str) -> str:

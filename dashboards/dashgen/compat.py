@@ -60,7 +60,8 @@ V04 = [
     Recorded(
         "alnair_cpustat_time_user_hertz_total",
         CPU_TICKS,
-        "per CPU (cpu0, cpu1...) and mode (user, system, idle): time in USER_HZ ticks (1/100 s), a counter, label nodeName",
+        "per CPU (cpu0, cpu1...) and mode (user, system, idle): time in USER_HZ ticks (1/100 s), a counter, label "
+        "nodeName",
     ),
 ]
 

@@ -83,6 +83,7 @@ class DcgmName:
 
 
 GPM = "NVML's GPM: Hopper and later only"
+VOLATILE = "the volatile counts (`_VOL_TOTAL`) are not served"
 
 # fmt: off
 NAMES = [
@@ -102,11 +103,12 @@ NAMES = [
              'alnair_nvml_remapped_rows{type="correctable"}'),
     DcgmName("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "rows remapped for uncorrectable errors", "rows",
              'alnair_nvml_remapped_rows{type="uncorrectable"}'),
-    DcgmName("DCGM_FI_DEV_ROW_REMAP_FAILURE", "1 if a row remapping failed", "0 or 1", "alnair_nvml_remapped_rows_failed"),
+    DcgmName("DCGM_FI_DEV_ROW_REMAP_FAILURE", "1 if a row remapping failed", "0 or 1",
+             "alnair_nvml_remapped_rows_failed"),
     DcgmName("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "single-bit (corrected) ECC errors over the GPU's life", "errors",
-             'alnair_nvml_ecc_errors_total{type="corrected"}', differs="the volatile counts (`_VOL_TOTAL`) are not served"),
+             'alnair_nvml_ecc_errors_total{type="corrected"}', differs=VOLATILE),
     DcgmName("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "double-bit (uncorrected) ECC errors over the GPU's life", "errors",
-             'alnair_nvml_ecc_errors_total{type="uncorrected"}', differs="the volatile counts (`_VOL_TOTAL`) are not served"),
+             'alnair_nvml_ecc_errors_total{type="uncorrected"}', differs=VOLATILE),
     DcgmName("DCGM_FI_DEV_RETIRED_SBE", "pages retired for repeated single-bit errors", "pages",
              'alnair_nvml_retired_pages{cause="single_bit_ecc"}'),
     DcgmName("DCGM_FI_DEV_RETIRED_DBE", "pages retired for a double-bit error", "pages",
@@ -118,7 +120,8 @@ NAMES = [
     DcgmName("DCGM_FI_PROF_SM_OCCUPANCY", "warps resident on an SM over its maximum", "ratio 0-1",
              "alnair_nvml_sm_occupancy_ratio", differs=GPM),
     *(DcgmName(f"DCGM_FI_PROF_PIPE_{pipe.upper()}_ACTIVE", f"share of cycles the {pipe} pipe was active", "ratio 0-1",
-               f'alnair_nvml_pipe_active_ratio{{pipe="{pipe}"}}', differs=GPM) for pipe in ("tensor", "fp64", "fp32", "fp16")),
+               f'alnair_nvml_pipe_active_ratio{{pipe="{pipe}"}}', differs=GPM)
+      for pipe in ("tensor", "fp64", "fp32", "fp16")),
     DcgmName("DCGM_FI_PROF_DRAM_ACTIVE", "share of cycles the device memory interface was busy", "ratio 0-1",
              "alnair_nvml_dram_active_ratio", differs=GPM),
     *(DcgmName(f"DCGM_FI_PROF_{link.upper()}_{short}_BYTES", f"{link_name} {direction} throughput, headers included",

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from . import variables as v
 from .model import Dashboard, Query, row, states, table, timeseries
-from .promql import DASHBOARD as S
-from .promql import NODE, rate, selector, with_node
+from .promql import DASHBOARD as S, NODE, rate, selector, with_node
 
 WRITERS = ("cuda", "python")  # the collectors that read shared-memory segments
 

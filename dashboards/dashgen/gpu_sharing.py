@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from . import variables as v
 from .model import Dashboard, Query, row, state_timeline, table, timeseries
-from .promql import DASHBOARD as S
-from .promql import GPU, NODE, by, gpu_time_share, memory_of_limit, rate, selector, with_node, with_pod
+from .promql import DASHBOARD as S, GPU, NODE, by, gpu_time_share, memory_of_limit, rate, selector, with_node, with_pod
 
 PROCESS = "{{namespace}}/{{pod}} pid {{pid}} GPU {{gpu}}"
 KERNEL_NAMED = 'kernel!="(other)"'  # the named rows; (other) sums the rest of a device's launches
@@ -114,9 +113,13 @@ POOL_CACHE = (
 )
 WITH_POOLS = f"{USED} + {POOL_CACHE}"
 # The contexts' memory, 0 where it was not measured (a writer with the memory fields always has the pool series).
-CONTEXT = f"({selector(S, 'alnair_cuda_context_memory_bytes', GPU)} or 0 * {selector(S, 'alnair_cuda_pool_reserved_bytes', GPU)})"
+CONTEXT = (
+    f"({selector(S, 'alnair_cuda_context_memory_bytes', GPU)} or 0 * "
+    f"{selector(S, 'alnair_cuda_pool_reserved_bytes', GPU)})"
+)
 INCLUDES_CONTEXT = selector(S, "alnair_cuda_memory_limit_includes_context", GPU)
-# The limit with a `context` label saying whether it charges the contexts' memory (ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT).
+# The limit with a `context` label saying whether it charges the contexts' memory
+# (ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT).
 CONTEXT_CHARGED = (
     f'label_replace({INCLUDES_CONTEXT} == 1, "context", "charged", "", "") or '
     f'label_replace({INCLUDES_CONTEXT} == 0, "context", "not charged", "", "") + 1'

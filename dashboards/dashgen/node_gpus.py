@@ -4,9 +4,18 @@ errors, and the host's CPU and memory beside them."""
 from __future__ import annotations
 
 from . import variables as v
-from .model import Dashboard, Query, row, states, stat, table, timeseries
-from .promql import DASHBOARD as S
-from .promql import GPU, NODE, gpu_memory_used_share, gpus_answering, increase, rate, selector, with_node
+from .model import Dashboard, Query, row, stat, states, table, timeseries
+from .promql import (
+    DASHBOARD as S,
+    GPU,
+    NODE,
+    gpu_memory_used_share,
+    gpus_answering,
+    increase,
+    rate,
+    selector,
+    with_node,
+)
 
 ON_GPU = "{{node}} GPU {{gpu}}"
 
@@ -133,9 +142,8 @@ HEALTH = row(
     "Throttling and errors",
     states(
         "Throttle reasons",
-        "Each reason NVML reports for holding the clocks down, while it holds (idle is left "
-        "out). hw_thermal_slowdown and hw_power_brake_slowdown halve the clocks or worse: the AlnairGpuHardwareThrottling "
-        "alert.",
+        "Each reason NVML reports for holding the clocks down, while it holds (idle is left out). hw_thermal_slowdown "
+        "and hw_power_brake_slowdown halve the clocks or worse: the AlnairGpuHardwareThrottling alert.",
         per_gpu("alnair_nvml_throttle_reason_active", f"{ON_GPU} {{{{reason}}}}", 'reason!="gpu_idle"'),
         off=("inactive", "transparent"),
         on=("active", "orange"),

@@ -9,13 +9,17 @@ from dataclasses import dataclass
 from .promql import (
     RULES,
     cache_hit_ratio,
+    cache_node_memory_of_max,
     data_stall,
     dedupe_ratio,
     gpu_memory_used_share,
     gpu_time_share,
     gpus_answering,
+    memory_of_limit,
+    rate,
+    with_node,
+    with_pod,
 )
-from .promql import cache_node_memory_of_max, memory_of_limit, rate, with_node, with_pod
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,7 @@ with warnings.catch_warnings():  # the SDK warns, when imported, that it prefers
     warnings.simplefilter("ignore", DeprecationWarning)
     from grafana_foundation_sdk.builders import common, dashboard, prometheus, stat, statetimeline, table, timeseries
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
-    from grafana_foundation_sdk.models import common as common_model
-    from grafana_foundation_sdk.models import dashboard as model
+    from grafana_foundation_sdk.models import common as common_model, dashboard as model
     from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")

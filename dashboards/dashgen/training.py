@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from . import variables as v
 from .model import Dashboard, Query, row, stat, timeseries
-from .promql import DASHBOARD as S
-from .promql import NODE, by, data_stall, rate, ratio, selector, with_pod
+from .promql import DASHBOARD as S, NODE, by, data_stall, rate, ratio, selector, with_pod
 
 POD = ("namespace", "pod")
 POD_NAME = ("namespace", "pod", "name")  # phases and custom counters are named

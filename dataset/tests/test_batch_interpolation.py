@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from alnair_dataset import synthesis, sources
+from alnair_dataset import sources, synthesis
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
-"""The campaign runner end to end on the CPU: two configurations (two repeats of one, each with its seed) and a pair run under alnair-run while the real
-exporter serves their records and a real Prometheus scrapes them; the rows are checked against the runner's own
-wall times, a second campaign resumes past everything, and a budget either stops before a job or ends one, its
-row marked incomplete."""
+"""The campaign runner end to end on the CPU: two configurations (two repeats of one, each with its seed) and a pair
+run under alnair-run while the real exporter serves their records and a real Prometheus scrapes them; the rows are
+checked against the runner's own wall times, a second campaign resumes past everything, and a budget either stops before
+a job or ends one, its row marked incomplete."""
 
 from __future__ import annotations
 

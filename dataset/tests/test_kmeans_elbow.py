@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from alnair_dataset import analyze, clustering, synthesis, sources
+from alnair_dataset import analyze, clustering, sources, synthesis
 
 
 @pytest.fixture(scope="module")

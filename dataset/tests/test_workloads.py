@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from alnair_dataset.workloads import __main__ as entry
-from alnair_dataset.workloads import grid
+from alnair_dataset.workloads import __main__ as entry, grid
 from alnair_dataset.workloads.dqn import CartPole
 
 # (family, model, extra flags): tiny batches, 2 steps; the CNNs at 96 px (their shapes, a fraction of the time)

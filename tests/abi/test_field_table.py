@@ -135,14 +135,15 @@ POOL_USED_LINE = re.search(
             "alnair_shm.h",
             "uint64_t peak_bytes; ",
             "uint64_t peak; ",
-            "alnair_cuda_device.peak_bytes (alnair_cuda_memory_peak_bytes): the header has no alnair_cuda_device.peak_bytes",
+            "alnair_cuda_device.peak_bytes (alnair_cuda_memory_peak_bytes): the header has no "
+            "alnair_cuda_device.peak_bytes",
         ),
         (
             "alnair_shm.h",
             "uint64_t compute_period_ns; ",
             "uint8_t compute_period_ns[8]; ",
-            "alnair_cuda_device.compute_quota_ns (alnair_cuda_compute_quota_ratio): alnair_cuda_device.compute_period_ns is "
-            "uint8_t[8], not a number",
+            "alnair_cuda_device.compute_quota_ns (alnair_cuda_compute_quota_ratio): "
+            "alnair_cuda_device.compute_period_ns is uint8_t[8], not a number",
         ),
         (
             "fields.py",

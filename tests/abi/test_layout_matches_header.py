@@ -9,8 +9,7 @@ import subprocess
 
 import pytest
 
-from alnair.abi import layout, naming
-from alnair.abi import HEADER as ABI_HEADER
+from alnair.abi import HEADER as ABI_HEADER, layout, naming
 
 # Every integer the header defines (#define and enumerators), as the parser read it: the compiler must agree.
 CONSTANTS = layout.DECLARATIONS.integers
@@ -32,7 +31,8 @@ def probe_source() -> str:
         lines.append(f'printf("{cname} . %zu %zu\\n", sizeof(struct {cname}), (size_t)0);')
         for field, _ in struct._fields_:
             lines.append(
-                f'printf("{cname} {field} %zu %zu\\n", sizeof(((struct {cname} *)0)->{field}), offsetof(struct {cname}, {field}));'
+                f'printf("{cname} {field} %zu %zu\\n", sizeof(((struct {cname} *)0)->{field}), offsetof(struct '
+                f"{cname}, {field}));"
             )
     for const in CONSTANTS:
         lines.append(f'printf("const {const} %llu 0\\n", (unsigned long long)({const}));')
@@ -88,8 +88,8 @@ def test_fixed_sizes_documented_in_the_abi():
 
 
 def test_cuda_fields_are_appended_after_every_existing_offset():
-    """The activity, per-device extensions and kernel table come after the 8224 bytes the first writers published, so every
-    offset those writers and their readers know stays where it was (and abi_version stays 2)."""
+    """The activity, per-device extensions and kernel table come after the 8224 bytes the first writers published, so
+    every offset those writers and their readers know stays where it was (and abi_version stays 2)."""
     assert layout.CUDA_ACTIVITY_OFFSET == 32 + 64 * 128 == 8224
     assert layout.CUDA_DEVICES_EXT_OFFSET == 8224 + 64 and layout.CUDA_DEVICE_EXT_SIZE == 128
     assert layout.CUDA_DEVICES_MEMORY_OFFSET == 8288 + 64 * 128 == 16480 and layout.CUDA_DEVICE_MEMORY_SIZE == 64

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from alnair.abi import layout
 from alnair.abi.records import MalformedRecord, kernel_key, parse_cuda_record, parse_python_record
 
 
-def cuda_record(indices: list[int]) -> bytes:
+def cuda_record(indices: Sequence[int]) -> bytes:
     record = layout.CudaRecord(device_count=len(indices), max_devices=layout.CUDA_MAX_DEVICES)
     for slot, index in enumerate(indices):
         record.devices[slot].device_index = index
@@ -49,7 +51,9 @@ def test_a_name_given_twice_is_malformed(counters, phases):
         parse_python_record(python_record(counters, phases))
 
 
-def kernel_table(rows: list[tuple[int, bytes, int]], devices: list[int] = [0, 1], count: int | None = None) -> bytes:
+def kernel_table(
+    rows: list[tuple[int, bytes, int]], devices: tuple[int, ...] = (0, 1), count: int | None = None
+) -> bytes:
     """A cuda record of `devices` whose kernel table holds (device_index, name, flags) rows."""
     record = layout.CudaRecord.from_buffer_copy(cuda_record(devices))
     record.kernels.count = len(rows) if count is None else count

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -57,7 +56,8 @@ TRAINER = textwrap.dedent("""
             device.kernel_launches, device.throttled_ns = elapsed * 5 // 1_000_000, elapsed // 4
             device.gpu_time_ns, record.devices_ext[0].busy_ns = elapsed * 2 // 5, elapsed * 4 // 5
             copies = record.devices_ext[0].copies
-            copies[layout.COPY_HOST_TO_DEVICE].bytes, copies[layout.COPY_DEVICE_TO_HOST].bytes = elapsed * 3 // 1000, elapsed // 1000
+            copies[layout.COPY_HOST_TO_DEVICE].bytes = elapsed * 3 // 1000
+            copies[layout.COPY_DEVICE_TO_HOST].bytes = elapsed // 1000
             segment.publish(bytes(record))
 
     cuda = WriterSegment(layout.KIND_CUDA, ctypes.sizeof(layout.CudaRecord))

@@ -12,7 +12,6 @@ from alnair.collectors.cuda import CudaCollector
 from alnair.exporter.plugin import render
 from support import PythonProgram, cuda_record_program, parse_samples
 
-
 # The test writer's device UUIDs: bytes 0x00-0x0f for device 0, 0x10-0x1f for device 1 (and so on).
 UUIDS = {
     0: "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f",
@@ -321,7 +320,8 @@ KERNELS_WRITER = cuda_record_program("""
         record.devices[i].device_index = i
         record.devices[i].uuid[:] = [i * 16 + k for k in range(16)]
     rows = [(0, b"void gemm<float>(float*, int)", 900, 0), (0, b"relu_kernel", 40, 0),
-            (1, b'say "hi" \\\\ there', 7, 0), (0, b"", 60, layout.CUDA_KERNEL_OTHER), (1, b"", 0, layout.CUDA_KERNEL_OTHER)]
+            (1, b'say "hi" \\\\ there', 7, 0),
+            (0, b"", 60, layout.CUDA_KERNEL_OTHER), (1, b"", 0, layout.CUDA_KERNEL_OTHER)]
     record.kernels.count = len(rows)
     for slot, (gpu, name, launches, flags) in enumerate(rows):
         k = record.kernels.kernels[slot]
@@ -338,7 +338,8 @@ def test_kernel_launches_by_name_are_exported_per_pid_gpu_and_kernel(start_write
         writer.finish()
 
     def series(gpu: int, kernel: str) -> str:
-        return f'alnair_cuda_kernel_launches_by_name_total{{gpu="{gpu}",kernel="{kernel}",pid="{writer.pid}",uuid="{UUIDS[gpu]}"}}'
+        labels = f'gpu="{gpu}",kernel="{kernel}",pid="{writer.pid}",uuid="{UUIDS[gpu]}"'
+        return f"alnair_cuda_kernel_launches_by_name_total{{{labels}}}"
 
     by_name = {k: v for k, v in s.items() if k.startswith("alnair_cuda_kernel_launches_by_name_total{")}
     assert by_name == {

@@ -1,4 +1,5 @@
-"""The nvml collector against a pynvml test double: per-GPU, per-process, MIG, failing GPUs, no driver, XID errors, GPM."""
+"""The nvml collector against a pynvml test double: per-GPU, per-process, MIG, failing GPUs, no driver, XID errors,
+GPM."""
 
 from __future__ import annotations
 
@@ -183,7 +184,8 @@ def test_process_info_carries_pod_identity_and_marks_host_processes(tmp_path):
     container = "0f" * 32
     (tmp_path / "4242").mkdir()
     (tmp_path / "4242" / "cgroup").write_text(
-        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{pod.replace('-', '_')}.slice/cri-containerd-{container}.scope\n"
+        "0::/kubepods.slice/kubepods-burstable.slice/"
+        f"kubepods-burstable-pod{pod.replace('-', '_')}.slice/cri-containerd-{container}.scope\n"
     )
     (tmp_path / "77").mkdir()
     (tmp_path / "77" / "cgroup").write_text("0::/user.slice/user-1000.slice/session-3.scope\n")
@@ -544,7 +546,8 @@ def test_mig_instances_have_their_own_gpm_where_the_gpu_measures_them(caplog):
     assert len(gpm_of(s, B)) == 12 and len(gpm_of(s, A)) == 12  # the GPUs themselves
     assert gpm_of(s, 'gpu="0",uuid="MIG-33333333-0000-0000-0000-000000000000"') == {}
     assert logged(caplog, logging.INFO) == [
-        "GPU 0 (MIG-33333333-0000-0000-0000-000000000000): no GPM metrics (SM active, occupancy, pipes, DRAM, link bytes): Not Supported"
+        "GPU 0 (MIG-33333333-0000-0000-0000-000000000000): no GPM metrics (SM active, occupancy, pipes, DRAM, link "
+        "bytes): Not Supported"
     ]
 
 

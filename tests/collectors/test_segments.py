@@ -8,8 +8,7 @@ import stat
 import struct
 import time
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from alnair.abi import layout
 from alnair.abi.records import parse_cuda_record

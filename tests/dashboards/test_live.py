@@ -33,7 +33,6 @@ from support import (
     end_all,
     fill_cache,
     free_port,
-    redis_cluster,  # noqa: F401
     require_binary,
     wait_until,
 )
@@ -74,9 +73,9 @@ EXPORTER_WITH_FAKE_NVML = textwrap.dedent(f"""
     import alnair.collectors.nvml as nvml
     pids = [int(p) for p in os.environ["DEMO_GPU_PIDS"].split(",")]
     gpm_rates = {{getattr(pynvml, "NVML_GPM_METRIC_" + metric): rate for metric, rate in {list(GPM_RATES.values())!r}}}
-    gpus = [FakeGpu(uuid, memory_used=(4 + i) << 30, utilization=(60, 25), temperature=55 + i, pcie_kb_per_s=(800, 1600),
-                    processes={{pid: 1 << 30 for pid in pids}}, utilization_samples=[(pid, 1, 30, 10) for pid in pids],
-                    gpm_rates=gpm_rates)
+    gpus = [FakeGpu(uuid, memory_used=(4 + i) << 30, utilization=(60, 25), temperature=55 + i,
+                    pcie_kb_per_s=(800, 1600), processes={{pid: 1 << 30 for pid in pids}},
+                    utilization_samples=[(pid, 1, 30, 10) for pid in pids], gpm_rates=gpm_rates)
             for i, uuid in enumerate({UUIDS!r})]
     fake = FakeNvml(gpus)
     nvml.import_pynvml = lambda: fake
@@ -128,7 +127,8 @@ CACHE_TRAFFIC = textwrap.dedent("""
     from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
     stop = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
-    dataset = CachedDataset(os.environ["DEMO_REDIS"], "images", DirectoryOrigin(os.environ["DEMO_ORIGIN"]), job="demo-job")
+    dataset = CachedDataset(os.environ["DEMO_REDIS"], "images", DirectoryOrigin(os.environ["DEMO_ORIGIN"]),
+                            job="demo-job")
     print("ready", flush=True)
     while not stop.wait(0.2):
         list(CacheLoader(dataset, 4))
@@ -657,7 +657,8 @@ def test_dcgm_exporters_dashboard_shows_the_nvml_double_in_dcgm_units_and_labels
 
 
 def test_the_dcgm_profiling_names_serve_the_doubles_gpm_rates_as_ratios_and_bytes_per_second(stack):
-    """Every DCGM_FI_PROF_* name, recorded from the nvml collector's GPM series: percent as a ratio, MiB/s as bytes/s."""
+    """Every DCGM_FI_PROF_* name, recorded from the nvml collector's GPM series: percent as a ratio, MiB/s as
+    bytes/s."""
     assert set(GPM_RATES) == {n.name for n in dcgm_names.NAMES if n.name.startswith("DCGM_FI_PROF_")}
     wanted = {
         name: [rate * 2**20 if metric.endswith("_PER_SEC") else rate / 100] * len(UUIDS)

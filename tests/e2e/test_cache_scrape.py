@@ -8,8 +8,8 @@ import subprocess
 import requests
 
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
-from support import cluster, fill_cache, free_port, redis_cluster, start_redis, wait_until  # noqa: F401  (fixtures)
-from test_prometheus_scrape import prometheus, query, require  # noqa: F401  (prometheus is a fixture)
+from support import fill_cache, free_port, wait_until
+from test_prometheus_scrape import query, require
 
 SIZE = 2048
 

@@ -30,7 +30,6 @@ from support import (
     scrape_text,
     wait_until,
 )
-from support import start_redis  # noqa: F401  (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 
 from support import PythonProgram, wait_until
-from test_prometheus_scrape import prometheus, query  # noqa: F401  (prometheus is a fixture)
+from test_prometheus_scrape import query
 
 SHORT_JOB = textwrap.dedent("""
     import alnair, time

@@ -8,12 +8,11 @@ import subprocess
 import sys
 
 import pytest
-
-from support import parse_samples, wait_until
 import requests
 
 from alnair.commandline import env_name
 from alnair.exporter.config import parse_options
+from support import parse_samples, wait_until
 
 
 def run_exporter(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -153,8 +153,8 @@ def test_logfmt_is_the_default_and_every_line_parses_exactly(tmp_path, chatty):
         (
             "error",
             source_line(REGISTRY, "failed to load: %s"),
-            "collector entry point broken (chatty_plugin:Missing) failed to load: module 'chatty_plugin' has no attribute "
-            "'Missing'",
+            "collector entry point broken (chatty_plugin:Missing) failed to load: module 'chatty_plugin' has no "
+            "attribute 'Missing'",
         ),
         (
             "info",

@@ -19,10 +19,10 @@ import bcrypt
 import pytest
 from prometheus_client.core import GaugeMetricFamily
 
+from alnair.exporter import server as server_module
 from alnair.exporter.registry import CollectorSpec
 from alnair.exporter.sampler import CollectorRunner
 from alnair.exporter.scrape import ScrapeAssembler
-from alnair.exporter import server as server_module
 from alnair.exporter.server import ExporterServer, accepts_gzip
 from alnair.exporter.webconfig import WebConfig
 from support import parse_samples, serving_in_thread, wait_until, write_tls_files

@@ -5,9 +5,9 @@ toolkit_testdata/README.md names), its id the toolkit's test name: the toolkit's
 the outcome the toolkit expects. TestYAMLFiles runs each file twice (run/ and validate/); the exporter has one
 path for both, load_web_config, so each file is one case here. The table's 58 cases and the five test_Test*
 functions are the toolkit's 63; a case with `differs`, and a function in FUNCTIONS_THAT_DIFFER, expects the
-exporter's own outcome, for the reason docs/security.md gives (its count is checked there). A refused file is matched on the exporter's message (one line naming the key), not on
-the toolkit's wording. The TLS clients are Python's ssl, the server the real ExporterServer; where the
-toolkit's handler answers "Hello World!", /healthz answers "ok"."""
+exporter's own outcome, for the reason docs/security.md gives (its count is checked there). A refused file is
+matched on the exporter's message (one line naming the key), not on the toolkit's wording. The TLS clients are Python's
+ssl, the server the real ExporterServer; where the toolkit's handler answers "Hello World!", /healthz answers "ok"."""
 
 from __future__ import annotations
 

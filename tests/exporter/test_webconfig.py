@@ -58,7 +58,10 @@ def _issue(cn, key, issuer=None, issuer_key=None, *, ca=False, usage=None):
     return builder.sign(issuer_key or key, hashes.SHA256())
 
 
-def _write_key(path, key, encryption=serialization.NoEncryption()):
+NO_ENCRYPTION = serialization.NoEncryption()
+
+
+def _write_key(path, key, encryption=NO_ENCRYPTION):
     path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
 
 

@@ -33,7 +33,8 @@ from check_python_and_cuda_records import free_port, scrape, shim, wait_for  # n
 DASHBOARDS = ("node-gpus", "gpu-sharing", "training", "exporter-health")
 EXPECTED_EMPTY = {  # panel title -> why a healthy GPU and these jobs give it nothing
     "XID errors by code": "a series per XID code seen; a healthy GPU reports none (the per-GPU total is at 0)",
-    "Retired pages and remapped rows": "only if the H200 answers neither query (it remaps rows, it does not retire pages)",
+    "Retired pages and remapped rows": "only if the H200 answers neither query (it remaps rows, it does not retire "
+    "pages)",
     "Segments skipped": "nothing malformed in the directory",
     "Identity claims ignored": "no writer claims another pod",
     "Scrapes rejected": "the one scraper is never refused",

@@ -39,7 +39,8 @@ elif kind == "copy":
         for _ in range(10): dst.copy_(src)
         torch.cuda.synchronize(); return 10 * 2**30
 else:
-    host = torch.empty(2**28, dtype=torch.uint8).pin_memory(); dev = torch.empty(2**28, dtype=torch.uint8, device="cuda")
+    host = torch.empty(2**28, dtype=torch.uint8).pin_memory()
+    dev = torch.empty(2**28, dtype=torch.uint8, device="cuda")
     def work():
         for _ in range(10): dev.copy_(host, non_blocking=True)
         torch.cuda.synchronize(); return 10 * 2**28

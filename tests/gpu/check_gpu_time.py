@@ -110,7 +110,8 @@ def main() -> int:
             r["share_of_solo"] = r["steps_per_s"] / a["steps_per_s"]
         print(
             f"{loop:16s} alone {a['step_ms']:6.2f} ms/step: GPU time {a['gpu_ms_per_step']:6.2f} ms/step, profiler "
-            f"{a['profiler_ms_per_step']:6.2f} ({100 * (a['gpu_ms_per_step'] / a['profiler_ms_per_step'] - 1):+5.1f}%), "
+            f"{a['profiler_ms_per_step']:6.2f} "
+            f"({100 * (a['gpu_ms_per_step'] / a['profiler_ms_per_step'] - 1):+5.1f}%), "
             f"NVML busy {100 * alone['nvml_busy']:5.1f}% GPU time share {100 * a['gpu_share']:5.1f}% | pair: "
             + " ".join(
                 f"{100 * r['gpu_share']:5.1f}% (solo rate {100 * r['share_of_solo']:5.1f}%)" for r in pair["runs"]

@@ -276,9 +276,9 @@ def part_launchbound() -> None:
     beside the 4096 loop at 50%, five times: it may launch only in its half of each period, so it
     should keep about half its solo rate, never a fraction of that. Its launch-cost estimate once
     learnt only from syncs that waited, and one sync held up by the other process could hold it
-    at a dozen launches a window under the turns the GPU-time debts replaced (docs/intercept.md, Limits). Each run measures the loop's solo rate
-    and its rate at 50% alone just before it: one solo measurement per part varied by 46% between
-    two parts of one call (52,338 and 76,436 a second), more than the effect measured."""
+    at a dozen launches a window under the turns the GPU-time debts replaced (docs/intercept.md, Limits). Each run
+    measures the loop's solo rate and its rate at 50% alone just before it: one solo measurement per part varied by 46%
+    between two parts of one call (52,338 and 76,436 a second), more than the effect measured."""
     clocks_solo, clocks_shared = [], []
     [(_, solo_big, _, _)] = run_matmul_group([None], 12, batch=40, clocks=clocks_solo)
     runs = []
@@ -409,7 +409,10 @@ def alternate(run_once, rounds: int) -> dict[str, list[float]]:
 
 def summary(values: dict[str, list[float]]) -> dict[str, float]:
     a, b = statistics.median(values["without"]), statistics.median(values["with"])
-    spread = lambda v: round(statistics.quantiles(v, n=10)[-1] - statistics.quantiles(v, n=10)[0], 2)
+
+    def spread(v: list[float]) -> float:
+        return round(statistics.quantiles(v, n=10)[-1] - statistics.quantiles(v, n=10)[0], 2)
+
     return {
         "median_without": round(a, 2),
         "median_with": round(b, 2),

@@ -5,10 +5,10 @@ a transformer (tests/gpu/training_loops.py), at several batch sizes (step times)
                                                [--runs 1]
 
 For each loop: the loop alone under the intercept without a limit (its solo rate); then each set of processes
-together: cN is a cap (ALNAIR_COMPUTE_LIMIT=N), sN a share (ALNAIR_COMPUTE_SHARE=N), - neither. Children warm up, then start measuring together on a line from the parent. Each
-run's rate is reported as a share of the solo rate, beside the published throttled time, quota and GPU time, in
-a table and in $OUT/limits_training.json. It measures; the targets are the issue's (each within 3 points of its
-cap, the unlimited neighbour >= 65%).
+together: cN is a cap (ALNAIR_COMPUTE_LIMIT=N), sN a share (ALNAIR_COMPUTE_SHARE=N), - neither. Children warm up,
+then start measuring together on a line from the parent. Each run's rate is reported as a share of the solo rate, beside
+the published throttled time, quota and GPU time, in a table and in $OUT/limits_training.json. It measures; the targets
+are the issue's (each within 3 points of its cap, the unlimited neighbour >= 65%).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import argparse
 import sys
 
 from training_loops import finish, loops, new_shm_dir, prepare, published, read_rate, save, start, tell, wait_ready
-
 
 VARIABLES = {"c": "ALNAIR_COMPUTE_LIMIT", "s": "ALNAIR_COMPUTE_SHARE"}
 

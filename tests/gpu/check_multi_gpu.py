@@ -78,7 +78,8 @@ DDP_RANK = textwrap.dedent("""
             step()
         torch.cuda.synchronize()
     after = mine()
-    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
+    kernels = [e for e in prof.events()
+               if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
     report = {"rank": rank, "pid": os.getpid(), "devices": sorted(after),
               "launches": after[rank].kernel_launches - before[rank].kernel_launches, "profiler": len(kernels),
               "bytes": after[rank].bytes_in_use, "reserved": torch.cuda.memory_reserved(rank)}
@@ -91,7 +92,8 @@ DDP_RANK = textwrap.dedent("""
 # per-device memory limit of 4Gi on device 0 and 2Gi on device 1.
 TWO_DEVICES = textwrap.dedent("""
     import sys, torch
-    held = [torch.empty(256 << 20, dtype=torch.uint8, device="cuda:0"), torch.empty(128 << 20, dtype=torch.uint8, device="cuda:1")]
+    held = [torch.empty(256 << 20, dtype=torch.uint8, device="cuda:0"),
+            torch.empty(128 << 20, dtype=torch.uint8, device="cuda:1")]
     for device, n in ((0, 300), (1, 500)):
         t = torch.ones(1024, device=f"cuda:{device}")
         for _ in range(n):
@@ -347,7 +349,7 @@ def matmul_share(device: int, limit: int | None, seconds: float) -> subprocess.P
 
 def rate_of(proc: subprocess.Popen) -> float:
     out, _ = proc.communicate(timeout=300)
-    return float(next(l for l in out.splitlines() if l.startswith("iterations_per_second")).split()[1])
+    return float(next(x for x in out.splitlines() if x.startswith("iterations_per_second")).split()[1])
 
 
 def part_limits() -> None:
@@ -379,7 +381,8 @@ def part_scrape(exporter: Exporter, count: int) -> None:
                 r.read()
             times.append((time.perf_counter() - began) * 1000)
         check(
-            f"scrape median with {8 * count} busy processes on {count} GPU(s) < 20 ms (fake-NVML bench: 1.05 ms for 8x64)",
+            f"scrape median with {8 * count} busy processes on {count} GPU(s) < 20 ms (fake-NVML bench: 1.05 ms for "
+            "8x64)",
             statistics.median(times) < 20,
             f"median {statistics.median(times):.2f} ms, max {max(times):.2f} ms",
         )

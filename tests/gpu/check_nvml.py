@@ -9,7 +9,6 @@ Prints each check with PASS/FAIL and exits 1 if any failed.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys

@@ -37,12 +37,12 @@ def block(n): return cupy.empty(n, dtype=cupy.uint8)
 OOM = cupy.cuda.memory.OutOfMemoryError
 sync = cupy.cuda.Device().synchronize
 """
-REFILL = r"""
+REFILL = rf"""
 import sys
 held = []
 try:
     while len(held) < 64:
-        held.append(block(%d))
+        held.append(block({BLOCK}))
 except OOM:
     pass
 sync()
@@ -51,7 +51,7 @@ sys.stdin.readline()
 del held[len(held) // 2], held[len(held) // 2]  # two blocks in the middle: their chunks hold live blocks too
 sync()
 results = []
-for size in (%d, 8000):
+for size in ({BLOCK}, 8000):
     try:
         held.append(block(size))
         results.append("granted")
@@ -60,7 +60,7 @@ for size in (%d, 8000):
 sync()
 print("refill", *results, flush=True)
 sys.stdin.readline()
-""" % (BLOCK, BLOCK)
+"""
 
 
 def denials(shm: str, pid: int) -> int:

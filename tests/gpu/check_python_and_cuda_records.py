@@ -192,7 +192,8 @@ def main() -> int:
             print(f"FAIL: {e}\n--- alnair_* samples for pid {pid}:")
             print("\n".join(line for line in text.splitlines() if f'pid="{pid}"' in line) or "(none)")
             print(
-                f"--- segments: {sorted(p.name for p in shm_dir.iterdir())}\n--- training stderr:\n{training.stderr.read() if training.poll() is not None else ''}"
+                f"--- segments: {sorted(p.name for p in shm_dir.iterdir())}\n--- training "
+                f"stderr:\n{training.stderr.read() if training.poll() is not None else ''}"
             )
             return 1
         wait, step = (
@@ -235,9 +236,9 @@ def main() -> int:
             ]
             print(f"pid {pid}: kernel launches {launches:.0f}, GPU memory {memory / 2**20:.1f} MiB")
         print(
-            f"pid {pid}: steps {sample(text, 'alnair_python_steps_total', pid):.0f}, "
-            f"data wait {wait:.3f} s of {step:.3f} s in steps (stall {100 * wait / step:.1f}%, injected {injected:.3f} s), "
-            f"first step after {sample(text, 'alnair_python_time_to_first_step_seconds', pid):.2f} s"
+            f"pid {pid}: steps {sample(text, 'alnair_python_steps_total', pid):.0f}, data wait {wait:.3f} s of "
+            f"{step:.3f} s in steps (stall {100 * wait / step:.1f}%, injected {injected:.3f} s), first step after "
+            f"{sample(text, 'alnair_python_time_to_first_step_seconds', pid):.2f} s"
         )
         top = subprocess.run(
             [sys.executable, "-m", "alnair.cli.main", "top", f"--shm.dir={shm_dir}", "--interval=0.5"],

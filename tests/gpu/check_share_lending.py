@@ -62,7 +62,8 @@ def main() -> int:
         }
         report.append(row)
         print(
-            f"{loop:16s} solo {solo['steps_per_s']:7.2f} steps/s; with a 50% share alone {100 * row['alone_with_share']:5.1f}%"
+            f"{loop:16s} solo {solo['steps_per_s']:7.2f} steps/s; with a 50% share alone "
+            f"{100 * row['alone_with_share']:5.1f}%"
             f"; pair: while the peer idles {100 * row['steady_while_peer_idles']:5.1f}%, while both step "
             f"{100 * row['steady_while_both_step']:5.1f}% and {100 * row['peer_while_both_step']:5.1f}% (of solo)",
             flush=True,

@@ -32,7 +32,8 @@ if __name__ == "__main__":
         _, stage, reserved = line.split()
         in_use = settled(child.pid)[0].bytes_in_use
         print(
-            f"{stage:28s} memory_reserved={int(reserved):>11d} intercept={in_use:>11d} outside_pytorch={in_use - int(reserved)}"
+            f"{stage:28s} memory_reserved={int(reserved):>11d} intercept={in_use:>11d} "
+            f"outside_pytorch={in_use - int(reserved)}"
         )
         child.stdin.write("go\n")
         child.stdin.flush()

@@ -4,9 +4,9 @@ log their loss do), at a batch size that sets the step time.
 
 A child builds its model and warms up, prints `ready`, waits for a line on stdin, steps for the given seconds
 (or, given on:off seconds, steps `on` and idles `off` in turn), prints its `rate` and the `times` its steps ended
-(time.monotonic: CLOCK_MONOTONIC, the same in every process) and waits for another line; asked for a profile, it then runs that many steps under
-torch.profiler, prints the GPU time of their kernels and copies per step (`kernels`, ms) and waits for a line
-again before it exits. The parent reads what the intercept published between those lines.
+(time.monotonic: CLOCK_MONOTONIC, the same in every process) and waits for another line; asked for a profile, it
+then runs that many steps under torch.profiler, prints the GPU time of their kernels and copies per step (`kernels`, ms)
+and waits for a line again before it exits. The parent reads what the intercept published between those lines.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ against their vendored CRD schemas), and a render is the same every time."""
 from __future__ import annotations
 
 import re
-
 import tomllib
 
 import helm_python as helm
@@ -14,9 +13,9 @@ import yaml
 
 from chart_support import (
     CHART,
-    ROOT,
     CI_VALUES,
     KUBERNETES_VERSIONS,
+    ROOT,
     ci_values,
     objects,
     render_files,

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import subprocess
 
-from chart_support import CHART, ci_values, objects, one
-from support import start_redis  # noqa: F401  (a fixture)
-
 from alnair.abi import cache_keys as keys
 from alnair.datacache import CachedDataset, DirectoryOrigin
+from chart_support import CHART, ci_values, objects, one
 
 EVERYTHING = ci_values(CHART / "ci" / "everything-values.yaml")
 

@@ -10,11 +10,10 @@ import copy
 import jsonpatch
 import yaml
 
-from chart_support import ROOT, objects, one
-
 from alnair.commandline import version
 from alnair.injector.config import build_parser
 from alnair.injector.patch import Settings, mutate
+from chart_support import ROOT, objects, one
 
 EXAMPLES = ROOT / "examples" / "kubernetes"
 

@@ -9,11 +9,10 @@ import re
 import pytest
 import yaml
 
-from chart_support import CHART, CI_VALUES, NAMESPACE, RELEASE, ci_values, notes, objects, one
-
 from alnair.collectors.cache import url_label
 from alnair.exporter.config import build_parser, enabled_collectors
 from alnair.exporter.registry import discover_collectors
+from chart_support import CHART, CI_VALUES, NAMESPACE, RELEASE, ci_values, notes, objects, one
 
 EVERYTHING = ci_values(CHART / "ci" / "everything-values.yaml")
 TLS_AUTH = ci_values(CHART / "ci" / "tls-auth-secret-values.yaml")

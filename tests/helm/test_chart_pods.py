@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import os
 import re
 import stat
@@ -37,16 +38,17 @@ sys.path[:0] = [
 import kube_play  # noqa: E402
 import kubelet_probes  # noqa: E402
 import podman_gaps  # noqa: E402
-from debian_base import podman_command, run  # noqa: E402
-from fake_gpu_workload import (
+from fake_gpu_workload import (  # noqa: E402
     DEVICES,
     PER_THREAD,
     THREADS,
     WORKLOAD_UID,
-    build_fake_driver,  # noqa: E402
+    build_fake_driver,
     reported_launches,
     workload_pod,
 )
+
+from debian_base import podman_command, run  # noqa: E402
 from injector_support import Injector, applied  # noqa: E402
 from project_images import EXPORTER_IMAGE, INTERCEPT_IMAGE, VERSION, base_image, build, bullseye  # noqa: E402
 
@@ -237,7 +239,7 @@ def test_the_probes_pass_as_the_kubelet_runs_them(exporter_pod):
     for probe in probes.values():
         assert probe["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTP"}
         wait_until(
-            lambda: kubelet_probes.passes(exporter_pod.address, container, probe),
+            functools.partial(kubelet_probes.passes, exporter_pod.address, container, probe),
             timeout=kubelet_probes.patience(probe),
             interval=0.2,
         )

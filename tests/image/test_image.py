@@ -244,7 +244,8 @@ PROGRAM = textwrap.dedent("""
     alnair.counter("images_decoded").inc(5)
     with open("/proc/self/maps") as maps:
         preloaded = any(line.rstrip().endswith("/lib/libalnair.so") for line in maps)
-    print("ready", alnair.__file__, alnair.__version__, "alnair.intercept.activation" in sys.modules, preloaded, flush=True)
+    activated = "alnair.intercept.activation" in sys.modules
+    print("ready", alnair.__file__, alnair.__version__, activated, preloaded, flush=True)
     sys.stdin.read()
 """)
 

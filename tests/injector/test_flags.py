@@ -57,7 +57,8 @@ def test_version():
         ),
         (
             ("--library.host-path=opt/alnair",),
-            "alnair-injector: error: argument --library.host-path: want an absolute path without '..', got 'opt/alnair'",
+            "alnair-injector: error: argument --library.host-path: want an absolute path without '..', "
+            "got 'opt/alnair'",
         ),
         (
             ("--shm.host-path=/run/../etc",),

@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import limit_cases
 import pytest
 
+import limit_cases
 from alnair.injector import limits
 from alnair.injector.limits import (
     BAD_DEVICE,

@@ -171,7 +171,7 @@ def test_the_python_intercept_can_be_on_by_default_and_off_by_annotation(start_i
                 ("64=30", "a device index is not 0-63"),
             ]
             for case in for_each_compute(
-                lambda a, v: ({a: value}, f'annotation {a}="{value}": {why} (the syntax of {v})')
+                lambda a, v, value=value, why=why: ({a: value}, f'annotation {a}="{value}": {why} (the syntax of {v})')
             )
         ),
         ({"alnair.io/python-intercept": "yes"}, 'annotation alnair.io/python-intercept="yes": want "true" or "false"'),
@@ -428,7 +428,8 @@ def review_with(**changes) -> bytes:
         (b"[]", "the body is not a JSON object"),
         (
             review_with(apiVersion="admission.k8s.io/v1beta1"),
-            "want an AdmissionReview of admission.k8s.io/v1, got kind 'AdmissionReview' of apiVersion 'admission.k8s.io/v1beta1'",
+            "want an AdmissionReview of admission.k8s.io/v1, got kind 'AdmissionReview' of apiVersion "
+            "'admission.k8s.io/v1beta1'",
         ),
         (
             review_with(kind="Pod"),

@@ -34,7 +34,7 @@ def copy_table_names() -> set[str]:
 def expected(client) -> tuple[Counter, Counter, Counter]:
     """(device, direction) -> copies, bytes and synchronous copies, from the client's own account."""
     copies, nbytes, synchronous = Counter(), Counter(), Counter()
-    for name, device, direction, size, sync in client.values("copy"):
+    for _name, device, direction, size, sync in client.values("copy"):
         if direction != "none":
             key = (int(device), DIRECTIONS[direction])
             copies[key] += 1

@@ -42,7 +42,9 @@ def test_every_entry_point_is_wrapped_counted_and_reaches_the_driver(run_client,
         in_use = int(client.values("bytes")[0][1])
         # the monitor publishes every 10 ms: wait for the publish after the last free
         devices = wait_until(
-            lambda: (p := published(shm_dir, client.proc.pid)) and 1 in p and p[0].bytes_in_use == in_use and p
+            lambda pid=client.proc.pid, in_use=in_use: (
+                (p := published(shm_dir, pid)) and 1 in p and p[0].bytes_in_use == in_use and p
+            )
         )
         assert devices[0].kernel_launches == 7  # 6 single-device launch paths + the multi-device one
         assert devices[1].kernel_launches == 1  # its second device

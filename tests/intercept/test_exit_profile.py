@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from conftest import published, writer_pids
 from support import LineReader, wait_until
 
@@ -137,7 +138,7 @@ def test_copies_by_direction_are_exact_with_their_synchronous_time(job):
         assert n * COPY_NS <= copies[i]["copies"][name]["sync_ns"] <= 1.5 * n * COPY_NS + 50e6, (i, name)
     wall = job.profile["wall_ns"] / 1e9
     for total in job.profile["devices"]:
-        for name, c in total["copies"].items():
+        for c in total["copies"].values():
             assert c["bytes_per_second"] == pytest.approx(c["bytes"] / wall, rel=1e-5)
 
 

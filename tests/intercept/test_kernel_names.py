@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 
+from alnair.abi.records import kernel_key
 from conftest import published_record
 from support import LineReader, wait_until
-
-from alnair.abi.records import kernel_key
 
 
 def expected_launches(k: int) -> int:
@@ -119,7 +118,7 @@ def test_rows_change_as_kernels_overtake_one_another_and_other_never_goes_down(
     try:
         for want in after:
             assert output.read_line(30).strip() == "waiting"
-            wait_until(lambda: rows(shm_dir, proc.pid) == want)
+            wait_until(lambda want=want: rows(shm_dir, proc.pid) == want)
             proc.stdin.write("go\n")
             proc.stdin.flush()
         assert output.read_line(30).strip() == "ready"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from support import ROOT, end_all, newest_glibc_needed, free_port, tracked_tree, wait_until
+from support import ROOT, end_all, free_port, newest_glibc_needed, tracked_tree, wait_until
 
 EXPORTER_EXTRA = {"prometheus-client", "psutil", "pyyaml", "bcrypt", "nvidia-ml-py", "kubernetes", "redis", "aiohttp"}
 INJECTOR_EXTRA = {"aiohttp"}

@@ -73,7 +73,10 @@ def test_cgroup_file_gives_pod_uid_and_container_id(text, expected):
 
 
 def test_cri_o_conmon_scope_is_not_taken_for_the_container():
-    text = f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{SYSTEMD_UID}.slice/crio-conmon-{ID}.scope\n"
+    text = (
+        "0::/kubepods.slice/kubepods-burstable.slice/"
+        f"kubepods-burstable-pod{SYSTEMD_UID}.slice/crio-conmon-{ID}.scope\n"
+    )
     assert parse_cgroup_file(text) == CgroupIdentity(UID, "")
 
 
@@ -89,7 +92,8 @@ OTHER = "f" * 64  # the container id a process would pass off as its own
     [
         f"/user.slice/user-1000.slice/user@1000.service/kubepods/burstable/pod{UID}/{ID}",  # a systemd user's subtree
         f"/user.slice/user-1000.slice/user@1000.service/app.slice/kubepods-pod{SYSTEMD_UID}.slice/libpod-{ID}.scope",
-        f"/../../../user.slice/user-1000.slice/user@1000.service/kubepods/pod{UID}/{ID}",  # seen from a cgroup namespace
+        # seen from a cgroup namespace
+        f"/../../../user.slice/user-1000.slice/user@1000.service/kubepods/pod{UID}/{ID}",
         f"/system.slice/docker-{OTHER}.scope/kubepods/pod{UID}/{ID}",  # inside a container outside Kubernetes
     ],
     ids=["user subtree", "rootless podman", "user subtree from a cgroup namespace", "container outside Kubernetes"],

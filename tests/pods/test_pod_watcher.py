@@ -69,7 +69,7 @@ class FakeApiServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "FakeApiServer":
+    def start(self) -> FakeApiServer:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -123,7 +123,8 @@ class FakeApiServer:
                     "apiVersion": "v1",
                     "status": "Failure",
                     "reason": "Forbidden",
-                    "message": 'pods is forbidden: User "system:serviceaccount:alnair:default" cannot list resource "pods"',
+                    "message": 'pods is forbidden: User "system:serviceaccount:alnair:default" cannot list resource '
+                    '"pods"',
                     "code": 403,
                 },
             )

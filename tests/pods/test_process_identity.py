@@ -51,7 +51,8 @@ def test_process_in_a_pod_gets_cgroup_identity_and_names_from_the_cache(start_wr
     procfs = fake_procfs(
         tmp_path,
         {
-            in_pod.pid: f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice/cri-containerd-{CONTAINER}.scope\n",
+            in_pod.pid: "0::/kubepods.slice/kubepods-burstable.slice/"
+            f"kubepods-burstable-pod{UID.replace('-', '_')}.slice/cri-containerd-{CONTAINER}.scope\n",
             on_host.pid: "0::/user.slice/user-0.slice/session-1.scope\n",
         },
     )

@@ -9,8 +9,8 @@ import io
 import os
 import subprocess
 import sys
-from pathlib import Path
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -126,7 +126,8 @@ def test_the_jobs_row_holds_its_duration_steps_and_node(recorded):
     assert row["duration_source"] == "record"
     assert abs(float(row["duration_seconds"]) - wall) <= 0.1 * wall, (row["duration_seconds"], wall)
     assert (float(row["steps"]), float(row["samples"]), float(row["optimizer_steps"])) == (STEPS, STEPS * BATCH, STEPS)
-    # comm is the name the job's interpreter was started by (python or python3, as the suite itself was), at most 15 bytes
+    # comm is the name the job's interpreter was started by (python or python3, as the suite itself was), at most 15
+    # bytes
     comm = Path(sys.executable).name[:15]
     assert (row["node"], row["namespace"], row["comm"], row["gpu_count"]) == ("e2e-node", "<none>", comm, "0")
     assert row["exporter_version"] and int(row["node_cpus"]) == os.cpu_count()

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from alnair.profiler.selection import rfc3339
-from test_profile_hostile import INFO, PROFILE, http, matrix, one_line, serve  # noqa: F401  (serve is a fixture)
+from test_profile_hostile import INFO, PROFILE, http, matrix, one_line
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,8 @@ def run(*args: str) -> subprocess.CompletedProcess:
         (
             "2026-12-05T10:11:12",
             "2026-12-05T10:11:12Z",  # no zone: UTC
-            "alnair profile: error: empty range: the start (2026-12-05T10:11:12Z) is not before the end (2026-12-05T10:11:12Z)",
+            "alnair profile: error: empty range: the start (2026-12-05T10:11:12Z) is not before the end "
+            "(2026-12-05T10:11:12Z)",
         ),
     ],
 )

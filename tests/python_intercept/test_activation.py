@@ -1,4 +1,5 @@
-"""Turning the intercept on: alnair-run, the ALNAIR_PYTHON_INTERCEPT switch through the installed .pth, `import alnair.auto`."""
+"""Turning the intercept on: alnair-run, the ALNAIR_PYTHON_INTERCEPT switch through the installed .pth, `import
+alnair.auto`."""
 
 from __future__ import annotations
 
@@ -86,7 +87,10 @@ def test_alnair_run_reports_a_missing_command_in_one_line():
 
 def test_import_line_hooks_torch_imported_before_or_after():
     for order in ("import alnair.auto, torch", "import torch, alnair.auto"):
-        code = f"{order}\nfrom torch.utils.data.dataloader import _BaseDataLoaderIter as I\nprint(hasattr(I.__next__, 'alnair_original'))"
+        code = (
+            f"{order}\nfrom torch.utils.data.dataloader import _BaseDataLoaderIter as I\nprint(hasattr(I.__next__, "
+            "'alnair_original'))"
+        )
         assert (
             subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "True\n"
         )
@@ -152,7 +156,10 @@ def test_switch_off_imports_nothing(installed_python, tmp_path):
 
 
 def test_installed_package_is_one_namespace_with_the_public_api(installed_python, tmp_path):
-    code = "import alnair, alnair.exporter, alnair.collectors.cuda, alnair.cli.top; print(alnair.phase.__name__, alnair.__file__)"
+    code = (
+        "import alnair, alnair.exporter, alnair.collectors.cuda, alnair.cli.top; print(alnair.phase.__name__, "
+        "alnair.__file__)"
+    )
     out = subprocess.run(
         [installed_python, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True
     ).stdout.split()

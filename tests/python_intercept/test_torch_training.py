@@ -171,7 +171,9 @@ def test_batches_of_any_shape_are_counted_and_never_break_the_loop(shm_dir):
         class Odd:
             shape = (None, 3)  # a leading dimension nobody can count
 
-        batches = [{"input_ids": torch.zeros(5, 7)}, [torch.tensor(1.0), "label"], ["a", "b", "c"], Odd(), torch.zeros(4, 2)]
+        batches = [
+            {"input_ids": torch.zeros(5, 7)}, [torch.tensor(1.0), "label"], ["a", "b", "c"], Odd(), torch.zeros(4, 2)
+        ]
         for batch in DataLoader(batches, batch_size=None, collate_fn=lambda b: b):
             pass
         print("ready", flush=True)

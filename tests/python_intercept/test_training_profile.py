@@ -13,6 +13,7 @@ import sys
 import textwrap
 
 import pytest
+
 from support import python_records, read_line, wait_until
 from timed_loop import timed_epochs
 
