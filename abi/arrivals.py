@@ -42,7 +42,7 @@ class ArrivalWatcher:
         self._fd = _inotify(path)
         self._thread = None
         if self._fd is not None:
-            self._thread = threading.Thread(target=self._watch, name=f"arrivals {path}", daemon=True)
+            self._thread = threading.Thread(target=self._watch, args=(self._fd,), name=f"arrivals {path}", daemon=True)
             self._thread.start()
 
     def drain(self) -> list[tuple[str, int]]:
@@ -53,18 +53,18 @@ class ArrivalWatcher:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
+        if self._thread is not None and self._fd is not None:  # a thread only where the descriptor opened
             self._thread.join(WAIT_SECONDS * 4)
             os.close(self._fd)
             self._thread = None
 
-    def _watch(self) -> None:
+    def _watch(self, fd: int) -> None:
         budget, second = PROBES_PER_SECOND, int(time.monotonic())
         while not self._stop.is_set():
-            if not select.select([self._fd], [], [], WAIT_SECONDS)[0]:
+            if not select.select([fd], [], [], WAIT_SECONDS)[0]:
                 continue
             try:
-                data = os.read(self._fd, 65536)
+                data = os.read(fd, 65536)
             except BlockingIOError:
                 continue
             for name in _names(data):

@@ -351,7 +351,7 @@ class NvmlCollector:
                 metric,
                 "gauge",
                 help_text,
-                ((labels, values[position]) for labels, values in rows if values[position] is not None),
+                ((labels, value) for labels, values in rows if (value := values[position]) is not None),
             )
         pids = sorted({pid for _, s in samples for pid in s.processes})
         self.identity.retain((pid, 0) for pid in pids)
@@ -568,8 +568,8 @@ def back_off(failures: int) -> float:
     return XID_RETRY_SECONDS[min(failures, len(XID_RETRY_SECONDS) - 1)]
 
 
-def handle_address(handle) -> int:
-    """NVML device handles are pointers, a new ctypes object from each call: one device, one address."""
+def handle_address(handle) -> int | None:
+    """NVML device handles are pointers, a new ctypes object from each call: one device, one address (None: NULL)."""
     return ctypes.cast(handle, ctypes.c_void_p).value
 
 

@@ -69,7 +69,7 @@ class GpmSampler:
     """GPM per device for the nvml collector's thread: a GPU is sampled through its handle, a MIG instance through its
     parent's handle and its GPU instance id. A device that refuses GPM is said once (INFO) and never asked again."""
 
-    def __init__(self, nvml):
+    def __init__(self, nvml) -> None:
         self.nvml = nvml
         self.devices: dict[str, GpmDevice] = {}  # by uuid
         self.refused: set[str] = set()  # uuids of devices never asked again

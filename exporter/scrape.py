@@ -22,7 +22,7 @@ from prometheus_client.metrics_core import Metric
 from alnair.commandline import version
 
 from .exposition import family_names, render
-from .sampler import CollectorRunner
+from .sampler import CollectorRunner, Snapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 EXPORTER = "the exporter"  # owner of the self-metrics' family names
@@ -62,7 +62,7 @@ class ScrapeAssembler:
                 self._cached_gzip = gzip.compress(self._cached_plain, compresslevel=1)
             return self._cached_gzip if compress else self._cached_plain
 
-    def _join(self, fresh: list[tuple[CollectorRunner, object, bool]]) -> bytes:
+    def _join(self, fresh: list[tuple[CollectorRunner, Snapshot, bool]]) -> bytes:
         """The fresh snapshots' text, each family from its first claimant (the exporter, then runners in
         order); a hung collector keeps the names of its last sample, so they stay its own."""
         owners = dict.fromkeys(self._own_families, EXPORTER)

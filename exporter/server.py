@@ -84,7 +84,7 @@ class ExporterServer(BoundedServer):
     def tls_context(self) -> ssl.SSLContext | None:
         return self.web.ssl_context
 
-    def has_priority(self, client_host: str) -> bool:
+    def has_priority(self, client_host: str | None) -> bool:
         """A scrape from --web.priority-sources (Prometheus's own address, say) never waits for a slot, and its
         connections are never closed for anyone else's."""
         if not self.priority_sources or not client_host:

@@ -69,7 +69,7 @@ def refusal_after_handshake(tls: ssl.SSLObject | None) -> str:
     """The reason to close a connection whose handshake succeeded, or "": with client_allowed_sans set, a verified
     client certificate without any of those names (or no certificate)."""
     allowed = getattr(getattr(tls, "context", None), "client_allowed_sans", None)
-    if allowed is not None and allowed.isdisjoint(certificate_names(tls.getpeercert())):
+    if tls is not None and allowed is not None and allowed.isdisjoint(certificate_names(tls.getpeercert())):
         return "its certificate has none of client_allowed_sans"
     return ""
 
@@ -131,7 +131,9 @@ def server_context(tls: dict, base_dir: str, reads: list) -> ssl.SSLContext | No
 
     ctx = _ServerContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version, ctx.maximum_version = min_version, max_version
-    _load_cert_chain(ctx, _pem(tls, "cert", base_dir, reads), _pem(tls, "key", base_dir, reads))
+    cert, key = _pem(tls, "cert", base_dir, reads), _pem(tls, "key", base_dir, reads)
+    assert cert is not None and key is not None  # each is given, inline or as a file: checked above
+    _load_cert_chain(ctx, cert, key)
     ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE  # Go picks the suite by its own order, never the client's
     _set_cipher_suites(ctx, suites)
     _set_curves(ctx, curves)
@@ -218,7 +220,7 @@ def _set_curves(ctx: ssl.SSLContext, names: list[str]) -> None:
         ctx.set_ecdh_curve(_CURVES[curves[0]])
 
 
-def _client_auth(ctx: ssl.SSLContext, tls: dict, base_dir: str, reads: list, sans: list[str] | None) -> None:
+def _client_auth(ctx: _ServerContext, tls: dict, base_dir: str, reads: list, sans: list[str] | None) -> None:
     auth = optional_string(tls, "tls_server_config", "client_auth_type") or "NoClientCert"
     if auth in _UNVERIFIED_CLIENT_AUTH:
         raise Invalid(

@@ -115,12 +115,11 @@ class WebConfig:
         before), else None: the server asks check_basic_auth off its event loop only then."""
         if not self.auth_required:
             return True
-        return self._verdict(_parse_basic(authorization_header))
+        credentials = _parse_basic(authorization_header)
+        return False if credentials is None else self._verdict(credentials)
 
-    def _verdict(self, credentials: tuple[str, bytes] | None) -> bool | None:
-        """False for a malformed header, the kept verdict of an attempt seen before, else None."""
-        if credentials is None:
-            return False
+    def _verdict(self, credentials: tuple[str, bytes]) -> bool | None:
+        """The kept verdict of an attempt seen before, else None."""
         key = _attempt_key(credentials)
         with self._cache_lock:
             known = self._outcomes.get(key)
@@ -133,6 +132,8 @@ class WebConfig:
         if not self.auth_required:
             return True
         credentials = _parse_basic(authorization_header)
+        if credentials is None:  # a malformed header
+            return False
         known = self._verdict(credentials)
         if known is not None:
             return known

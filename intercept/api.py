@@ -52,7 +52,6 @@ class phase:
         self._entered_at = _clock()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> None:
         if self._slot is not None:
             RECORDER.phase_done(self._slot, _clock() - self._entered_at)
-        return False

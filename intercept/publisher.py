@@ -89,6 +89,9 @@ class Publisher:
             self.recorder.warn_once("publish", f"cannot publish python metrics: {e!r}")
 
     def _publish(self) -> None:
+        segment = self.segment
+        if segment is None:  # stopped meanwhile (stop() waits for the thread only so long)
+            return
         r, record = self.recorder, self._record
         waiting_since = r.fold()
         version = (r.version, r.steps, r.epochs, r.optimizer_steps)  # anything new since the last publish?
@@ -106,7 +109,7 @@ class Publisher:
             record.first_step_ns = max(0, r.first_step_boottime_ns - self._start_ns)
         self._copy_table(record.counters, "counter_count", list(r.counters.values()), ("value",))
         self._copy_table(record.phases, "phase_count", list(r.phases.values()), ("count", "total_ns"))
-        self.segment.publish(bytes(record))
+        segment.publish(bytes(record))
         self._published_version = version
 
     def _copy_table(self, entries, valid: str, slots: list, fields: tuple[str, ...]) -> None:

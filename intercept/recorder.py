@@ -115,8 +115,8 @@ class Recorder:
         self.publishing = False  # the publisher runs: passes get folded
         for slot in self.counters.values():
             slot.value = 0
-        for slot in self.phases.values():
-            slot.count = slot.total_ns = 0
+        for phase_slot in self.phases.values():
+            phase_slot.count = phase_slot.total_ns = 0
         self.idle = True  # nothing recorded yet: no segment, no thread
 
     def _recorded(self) -> None:

@@ -17,6 +17,7 @@ import sys
 import textwrap
 import threading
 import time
+import tomllib
 import urllib.request
 from pathlib import Path
 
@@ -404,6 +405,19 @@ def tracked_tree(tmp_path_factory) -> Path:
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, tree / name)
     return tree
+
+
+def installed_layout(target: Path) -> Path:
+    """The `alnair` namespace laid out as pip installs it (pyproject's package-dir), from the source folders: the
+    import linter and mypy walk one directory per package, which the top-level folders are not (and the editable
+    install's import hook hides the package from mypy)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    for package, folder in sorted(config.items(), key=lambda item: item[0].count(".")):
+        destination = target.joinpath(*package.split("."))
+        destination.mkdir(parents=True, exist_ok=True)
+        for source in (ROOT / folder).glob("*.py"):
+            shutil.copy2(source, destination / source.name)
+    return target
 
 
 def require_binary(name: str) -> str:

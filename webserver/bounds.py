@@ -19,7 +19,7 @@ class Slot:
         self.priority = priority
         self.busy = 0  # requests being answered
         self.released = False
-        self.close: Callable[[], None] = lambda: None
+        self.close: Callable[[], object] = lambda: None
 
 
 class ConnectionBounds:

@@ -17,7 +17,12 @@ async def refused_plain_http(conn: socket.socket, timeout: float) -> bool:
     closes the connection. False for anything else (a TLS ClientHello), left unread for the handshake."""
     loop = asyncio.get_running_loop()
     readable = loop.create_future()
-    loop.add_reader(conn.fileno(), lambda: readable.done() or readable.set_result(None))
+
+    def wake() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(conn.fileno(), wake)
     try:
         async with asyncio.timeout(timeout):
             await readable

@@ -22,6 +22,7 @@ import logging
 import socket
 import ssl
 import threading
+from typing import cast
 
 from aiohttp import HttpVersion10, HttpVersion11, web
 
@@ -61,7 +62,7 @@ class BoundedServer:
         """The context to set up a new connection with, None for plain HTTP."""
         return None
 
-    def has_priority(self, client_host: str) -> bool:
+    def has_priority(self, client_host: str | None) -> bool:
         return False
 
     @property
@@ -184,18 +185,19 @@ class BoundedServer:
             self.log.debug("connection from %s ended before its first request: %s", client_host, e)
             return False
 
-    def _connected(self, transport: asyncio.BaseTransport, slot: Slot) -> None:
+    def _connected(self, transport: asyncio.Transport, slot: Slot) -> None:
         slot.close = transport.abort
         self._slots[transport] = slot
 
-    def _disconnected(self, transport: asyncio.BaseTransport, slot: Slot) -> None:
-        self._slots.pop(transport, None)
+    def _disconnected(self, transport: asyncio.BaseTransport | None, slot: Slot) -> None:
+        if transport is not None:
+            self._slots.pop(transport, None)
         self.bounds.release(slot)
 
     async def _answer(self, request: web.BaseRequest) -> web.StreamResponse:
         """answer()'s reply, sent within WRITE_TIMEOUT; the connection is busy meanwhile, never closed for another.
         An error of the answer's own is a 500 and its traceback in the log, never a connection dropped."""
-        slot = self._slots.get(request.transport)
+        slot = self._slots.get(request.transport) if request.transport is not None else None
         with self.bounds.answering(slot) if slot else contextlib.nullcontext():
             try:
                 response = await self._answer_known_version(request)
@@ -225,7 +227,8 @@ class _Tracked(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport
-        self._server._connected(transport, self._slot)
+        # connect_accepted_socket's transports, plain or TLS, are asyncio.Transports (they can abort)
+        self._server._connected(cast(asyncio.Transport, transport), self._slot)
         self._inner.connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -53,9 +53,9 @@ class PodIdentity:
         """`pod_uid`/`container_id`: what the process claimed of itself; the cgroup of `pid` wins. A process
         that has exited is known only by what was read while it lived: its pid and its claim are anyone's now."""
         if not alive:
-            return self._as_last_seen((pid, started))
+            return self._as_last_seen((pid, started)) if pid is not None else self.named("", "")
         kernel = self._cgroup((pid, started)) if pid is not None else None
-        if kernel is None:  # the kernel cannot tell: the claim is all there is
+        if kernel is None or pid is None:  # the kernel cannot tell: the claim is all there is
             return self.named(pod_uid, container_id)
         if contradicts(CgroupIdentity(pod_uid, container_id), kernel):
             if (pid, started) not in self._contradicted:

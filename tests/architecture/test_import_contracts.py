@@ -10,19 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def installed_layout(target: Path) -> Path:
-    """The `alnair` namespace laid out as pip installs it (pyproject's package-dir), from the source folders:
-    the linter walks one directory per package, which the top-level folders are not."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    for package, folder in sorted(config.items(), key=lambda item: item[0].count(".")):
-        destination = target.joinpath(*package.split("."))
-        destination.mkdir(parents=True, exist_ok=True)
-        for source in (ROOT / folder).glob("*.py"):
-            shutil.copy2(source, destination / source.name)
-    return target
+from support import ROOT, installed_layout
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess:
