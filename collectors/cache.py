@@ -169,8 +169,12 @@ def read_counters(label: str, client: redis.Redis, cluster: bool) -> Reading:
         return keys.metadata(name, cluster)
 
     pipe = client.pipeline(transaction=False)
-    pipe.smembers(meta(keys.DATASETS)).zrange(meta(keys.JOBS), 0, -1).zrange(meta(keys.HOLDERS), 0, -1)
-    pipe.smembers(meta(keys.NAMESPACES)).hget(meta(keys.CONTENT), keys.CONTENT_TOTAL).hgetall(meta(keys.POLICY))
+    pipe.smembers(meta(keys.DATASETS))
+    pipe.zrange(meta(keys.JOBS), 0, -1)
+    pipe.zrange(meta(keys.HOLDERS), 0, -1)
+    pipe.smembers(meta(keys.NAMESPACES))
+    pipe.hget(meta(keys.CONTENT), keys.CONTENT_TOTAL)
+    pipe.hgetall(meta(keys.POLICY))
     pipe.hget(meta(keys.SPACE), keys.SPACE_USED)
     dataset_names, job_names, holders, namespace_names, physical, policy, used = pipe.execute()
     dataset_names, namespace_names = (
@@ -239,7 +243,7 @@ class ClusterTarget:
         parsed = cache_urls.parse_cluster(url)
         self.seeds = [cache_urls.address(node) for node in parsed.seeds]
         self.timeout = timeout
-        self._credentials = {"username": parsed.username, "password": parsed.password}
+        self._username, self._password = parsed.username, parsed.password
         self._clients: dict[str, redis.Redis] = {}
         self._answered: list[str] = []  # the node whose topology the last sample used
         self._pool = ThreadPoolExecutor(16, thread_name_prefix="cache-collector-node")
@@ -253,7 +257,8 @@ class ClusterTarget:
                 socket_timeout=self.timeout,
                 socket_connect_timeout=self.timeout,
                 retry=Retry(NoBackoff(), 0),
-                **self._credentials,
+                username=self._username,
+                password=self._password,
             )
         return self._clients[address]
 

@@ -16,13 +16,7 @@ from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.exporter.config import parse_options
 from alnair.exporter.plugin import CollectorUnavailable, render
 from alnair.exporter.registry import CollectorSpec
-from support import (
-    fill_cache,
-    free_port,
-    parse_samples,
-    start_redis,  # noqa: F401  (fixtures)
-    wait_until,
-)
+from support import fill_cache, free_port, parse_samples, wait_until
 
 SIZE = 1000
 
