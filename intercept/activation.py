@@ -20,8 +20,15 @@ def activate() -> None:
     torch_hooks.install_when_imported()
 
 
+_started = False  # both start hooks may run in one interpreter (alnair-run sets the switch and its PYTHONPATH)
+
+
 def activate_from_environment() -> None:
-    """Run at interpreter start by alnair_intercept.pth and by alnair-run's sitecustomize."""
+    """Run at interpreter start by alnair_intercept.pth and by alnair-run's sitecustomize; once."""
+    global _started
+    if _started:
+        return
+    _started = True
     if switched_on():
         if os.environ.get(PROFILE_VARIABLE):  # only then: it forks the job's watcher
             from .supervisor import profile_from_environment

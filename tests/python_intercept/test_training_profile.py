@@ -14,6 +14,7 @@ import textwrap
 
 import pytest
 
+from alnair.intercept.launcher import BOOTSTRAP_DIR
 from support import python_records, read_line, wait_until
 from timed_loop import timed_epochs
 
@@ -136,14 +137,17 @@ def test_the_environment_variable_profiles_a_sigtermed_job_from_its_first_python
     assert [main["pid"]] == trained and main["pid"] != proc.pid
 
 
-def test_an_unwritable_path_in_the_environment_is_one_line_and_the_program_keeps_its_status(tmp_path):
+@pytest.mark.parametrize("hooks", ["pth", "pth and sitecustomize"])
+def test_an_unwritable_path_in_the_environment_is_one_line_and_the_program_keeps_its_status(tmp_path, hooks):
+    """Also where both start hooks run, as under alnair-run (its sitecustomize first on PYTHONPATH)."""
     value = str(tmp_path / 'missing/"x"\tprofile.json')
+    bootstrap = {"PYTHONPATH": str(BOOTSTRAP_DIR)} if hooks != "pth" else {}
     result = subprocess.run(
         [sys.executable, "-c", "import sys; print('job'); sys.exit(5)"],
         check=False,
         capture_output=True,
         text=True,
-        env=intercepted(ALNAIR_PROFILE=value),
+        env=intercepted(ALNAIR_PROFILE=value, **bootstrap),
     )
     assert (result.returncode, result.stdout) == (5, "job\n")
     shown = value.replace('"', "\\x22").replace("\t", "\\x09")
