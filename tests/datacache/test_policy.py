@@ -296,10 +296,12 @@ def test_a_scan_does_not_flush_a_hot_jobs_set(target, tmp_path):
 
 
 def test_under_plain_lru_the_same_scan_flushes_the_hot_set(start_redis, tmp_path):
-    """The contrast: the policy off, Redis's allkeys-lru with about the same room."""
-    target = server_target(start_redis, "--maxmemory-policy", "allkeys-lru")
+    """The contrast: the policy off, Redis's allkeys-lru with about the same room. How much of the hot set the scan
+    pushes out varies from run to run (8 to 39 of its 40 samples here: Redis approximates LRU from sampled keys,
+    and its memory counts buffers besides the blobs), but never none, where the policy keeps all of it."""
+    target = server_target(start_redis, "--maxmemory-policy", "allkeys-lru", "--maxmemory-samples", "64")
     target.meta.config_set("maxmemory", target.meta.info("memory")["used_memory"] + 1536 * KB)
-    assert hot_then_scan(target, tmp_path)[1] > 20  # (Redis evicts the counter hashes too: the scan's are not kept)
+    assert hot_then_scan(target, tmp_path)[1] > 0  # (Redis evicts the counter hashes too: the scan's are not kept)
 
 
 def test_a_lowered_quota_trims_the_jobs_own_oldest_blobs(target, tmp_path):
