@@ -14,23 +14,22 @@ import pynvml
 
 XID = pynvml.nvmlEventTypeXidCriticalError
 # The GPM metrics a Hopper GPU measures here, by pynvml's ids: percentages, and MiB/s for those ending _PER_SEC.
-GPM_METRICS = [
-    getattr(pynvml, f"NVML_GPM_METRIC_{name}")
-    for name in (
-        "GRAPHICS_UTIL",
-        "SM_UTIL",
-        "SM_OCCUPANCY",
-        "ANY_TENSOR_UTIL",
-        "FP64_UTIL",
-        "FP32_UTIL",
-        "FP16_UTIL",
-        "DRAM_BW_UTIL",
-        "PCIE_TX_PER_SEC",
-        "PCIE_RX_PER_SEC",
-        "NVLINK_TOTAL_TX_PER_SEC",
-        "NVLINK_TOTAL_RX_PER_SEC",
-    )
-]
+GPM_METRIC_NAMES = (
+    "GRAPHICS_UTIL",
+    "SM_UTIL",
+    "SM_OCCUPANCY",
+    "ANY_TENSOR_UTIL",
+    "FP64_UTIL",
+    "FP32_UTIL",
+    "FP16_UTIL",
+    "DRAM_BW_UTIL",
+    "PCIE_TX_PER_SEC",
+    "PCIE_RX_PER_SEC",
+    "NVLINK_TOTAL_TX_PER_SEC",
+    "NVLINK_TOTAL_RX_PER_SEC",
+)
+GPM_IDS = {name: getattr(pynvml, f"NVML_GPM_METRIC_{name}") for name in GPM_METRIC_NAMES}
+GPM_METRICS = list(GPM_IDS.values())
 
 
 @dataclass

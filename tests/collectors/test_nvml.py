@@ -17,7 +17,7 @@ from alnair.collectors.nvml import NvmlCollector
 from alnair.exporter.plugin import CollectorUnavailable
 from alnair.exporter.registry import CollectorSpec
 from alnair.exporter.sampler import CollectorRunner
-from fake_pynvml import FakeGpu, FakeNvml
+from fake_pynvml import GPM_IDS, FakeGpu, FakeNvml
 from support import parse_samples, require_binary, wait_until
 
 A = 'gpu="0",uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000"'
@@ -418,23 +418,7 @@ GPM_RATES = {
 def gpm_expected(device: str, rates: dict[int, float]) -> dict[str, float]:
     """The GPM samples `device` ('gpu="0",uuid="..."') must have at `rates`."""
     gpu, uuid = device.split(",")
-    ids = {
-        name: getattr(pynvml, f"NVML_GPM_METRIC_{name}")
-        for name in (
-            "GRAPHICS_UTIL",
-            "SM_UTIL",
-            "SM_OCCUPANCY",
-            "ANY_TENSOR_UTIL",
-            "FP64_UTIL",
-            "FP32_UTIL",
-            "FP16_UTIL",
-            "DRAM_BW_UTIL",
-            "PCIE_TX_PER_SEC",
-            "PCIE_RX_PER_SEC",
-            "NVLINK_TOTAL_TX_PER_SEC",
-            "NVLINK_TOTAL_RX_PER_SEC",
-        )
-    }
+    ids = GPM_IDS
     ratios = {
         f"alnair_nvml_graphics_engine_active_ratio{{{device}}}": "GRAPHICS_UTIL",
         f"alnair_nvml_sm_active_ratio{{{device}}}": "SM_UTIL",
