@@ -173,18 +173,20 @@ static void offer(struct row *top, int *count, int limit, struct row candidate, 
     if (*count < limit) (*count)++;
 }
 
-/* Each device's launches by name, into new top rows and the OTHER sums. */
-static void rank(const int *ordinals, int count, int exiting)
+/* Each device's launches by name, into new top rows and the OTHER sums; total[k]: device ordinals[k]'s launches. */
+static void rank(const int *ordinals, int count, int exiting, uint64_t *total)
 {
     static uint64_t by_name[ALNAIR_CUDA_MAX_DEVICES][MAX_NAMES];
-    static uint64_t total[ALNAIR_CUDA_MAX_DEVICES];
     struct row top[ALNAIR_KERNEL_NAMES_TOP_MAX];
     int top_count = 0, limit = alnair.kernel_names_top;
     for (int k = 0; k < count; k++) {
         int o = ordinals[k];
         struct device_names *d = device_names(o);
-        if (!d) continue;
-        total[o] = launches_by_name(o, d, by_name[o], exiting);
+        if (!d) { /* no memory for its names: its launches still count */
+            total[k] = alnair_kernel_launches(&alnair.devices[o].kernels);
+            continue;
+        }
+        total[k] = launches_by_name(o, d, by_name[o], exiting);
         for (uint32_t n = 0; limit && n < name_count; n++)
             if (by_name[o][n]) offer(top, &top_count, limit, (struct row){o, n, by_name[o][n]}, named_at(o, n) >= 0);
     }
@@ -194,18 +196,19 @@ static void rank(const int *ordinals, int count, int exiting)
         int o = ordinals[k];
         struct device_names *d = devices[o];
         if (!d) continue;
-        uint64_t added = total[o] - d->launches_seen; /* every slot's new launches: none is negative */
+        uint64_t added = total[k] - d->launches_seen; /* every slot's new launches: none is negative */
         for (int i = 0; i < named_count; i++)
             if (named[i].ordinal == o) added -= by_name[o][named[i].name] - d->last[named[i].name];
         d->other += added;
-        d->launches_seen = total[o];
+        d->launches_seen = total[k];
         memcpy(d->last, by_name[o], name_count * sizeof *d->last);
     }
 }
 
-void alnair_kernel_names_publish(struct alnair_cuda_kernels *out, const int *ordinals, int count, int exiting)
+void alnair_kernel_names_publish(struct alnair_cuda_kernels *out, const int *ordinals, int count, int exiting,
+                                 uint64_t *launches)
 {
-    rank(ordinals, count, exiting);
+    rank(ordinals, count, exiting, launches);
     uint32_t n = 0;
     for (int i = 0; i < named_count; i++, n++) {
         struct alnair_cuda_kernel *k = &out->kernels[n];

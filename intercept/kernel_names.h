@@ -50,7 +50,9 @@ static inline void alnair_kernel_count(struct alnair_kernel_table *table, const 
 uint64_t alnair_kernel_launches(struct alnair_kernel_table *table);
 
 /* Monitor thread, under the publisher's lock: names new handles (not while `exiting`: the driver may be gone)
- * and fills the record's kernel table for the devices the record lists (ordinals[0 .. count)). */
-void alnair_kernel_names_publish(struct alnair_cuda_kernels *out, const int *ordinals, int count, int exiting);
+ * and fills the record's kernel table for the devices the record lists (ordinals[0 .. count)), and launches[k]
+ * with device ordinals[k]'s kernel launches, from the same pass over its table. */
+void alnair_kernel_names_publish(struct alnair_cuda_kernels *out, const int *ordinals, int count, int exiting,
+                                 uint64_t *launches);
 
 #endif

@@ -38,13 +38,13 @@ static const uint8_t *device_uuid(int ordinal)
     return uuid_known[ordinal] ? (const uint8_t *)uuids[ordinal].bytes : NULL;
 }
 
-static void copy_device(struct alnair_cuda_device *out, int ordinal)
+static void copy_device(struct alnair_cuda_device *out, int ordinal, uint64_t kernel_launches)
 {
     struct alnair_device *d = &alnair.devices[ordinal];
     const uint8_t *uuid = device_uuid(ordinal);
     out->device_index = (uint32_t)ordinal;
     if (uuid) memcpy(out->uuid, uuid, sizeof out->uuid);
-    out->kernel_launches = alnair_kernel_launches(&d->kernels);
+    out->kernel_launches = kernel_launches;
     out->graph_launches = atomic_load_explicit(&d->graph_launches, memory_order_relaxed);
     out->bytes_in_use = atomic_load_explicit(&d->bytes_in_use, memory_order_relaxed);
     out->peak_bytes = atomic_load_explicit(&d->peak_bytes, memory_order_relaxed);
@@ -118,19 +118,21 @@ static void publish(void)
     uint32_t count = 0;
     uint64_t launches = 0;
     int ordinals[ALNAIR_CUDA_MAX_DEVICES];
-    for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) {
-        if (!atomic_load_explicit(&alnair.devices[i].seen, memory_order_relaxed)) continue;
-        copy_device(&record->devices[count], i);
-        copy_device_ext(&record->devices_ext[count], i);
-        copy_device_memory(&record->devices_memory[count], i);
-        launches += record->devices[count].kernel_launches + record->devices[count].graph_launches;
-        ordinals[count++] = i;
+    uint64_t kernel_launches[ALNAIR_CUDA_MAX_DEVICES];
+    for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++)
+        if (atomic_load_explicit(&alnair.devices[i].seen, memory_order_relaxed)) ordinals[count++] = i;
+    /* The kernel table's pass gives each device's launches too: the rows and the count agree in every record. */
+    alnair_kernel_names_publish(&record->kernels, ordinals, (int)count,
+                                atomic_load_explicit(&exiting, memory_order_relaxed), kernel_launches);
+    for (uint32_t k = 0; k < count; k++) {
+        copy_device(&record->devices[k], ordinals[k], kernel_launches[k]);
+        copy_device_ext(&record->devices_ext[k], ordinals[k]);
+        copy_device_memory(&record->devices_memory[k], ordinals[k]);
+        launches += record->devices[k].kernel_launches + record->devices[k].graph_launches;
     }
     record->device_count = count;
     record->max_devices = ALNAIR_CUDA_MAX_DEVICES;
     copy_activity(&record->activity, launches);
-    alnair_kernel_names_publish(&record->kernels, ordinals, (int)count,
-                                atomic_load_explicit(&exiting, memory_order_relaxed));
     alnair_segment_publish_end(&segment);
     pthread_mutex_unlock(&publish_lock);
 }
