@@ -2,7 +2,7 @@
  * kernel_names.h - which kernels a process launches, by name, per device; and how many it launches.
  *
  * The launch path counts each kernel handle (CUfunction, or a CUkernel passed in its place) in its device's
- * hash table: a shift, a mask, one compare and one relaxed atomic add when the handle owns its slot. That add is
+ * hash table: a multiply, a shift, one compare and one relaxed atomic add when the handle owns its slot. That add is
  * the only one a kernel launch makes: the device's kernel launches are the table's sum. The monitor thread names
  * handles it has not seen (cuFuncGetName / cuKernelGetName, demangled when the process has a C++ runtime), adds
  * each name's launches up and publishes the most launched ones, then each device's other launches.
@@ -15,7 +15,8 @@
 
 #include "alnair_shm.h"
 
-#define ALNAIR_KERNEL_SLOTS 1024 /* per device; kernels that find no slot still count in the device's other row */
+#define ALNAIR_KERNEL_SLOT_BITS 10
+#define ALNAIR_KERNEL_SLOTS (1u << ALNAIR_KERNEL_SLOT_BITS) /* per device; kernels that find no slot count in OTHER */
 #define ALNAIR_KERNEL_NAMES_TOP_MAX 32
 #define ALNAIR_KERNEL_NAMES_TOP_DEFAULT 20
 
@@ -28,10 +29,13 @@ struct alnair_kernel_table {
     _Atomic uint64_t unslotted; /* launches of handles that found no slot */
 };
 
-/* Handles are heap addresses at least 16 bytes apart. */
+/* Fibonacci hashing: the top bits of the handle times 2^64 / phi. Handles are heap or module addresses, and those of
+ * cuDNN's and cuBLAS's kernels can sit a page or more apart: low address bits alone would send them all to one
+ * slot (an H100 run left 8 of ResNet-18's busiest kernels unnamed that way). The multiply mixes every bit into the
+ * top ones at the cost of the shift and mask it replaces. NULL still lands in slot 0. */
 static inline unsigned alnair_kernel_slot_of(uintptr_t function)
 {
-    return (unsigned)(function >> 4) & (ALNAIR_KERNEL_SLOTS - 1);
+    return (unsigned)(((uint64_t)function * 0x9E3779B97F4A7C15ull) >> (64 - ALNAIR_KERNEL_SLOT_BITS));
 }
 
 void alnair_kernel_count_slow(struct alnair_kernel_table *table, uintptr_t function);

@@ -109,9 +109,10 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": shim(), "ALNAIR_SHM_DIR": shm, "PYTHONUNBUFFERED": "1"}
     profile_path = Path(shm).parent / "alnair-profile.json"
     runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
-    for _ in range(ROUNDS):
+    for round_ in range(ROUNDS):
         for variant in VARIANTS:
             runs[variant].append(run(variant, profile_path, env))
+            print(f"round {round_ + 1}, {variant}: {runs[variant][-1]['steps_per_second']:.1f} steps/s", flush=True)
     bare = statistics.median(r["steps_per_second"] for r in runs["bare"])
     print(f"{'variant':<22} {'steps/s (median of ' + str(ROUNDS) + ')':>24} {'vs bare':>8}")
     for variant, results in runs.items():

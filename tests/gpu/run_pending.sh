@@ -2,7 +2,7 @@
 # On the GPU machine (the `device` tool): the checks issues 34 and 37 still owe a real GPU, each bounded by its own
 # timeout so one slow part cannot use up the call; logs and JSON under $OUT.
 #   bash tests/gpu/run_pending.sh [gpm] [kernels] [profile] [stack]
-# Default: gpm kernels profile (about 6 minutes); `stack`, the whole stack's ABBA cost with the limits and the share
+# Default: gpm kernels profile (about 8 minutes); `stack`, the whole stack's ABBA cost with the limits and the share
 # (issue 34 (d)), takes a call of its own.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,7 +24,7 @@ for part; do
     case $part in
         gpm) run gpm 90 python3 tests/gpu/check_gpm.py ;;
         kernels) run kernels 150 python3 tests/gpu/check_kernel_names.py ;;
-        profile) run profile 120 python3 tests/gpu/check_profile.py ;;
+        profile) run profile 300 python3 tests/gpu/check_profile.py ;;
         stack) run stack 570 python3 bench/stack_overhead.py --pairs 20 --limits --budget-seconds 540 --json "$OUT/stack.json" ;;
         *) echo "unknown part $part" >&2; exit 2 ;;
     esac

@@ -27,7 +27,8 @@
  * refused, like an out-of-range copy. FAKE_CUDA_CONTEXT_BYTES (default 0): device memory each context
  * holds itself (a primary context from its first retain), given back when it is destroyed.
  *
- * Kernel names: handles FAKE_KERNEL_BASE + 64 * k (what the client launches) are named like the driver's
+ * Kernel names: handles FAKE_KERNEL_BASE + FAKE_KERNEL_STRIDE * k (default stride 64; what the client launches, with
+ * the same setting) are named like the driver's
  * cuFuncGetName names them: k < 1000 "fake_kernel_<k>" for even k and its C++ mangling (of fake_kernel_<k>(float*))
  * for odd k; k 1000-1999 are context-independent kernels (cuKernelGetName only: "library_kernel_<k>"); k 3000 has
  * a name of 300 bytes with a tab and a newline in it; any other handle has no name (CUDA_ERROR_INVALID_HANDLE).
@@ -473,8 +474,9 @@ EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, u
 
 static int fake_kernel(const void *handle)
 {
-    uintptr_t v = (uintptr_t)handle;
-    return v >= FAKE_KERNEL_BASE && (v - FAKE_KERNEL_BASE) % 64 == 0 ? (int)((v - FAKE_KERNEL_BASE) / 64) : -1;
+    const char *setting = getenv("FAKE_KERNEL_STRIDE");
+    uintptr_t v = (uintptr_t)handle, stride = setting ? strtoul(setting, NULL, 10) : 64;
+    return v >= FAKE_KERNEL_BASE && (v - FAKE_KERNEL_BASE) % stride == 0 ? (int)((v - FAKE_KERNEL_BASE) / stride) : -1;
 }
 
 static char kernel_name[512]; /* the driver's own storage; the caller copies it */

@@ -197,8 +197,12 @@ static void scenario_launches(int threads, long per_thread, int devices)
 
 /* ---- scenario: kernels by name -------------------------------------------------- */
 
-/* A kernel handle the fake driver names (fake_libcuda.c). */
-static CUfunction kernel(int k) { return (CUfunction)(uintptr_t)(0x100000u + 64u * (unsigned)k); }
+/* A kernel handle the fake driver names (fake_libcuda.c: the same FAKE_KERNEL_STRIDE, default 64). */
+static CUfunction kernel(int k)
+{
+    const char *stride = getenv("FAKE_KERNEL_STRIDE");
+    return (CUfunction)(uintptr_t)(0x100000u + (stride ? strtoul(stride, NULL, 10) : 64u) * (unsigned)k);
+}
 
 /* Kernel k on device k % devices, 1000 - 10 k times (k < 100), the most launched first, so the kernels named at
  * every publish are the most launched ones of the end; then `extra`, a comma-separated list, on device 0: k:N
