@@ -29,10 +29,9 @@ struct alnair_kernel_table {
     _Atomic uint64_t unslotted; /* launches of handles that found no slot */
 };
 
-/* Fibonacci hashing: the top bits of the handle times 2^64 / phi. Handles are heap or module addresses, and those of
- * cuDNN's and cuBLAS's kernels can sit a page or more apart: low address bits alone would send them all to one
- * slot (an H100 run left 8 of ResNet-18's busiest kernels unnamed that way). The multiply mixes every bit into the
- * top ones at the cost of the shift and mask it replaces. NULL still lands in slot 0. */
+/* Fibonacci hashing: the top bits of the handle times 2^64 / phi. Handles are addresses; kernels of modules loaded a
+ * page or more apart would share their low bits, which alone would send them to a few slots and run the 16-slot
+ * probe out. The multiply mixes every bit into the top ones, for the shift and mask it replaces. NULL: slot 0. */
 static inline unsigned alnair_kernel_slot_of(uintptr_t function)
 {
     return (unsigned)(((uint64_t)function * 0x9E3779B97F4A7C15ull) >> (64 - ALNAIR_KERNEL_SLOT_BITS));

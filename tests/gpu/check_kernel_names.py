@@ -99,20 +99,23 @@ def compare(item: str, before: tuple[dict[str, int], int], after: tuple[dict[str
         f"{len([n for n in stayed.values() if n])} rows named throughout, {len(joined)} joined (counted from the "
         f"start); differing (ours, profiler's): {differ}",
     )
+    # Rows are ranked by launches since the start (docs/intercept.md#kernels-by-name), and a named row gives way
+    # only to an eighth more: a kernel left unnamed must not have launched more over the steps alone than that.
     launched = {**stayed, **{name: profiler_count(profiled, name) for name in joined}}
-    named_total = sum(launched.values())
-    weakest = min((n for n in launched.values() if n), default=0)
-    missing = {name: n for name, n in profiled.items() if n > weakest and not named(launched, name)}
+    weakest = min((rows_after[name] for name in launched if launched[name]), default=0)
+    missing = {name: n for name, n in profiled.items() if n > weakest * 9 / 8 and not named(launched, name)}
     check(
-        f"{item}: no kernel launched more than the weakest named one is left unnamed",
+        f"{item}: no kernel left unnamed launched more over the steps than the weakest named one since the start",
         not missing,
-        f"named rows cover {named_total} of the profiler's {kernels} launches; above {weakest}: {missing}",
+        f"named rows cover {sum(launched.values())} of the profiler's {kernels} launches; weakest named row "
+        f"{weakest} since the start; unnamed above it: {missing}",
     )
 
 
-def run(item: str, model: str, batch: int, steps: int) -> None:
+def run(item: str, model: str, batch: int, steps: int, top: int) -> None:
     shm = new_shm_dir()
-    child = start(model, batch, 0, shm, profile_steps=steps, code=PROFILED)
+    env = {"ALNAIR_KERNEL_NAMES_TOP": str(top)}
+    child = start(model, batch, 0, shm, env=env, profile_steps=steps, code=PROFILED)
     assert child.stdout.readline().split() == ["ready"]
     time.sleep(0.1)  # a publish after the warm-up
     before = kernel_rows(shm, child.pid)
@@ -124,19 +127,26 @@ def run(item: str, model: str, batch: int, steps: int) -> None:
     after = kernel_rows(shm, child.pid)
     child.stdin.close()
     child.wait(120)
-    compare(item, before, after, json.loads(line[1]))
+    profiled = json.loads(line[1])
+    compare(item, before, after, profiled)
+    rows = {
+        name: [n, after[0][name] - before[0].get(name, 0), profiler_count(profiled, name)]
+        for name, n in after[0].items()
+    }
+    results.append({"rows (since the start, over the steps, the profiler's)": rows})
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--loops", default="resnet18:64,transformer:16")
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--top", type=int, default=20, help="ALNAIR_KERNEL_NAMES_TOP")
     args = parser.parse_args()
     prepare()
     for item, model, batch in loops(args.loops):
-        run(item, model, batch, args.steps)
+        run(item, model, batch, args.steps, args.top)
     save(results, "kernel_names.json")
-    return 0 if all(r["ok"] for r in results) else 1
+    return 0 if all(r.get("ok", True) for r in results) else 1
 
 
 if __name__ == "__main__":

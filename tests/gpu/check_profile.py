@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ROUNDS, WARMUP, STEPS, BATCH, WORKERS = 3, 20, 300, 128, 2
+ROUNDS, WARMUP, STEPS, BATCH, WORKERS = int(os.environ.get("ROUNDS", 3)), 20, 300, 128, 2
 VARIANTS = ("bare", "alnair-run --profile", "torch.profiler")
 
 
@@ -75,6 +75,7 @@ def child(profiled: bool) -> None:
             kernels=len(kernels),
             kernel_ns=int(sum(e.device_time for e in kernels) * 1000),
             top_kernels=by_name.most_common(5),
+            by_name=dict(by_name),
             processing_seconds=time.perf_counter() - started,
         )
     print("result " + json.dumps(result), flush=True)
@@ -94,9 +95,21 @@ def shim() -> str:
     return str(root)
 
 
+def counted(by_name: dict[str, int], row: str) -> int:
+    """The profiler's launches of a row's kernel: of every name that begins with it, if it was cut to 255 bytes."""
+    if len(row.encode()) < 255:
+        return by_name.get(row, 0)
+    return sum(n for name, n in by_name.items() if name.encode().startswith(row.encode()))
+
+
 def run(variant: str, profile: Path, env: dict[str, str]) -> dict:
-    command = [sys.executable, __file__, "child", "profiler" if variant == "torch.profiler" else "plain"]
-    if variant == "alnair-run --profile":
+    command = [
+        sys.executable,
+        __file__,
+        "child",
+        "plain" if variant in ("bare", "alnair-run --profile") else "profiler",
+    ]
+    if variant in ("alnair-run --profile", "both"):
         command = [sys.executable, "-m", "alnair.intercept.launcher", "--profile", str(profile), *command]
     out = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
     (line,) = [line for line in out.stdout.splitlines() if line.startswith("result ")]
@@ -122,15 +135,34 @@ def main() -> int:
     profiled, alnair = runs["torch.profiler"][-1], runs["alnair-run --profile"][-1]
     print("\n".join(alnair["summary"]))
     (device,) = profile["devices"]
+    # One run under both, so that the launches are compared within one process (runs apart may differ)
+    both = run("both", profile_path, {**env, "ALNAIR_KERNEL_NAMES_TOP": "32"})
+    (both_device,) = json.loads(profile_path.read_text())["devices"]
+    rows = {k["name"]: k["launches"] for k in both_device.get("kernels", []) if k["name"] != "(other)"}
+    rows_differ = {
+        name: (n, counted(both["by_name"], name)) for name, n in rows.items() if n != counted(both["by_name"], name)
+    }
     checks = {
         "steps_and_samples": profile["training"]["steps"] == alnair["steps"]
         and profile["training"]["samples"] == alnair["steps"] * BATCH,
         "h2d_bytes_are_the_models_and_the_batches": device["copies"]["host_to_device"]["bytes"] == alnair["h2d_bytes"],
-        "launches_equal_torch_profilers_kernels": device["kernel_launches"] == profiled["kernels"],
+        "launches_equal_torch_profilers_kernels_in_one_run": both_device["kernel_launches"] == both["kernels"],
+        "named_rows_equal_torch_profilers_counts_in_one_run": not rows_differ,
     }
     numbers = {
         "launches": device["kernel_launches"],
         "profiler_kernels": profiled["kernels"],
+        "one_run_launches": both_device["kernel_launches"],
+        "one_run_profiler_kernels": both["kernels"],
+        "one_run_rows_differing": rows_differ,
+        "one_run_profiler_names_not_in_rows_launched_at_most": sorted(
+            (
+                (n, name[:120])
+                for name, n in both["by_name"].items()
+                if name.encode()[:255].decode(errors="ignore") not in rows
+            ),
+            reverse=True,
+        )[:12],
         "h2d_bytes": device["copies"]["host_to_device"]["bytes"],
         "program_h2d_bytes": alnair["h2d_bytes"],
         "gpu_time_ns": device["gpu_time_ns"],
