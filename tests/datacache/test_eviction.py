@@ -22,7 +22,9 @@ def run_epochs(url: str, root) -> tuple[list[list[bytes]], int]:
     """The samples of each epoch, and how many reads went to the origin."""
     origin = CountingOrigin(root)
     loader = CacheLoader(CachedDataset(url, "train", origin, job="j"), 8, workers=2, shuffle=True, seed=7)
-    return [[s for batch in loader for s in batch] for _ in range(EPOCHS)], origin.reads
+    epochs = [[s for batch in loader for s in batch] for _ in range(EPOCHS)]
+    loader.close()  # the next epoch's read ahead: its hits and misses count
+    return epochs, origin.reads
 
 
 def test_epochs_are_byte_identical_with_and_without_lru_eviction(start_redis, make_origin):
@@ -45,4 +47,5 @@ def test_epochs_are_byte_identical_with_and_without_lru_eviction(start_redis, ma
     assert roomy_origin_reads == 100
     assert tight_origin_reads > 100  # evicted samples came back from the origin
     roomy_counts = {k.decode(): float(v) for k, v in roomy.client().hgetall(keys.job("j")).items()}
-    assert (roomy_counts["misses"], roomy_counts["hits"]) == (100, 200)
+    assert roomy_counts["misses"] == 100
+    assert 200 <= roomy_counts["hits"] <= 200 + 4 * 8  # and what the 4th epoch's read ahead got: 4 batches at most

@@ -11,7 +11,7 @@ from alnair.abi import cache_keys as keys
 from alnair.datacache import CachedDataset, CacheLoader, DirectoryOrigin
 from alnair.datacache.dataset import COUNTER_SECONDS
 from conftest import sample_bytes
-from support import free_port, write_tls_files
+from support import free_port, wait_until, write_tls_files
 
 
 def require_torch():
@@ -67,6 +67,53 @@ def test_a_consumer_that_stops_early_leaves_no_thread_behind(start_redis, make_o
     assert len(next(iterator)) == 2
     iterator.close()
     assert not [t for t in threading.enumerate() if t.name.startswith("cache-loader")]
+
+
+def epoch_of(loader: CacheLoader, samples: list[bytes], epoch: int) -> list[bytes]:
+    return [samples[i] for batch in loader.batch_indices(epoch) for i in batch]
+
+
+def test_from_the_second_epoch_the_next_epochs_first_batches_are_read_during_its_last_ones(start_redis, make_origin):
+    redis_server = start_redis()
+    samples = sample_bytes(20)
+    dataset = CachedDataset(redis_server.url, "train", make_origin(samples), job="ahead")
+    loader = CacheLoader(dataset, 2, shuffle=True, seed=1)  # two batches ahead
+    assert [s for b in loader for s in b] == epoch_of(loader, samples, 0)  # the first pass: no read ahead
+    assert job_counts(redis_server.client(), "ahead").get("hits", 0) == 0
+    assert [s for b in loader for s in b] == epoch_of(loader, samples, 1)  # 20 hits
+    # Before anyone asks for epoch 2, its first two batches have been read: 4 more hits
+    wait_until(lambda: job_counts(redis_server.client(), "ahead").get("hits") == 24)
+    assert [s for b in loader for s in b] == epoch_of(loader, samples, 2)
+    loader.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("cache-loader")]
+    assert 20 + 20 <= job_counts(redis_server.client(), "ahead")["hits"] <= 20 + 20 + 4
+
+
+def test_a_read_ahead_that_no_longer_fits_the_loader_is_dropped(start_redis, make_origin):
+    redis_server = start_redis()
+    samples = sample_bytes(20)
+    loader = CacheLoader(CachedDataset(redis_server.url, "train", make_origin(samples), job="j"), 2, shuffle=True)
+    for epoch in range(2):
+        assert [s for b in loader for s in b] == epoch_of(loader, samples, epoch)
+    loader.epoch = 7  # a resumed run sets its epoch: epoch 2's batches read ahead are not epoch 7's
+    assert [s for b in loader for s in b] == epoch_of(loader, samples, 7)
+    loader.seed = 99
+    assert [s for b in loader for s in b] == epoch_of(loader, samples, 8)  # read ahead under seed 0: dropped
+    iterator = iter(loader)  # a consumer that leaves during the batches read ahead leaves no thread behind
+    assert next(iterator) == epoch_of(loader, samples, 9)[:2]
+    iterator.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("cache-loader")]
+
+
+def test_read_ahead_off_reads_nothing_between_epochs(start_redis, make_origin):
+    redis_server = start_redis()
+    samples = sample_bytes(20)
+    dataset = CachedDataset(redis_server.url, "train", make_origin(samples), job="off")
+    loader = CacheLoader(dataset, 2, read_ahead=False)
+    for _ in range(3):
+        assert [s for b in loader for s in b] == samples
+        assert not [t for t in threading.enumerate() if t.name.startswith("cache-loader")]
+    assert job_counts(redis_server.client(), "off")["hits"] == 40
 
 
 def test_a_loader_epoch_writes_its_counters_at_most_twice_a_second_and_all_of_them_when_it_ends(

@@ -66,10 +66,11 @@ def epochs_exactly_once(url: str, make_origin, counts) -> None:
     assert served[0] != plans[0]  # misses were served later, cached samples earlier
     assert served[1:] == plans[1:]  # all cached after the first epoch: nothing to substitute, the plan's order
     assert origin.reads == 48
+    loader.close()
     dataset.close()
     stored = counts()
     assert stored["substituted"] > 0 and stored["misses"] == 48
-    assert stored["hits"] == 3 * 96 - 48
+    assert 3 * 96 - 48 <= stored["hits"] <= 3 * 96 - 48 + 2 * BATCH  # and the 4th epoch's read ahead: 2 batches
     assert all(len(batch) == BATCH for batch in CacheLoader(dataset, BATCH))
 
 
