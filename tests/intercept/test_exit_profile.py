@@ -3,6 +3,7 @@ values equal to what the programs did, also for a SIGTERMed job; an unwritable p
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -15,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from alnair.collectors.cuda import CudaCollector
+from alnair.exporter.plugin import render
 from conftest import published, writer_pids
-from support import LineReader, wait_until
+from support import LineReader, parse_samples, wait_until
 
 LAUNCH_NS = 2_000_000  # each launch of the first process keeps the fake GPU busy this long
 COPY_NS = 20_000_000  # each copy call of the third process takes this long
@@ -268,3 +271,43 @@ def test_the_environment_variable_is_the_flags_fallback_and_percent_p_its_pid(tm
     proc = subprocess.Popen([alnair_run(), "sh", "-c", "exit 0"], env=env, stderr=subprocess.DEVNULL)
     assert proc.wait(30) == 0
     assert json.loads((tmp_path / f"profile-{proc.pid}.json").read_text())["exit"] == {"code": 0}
+
+
+def test_the_profile_equals_the_exporters_view_of_the_same_job(
+    intercept_library, fake_driver_dir, client_programs, tmp_path
+):
+    """Issue 37: the cuda collector scrapes the job while it holds after its work; the profile written at its exit
+    says the same launches, per device and per kernel, for the same pid."""
+    shm_dir, path = tmp_path / "shm", tmp_path / "profile.json"
+    shm_dir.mkdir()
+    command = [alnair_run(), "--profile", str(path), str(client_programs["gpa"]), "gpa", "kernels", "30", "2", "wait"]
+    env = job_environment(fake_driver_dir, shm_dir)
+    job = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert LineReader(job.stdout).read_line(timeout=20).strip() == "waiting"
+        collector = CudaCollector(argparse.Namespace(shm_dir=str(shm_dir), procfs="/proc"))
+        launches = "alnair_cuda_kernel_launches_total"
+        scraped = wait_until(
+            lambda: (
+                (s := parse_samples(render(collector.collect()).decode()))
+                and sum(v for k, v in s.items() if k.startswith(launches + "{")) == sum(launched(k) for k in range(30))
+                and s
+            )
+        )
+        job.stdin.write("\n")
+        job.stdin.close()
+        assert job.wait(20) == 0
+    finally:
+        job.kill()
+        job.wait()
+    (process,) = json.loads(path.read_text())["processes"]
+    pid = process["pid"]
+    uuids = {device["index"]: device["uuid"] for device in process["cuda"]["devices"]}
+    for device in process["cuda"]["devices"]:
+        labels = f'gpu="{device["index"]}",pid="{pid}",uuid="{device["uuid"]}"'
+        assert device["kernel_launches"] == scraped[f"{launches}{{{labels}}}"] > 0
+    rows = {(row["index"], row["name"]): row["launches"] for row in process["cuda"]["kernels"]}
+    assert len(rows) == 22  # 20 named, and each device's (other)
+    for (gpu, name), n in rows.items():
+        labels = f'gpu="{gpu}",kernel="{name}",pid="{pid}",uuid="{uuids[gpu]}"'
+        assert scraped[f"alnair_cuda_kernel_launches_by_name_total{{{labels}}}"] == n
