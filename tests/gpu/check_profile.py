@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ROUNDS, WARMUP, STEPS, BATCH, WORKERS = int(os.environ.get("ROUNDS", 3)), 20, 300, 128, 2
+ROUNDS, WARMUP, STEPS, BATCH, WORKERS = int(os.environ.get("ROUNDS", 3)), 20, int(os.environ.get("STEPS", 300)), 128, 2
 VARIANTS = ("bare", "alnair-run --profile", "torch.profiler")
 
 
@@ -78,7 +78,31 @@ def child(profiled: bool) -> None:
             by_name=dict(by_name),
             processing_seconds=time.perf_counter() - started,
         )
+        if os.environ.get("LAUNCH_PATHS"):
+            result["launch_paths"] = launch_paths(prof)
     print("result " + json.dumps(result), flush=True)
+
+
+def launch_paths(prof) -> dict[str, int]:
+    """The profiler's kernels (Memcpy and Memset left out) by the runtime or driver call that launched them, from its
+    trace's correlation ids: where a kernel the intercept does not count comes from."""
+    import collections
+
+    path = Path(tempfile.mkdtemp()) / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    calls = {
+        e["args"]["correlation"]: e["name"]
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    return dict(
+        collections.Counter(
+            calls.get(e.get("args", {}).get("correlation"), "?")
+            for e in events
+            if e.get("cat") == "kernel" and not e["name"].startswith(("Memcpy", "Memset"))
+        )
+    )
 
 
 # ---- the parent: the runs and the checks ---------------------------------------------------------------------
@@ -184,8 +208,33 @@ def main() -> int:
     return 0 if all(checks.values()) else 1
 
 
+def paths() -> int:
+    """`check_profile.py paths` (STEPS=20 or so): one run under both, its launches against the profiler's kernels and
+    those by the call that launched them."""
+    subprocess.run(["make", "-s", "-C", str(ROOT / "intercept")], check=True)
+    shm = tempfile.mkdtemp(prefix="alnair-shm-")
+    env = {**os.environ, "PYTHONPATH": shim(), "ALNAIR_SHM_DIR": shm, "PYTHONUNBUFFERED": "1", "LAUNCH_PATHS": "1"}
+    profile_path = Path(shm).parent / "alnair-profile.json"
+    both = run("both", profile_path, env)
+    (device,) = json.loads(profile_path.read_text())["devices"]
+    print(
+        json.dumps(
+            {
+                "steps": both["steps"],
+                "launches": device["kernel_launches"],
+                "profiler_kernels": both["kernels"],
+                "graph_launches": device["graph_launches"],
+                "by_call": both["launch_paths"],
+            }
+        )
+    )
+    return 0
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["child"]:
         child(sys.argv[2] == "profiler")
+    elif sys.argv[1:2] == ["paths"]:
+        sys.exit(paths())
     else:
         sys.exit(main())
