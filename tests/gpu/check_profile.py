@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from check_kernel_names import profiler_count  # a row's count, for names cut to the record's 255 bytes
+
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDS, WARMUP, STEPS, BATCH, WORKERS = int(os.environ.get("ROUNDS", 3)), 20, int(os.environ.get("STEPS", 300)), 128, 2
 VARIANTS = ("bare", "alnair-run --profile", "torch.profiler")
@@ -119,13 +121,6 @@ def shim() -> str:
     return str(root)
 
 
-def counted(by_name: dict[str, int], row: str) -> int:
-    """The profiler's launches of a row's kernel: of every name that begins with it, if it was cut to 255 bytes."""
-    if len(row.encode()) < 255:
-        return by_name.get(row, 0)
-    return sum(n for name, n in by_name.items() if name.encode().startswith(row.encode()))
-
-
 def run(variant: str, profile: Path, env: dict[str, str]) -> dict:
     command = [
         sys.executable,
@@ -140,11 +135,16 @@ def run(variant: str, profile: Path, env: dict[str, str]) -> dict:
     return {**json.loads(line.split(" ", 1)[1]), "summary": out.stderr.strip().splitlines()[-6:]}
 
 
-def main() -> int:
+def setup() -> tuple[dict[str, str], Path]:
+    """The intercept built; the children's environment and the profile's path."""
     subprocess.run(["make", "-s", "-C", str(ROOT / "intercept")], check=True)
     shm = tempfile.mkdtemp(prefix="alnair-shm-")
     env = {**os.environ, "PYTHONPATH": shim(), "ALNAIR_SHM_DIR": shm, "PYTHONUNBUFFERED": "1"}
-    profile_path = Path(shm).parent / "alnair-profile.json"
+    return env, Path(shm).parent / "alnair-profile.json"
+
+
+def main() -> int:
+    env, profile_path = setup()
     runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
     for round_ in range(ROUNDS):
         for variant in VARIANTS:
@@ -164,7 +164,9 @@ def main() -> int:
     (both_device,) = json.loads(profile_path.read_text())["devices"]
     rows = {k["name"]: k["launches"] for k in both_device.get("kernels", []) if k["name"] != "(other)"}
     rows_differ = {
-        name: (n, counted(both["by_name"], name)) for name, n in rows.items() if n != counted(both["by_name"], name)
+        name: (n, profiler_count(both["by_name"], name))
+        for name, n in rows.items()
+        if n != profiler_count(both["by_name"], name)
     }
     checks = {
         "steps_and_samples": profile["training"]["steps"] == alnair["steps"]
@@ -211,11 +213,8 @@ def main() -> int:
 def paths() -> int:
     """`check_profile.py paths` (STEPS=20 or so): one run under both, its launches against the profiler's kernels and
     those by the call that launched them."""
-    subprocess.run(["make", "-s", "-C", str(ROOT / "intercept")], check=True)
-    shm = tempfile.mkdtemp(prefix="alnair-shm-")
-    env = {**os.environ, "PYTHONPATH": shim(), "ALNAIR_SHM_DIR": shm, "PYTHONUNBUFFERED": "1", "LAUNCH_PATHS": "1"}
-    profile_path = Path(shm).parent / "alnair-profile.json"
-    both = run("both", profile_path, env)
+    env, profile_path = setup()
+    both = run("both", profile_path, {**env, "LAUNCH_PATHS": "1"})
     (device,) = json.loads(profile_path.read_text())["devices"]
     print(
         json.dumps(
