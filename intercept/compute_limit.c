@@ -29,11 +29,14 @@
 
 #include "gpu_share.h"
 #include "intercept.h"
+#include "nvml.h"
 
 #define LOOK_FOR_TABLE_NS 100000000ull /* a process that could not join tries again this often */
 #define IDLE_NS 1000000000ull       /* an unlimited process that launched nothing for this long asks for nothing */
 #define MAX_SLEEP_NS 5000000ull     /* a waiting launch reads the monitor's decision this often */
 #define PPM 1000000.0
+#define SAMPLE_NS 100000000ull      /* the GPU's busy samples are read this often (NVML takes one every 1/6 s to 1 s) */
+#define MAX_SAMPLES 64
 
 /* ---- the launch gate (any thread) ------------------------------------------------ */
 
@@ -75,6 +78,7 @@ struct controller {
     uint64_t looked_ns;        /* the last try to join the table */
     uint64_t launches_seen, launched_ns; /* without a limit: the launch count, and when it last moved */
     struct alnair_gpu_debts debts;
+    uint64_t sampled_ns, sample_us;      /* when the GPU's busy samples were last read, and NVML's newest */
 };
 static struct controller controllers[ALNAIR_CUDA_MAX_DEVICES];
 static _Atomic int leaving; /* the process is exiting: its slot is handed back */
@@ -101,8 +105,18 @@ static uint32_t quota_ppm(struct controller *c, const struct alnair_device *d, u
     return now - c->launched_ns < IDLE_NS ? ALNAIR_SHARE_UNLIMITED : 0;
 }
 
-static void tick_device(struct controller *c, struct alnair_device *d, const uint8_t *uuid, uint64_t now)
+/* The GPU's busy samples since the last read, every SAMPLE_NS (none without NVML, or where it has none: MIG). */
+static int busy_samples(struct controller *c, int ordinal, const uint8_t *uuid, uint64_t now,
+                        struct alnair_busy_sample samples[MAX_SAMPLES])
 {
+    if (now - c->sampled_ns < SAMPLE_NS) return 0;
+    c->sampled_ns = now;
+    return alnair_nvml_busy_samples(alnair_nvml_device(ordinal, uuid), &c->sample_us, samples, MAX_SAMPLES);
+}
+
+static void tick_device(struct controller *c, int ordinal, const uint8_t *uuid, uint64_t now)
+{
+    struct alnair_device *d = &alnair.devices[ordinal];
     if (!c->started || (c->share.fd < 0 && now - c->looked_ns >= LOOK_FOR_TABLE_NS)) join(c, d, uuid, now);
     c->started = 1;
     int shared = c->share.fd >= 0 && !atomic_load(&leaving);
@@ -114,8 +128,10 @@ static void tick_device(struct controller *c, struct alnair_device *d, const uin
         alnair_share_set_quota(&c->share, quota_ppm(c, d, launches, now));
         alnair_share_read(&c->share, now);
     }
+    struct alnair_busy_sample samples[MAX_SAMPLES];
+    int n = busy_samples(c, ordinal, uuid, now, samples);
     struct alnair_gpu_time_tick t =
-        alnair_gpu_time_account(&d->gpu_time, now, shared ? &c->share.table : NULL, c->share.counted);
+        alnair_gpu_time_account(&d->gpu_time, now, shared ? &c->share.table : NULL, c->share.counted, samples, n);
     double wait = alnair_gpu_time_owed(&c->debts, d->compute_limit_percent, &t);
     atomic_store_explicit(&d->barred_until_ns, wait > 0 ? now + (uint64_t)wait : 0, memory_order_relaxed);
 }
@@ -124,7 +140,7 @@ void alnair_compute_limit_tick(uint64_t now, const uint8_t *const uuids[ALNAIR_C
 {
     for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++)
         if (atomic_load_explicit(&alnair.devices[i].seen, memory_order_relaxed))
-            tick_device(&controllers[i], &alnair.devices[i], uuids[i], now);
+            tick_device(&controllers[i], i, uuids[i], now);
 }
 
 /* A fork child takes its own slot and starts with no debt. */

@@ -63,10 +63,7 @@ void alnair_gpu_time_end(struct alnair_gpu_time *g, uint64_t now)
 
 static void add_total(struct alnair_gpu_time *g, uint32_t busy_ns, double share)
 {
-    double gpu = busy_ns * share + g->gpu_time_rest;
-    uint64_t whole = (uint64_t)gpu;
-    g->gpu_time_rest = gpu - (double)whole;
-    atomic_fetch_add_explicit(&g->gpu_time_ns, whole, memory_order_relaxed);
+    g->divided_ns += busy_ns * share;
     atomic_fetch_add_explicit(&g->busy_ns, busy_ns, memory_order_relaxed);
 }
 
@@ -110,7 +107,9 @@ void alnair_gpu_time_close(struct alnair_gpu_time *g, uint64_t now, uint64_t lau
     for (; g->final_ms && g->final_ms < now_ms; g->final_ms++) {
         uint64_t m = g->final_ms, bit = 1ull << (m % ALNAIR_GPU_TIME_HISTORY_MS);
         if (m - g->accounted_ms >= ALNAIR_GPU_TIME_HISTORY_MS) { /* ticks too far apart to wait for peers */
-            add_total(g, g->history[g->accounted_ms % ALNAIR_GPU_TIME_HISTORY_MS], 1.0);
+            uint32_t busy = g->history[g->accounted_ms % ALNAIR_GPU_TIME_HISTORY_MS];
+            add_total(g, busy, 1.0);
+            g->all_ns += busy;
             g->accounted_ms++;
         }
         uint32_t busy = g->history[m % ALNAIR_GPU_TIME_HISTORY_MS] = g->pending[m % ALNAIR_GPU_TIME_PENDING_MS];
@@ -202,18 +201,18 @@ static int account_ms(struct alnair_gpu_time *g, uint64_t m, uint64_t now_ms, co
                       uint64_t mask, struct alnair_gpu_time_tick *tick)
 {
     uint32_t busy = g->history[m % ALNAIR_GPU_TIME_HISTORY_MS];
-    if (!busy && !wanted(g, m)) return 0;
     struct peer_ms peers[ALNAIR_SHARE_SLOTS];
     int n = t && mask ? peers_at(t, mask, m, now_ms, peers) : 0;
     if (n < 0) return -1;
+    double idle = 1 - busy / (double)MS;
+    for (int i = 0; i < n; i++) idle *= 1 - peers[i].busy;
+    g->all_ns += (1 - idle) * MS;
+    if (!busy && !wanted(g, m)) return 0;
     double share = share_of_ms(peers, n), used = busy * share;
     if (busy) add_total(g, busy, share), g->last_share = share;
     tick->used_ns += used;
-    if (any_wants(peers, n)) { /* contested: entitled to its weight's part of what the GPU delivered */
-        double idle = 1 - busy / (double)MS;
-        for (int i = 0; i < n; i++) idle *= 1 - peers[i].busy;
+    if (any_wants(peers, n)) /* contested: entitled to its weight's part of what the GPU delivered */
         tick->excess_ns += used - (1 - idle) * MS * entitlement(g->share_ppm, peers, n, NULL);
-    }
     return 0;
 }
 
@@ -234,8 +233,22 @@ static void latest(struct alnair_gpu_time *g, uint64_t now_ms, const struct alna
     tick->entitled = entitlement(g->share_ppm, peers, n, &tick->shares);
 }
 
+/* The totals scaled to the GPU's busy time, and the tick's figures with them (the GPU time published never falls). */
+static void scale(struct alnair_gpu_time *g, struct alnair_gpu_time_tick *tick, const struct alnair_busy_sample *samples,
+                  int n_samples)
+{
+    alnair_device_busy_counted(&g->device, g->accounted_ms, g->all_ns, g->divided_ns);
+    if (n_samples) alnair_device_busy_sampled(&g->device, samples, n_samples);
+    uint64_t scaled = (uint64_t)(alnair_device_busy_scaled(&g->device) + 0.5);
+    if (scaled > atomic_load_explicit(&g->gpu_time_ns, memory_order_relaxed))
+        atomic_store_explicit(&g->gpu_time_ns, scaled, memory_order_relaxed);
+    double by = alnair_device_busy_scale(&g->device);
+    tick->used_ns *= by, tick->excess_ns *= by, tick->unaccounted_ns *= by;
+}
+
 struct alnair_gpu_time_tick alnair_gpu_time_account(struct alnair_gpu_time *g, uint64_t now,
-                                                    const struct alnair_share_table *table, uint64_t peers)
+                                                    const struct alnair_share_table *table, uint64_t peers,
+                                                    const struct alnair_busy_sample *samples, int n_samples)
 {
     struct alnair_gpu_time_tick tick = {0};
     pthread_mutex_lock(&g->lock);
@@ -246,6 +259,7 @@ struct alnair_gpu_time_tick alnair_gpu_time_account(struct alnair_gpu_time *g, u
     double unaccounted = g->final_ms ? g->pending[g->final_ms % ALNAIR_GPU_TIME_PENDING_MS] : 0;
     for (uint64_t m = g->accounted_ms; m < g->final_ms; m++) unaccounted += g->history[m % ALNAIR_GPU_TIME_HISTORY_MS];
     tick.unaccounted_ns = unaccounted * g->last_share;
+    scale(g, &tick, samples, n_samples);
     latest(g, now_ms, table, peers, &tick);
     pthread_mutex_unlock(&g->lock);
     return tick;

@@ -6,7 +6,8 @@
  * the processes busy at the same moment split it (measured on the H200: evenly, in ~2 ms
  * slices), so every millisecond of a process's busy time counts 1 / (processes busy then).
  * Each process publishes its recent milliseconds in the GPU's share table (alnair_shm.h)
- * and reads everyone else's; docs/intercept.md gives the errors.
+ * and reads everyone else's. The GPU's own busy time then scales it (device_busy.h), so the
+ * GPU's idle gaps inside a span do not count; docs/intercept.md gives the errors.
  *
  * Every function takes the time as an argument, so a simulation on a virtual clock drives
  * this module exactly as the library does (tests/intercept/programs/gpu_time_sim.c).
@@ -19,6 +20,7 @@
 #include <stdint.h>
 
 #include "alnair_shm.h"
+#include "device_busy.h"
 
 #define ALNAIR_GPU_TIME_PENDING_MS 256 /* busy ms not yet final: a monitor tick later than this loses the oldest */
 #define ALNAIR_GPU_TIME_HISTORY_MS 64  /* final ms waiting for the peers' timelines */
@@ -38,8 +40,10 @@ struct alnair_gpu_time {
     double last_share;              /* the part of its busy time that was its GPU time, in the latest busy ms */
     uint64_t accounted_ms;          /* the ms before this one are in the totals */
     uint64_t launches_seen, launches_moved_ns; /* a span no call ends closes once launches stop */
-    double gpu_time_rest;           /* the fraction of a ns not yet added */
-    _Atomic uint64_t gpu_time_ns;   /* the totals, published */
+    double divided_ns;              /* its busy time, each ms divided among the processes busy in it */
+    double all_ns;                  /* the time any process of the table (or this one) was busy */
+    struct alnair_device_busy device; /* the GPU's own busy time, which the divided time is scaled to */
+    _Atomic uint64_t gpu_time_ns;   /* the totals, published: the divided time scaled */
     _Atomic uint64_t busy_ns;
 };
 
@@ -76,9 +80,11 @@ struct alnair_gpu_time_tick {
 
 /* Monitor tick at now, after the table was read: final ms whose peers' timelines are in (or late
  * enough to be given up on) go into the totals, each divided among the processes busy in it. With
- * no table (NULL), or no peer in `peers` (a bit per slot), all of it is the process's. */
+ * no table (NULL), or no peer in `peers` (a bit per slot), all of it is the process's. The GPU's
+ * new busy samples (none where it gives none) scale it, and the tick's figures, to what the GPU ran. */
 struct alnair_gpu_time_tick alnair_gpu_time_account(struct alnair_gpu_time *g, uint64_t now_ns,
-                                                    const struct alnair_share_table *table, uint64_t peers);
+                                                    const struct alnair_share_table *table, uint64_t peers,
+                                                    const struct alnair_busy_sample *samples, int n_samples);
 
 /* The limits' debts on that GPU time (compute_limit.c explains them). */
 struct alnair_gpu_debts {

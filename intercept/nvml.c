@@ -5,6 +5,8 @@
 
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
 
 typedef struct { /* nvmlProcessInfo_v2_t, which the _v3 call fills */
     unsigned int pid;
@@ -12,13 +14,22 @@ typedef struct { /* nvmlProcessInfo_v2_t, which the _v3 call fills */
     unsigned int gpuInstanceId, computeInstanceId;
 } process_info;
 
+typedef struct { /* nvmlSample_t */
+    unsigned long long time_us;
+    union { double d; unsigned int u; unsigned long long ull; } value; /* nvmlValue_t, as its type says */
+} sample;
+
+enum { GPU_UTILIZATION_SAMPLES = 1, VALUE_DOUBLE = 0, VALUE_UNSIGNED_INT = 1 }; /* nvmlSamplingType_t, nvmlValueType_t */
+
 #define MAX_PROCESSES 256
+#define MAX_SAMPLES 128 /* more than the driver keeps */
 
 static struct {
     int tried, ok;
     int (*init)(void);
     int (*handle_by_uuid)(const char *, void **);
     int (*running_processes)(void *, unsigned int *, process_info *); /* NULL on drivers before it */
+    int (*samples)(void *, int, unsigned long long, int *, unsigned int *, sample *);
     void *devices[ALNAIR_CUDA_MAX_DEVICES];
     int looked_up[ALNAIR_CUDA_MAX_DEVICES];
 } nvml;
@@ -33,6 +44,7 @@ static int load(void)
     *(void **)&nvml.init = lookup(lib, "nvmlInit_v2");
     *(void **)&nvml.handle_by_uuid = lookup(lib, "nvmlDeviceGetHandleByUUID");
     *(void **)&nvml.running_processes = lookup(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
+    *(void **)&nvml.samples = lookup(lib, "nvmlDeviceGetSamples");
     nvml.ok = nvml.init && nvml.handle_by_uuid && nvml.init() == 0;
     return nvml.ok;
 }
@@ -62,4 +74,39 @@ int alnair_nvml_memory_of(void *device, unsigned int pid, uint64_t *bytes)
             return 0;
         }
     return -1;
+}
+
+static uint64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int alnair_nvml_busy_samples(void *device, uint64_t *last_us, struct alnair_busy_sample *out, int max)
+{
+    sample got[MAX_SAMPLES];
+    unsigned int n = MAX_SAMPLES;
+    int type = -1;
+    if (!device || !nvml.samples || nvml.samples(device, GPU_UTILIZATION_SAMPLES, *last_us, &type, &n, got) != 0) return 0;
+    if (type != VALUE_UNSIGNED_INT && type != VALUE_DOUBLE) return 0;
+    if (n > MAX_SAMPLES) n = MAX_SAMPLES;
+    for (unsigned int i = 1; i < n; i++) /* oldest first */
+        for (unsigned int j = i; j > 0 && got[j - 1].time_us > got[j].time_us; j--) {
+            sample t = got[j];
+            got[j] = got[j - 1], got[j - 1] = t;
+        }
+    /* Its microseconds are the real-time clock's (the monotonic clock's on some drivers): whichever the latest is nearer. */
+    uint64_t real = clock_ns(CLOCK_REALTIME), mono = clock_ns(CLOCK_MONOTONIC), latest = 0;
+    for (unsigned int i = 0; i < n; i++) latest = got[i].time_us > latest ? got[i].time_us : latest;
+    int64_t to_mono = llabs((int64_t)(latest * 1000 - real)) < llabs((int64_t)(latest * 1000 - mono)) ? (int64_t)(mono - real) : 0;
+    int first = *last_us == 0, k = 0; /* a first call gives the driver's whole history: only its latest counts */
+    for (unsigned int i = 0; i < n && k < max; i++) {
+        if (first && got[i].time_us != latest) continue;
+        double percent = type == VALUE_DOUBLE ? got[i].value.d : (double)got[i].value.u;
+        out[k++] = (struct alnair_busy_sample){.end_ns = (uint64_t)((int64_t)(got[i].time_us * 1000) + to_mono),
+                                               .busy = percent / 100.0};
+    }
+    *last_us = latest > *last_us ? latest : *last_us;
+    return k;
 }

@@ -2,14 +2,13 @@
  * fake_libnvml.c - TEST DOUBLE of NVIDIA's NVML library, built by the tests as
  * libnvidia-ml.so.1 for the processes that ask for it (on LD_LIBRARY_PATH).
  *
- * The intercept's limits call nvmlInit_v2, nvmlDeviceGetHandleByUUID (always
- * device 0), nvmlDeviceGetProcessUtilization (the compute limit's feedback) and
+ * The intercept calls nvmlInit_v2, nvmlDeviceGetHandleByUUID (always device 0),
+ * nvmlDeviceGetSamples (how busy the GPU was, for GPU time) and
  * nvmlDeviceGetComputeRunningProcesses_v3 (what the GPU holds for the process).
- * Like the real one, each utilization call returns the samples taken after the
- * caller's lastSeenTimeStamp (microseconds of the real-time clock), here one per
- * call and process: the caller's own, with FAKE_NVML_SM_UTIL percent (default 0),
- * and, with FAKE_NVML_OTHER_SM_UTIL set, one of another process (pid 1) with
- * that many percent: a process on the GPU that is not in the share table.
+ * Like the real one, a GPU utilization samples call returns the samples taken
+ * after the caller's lastSeenTimeStamp (microseconds of the real-time clock): one
+ * every FAKE_NVML_SAMPLE_MS (default 100) of that clock, the last 100 of them,
+ * each FAKE_NVML_GPU_UTIL percent (below); none yet is NVML_ERROR_NOT_FOUND.
  * The running processes: the caller, holding what the fake driver's device 0 has
  * allocated (its allocations and contexts) plus FAKE_NVML_CONTEXT_GROWTH_BYTES
  * (memory its contexts gained after creation, which the driver's counters miss).
@@ -38,14 +37,9 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-typedef struct {
-    unsigned int pid;
-    unsigned long long timeStamp;
-    unsigned int smUtil, memUtil, encUtil, decUtil;
-} nvml_process_sample;
-
 enum {
-    NVML_SUCCESS = 0, NVML_ERROR_INVALID_ARGUMENT = 2, NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_SUCCESS = 0, NVML_ERROR_INVALID_ARGUMENT = 2, NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 };
 
@@ -59,34 +53,6 @@ EXPORT int nvmlDeviceGetHandleByUUID(const char *uuid, void **device)
 {
     if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
     *device = &device_handle;
-    return NVML_SUCCESS;
-}
-
-static unsigned int percent(const char *name)
-{
-    const char *v = getenv(name);
-    return v ? (unsigned int)atoi(v) : 0;
-}
-
-EXPORT int nvmlDeviceGetProcessUtilization(void *device, nvml_process_sample *samples, unsigned int *count,
-                                           unsigned long long last_seen)
-{
-    if (device != &device_handle || !count) return NVML_ERROR_INVALID_ARGUMENT;
-    int other = getenv("FAKE_NVML_OTHER_SM_UTIL") != NULL;
-    unsigned int n = 1 + (unsigned int)other;
-    if (!samples || *count < n) {
-        *count = n;
-        return NVML_ERROR_INSUFFICIENT_SIZE;
-    }
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    unsigned long long now = (unsigned long long)tv.tv_sec * 1000000ull + (unsigned long long)tv.tv_usec;
-    if (now <= last_seen) now = last_seen + 1;
-    memset(samples, 0, n * sizeof *samples);
-    samples[0] = (nvml_process_sample){.pid = (unsigned int)getpid(), .timeStamp = now,
-                                       .smUtil = percent("FAKE_NVML_SM_UTIL")};
-    if (other) samples[1] = (nvml_process_sample){.pid = 1, .timeStamp = now, .smUtil = percent("FAKE_NVML_OTHER_SM_UTIL")};
-    *count = n;
     return NVML_SUCCESS;
 }
 
@@ -283,5 +249,41 @@ EXPORT int nvmlGpmMetricsGet(nvml_gpm_metrics_get *get)
                             ? 100.0 * (b->sm_active_seconds - a->sm_active_seconds) / (b->seconds - a->seconds)
                             : 0;
     }
+    return NVML_SUCCESS;
+}
+
+/* ---- GPU time: the GPU's utilization samples ---- */
+
+typedef struct {
+    unsigned long long timeStamp;
+    unsigned long long value; /* nvmlValue_t: an unsigned int in its low half, as NVML_VALUE_TYPE_UNSIGNED_INT */
+} nvml_sample;
+
+enum { GPU_UTILIZATION_SAMPLES = 1, VALUE_UNSIGNED_INT = 1, KEPT = 100 };
+
+EXPORT int nvmlDeviceGetSamples(void *device, int type, unsigned long long last_seen, int *value_type,
+                                unsigned int *count, nvml_sample *samples)
+{
+    int i = gpu_index(device);
+    if (i < 0 || !count || !value_type) return NVML_ERROR_INVALID_ARGUMENT;
+    char buf[32];
+    const char *util = item("FAKE_NVML_GPU_UTIL", i, buf, sizeof buf);
+    if (type != GPU_UTILIZATION_SAMPLES || (util && !strcmp(util, "x"))) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned long long period = getenv("FAKE_NVML_SAMPLE_MS") ? number("FAKE_NVML_SAMPLE_MS", 0) * 1000 : 100000;
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    unsigned long long newest = ((unsigned long long)tv.tv_sec * 1000000ull + (unsigned long long)tv.tv_usec) / period;
+    unsigned long long oldest = last_seen / period + 1;
+    if (oldest + KEPT <= newest) oldest = newest - KEPT + 1;
+    if (oldest > newest) return NVML_ERROR_NOT_FOUND;
+    unsigned int n = (unsigned int)(newest - oldest + 1);
+    if (!samples || *count < n) {
+        *count = n;
+        return samples ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    for (unsigned int k = 0; k < n; k++)
+        samples[k] = (nvml_sample){.timeStamp = (oldest + k) * period, .value = number("FAKE_NVML_GPU_UTIL", i)};
+    *value_type = VALUE_UNSIGNED_INT;
+    *count = n;
     return NVML_SUCCESS;
 }

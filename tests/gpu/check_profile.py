@@ -98,13 +98,19 @@ def launch_paths(prof) -> dict[str, int]:
         for e in events
         if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
     }
-    return dict(
-        collections.Counter(
-            calls.get(e.get("args", {}).get("correlation"), "?")
-            for e in events
-            if e.get("cat") == "kernel" and not e["name"].startswith(("Memcpy", "Memset"))
-        )
+    pairs = collections.Counter(
+        (calls.get(e.get("args", {}).get("correlation"), "?"), e["name"][:80])
+        for e in events
+        if e.get("cat") == "kernel" and not e["name"].startswith(("Memcpy", "Memset"))
     )
+    by_call = collections.Counter()
+    for (call, _), count in pairs.items():
+        by_call[call] += count
+    # Every kernel of the calls that launched few: the one a step the intercept misses is among them.
+    rare = {
+        f"{call} | {name}": count for (call, name), count in pairs.items() if by_call[call] < 0.05 * sum(pairs.values())
+    }
+    return {**by_call, **rare}
 
 
 # ---- the parent: the runs and the checks ---------------------------------------------------------------------

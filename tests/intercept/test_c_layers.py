@@ -14,7 +14,8 @@ import pytest
 INTERCEPT = Path(__file__).resolve().parents[2] / "intercept"
 # Bottom first. A file may call files of lower layers only.
 LAYERS = [
-    {"driver", "alloc_table", "shm_segment"},  # the real driver, data structures, the segment file
+    {"driver", "alloc_table", "shm_segment", "device_busy"},  # the real driver, data structures, the segment file,
+    # the GPU's busy time's arithmetic
     {"state", "nvml"},  # the process's devices, configuration and log; NVML
     {"address_map", "gpu_share", "gpu_time", "kernel_names"},  # the copies' pointer map; the share table; busy time
     # to GPU time; launches by kernel name

@@ -30,13 +30,18 @@ def simulate(tmp_path_factory):
         str(binary),
         str(HERE / "programs" / "gpu_time_sim.c"),
         str(INTERCEPT / "gpu_time.c"),
+        str(INTERCEPT / "device_busy.c"),
         "-lpthread",
         "-lm",
     )
 
-    def run(seconds: float, *procs: str, device: dict | None = None) -> tuple[list[dict[str, int]], int]:
-        """Each process's figures, and the GPU's busy time (all the device's figures into `device`)."""
-        out = subprocess.run([str(binary), str(seconds), *procs], capture_output=True, text=True, check=True).stdout
+    def run(
+        seconds: float, *procs: str, device: dict | None = None, busy_samples: bool = True
+    ) -> tuple[list[dict[str, int]], int]:
+        """Each process's figures, and the GPU's busy time (all the device's figures into `device`); without
+        `busy_samples`, the GPU gives none (no NVML, a MIG instance)."""
+        command = [str(binary), *([] if busy_samples else ["--no-device-busy"]), str(seconds), *procs]
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         lines = [line.split() for line in out.splitlines()]
         found = [{k: int(v) for k, v in zip(line[2::2], line[3::2])} for line in lines if line[0] == "process"]
         figures = {k: int(v) for k, v in zip(lines[-1][1::2], lines[-1][2::2])}
@@ -87,11 +92,39 @@ def test_a_late_arrival_is_counted_from_its_first_launch(simulate):
     assert close(early["gpu_time_ns"], 7_500_000_000, 0.01) and close(late["gpu_time_ns"], 2_500_000_000, 0.01)
 
 
-def test_a_launch_bound_loop_counts_its_whole_span(simulate):
-    """The documented error: kernels of 50 us issued 100 us apart leave the GPU idle half of each span, and a
-    span counts whole (docs/intercept.md says so and why)."""
-    [p], device = simulate(10, "50:50:100:0")
+LAUNCH_BOUND = "50:50:100:0"  # kernels of 50 us issued 100 us apart: the GPU idles half of each busy span
+
+
+@pytest.mark.parametrize(
+    "loop, span_over_true",
+    [(LAUNCH_BOUND, 1.95), ("20:250:400:0", 1.55), ("20:850:5:0:1000:1000", 1.0)],
+    ids=["50%", "64%", "1s-on-off"],
+)
+def test_the_gpus_busy_samples_leave_out_the_idle_gaps_inside_a_span(simulate, loop, span_over_true):
+    [p], device = simulate(10, loop)
+    assert p["busy_ns"] >= span_over_true * p["true_ns"] and p["true_ns"] == device
+    assert close(p["gpu_time_ns"], p["true_ns"], 0.01)
+
+
+def test_without_busy_samples_a_launch_bound_loop_counts_its_whole_span(simulate):
+    """The documented error where the GPU gives no busy samples (no NVML, a MIG instance): a span counts whole."""
+    [p], device = simulate(10, LAUNCH_BOUND, busy_samples=False)
     assert close(p["true_ns"], 5_050_000_000, 0.01) and p["gpu_time_ns"] == p["busy_ns"] == 10_000_000_000
+
+
+def test_processes_with_gaps_sum_to_the_gpus_busy_time(simulate):
+    found, device = simulate(10, "20:850:5:2000", "20:850:5:2000", LAUNCH_BOUND + ":500:500")
+    assert device < 9_900_000_000  # the GPU idles at times
+    assert close(sum(p["gpu_time_ns"] for p in found), device, 0.01)
+
+
+def test_a_launch_bound_loop_beside_a_busy_one_is_divided_by_presence(simulate):
+    """The documented error the samples cannot remove: both are busy all the time, so each counts half, though the
+    launch-bound loop left its gaps to the other (it got 38%); together they still come to the GPU's busy time."""
+    (gappy, steady), device = simulate(10, LAUNCH_BOUND, STEP_17MS)
+    assert close(gappy["true_ns"], 3_846_000_000, 0.01) and close(steady["true_ns"], 6_154_000_000, 0.01)
+    assert close(gappy["gpu_time_ns"], 5_000_000_000, 0.01) and close(steady["gpu_time_ns"], 5_000_000_000, 0.01)
+    assert close(gappy["gpu_time_ns"] + steady["gpu_time_ns"], device, 0.01)
 
 
 # ---- the library, against the fake driver -------------------------------------------------------------
@@ -108,10 +141,10 @@ def device_times(shm_dir: Path, pid: int) -> tuple[int, int, int, int] | None:
     return d.flags, d.gpu_time_ns, ext.busy_ns, d.kernel_launches
 
 
-def stepping_client(run_client, seconds: float):
+def stepping_client(run_client, seconds: float, extra: dict[str, str] | None = None):
     """17 ms steps (17 launches of 1 ms of the fake GPU's time, then a sync), for `seconds`."""
     env = {"FAKE_CUDA_ASYNC": "1", "FAKE_CUDA_LAUNCH_NS": str(LAUNCH_NS)}
-    return run_client("gpa", "batches", "0", str(seconds), "17", env=env)
+    return run_client("gpa", "batches", "0", str(seconds), "17", env={**env, **(extra or {})})
 
 
 def test_the_library_publishes_its_busy_time_as_its_gpu_time_alone(run_client, shm_dir):
@@ -124,6 +157,26 @@ def test_the_library_publishes_its_busy_time_as_its_gpu_time_alone(run_client, s
     assert abs(gpu_time - busy) <= 1  # no peer: all of its busy time is its own
     # every launch's work ran inside a span (but the queue of the step in flight and the last 10 ms)
     assert launches * LAUNCH_NS - 100_000_000 <= busy <= wall * 1e9
+    client.stop()
+
+
+@pytest.mark.parametrize("utilization, part", [("40", 0.40), ("x", 1.0)], ids=["40%", "no-samples"])
+def test_the_library_scales_its_busy_time_to_the_gpus_busy_samples(
+    run_client, shm_dir, fake_nvml_dir, fake_driver_dir, utilization, part
+):
+    """The fake NVML says the GPU ran kernels 40% of each 50 ms while the process was busy all the time: its GPU time
+    is 40% of its busy time (the time before the first sample too). "x": no samples (as on a MIG instance), so its
+    busy time counts whole."""
+    env = {
+        "LD_LIBRARY_PATH": f"{fake_nvml_dir}:{fake_driver_dir}",
+        "FAKE_NVML_GPU_UTIL": utilization,
+        "FAKE_NVML_SAMPLE_MS": "50",
+    }
+    client = stepping_client(run_client, 3, env)  # returns once it has stepped for 3 s
+    pid = client.proc.pid
+    assert wait_until(lambda: (t := device_times(shm_dir, pid)) and t[2] >= 2_900_000_000, timeout=10)
+    _, gpu_time, busy, _ = device_times(shm_dir, pid)
+    assert abs(gpu_time / busy - part) < 0.03, (gpu_time, busy)
     client.stop()
 
 
@@ -161,6 +214,15 @@ def test_a_cap_holds_alone_and_beside_another_cap(simulate, step):
     assert abs(share_of(small) - 0.30) < 0.03 and abs(share_of(large) - 0.70) < 0.03, (small, large)
     for p in (small, large):  # and the GPU time published says what they got
         assert abs(p["gpu_time_ns"] - p["true_ns"]) < 0.015e10, p
+
+
+def test_a_cap_holds_on_the_gpu_time_a_loop_with_gaps_really_gets(simulate):
+    """A launch-bound loop capped at 30%: the GPU's busy samples keep its gaps out of its GPU time, so it gets 30%
+    of the GPU's time (without them its spans count whole and it got 19%)."""
+    [capped], _ = simulate(10, f"cap=30,{LAUNCH_BOUND}")
+    assert abs(share_of(capped) - 0.30) < 0.01 and close(capped["gpu_time_ns"], capped["true_ns"], 0.02), capped
+    [spans], _ = simulate(10, f"cap=30,{LAUNCH_BOUND}", busy_samples=False)
+    assert share_of(spans) < 0.22 and close(spans["gpu_time_ns"], 3e9, 0.01), spans
 
 
 def test_a_cap_beside_an_unlimited_process_and_three_caps(simulate):

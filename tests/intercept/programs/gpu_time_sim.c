@@ -6,7 +6,7 @@
  * share table, accounting from the others' and deciding its limits' waits (as compute_limit.c).
  * Nothing depends on the machine's speed: the same arguments give the same numbers.
  *
- *   gpu_time_sim SECONDS PROC [PROC ...]
+ *   gpu_time_sim [--no-device-busy] SECONDS PROC [PROC ...]
  *   PROC = [cap=N,][share=N,]kernels:kernel_us:launch_us:cpu_us[:on_ms:off_ms[:start_ms]]
  *
  * A process repeats steps: `kernels` launches `launch_us` of CPU apart, each queueing
@@ -16,7 +16,9 @@
  * at a time, in turns of SLICE_NS among those with work queued, as the H200 was measured to
  * (docs/intercept.md). Prints, per process, its steps, the GPU time it really got (also while the
  * first process steps and while it idles), what gpu_time.c measured and how long its launches
- * waited; then the time the GPU was busy and how long the first process stepped.
+ * waited; then the time the GPU was busy and how long the first process stepped. The GPU's busy
+ * samples come as NVML's do: whole percents of 1/6 s periods, each seen SAMPLE_LAG_NS after its
+ * end (--no-device-busy: none, as without NVML or on a MIG instance).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +30,9 @@
 #define SLICE_NS 2000000ull  /* a time slice */
 #define TICK_NS 10000000ull  /* the monitor's period */
 #define MAX_PROCS 8
+#define SAMPLE_NS 166670000ull /* NVML's utilization period */
+#define SAMPLE_LAG_NS 50000000ull
+#define MAX_SAMPLES 4096
 
 enum phase { THINKING, LAUNCHING, SYNCING };
 
@@ -49,6 +54,16 @@ struct proc {
 static struct proc procs[MAX_PROCS];
 static int n_procs;
 static struct alnair_share_table table;
+static struct alnair_busy_sample samples[MAX_SAMPLES];
+static int n_samples, sampling = 1;
+
+/* The samples a monitor ticking at t sees (NVML's newest ones are always some way behind). */
+static int samples_seen(uint64_t t)
+{
+    int n = 0;
+    while (n < n_samples && samples[n].end_ns + SAMPLE_LAG_NS <= t) n++;
+    return n;
+}
 
 static void parse(struct proc *p, const char *spec, int index)
 {
@@ -116,19 +131,20 @@ static void tick(int i, uint64_t t)
     p->tick_ns += TICK_NS;
     alnair_gpu_time_close(&p->g, t, p->launches, &table.busy[i]);
     uint64_t peers = ((1ull << n_procs) - 1) & ~(1ull << i);
-    struct alnair_gpu_time_tick result = alnair_gpu_time_account(&p->g, t, &table, peers);
+    struct alnair_gpu_time_tick result = alnair_gpu_time_account(&p->g, t, &table, peers, samples, samples_seen(t));
     double wait = alnair_gpu_time_owed(&p->debts, p->cap_percent, &result);
     p->barred_until_ns = wait > 0 ? t + (uint64_t)wait : 0;
 }
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "--no-device-busy")) sampling = 0, argc--, argv++;
     if (argc < 3 || argc - 2 > MAX_PROCS) {
-        fprintf(stderr, "usage: gpu_time_sim SECONDS PROC [PROC ...] (at most %d)\n", MAX_PROCS);
+        fprintf(stderr, "usage: gpu_time_sim [--no-device-busy] SECONDS PROC [PROC ...] (at most %d)\n", MAX_PROCS);
         return 2;
     }
     uint64_t start = 1000000000ull, end = start + (uint64_t)(atof(argv[1]) * 1e9), device_busy = 0, slice_used = 0;
-    uint64_t first_on_ns = 0;
+    uint64_t first_on_ns = 0, sample_busy = 0, sample_end = start + SAMPLE_NS;
     n_procs = argc - 2;
     for (int i = 0; i < n_procs; i++) {
         parse(&procs[i], argv[i + 2], i);
@@ -136,6 +152,11 @@ int main(int argc, char **argv)
     }
     int running = 0;
     for (uint64_t t = start; t < end; t += DT_NS) {
+        if (t >= sample_end) { /* a whole percent of the period, as NVML gives it */
+            if (sampling && n_samples < MAX_SAMPLES)
+                samples[n_samples++] = (struct alnair_busy_sample){sample_end, (double)((sample_busy * 100 + SAMPLE_NS / 2) / SAMPLE_NS) / 100};
+            sample_busy = 0, sample_end += SAMPLE_NS;
+        }
         for (int i = 0; i < n_procs; i++) run_cpu(&procs[i], t), tick(i, t);
         int first_on = stepping(&procs[0], t);
         first_on_ns += first_on ? DT_NS : 0;
@@ -154,13 +175,13 @@ int main(int argc, char **argv)
         struct proc *p = &procs[running];
         if (!p->queued_ns) continue;
         uint64_t ran = p->queued_ns < DT_NS ? p->queued_ns : DT_NS;
-        p->queued_ns -= ran, p->served_ns += ran, slice_used += DT_NS, device_busy += DT_NS;
+        p->queued_ns -= ran, p->served_ns += ran, slice_used += DT_NS, device_busy += DT_NS, sample_busy += ran;
         if (first_on) p->served_first_on_ns += ran;
     }
     for (int i = 0; i < n_procs; i++) alnair_gpu_time_close(&procs[i].g, end, procs[i].launches, &table.busy[i]);
     for (int i = 0; i < n_procs; i++) {
         struct proc *p = &procs[i];
-        alnair_gpu_time_account(&p->g, end, &table, ((1ull << n_procs) - 1) & ~(1ull << i));
+        alnair_gpu_time_account(&p->g, end, &table, ((1ull << n_procs) - 1) & ~(1ull << i), samples, samples_seen(end));
         printf("process %d steps %llu true_ns %llu true_first_on_ns %llu gpu_time_ns %llu busy_ns %llu waited_ns %llu\n",
                i, (unsigned long long)p->steps, (unsigned long long)p->served_ns,
                (unsigned long long)p->served_first_on_ns, (unsigned long long)atomic_load(&p->g.gpu_time_ns),

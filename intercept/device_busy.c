@@ -1,0 +1,90 @@
+/*
+ * device_busy.c - see device_busy.h.
+ *
+ * The accounting's totals are kept once per tick (by the ms they reach); a sample period's
+ * totals are read between ticks by straight lines. A period is applied once the accounting
+ * has reached its end; the time between the periods applied (a period lost or older than the
+ * ticks kept) counts at the scale before it.
+ */
+#include "device_busy.h"
+
+#define MS 1000000.0
+
+/* The totals before ms (a fraction of one) from the ticks kept: 1 found, 0 not accounted yet, -1 older than kept. */
+static int totals_at(const struct alnair_device_busy *b, double ms, double *all, double *own)
+{
+    if (!b->count || ms > (double)b->ticks[b->newest].ms) return 0;
+    unsigned i = b->newest;
+    for (unsigned k = 1; k < b->count; k++) {
+        unsigned older = (i + ALNAIR_DEVICE_BUSY_TICKS - 1) % ALNAIR_DEVICE_BUSY_TICKS;
+        if ((double)b->ticks[older].ms <= ms) {
+            double span = (double)(b->ticks[i].ms - b->ticks[older].ms), f = span > 0 ? (ms - b->ticks[older].ms) / span : 1;
+            *all = b->ticks[older].all + f * (b->ticks[i].all - b->ticks[older].all);
+            *own = b->ticks[older].own + f * (b->ticks[i].own - b->ticks[older].own);
+            return 1;
+        }
+        i = older;
+    }
+    if (ms < (double)b->ticks[i].ms) return -1;
+    *all = b->ticks[i].all, *own = b->ticks[i].own;
+    return 1;
+}
+
+/* Periods whose end the accounting has reached, into `scaled` and `scale`. */
+static void apply(struct alnair_device_busy *b)
+{
+    for (; b->periods_waiting; b->first_period = (b->first_period + 1) % ALNAIR_DEVICE_BUSY_PERIODS, b->periods_waiting--) {
+        const double start = (double)b->periods[b->first_period].start_ns / MS, end = (double)b->periods[b->first_period].end_ns / MS;
+        double all_s, own_s, all_e, own_e;
+        if (totals_at(b, end, &all_e, &own_e) == 0) return;
+        if (totals_at(b, start, &all_s, &own_s) == 1 && own_s >= b->scaled_own) {
+            double before = alnair_device_busy_scale(b), all = all_e - all_s;
+            double busy = b->periods[b->first_period].busy * (end - start) * MS;
+            int first = !b->scaled_any;
+            if (all > 0) b->scale = busy < all ? busy / all : 1.0, b->scaled_any = 1;
+            /* the time since the last period applied at its scale; before the first, at the first's */
+            b->scaled += (own_s - b->scaled_own) * (first ? alnair_device_busy_scale(b) : before);
+            b->scaled += (own_e - own_s) * alnair_device_busy_scale(b);
+        } else if (own_e >= b->scaled_own) {
+            b->scaled += (own_e - b->scaled_own) * alnair_device_busy_scale(b);
+        } else {
+            continue; /* a period before the last one applied */
+        }
+        b->scaled_own = own_e;
+    }
+}
+
+void alnair_device_busy_counted(struct alnair_device_busy *b, uint64_t ms, double all_ns, double own_ns)
+{
+    if (!b->count || ms > b->ticks[b->newest].ms) {
+        b->newest = b->count ? (b->newest + 1) % ALNAIR_DEVICE_BUSY_TICKS : 0;
+        if (b->count < ALNAIR_DEVICE_BUSY_TICKS) b->count++;
+    }
+    b->ticks[b->newest].ms = ms, b->ticks[b->newest].all = all_ns, b->ticks[b->newest].own = own_ns;
+    apply(b);
+}
+
+void alnair_device_busy_sampled(struct alnair_device_busy *b, const struct alnair_busy_sample *s, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (s[i].end_ns <= b->sample_end_ns) continue;
+        if (b->sample_end_ns) { /* the first sample only marks where the next one's period starts */
+            if (b->periods_waiting == ALNAIR_DEVICE_BUSY_PERIODS) { /* the accounting stalled: the oldest goes */
+                b->first_period = (b->first_period + 1) % ALNAIR_DEVICE_BUSY_PERIODS;
+                b->periods_waiting--;
+            }
+            unsigned at = (b->first_period + b->periods_waiting++) % ALNAIR_DEVICE_BUSY_PERIODS;
+            b->periods[at].start_ns = b->sample_end_ns, b->periods[at].end_ns = s[i].end_ns;
+            b->periods[at].busy = s[i].busy < 0 ? 0 : s[i].busy > 1 ? 1 : s[i].busy;
+        }
+        b->sample_end_ns = s[i].end_ns;
+    }
+    apply(b);
+}
+
+double alnair_device_busy_scaled(struct alnair_device_busy *b)
+{
+    if (!b->count) return 0;
+    double own = b->ticks[b->newest].own;
+    return b->scaled + (own > b->scaled_own ? own - b->scaled_own : 0) * alnair_device_busy_scale(b);
+}

@@ -1,0 +1,57 @@
+/*
+ * device_busy.h - the GPU's own busy time, which the processes' GPU time is scaled to.
+ *
+ * Busy spans (gpu_time.c) run from a launch to a sync's return, so they count the GPU's idle
+ * gaps inside a step (a loop whose CPU issues some kernels slower than they run: +12-18% on an
+ * H100 for real training loops). The GPU itself says how much of each sample period (1/6 s to
+ * 1 s) a kernel ran (NVML's utilization samples). Over each period, every process's divided
+ * busy time is scaled by (the GPU's busy time) / (the union of all the processes' busy time),
+ * so together they come to what the GPU ran, and alone a process gets the GPU's figure. The
+ * scale never exceeds 1: busy time of processes without the library is not theirs. Periods
+ * end up to a second late, so the time since the latest one counts at the latest scale.
+ *
+ * Pure arithmetic on times given as arguments (a simulation drives it as the library does).
+ */
+#ifndef ALNAIR_DEVICE_BUSY_H
+#define ALNAIR_DEVICE_BUSY_H
+
+#include <stdint.h>
+
+#define ALNAIR_DEVICE_BUSY_TICKS 256  /* the totals' history: ~2.5 s of 10 ms ticks, beyond the samples' lag */
+#define ALNAIR_DEVICE_BUSY_PERIODS 32 /* sample periods waiting for the accounting to reach their end */
+
+/* One sample: the GPU ran kernels `busy` (0..1) of the time from the sample before to end_ns
+ * (CLOCK_MONOTONIC). */
+struct alnair_busy_sample {
+    uint64_t end_ns;
+    double busy;
+};
+
+struct alnair_device_busy {
+    struct { uint64_t ms; double all, own; } ticks[ALNAIR_DEVICE_BUSY_TICKS]; /* totals accounted before ms */
+    unsigned newest, count;
+    struct { uint64_t start_ns, end_ns; double busy; } periods[ALNAIR_DEVICE_BUSY_PERIODS];
+    unsigned first_period, periods_waiting;
+    uint64_t sample_end_ns;   /* the latest sample's end (0: none yet) */
+    double scaled_own;        /* `scaled` covers this much of the process's divided busy time */
+    double scaled;            /* that time, scaled */
+    double scale;             /* the latest period's, */
+    int scaled_any;           /* ...if one was applied (1 before) */
+};
+
+/* Zeroed is initialized (a static device, a fork child's reset). */
+
+/* The latest period's scale: the GPU's busy time / all the processes' busy time (1 before any). */
+static inline double alnair_device_busy_scale(const struct alnair_device_busy *b) { return b->scaled_any ? b->scale : 1.0; }
+
+/* After a tick's accounting: the union of all the processes' busy time and this process's divided
+ * busy time, both totals of the ms before `ms`. */
+void alnair_device_busy_counted(struct alnair_device_busy *b, uint64_t ms, double all_ns, double own_ns);
+
+/* New samples, oldest first (those not after the latest one already given are ignored). */
+void alnair_device_busy_sampled(struct alnair_device_busy *b, const struct alnair_busy_sample *s, int n);
+
+/* This process's GPU time: its divided busy time, scaled period by period (the last part at the latest scale). */
+double alnair_device_busy_scaled(struct alnair_device_busy *b);
+
+#endif
