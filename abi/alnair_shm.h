@@ -90,7 +90,8 @@ struct alnair_cuda_device {
     uint64_t throttled_ns;            /* time launches waited for their window */
     uint64_t compute_period_ns;       /* the scheduling period (0 = takes no turns) */
     uint64_t gpu_time_ns;             /* the GPU's time this process got: its busy time, each moment divided among
-                                         the processes busy on the GPU then (ALNAIR_CUDA_DEVICE_GPU_TIME) */
+                                         the processes busy on the GPU then, scaled to the time the GPU says it
+                                         was busy (ALNAIR_CUDA_DEVICE_GPU_TIME) */
 };
 
 /* Which way a copy went; "device" is memory the process allocated on a GPU (managed memory too). */

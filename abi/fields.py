@@ -106,7 +106,7 @@ EXPORTED = [
              "launch in now (its turns' window).", unit="compute_period_ns"),
     Exported("alnair_cuda_device", "gpu_time_ns", "alnair_cuda_gpu_time_seconds", "counter",
              "GPU time the process got on the GPU: its busy time, each moment divided among the processes busy on the "
-             "GPU then.", unit=NS, only_where=gpu_time_measured),
+             "GPU then, scaled to the time the GPU says it was busy.", unit=NS, only_where=gpu_time_measured),
     Exported("alnair_cuda_device_ext", "busy_ns", "alnair_cuda_gpu_busy_seconds", "counter",
              "Time the process had work queued or running on the GPU, shared or not.", unit=NS,
              only_where=gpu_time_measured),
