@@ -21,7 +21,9 @@ class Sample(ctypes.Structure):
 
 def nvml():
     lib = ctypes.CDLL("libnvidia-ml.so.1")
+    started = time.perf_counter()
     assert lib.nvmlInit_v2() == 0
+    print(json.dumps({"nvml_init_ms": (time.perf_counter() - started) * 1000}), flush=True)
     handle = ctypes.c_void_p()
     assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0
     return lib, handle
@@ -45,6 +47,12 @@ def main() -> int:
         "realtime_us": time.clock_gettime_ns(time.CLOCK_REALTIME) // 1000,
         "monotonic_us": time.monotonic_ns() // 1000,
     }
+    costs = []
+    for _ in range(200):
+        started = time.perf_counter()
+        samples(lib, handle, 0)
+        costs.append(time.perf_counter() - started)
+    print(json.dumps({"get_samples_us_median": sorted(costs)[100] * 1e6}), flush=True)
     first = samples(lib, handle, 0)
     print(json.dumps({"clocks": clocks, "latest_samples": first[-5:], "n": len(first)}), flush=True)
     for spec in sys.argv[1:] or ["resnet18:128", "transformer:32"]:
