@@ -35,7 +35,8 @@
 #define IDLE_NS 1000000000ull       /* an unlimited process that launched nothing for this long asks for nothing */
 #define MAX_SLEEP_NS 5000000ull     /* a waiting launch reads the monitor's decision this often */
 #define PPM 1000000.0
-#define SAMPLE_NS 100000000ull      /* the GPU's busy samples are read this often (NVML takes one every 1/6 s to 1 s) */
+#define SAMPLE_NS 500000000ull      /* the GPU's busy samples are read this often: NVML takes one every 1/6 s to 1 s,
+                                       and a read costs ~2 ms of the monitor thread (an H100) */
 #define MAX_SAMPLES 64
 
 /* ---- the launch gate (any thread) ------------------------------------------------ */

@@ -4,7 +4,8 @@ a transformer (tests/gpu/training_loops.py), at several batch sizes (step times)
     python3 tests/gpu/check_limits_training.py [--loops resnet18:32,...] [--sets c30/c70,c30/-,...] [--seconds 8]
                                                [--runs 1]
 
-For each loop: the loop alone under the intercept without a limit (its solo rate); then each set of processes
+For each loop: the loop alone under the intercept without a limit (its solo rate: once untimed, as a GPU just
+started steps slower, then on both sides of every set, the two averaged); then each set of processes
 together: cN is a cap (ALNAIR_COMPUTE_LIMIT=N), sN a share (ALNAIR_COMPUTE_SHARE=N), - neither. Children warm up,
 then start measuring together on a line from the parent. Each run's rate is reported as a share of the solo rate, beside
 the published throttled time, quota and GPU time, in a table and in $OUT/limits_training.json. It measures; the targets
@@ -59,14 +60,18 @@ def main() -> int:
     prepare()
     report = []
     for loop, model, batch in loops(args.loops):
-        [solo] = run_together(model, batch, args.seconds, ["-"])
+        run_together(model, batch, args.seconds, ["-"])  # untimed: a GPU just started steps slower for a while
+        [before] = run_together(model, batch, args.seconds, ["-"])
         for limits in [group.split("/") for group in args.sets.split(",")] * args.runs:
             shared = run_together(model, batch, args.seconds, limits)
+            [after] = run_together(model, batch, args.seconds, ["-"])  # the solo rate on both sides of every set
+            solo = {"steps_per_s": (before["steps_per_s"] + after["steps_per_s"]) / 2, "runs": [before, after]}
+            solo["step_ms"] = 1000 / solo["steps_per_s"]
             for r in shared:
                 r["share_of_solo"] = r["steps_per_s"] / solo["steps_per_s"]
             report.append({"loop": loop, "solo": solo, "limits": limits, "shared": shared})
             print(
-                f"{loop:16s} solo {solo['step_ms']:6.1f} ms/step  "
+                f"{loop:16s} solo {before['step_ms']:6.1f}/{after['step_ms']:6.1f} ms/step  "
                 + "  ".join(
                     f"{r['limit']}: {100 * r['share_of_solo']:5.1f}% of solo (GPU time {100 * r['gpu_share']:5.1f}%,"
                     f" throttled {r['throttled_s']:.1f} s)"
@@ -74,6 +79,7 @@ def main() -> int:
                 ),
                 flush=True,
             )
+            before = after
     save(report, "limits_training.json")
     return 0
 
