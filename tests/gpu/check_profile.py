@@ -67,10 +67,16 @@ def child(profiled: bool) -> None:
     result = {"steps_per_second": STEPS / seconds, "h2d_bytes": model_bytes + moved, "steps": WARMUP + STEPS}
     if profiled:
         started = time.perf_counter()
+        # GPU events that are kernels: not copies or memsets, nor the GPU side of a record_function range (the
+        # optimizer's step is one, once a step), whose name is also a CPU event's
+        cpu_names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU}
         kernels = [
             e
             for e in prof.events()
-            if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))
+            if e.device_type == torch.autograd.DeviceType.CUDA
+            and not e.name.startswith(("Memcpy", "Memset"))
+            and not getattr(e, "is_user_annotation", False)
+            and e.name not in cpu_names
         ]
         by_name = collections.Counter(e.name for e in kernels)
         result.update(
@@ -81,11 +87,13 @@ def child(profiled: bool) -> None:
             processing_seconds=time.perf_counter() - started,
         )
         if os.environ.get("LAUNCH_PATHS"):
-            result["launch_paths"] = launch_paths(prof)
+            result["launch_paths"], traced = launch_paths(prof)
+            # the profiler's GPU events that its trace has no kernel for: what it counts that no launch made
+            result["not_in_trace"] = {n[:120]: c - traced[n] for n, c in by_name.items() if c > traced[n]}
     print("result " + json.dumps(result), flush=True)
 
 
-def launch_paths(prof) -> dict[str, int]:
+def launch_paths(prof) -> tuple[dict[str, int], dict[str, int]]:
     """The profiler's kernels (Memcpy and Memset left out) by the runtime or driver call that launched them, from its
     trace's correlation ids: where a kernel the intercept does not count comes from."""
     import collections
@@ -99,7 +107,7 @@ def launch_paths(prof) -> dict[str, int]:
         if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
     }
     pairs = collections.Counter(
-        (calls.get(e.get("args", {}).get("correlation"), "?"), e["name"][:80])
+        (calls.get(e.get("args", {}).get("correlation"), "?"), e["name"])
         for e in events
         if e.get("cat") == "kernel" and not e["name"].startswith(("Memcpy", "Memset"))
     )
@@ -108,9 +116,14 @@ def launch_paths(prof) -> dict[str, int]:
         by_call[call] += count
     # Every kernel of the calls that launched few: the one a step the intercept misses is among them.
     rare = {
-        f"{call} | {name}": count for (call, name), count in pairs.items() if by_call[call] < 0.05 * sum(pairs.values())
+        f"{call} | {name[:80]}": count
+        for (call, name), count in pairs.items()
+        if by_call[call] < 0.05 * sum(pairs.values())
     }
-    return {**by_call, **rare}
+    traced = collections.Counter()
+    for (_, name), count in pairs.items():
+        traced[name] += count
+    return {**by_call, **rare}, traced
 
 
 # ---- the parent: the runs and the checks ---------------------------------------------------------------------
@@ -230,6 +243,7 @@ def paths() -> int:
                 "profiler_kernels": both["kernels"],
                 "graph_launches": device["graph_launches"],
                 "by_call": both["launch_paths"],
+                "not_in_trace": both["not_in_trace"],
             }
         )
     )
