@@ -75,7 +75,7 @@ void alnair_device_busy_sampled(struct alnair_device_busy *b, const struct alnai
             }
             unsigned at = (b->first_period + b->periods_waiting++) % ALNAIR_DEVICE_BUSY_PERIODS;
             b->periods[at].start_ns = b->sample_end_ns, b->periods[at].end_ns = s[i].end_ns;
-            b->periods[at].busy = s[i].busy < 0 ? 0 : s[i].busy > 1 ? 1 : s[i].busy;
+            b->periods[at].busy = !(s[i].busy >= 0) ? 0 : s[i].busy > 1 ? 1 : s[i].busy; /* NaN too */
         }
         b->sample_end_ns = s[i].end_ns;
     }

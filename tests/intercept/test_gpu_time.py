@@ -127,6 +127,37 @@ def test_a_launch_bound_loop_beside_a_busy_one_is_divided_by_presence(simulate):
     assert close(gappy["gpu_time_ns"] + steady["gpu_time_ns"], device, 0.01)
 
 
+@pytest.fixture(scope="module")
+def device_busy_cases(tmp_path_factory):
+    binary = tmp_path_factory.mktemp("device-busy") / "device_busy_cases"
+    gcc("-o", str(binary), str(HERE / "programs" / "device_busy_cases.c"), str(INTERCEPT / "device_busy.c"))
+
+    def run(case: str) -> dict[str, float]:
+        out = subprocess.run([str(binary), case], capture_output=True, text=True, check=True).stdout.split()
+        return {k: float(v) for k, v in zip(out[::2], out[1::2])}
+
+    return run
+
+
+@pytest.mark.parametrize(
+    "case, part, falls",
+    [
+        ("none", 1.0, 0),  # no samples: the divided time whole
+        ("half", 0.5, 1),  # the time before the first sample at its scale: the raw total falls once
+        ("peer", 0.5, 1),  # half of all the busy time is this process's: it keeps half of its own at 50%
+        ("disorder", 0.5, 1),  # repeated and older samples change nothing
+        ("over", 1.0, 0),  # a busy fraction above 1 is 1
+        ("nan", 0.0, 1),  # not a number, or below 0, is 0
+        ("negative", 0.0, 1),
+        ("late", 1.0, 0),  # samples older than the ticks kept leave the time at the scale before (1)
+    ],
+)
+def test_the_scale_of_hostile_or_late_samples(device_busy_cases, case, part, falls):
+    found = device_busy_cases(case)
+    assert found["scaled"] == pytest.approx(part * found["own"], rel=1e-9, abs=1), found
+    assert found["falls"] == falls
+
+
 # ---- the library, against the fake driver -------------------------------------------------------------
 
 LAUNCH_NS = 1_000_000

@@ -1,0 +1,57 @@
+/*
+ * device_busy_cases.c - drives intercept/device_busy.c with a process's totals and the GPU's samples as
+ * the monitor thread gives them, and prints its scaled GPU time (ns) after each case:
+ *
+ *   device_busy_cases CASE
+ *
+ * Every case: one tick a 10 ms, each adding `own` ns of this process's divided busy time and `all` ns of all
+ * the processes' busy time, for 3 s; samples every 200 ms, given 300 ms late. The cases:
+ *   none      no samples at all
+ *   half      the GPU busy 50% of each period, the process alone and busy all the time
+ *   peer      50% busy, the process half of all the processes' busy time
+ *   disorder  as half, each sample given twice and with an older one after it
+ *   over      busy 7 (more than the whole period), nan (not a number), negative (-1)
+ *   late      samples given 2.9 s late, older than the ticks kept (256: 2.56 s)
+ * "falls" counts the ticks after which the scaled time fell (gpu_time.c publishes its highest).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "device_busy.h"
+
+#define MS 1000000ull
+
+int main(int argc, char **argv)
+{
+    const char *c = argc > 1 ? argv[1] : "none";
+    static struct alnair_device_busy b; /* zeroed is initialized */
+    double own = 0, all = 0;
+    uint64_t lag_ms = strcmp(c, "late") ? 300 : 2900, start_ms = 1000;
+    double own_per_tick = strcmp(c, "peer") ? 10 * MS : 5 * MS, all_per_tick = 10 * MS;
+    uint64_t next_sample_ms = start_ms;
+    double busy = !strcmp(c, "over") ? 7 : !strcmp(c, "nan") ? NAN : !strcmp(c, "negative") ? -1 : 0.5, last_scaled = 0;
+    int falls = 0;
+    for (uint64_t ms = start_ms; ms <= start_ms + 3000; ms += 10) {
+        own += own_per_tick, all += all_per_tick;
+        alnair_device_busy_counted(&b, ms, all, own);
+        while (strcmp(c, "none") && next_sample_ms + lag_ms <= ms) {
+            struct alnair_busy_sample s[3];
+            int n = 1;
+            s[0] = (struct alnair_busy_sample){next_sample_ms * MS, busy};
+            if (!strcmp(c, "disorder")) {
+                s[1] = s[0];                                                           /* repeated */
+                s[2] = (struct alnair_busy_sample){(next_sample_ms - 100) * MS, 0.9}; /* older */
+                n = 3;
+            }
+            alnair_device_busy_sampled(&b, s, n);
+            next_sample_ms += 200;
+        }
+        double scaled = alnair_device_busy_scaled(&b);
+        falls += scaled < last_scaled - 1;
+        last_scaled = scaled;
+    }
+    printf("own %.0f all %.0f scaled %.0f scale %.4f falls %d\n", own, all, alnair_device_busy_scaled(&b),
+           alnair_device_busy_scale(&b), falls);
+    return 0;
+}
