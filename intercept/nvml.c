@@ -22,7 +22,7 @@ typedef struct { /* nvmlSample_t */
 enum { GPU_UTILIZATION_SAMPLES = 1, VALUE_DOUBLE = 0, VALUE_UNSIGNED_INT = 1 }; /* nvmlSamplingType_t, nvmlValueType_t */
 
 #define MAX_PROCESSES 256
-#define MAX_SAMPLES 128 /* more than the driver keeps */
+#define MAX_SAMPLES 1024 /* more than a driver keeps (an H100's held 71): fewer would fail the call */
 
 static struct {
     int tried, ok;
@@ -85,7 +85,7 @@ static uint64_t clock_ns(clockid_t id)
 
 int alnair_nvml_busy_samples(void *device, uint64_t *last_us, struct alnair_busy_sample *out, int max)
 {
-    sample got[MAX_SAMPLES];
+    static sample got[MAX_SAMPLES]; /* the monitor thread's alone */
     unsigned int n = MAX_SAMPLES;
     int type = -1;
     if (!device || !nvml.samples || nvml.samples(device, GPU_UTILIZATION_SAMPLES, *last_us, &type, &n, got) != 0) return 0;
