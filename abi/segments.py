@@ -16,7 +16,7 @@ import stat
 import struct
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -103,7 +103,9 @@ class ParsedSegment(Generic[T]):
     record: T
 
 
-class _Skip(Exception):
+class Unreadable(Exception):
+    """A segment not read, and why (its reason is a skip counter's label)."""
+
     def __init__(self, reason: str, lasting: bool | None = None):
         self.reason = reason
         self.lasting = reason in _LASTING_REASONS if lasting is None else lasting
@@ -393,7 +395,7 @@ class SegmentDirectory:
             return 0
         try:
             self._read_into(name, parse, out)
-        except _Skip as skip:
+        except Unreadable as skip:
             skipped[skip.reason] += 1
             if skip.lasting:
                 self._verdicts.keep(key, skip.reason)
@@ -406,7 +408,7 @@ class SegmentDirectory:
             return
         try:
             self._read_into(name, parse, out)
-        except _Skip as skip:
+        except Unreadable as skip:
             skipped[skip.reason] += 1
             if skip.lasting:  # no longer a writer's segment: the sweep judges it from now on
                 self._forget(name)
@@ -417,7 +419,7 @@ class SegmentDirectory:
             try:
                 out.append(ParsedSegment(segment, parse(segment.record)))
             except MalformedRecord:
-                raise _Skip("malformed") from None
+                raise Unreadable("malformed") from None
 
     def _forget(self, name: str) -> None:
         self._holders.pop(name, None)
@@ -471,12 +473,12 @@ class SegmentDirectory:
             self._forget(name)
             return None  # reclaimed or removed since the scan
         except OSError as e:
-            raise _Skip("unreadable", lasting=e.errno in _LASTING_ERRNOS) from e
+            raise Unreadable("unreadable", lasting=e.errno in _LASTING_ERRNOS) from e
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise _Skip("malformed")
-            header = self._validated_header(fd, st.st_size)
+                raise Unreadable("malformed")
+            header = validated_header(fd, st.st_size, (self.kind,))
             holder = lock_holder(fd)
             if holder is None:
                 return self._lingering(name, fd, header)
@@ -490,9 +492,15 @@ class SegmentDirectory:
         self, name: str, fd: int, header: layout.ShmHeader, holder: int, retries: int, exited: bool = False
     ) -> Segment:
         # A newer writer may append fields this reader does not know: they are not copied.
-        raw = self._consistent_copy(fd, header.header_size + min(header.record_size, RECORD_SIZES[self.kind]), retries)
+        size = header.header_size + min(header.record_size, RECORD_SIZES[self.kind])
+        raw = consistent_copy(fd, size, retries, on_retry=self._count_torn_retry)
         copy = layout.ShmHeader.from_buffer_copy(raw)
         return Segment(name, copy, raw[copy.header_size :], holder, exited)
+
+    def _count_torn_retry(self) -> None:
+        """Retries sleep, so they are rationed per pass: a writer holding its seq odd for good costs the others one
+        try, not four."""
+        self._torn_retries -= 1
 
     def _lingering(self, name: str, fd: int, header: layout.ShmHeader) -> Segment | None:
         """A dead writer's segment: its last record while it lingers, else reclaimed. One that died
@@ -504,44 +512,12 @@ class SegmentDirectory:
             if self.clock() - dead_since < self.linger_seconds:
                 try:
                     return self._copy(name, fd, header, self._holders[name], 1, exited=True)
-                except _Skip:
+                except Unreadable:
                     pass
         self._forget(name)
         if not self._reclaim(os.path.join(self.path, name)):
-            raise _Skip("unreclaimable")
+            raise Unreadable("unreclaimable")
         return None
-
-    def _validated_header(self, fd: int, size: int) -> layout.ShmHeader:
-        raw = os.pread(fd, layout.HEADER_SIZE, 0)
-        if len(raw) < layout.HEADER_SIZE:
-            raise _Skip("truncated")
-        header = layout.ShmHeader.from_buffer_copy(raw)
-        if header.magic != layout.SHM_MAGIC:
-            raise _Skip("bad_magic")
-        if header.abi_version != layout.ABI_VERSION:
-            raise _Skip("abi_version")
-        if header.header_size != layout.HEADER_SIZE or header.record_kind != self.kind:
-            raise _Skip("malformed")
-        if header.record_size > MAX_RECORD_SIZE:
-            raise _Skip("oversized")
-        if size < header.header_size + header.record_size:
-            raise _Skip("truncated")
-        return header
-
-    def _consistent_copy(self, fd: int, size: int, retries: int) -> bytes:
-        """The seqlock read: a copy taken while seq stayed even and unchanged. Retries sleep, so they are
-        rationed per pass: a writer holding its seq odd for good costs the others one try, not four."""
-        for attempt in range(retries):
-            if attempt == 1:
-                self._torn_retries -= 1
-            before = _SEQ.unpack(os.pread(fd, 8, layout.SEQ_OFFSET))[0]
-            if not before & 1:
-                raw = os.pread(fd, size, 0)
-                after = _SEQ.unpack(os.pread(fd, 8, layout.SEQ_OFFSET))[0]
-                if before == after and len(raw) == size:
-                    return raw
-            time.sleep(0.0001 * attempt)  # a publish takes microseconds
-        raise _Skip("torn")
 
     def _reclaim(self, full: str) -> bool:
         """Removes a segment whose writer is gone: nobody holds its lock any more. False if it could not.
@@ -588,6 +564,43 @@ _BOUND_MEANINGS = {
     "remembered": "more junk than the reader remembers: the rest is opened again every sweep",
     "temps": "more temp names than a sweep checks: each is checked in turn",
 }
+
+
+def validated_header(fd: int, size: int, kinds: tuple[int, ...]) -> layout.ShmHeader:
+    """The header of a segment `size` bytes long, checked before anything trusts it; Unreadable if it is not ours,
+    of another kind or ABI, or shorter than it says."""
+    raw = os.pread(fd, layout.HEADER_SIZE, 0)
+    if len(raw) < layout.HEADER_SIZE:
+        raise Unreadable("truncated")
+    header = layout.ShmHeader.from_buffer_copy(raw)
+    if header.magic != layout.SHM_MAGIC:
+        raise Unreadable("bad_magic")
+    if header.abi_version != layout.ABI_VERSION:
+        raise Unreadable("abi_version")
+    if header.header_size != layout.HEADER_SIZE or header.record_kind not in kinds:
+        raise Unreadable("malformed")
+    if header.record_size > MAX_RECORD_SIZE:
+        raise Unreadable("oversized")
+    if size < header.header_size + header.record_size:
+        raise Unreadable("truncated")
+    return header
+
+
+def consistent_copy(fd: int, size: int, attempts: int, on_retry: Callable[[], None] | None = None) -> bytes:
+    """The seqlock read: the segment's first `size` bytes, copied while seq stayed even and unchanged; Unreadable
+    ("torn") after `attempts`. Each retry sleeps a little longer (a publish takes microseconds) and calls on_retry
+    first, if given."""
+    for attempt in range(attempts):
+        if attempt == 1 and on_retry:
+            on_retry()
+        before = _SEQ.unpack(os.pread(fd, 8, layout.SEQ_OFFSET))[0]
+        if not before & 1:
+            raw = os.pread(fd, size, 0)
+            after = _SEQ.unpack(os.pread(fd, 8, layout.SEQ_OFFSET))[0]
+            if before == after and len(raw) == size:
+                return raw
+        time.sleep(0.0001 * attempt)
+    raise Unreadable("torn")
 
 
 def _begins_with_header(fd: int, kind: int) -> bool:

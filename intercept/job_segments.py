@@ -11,22 +11,20 @@ leave its segment behind, with no exporter to reclaim it.
 from __future__ import annotations
 
 import os
-import struct
 import threading
 import time
 from dataclasses import dataclass
 
 from alnair.abi import layout, naming
 from alnair.abi.arrivals import ArrivalWatcher
-from alnair.abi.records import MAX_RECORD_SIZE, PARSERS, RECORD_SIZES, MalformedRecord
-from alnair.abi.segments import lock_holder
+from alnair.abi.records import PARSERS, RECORD_SIZES, MalformedRecord
+from alnair.abi.segments import Unreadable, consistent_copy, lock_holder, validated_header
 
 KINDS = (layout.KIND_CUDA, layout.KIND_PYTHON)
 ANCESTRY_DEPTH = 64  # process tree levels walked up from a writer looking for the job's root
+READ_ATTEMPTS = 4  # a final record torn by a publish in flight is read again
 JUDGED_AT_MOST = 65536  # names judged and remembered (a busy node's other writers), then forgotten and judged again
-READ_ATTEMPTS = 4
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-_SEQ = struct.Struct("<Q")
 
 
 @dataclass(frozen=True)
@@ -158,30 +156,17 @@ def start_ticks(pid: int) -> int:
 
 
 def _final_record(fd: int) -> FinalRecord | None:
-    """The segment's record, read as abi/segments.py reads one (a copy taken while seq stayed even and unchanged),
-    parsed by its kind's checks; None for a writer that died mid-publish or a segment no writer of ours made."""
-    for attempt in range(READ_ATTEMPTS):
-        raw = os.pread(fd, layout.HEADER_SIZE, 0)
-        if len(raw) < layout.HEADER_SIZE:
-            return None
-        header = layout.ShmHeader.from_buffer_copy(raw)
-        if (
-            header.magic != layout.SHM_MAGIC
-            or header.abi_version != layout.ABI_VERSION
-            or header.record_kind not in KINDS
-            or header.header_size != layout.HEADER_SIZE
-            or header.record_size > MAX_RECORD_SIZE
-        ):
-            return None
+    """The segment's record, read and checked as the exporter reads one (abi/segments.py), parsed by its kind's
+    checks; None for a writer that died mid-publish or a segment no writer of ours made."""
+    try:
+        header = validated_header(fd, os.fstat(fd).st_size, KINDS)
         size = layout.HEADER_SIZE + min(header.record_size, RECORD_SIZES[header.record_kind])
-        raw = os.pread(fd, size, 0)
-        if not header.seq & 1 and len(raw) == size and _SEQ.unpack(os.pread(fd, 8, layout.SEQ_OFFSET))[0] == header.seq:
-            try:
-                record = PARSERS[header.record_kind](raw[layout.HEADER_SIZE :])
-            except MalformedRecord:
-                return None
-            return FinalRecord(
-                header.record_kind, layout.ShmHeader.from_buffer_copy(raw), record, lock_holder(fd) is not None
-            )
-        time.sleep(0.001 * (attempt + 1))  # a publish takes microseconds
-    return None
+        raw = consistent_copy(fd, size, READ_ATTEMPTS)
+        return FinalRecord(
+            header.record_kind,
+            layout.ShmHeader.from_buffer_copy(raw),
+            PARSERS[header.record_kind](raw[layout.HEADER_SIZE :]),
+            lock_holder(fd) is not None,
+        )
+    except (Unreadable, MalformedRecord):
+        return None
