@@ -109,7 +109,7 @@ FIELDS = {
     b"alnair_cuda_memory_limit_bytes": "memory_limit_bytes",
     b"alnair_cuda_throttled_seconds_total": "throttled_ns",
 }
-SCALE = {b"alnair_cuda_throttled_seconds_total": 1e-9}
+UNIT = {b"alnair_cuda_throttled_seconds_total": 1e9}  # divided by, as abi/fields.py serves nanoseconds
 
 CHILDREN: list[subprocess.Popen] = []  # everything started, ended in main's finally (also on Ctrl-C)
 FORGED_POD = b"11111111-2222-4333-8444-555555555555"  # the pod a planted dead writer's header claims to be
@@ -698,7 +698,7 @@ def expected_series(pid: int, devices: int, base: dict[str, int]) -> dict[tuple,
     out = {}
     for metric, f in FIELDS.items():
         for d in range(devices):
-            out[(metric, str(pid).encode(), str(d).encode())] = (base[f] + d) * SCALE.get(metric, 1)
+            out[(metric, str(pid).encode(), str(d).encode())] = (base[f] + d) / UNIT.get(metric, 1)
     return out
 
 
