@@ -54,6 +54,7 @@ alnair_dlsym_fn alnair_real_dlsym(void);
 
 uint64_t alnair_monotonic_ns(void);
 uint64_t alnair_boottime_ns(void);
+uint64_t alnair_realtime_ns(void);
 
 /* ---- per-device state ----------------------------------------------------- */
 

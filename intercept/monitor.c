@@ -82,13 +82,6 @@ static void copy_device_memory(struct alnair_cuda_device_memory *out, int ordina
     out->flags = alnair.limit_includes_context ? ALNAIR_CUDA_LIMIT_INCLUDES_CONTEXT : 0;
 }
 
-static uint64_t realtime_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* From the process start to an event's CLOCK_BOOTTIME; 0 (not yet) stays 0. The start is known to a
  * clock tick, so an event within the first tick still reads as 1 ns, not as "not yet". */
 static uint64_t since_start(uint64_t boottime_ns)
@@ -102,7 +95,7 @@ static void copy_activity(struct alnair_cuda_activity *out, uint64_t launches)
 {
     if (launches != launches_seen) {
         launches_seen = launches;
-        last_launch_time_ns = realtime_ns();
+        last_launch_time_ns = alnair_realtime_ns();
     }
     out->first_launch_ns = since_start(atomic_load_explicit(&alnair.first_launch_boottime_ns, memory_order_relaxed));
     out->first_allocation_ns =

@@ -6,7 +6,6 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 typedef struct { /* nvmlProcessInfo_v2_t, which the _v3 call fills */
     unsigned int pid;
@@ -76,13 +75,6 @@ int alnair_nvml_memory_of(void *device, unsigned int pid, uint64_t *bytes)
     return -1;
 }
 
-static uint64_t clock_ns(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 int alnair_nvml_busy_samples(void *device, uint64_t *last_us, struct alnair_busy_sample *out, int max)
 {
     static sample got[MAX_SAMPLES]; /* the monitor thread's alone */
@@ -97,8 +89,7 @@ int alnair_nvml_busy_samples(void *device, uint64_t *last_us, struct alnair_busy
             got[j] = got[j - 1], got[j - 1] = t;
         }
     /* Its microseconds are the real-time clock's (the monotonic clock's on some drivers): whichever the latest is nearer. */
-    uint64_t real = clock_ns(CLOCK_REALTIME), mono = clock_ns(CLOCK_MONOTONIC), latest = 0;
-    for (unsigned int i = 0; i < n; i++) latest = got[i].time_us > latest ? got[i].time_us : latest;
+    uint64_t real = alnair_realtime_ns(), mono = alnair_monotonic_ns(), latest = n ? got[n - 1].time_us : 0;
     int64_t to_mono = llabs((int64_t)(latest * 1000 - real)) < llabs((int64_t)(latest * 1000 - mono)) ? (int64_t)(mono - real) : 0;
     int first = *last_us == 0, k = 0; /* a first call gives the driver's whole history: only its latest counts */
     for (unsigned int i = 0; i < n && k < max; i++) {

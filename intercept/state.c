@@ -53,6 +53,8 @@ uint64_t alnair_monotonic_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 
 uint64_t alnair_boottime_ns(void) { return clock_ns(CLOCK_BOOTTIME); }
 
+uint64_t alnair_realtime_ns(void) { return clock_ns(CLOCK_REALTIME); }
+
 /* The first caller's time wins; a late racer finds it set and leaves it. */
 void alnair_note_first_slow(_Atomic uint64_t *boottime_ns)
 {

@@ -16,9 +16,9 @@ INTERCEPT = Path(__file__).resolve().parents[2] / "intercept"
 LAYERS = [
     {"driver", "alloc_table", "shm_segment", "device_busy"},  # the real driver, data structures, the segment file,
     # the GPU's busy time's arithmetic
-    {"state", "nvml"},  # the process's devices, configuration and log; NVML
-    {"address_map", "gpu_share", "gpu_time", "kernel_names"},  # the copies' pointer map; the share table; busy time
-    # to GPU time; launches by kernel name
+    {"state"},  # the process's devices, configuration, clocks and log
+    # NVML; the copies' pointer map; the share table; busy time to GPU time; launches by kernel name
+    {"nvml", "address_map", "gpu_share", "gpu_time", "kernel_names"},
     {"compute_limit", "pools", "held_memory"},  # the limiter decides, memory is accounted
     {"monitor", "hooks_launch", "hooks_memory", "hooks_copy", "hooks_context", "hooks_sync"},  # publishes; counts
     {"hook_registry"},  # hands out the hooks
