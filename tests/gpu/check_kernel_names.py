@@ -41,6 +41,7 @@ sys.stdin.readline()
 )
 NAME_BYTES = 255  # the record's bound (ALNAIR_CUDA_KERNEL_NAME_LEN - 1)
 results: list[dict] = []
+tables: list[dict] = []  # each loop's rows: since the start, over the steps, the profiler's
 
 
 def check(name: str, ok: bool, detail: str) -> None:
@@ -133,7 +134,7 @@ def run(item: str, model: str, batch: int, steps: int, top: int) -> None:
         name: [n, after[0][name] - before[0].get(name, 0), profiler_count(profiled, name)]
         for name, n in after[0].items()
     }
-    results.append({"rows (since the start, over the steps, the profiler's)": rows})
+    tables.append({"loop": item, "rows": rows})
 
 
 def main() -> int:
@@ -145,8 +146,8 @@ def main() -> int:
     prepare()
     for item, model, batch in loops(args.loops):
         run(item, model, batch, args.steps, args.top)
-    save(results, "kernel_names.json")
-    return 0 if all(r.get("ok", True) for r in results) else 1
+    save({"checks": results, "tables": tables}, "kernel_names.json")
+    return 0 if all(r["ok"] for r in results) else 1
 
 
 if __name__ == "__main__":

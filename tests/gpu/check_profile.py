@@ -11,6 +11,7 @@ torch.profiler's count of the kernels of the same loop. Results also go to $OUT/
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import statistics
@@ -31,7 +32,6 @@ VARIANTS = ("bare", "alnair-run --profile", "torch.profiler")
 
 
 def child(profiled: bool) -> None:
-    import collections
     import contextlib
 
     import torch
@@ -95,8 +95,7 @@ def child(profiled: bool) -> None:
 
 def launch_paths(prof) -> tuple[dict[str, int], dict[str, int]]:
     """The profiler's kernels (Memcpy and Memset left out) by the runtime or driver call that launched them, from its
-    trace's correlation ids: where a kernel the intercept does not count comes from."""
-    import collections
+    trace's correlation ids, and the trace's count of each kernel name (what its events() should match)."""
 
     path = Path(tempfile.mkdtemp()) / "trace.json"
     prof.export_chrome_trace(str(path))
@@ -112,17 +111,16 @@ def launch_paths(prof) -> tuple[dict[str, int], dict[str, int]]:
         if e.get("cat") == "kernel" and not e["name"].startswith(("Memcpy", "Memset"))
     )
     by_call = collections.Counter()
-    for (call, _), count in pairs.items():
+    traced = collections.Counter()
+    for (call, name), count in pairs.items():
         by_call[call] += count
-    # Every kernel of the calls that launched few: the one a step the intercept misses is among them.
+        traced[name] += count
+    # Every kernel of the calls that launched few (cuBLAS's driver-API launches, say), by name.
     rare = {
         f"{call} | {name[:80]}": count
         for (call, name), count in pairs.items()
         if by_call[call] < 0.05 * sum(pairs.values())
     }
-    traced = collections.Counter()
-    for (_, name), count in pairs.items():
-        traced[name] += count
     return {**by_call, **rare}, traced
 
 

@@ -37,8 +37,17 @@ def samples(lib, handle, last_us: int) -> list[tuple[int, int]]:
     )
     if r != 0:
         return []
-    mask = 0xFFFFFFFF if kind.value in (1,) else ~0  # NVML_VALUE_TYPE_UNSIGNED_INT: the low 32 bits
+    mask = 0xFFFFFFFF if kind.value == 1 else ~0  # NVML_VALUE_TYPE_UNSIGNED_INT: the low 32 bits
     return [(buffer[i].timestamp_us, buffer[i].value & mask) for i in range(count.value)]
+
+
+def median_us(call, times: int = 200) -> float:
+    took = []
+    for _ in range(times):
+        started = time.perf_counter()
+        call()
+        took.append(time.perf_counter() - started)
+    return sorted(took)[times // 2] * 1e6
 
 
 def main() -> int:
@@ -47,24 +56,13 @@ def main() -> int:
         "realtime_us": time.clock_gettime_ns(time.CLOCK_REALTIME) // 1000,
         "monotonic_us": time.monotonic_ns() // 1000,
     }
-    costs = []
-    for _ in range(200):
-        started = time.perf_counter()
-        samples(lib, handle, 0)
-        costs.append(time.perf_counter() - started)
-    newest = samples(lib, handle, 0)[-1][0]
-    recent = []
-    for _ in range(200):  # as the monitor thread asks: only what came after the newest it has
-        started = time.perf_counter()
-        samples(lib, handle, newest)
-        recent.append(time.perf_counter() - started)
-    print(
-        json.dumps(
-            {"get_samples_us_median": sorted(costs)[100] * 1e6, "new_samples_us_median": sorted(recent)[100] * 1e6}
-        ),
-        flush=True,
-    )
     first = samples(lib, handle, 0)
+    costs = {
+        "get_samples_us_median": median_us(lambda: samples(lib, handle, 0)),
+        # as the monitor thread asks: only what came after the newest it has
+        "new_samples_us_median": median_us(lambda: samples(lib, handle, first[-1][0])),
+    }
+    print(json.dumps(costs), flush=True)
     print(json.dumps({"clocks": clocks, "latest_samples": first[-5:], "n": len(first)}), flush=True)
     for spec in sys.argv[1:] or ["resnet18:128", "transformer:32"]:
         model, batch = spec.split(":")

@@ -90,7 +90,7 @@ def loops(spec: str) -> list[tuple[str, str, int]]:
     return [(item, item.split(":")[0], int(item.split(":")[1])) for item in spec.split(",")]
 
 
-def save(report: list, name: str) -> None:
+def save(report: list | dict, name: str) -> None:
     """The report as $OUT/name, where the device tool brings it back."""
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], name).write_text(json.dumps(report, indent=1))
