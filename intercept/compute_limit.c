@@ -2,7 +2,8 @@
  * compute_limit.c - the cap and the share of each GPU per process, both on measured GPU time.
  *
  * Every process using a GPU joins the GPU's share table (gpu_share.c) and measures its GPU time
- * there (gpu_time.c): its busy time, each ms divided among the processes busy in it. The two
+ * there (gpu_time.c): its busy time, each ms divided among the processes busy in it, scaled to the
+ * GPU's own busy time from NVML's samples, which the tick reads every SAMPLE_NS (nvml.c). The two
  * limits are debts on that time, kept by the monitor thread every tick; while a debt is owed,
  * launches wait (the only place the library sleeps), and the GPU runs the others' work:
  *
