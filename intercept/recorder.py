@@ -1,9 +1,11 @@
 """The training program's counters in process memory: the hot paths add to them, the publisher copies them.
 
 A step is one batch a training loop took from its iterator. Step time runs from the
-moment the loop asks for a batch to the moment it asks for the next one (or the
-iterator ends), so it holds the data wait and the loop body; data-stall fraction
-is data wait / step time.
+moment the loop asks for a batch to the moment it asks for the next one, so it holds
+the data wait and the loop body; data-stall fraction is data wait / step time. The ask
+that finds the iterator run out (a multi-worker DataLoader joins its workers in it) is
+data wait too, and the pass's last step time ends when it returns: a wait published
+while in progress is then never more than the final figure.
 """
 
 from __future__ import annotations
@@ -56,14 +58,14 @@ class LoaderPass:
     `fold` takes the complete pairs off the front with C-level slicing and sums every 100 ms.
     """
 
-    __slots__ = ("times", "sizes", "items", "full", "rest", "iterator", "ended", "steps", "last_arrival")
+    __slots__ = ("times", "sizes", "items", "full", "rest", "iterator", "ended_at", "steps", "last_arrival")
 
     def __init__(self, iterator, items: int, full: int, rest: int):
         self.times: list[int] = []
         self.sizes: list[int] | None = None if items else []
         self.items, self.full, self.rest = items, full, rest  # see torch_hooks.sampler_batches
         self.iterator = weakref.ref(iterator)
-        self.ended = False  # set by the loop once its iterator ran out; `times` then ends with that moment
+        self.ended_at = 0  # set by the loop when its last ask returned (iterator run out); `times` ends with that ask
         self.steps = 0  # batches folded so far
         self.last_arrival = 0
 
@@ -136,10 +138,11 @@ class Recorder:
         self.passes.append(loader_pass)
         return loader_pass
 
-    def loop_ended(self, at: int, previous_arrival: int) -> None:
-        """The loop's iterator ran out at `at`: the last step's body ends there, an epoch is done."""
+    def loop_ended(self, asked: int, returned: int, previous_arrival: int) -> None:
+        """The ask at `asked` found the iterator run out at `returned`: the last step ends there, an epoch is done."""
         if previous_arrival:
-            self.step_ns += at - previous_arrival
+            self.step_ns += returned - previous_arrival
+            self.data_wait_ns += returned - asked
             self.epochs += 1
 
     def optimizer_stepped(self, optimizer=None, args=None, kwargs=None) -> None:
@@ -155,16 +158,16 @@ class Recorder:
         Returns when the oldest wait still in progress began (monotonic ns), 0 if none."""
         waiting_since = 0
         for loader_pass in list(self.passes):
-            ended = loader_pass.ended  # read first: once set, the log is complete
+            ended_at = loader_pass.ended_at  # read first: once set, the log is complete
             times = loader_pass.times
             pairs = len(times) // 2
             if pairs:
                 self._fold_batches(loader_pass, times[: 2 * pairs])
                 del times[: 2 * pairs]
             pending = times[:1]  # the loop may drop its last ask meanwhile: a slice never raises
-            if ended:
-                if pending and loader_pass.last_arrival:
-                    self.loop_ended(pending[0], loader_pass.last_arrival)
+            if ended_at:
+                if pending:
+                    self.loop_ended(pending[0], ended_at, loader_pass.last_arrival)
                 self.passes.remove(loader_pass)
             elif pending:
                 waiting_since = min(waiting_since or pending[0], pending[0])

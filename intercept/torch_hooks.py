@@ -80,7 +80,7 @@ def timed_next(original, recorder: Recorder, grad_enabled):
         try:
             batch = original(self)
         except StopIteration:
-            self._alnair_pass.ended = True  # after its last ask: the log is complete
+            self._alnair_pass.ended_at = clock()  # after its last ask: the log is complete
             self._alnair_times = None  # asking an exhausted iterator again is not another epoch
             raise
         except BaseException:

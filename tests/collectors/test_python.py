@@ -21,7 +21,7 @@ PROGRAM = textwrap.dedent("""
     import alnair
     from alnair.intercept.this_process import RECORDER
     # A DataLoader pass logged as torch_hooks logs it, with times chosen: 10 steps of 4 samples,
-    # each asked for at i x 100 ms and arriving 25 ms later, the iterator running out at 1 s.
+    # each asked for at i x 100 ms and arriving 25 ms later; the next ask, at 975 ms, finds the iterator run out at 1 s.
     import time
     t0 = time.monotonic_ns()
     class Iterator:
@@ -29,8 +29,8 @@ PROGRAM = textwrap.dedent("""
     iterator = Iterator()
     iterator._alnair_pass = loader_pass = RECORDER.pass_started(iterator, 4, 10, 0)
     loader_pass.times.extend(t0 + t for i in range(10) for t in (i * 100_000_000, i * 100_000_000 + 25_000_000))
-    loader_pass.times.append(t0 + 1_000_000_000)
-    loader_pass.ended = True
+    loader_pass.times.append(t0 + 975_000_000)
+    loader_pass.ended_at = t0 + 1_000_000_000
     RECORDER.optimizer_stepped()
     alnair.counter('tokens "in"').inc(512)
     with alnair.phase("preprocess"):
@@ -53,7 +53,7 @@ def test_training_counters_custom_counters_and_phases_are_exported_per_pid(shm_d
     assert s[f"alnair_python_steps_total{pid}"] == 10
     assert s[f"alnair_python_samples_total{pid}"] == 40
     assert s[f"alnair_python_optimizer_steps_total{pid}"] == 1
-    assert s[f"alnair_python_data_wait_seconds_total{pid}"] == 0.25
+    assert s[f"alnair_python_data_wait_seconds_total{pid}"] == 0.275
     assert s[f"alnair_python_step_seconds_total{pid}"] == 1.0
     assert s[f"alnair_python_dataloader_worker{pid}"] == 0
     assert s[f'alnair_python_custom_total{{name="tokens \\"in\\"",pid="{p.pid}"}}'] == 512

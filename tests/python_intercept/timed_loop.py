@@ -1,6 +1,7 @@
 """The training loop the PyTorch tests run, as program text: `epochs` passes over the DataLoader made by `loader`,
 each step sleeping `body_time` after its batch came, keeping the program's own account (`waited` in next(),
-`stepped` from the first ask to the last, on the intercept's clock) to compare with what the intercept publishes."""
+`stepped` from the first ask until the last returned, on the intercept's clock) to compare with what the intercept
+publishes."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ def timed_epochs(loader: str, epochs: int, body_time: float, after_epoch: str = 
                 asked = time.perf_counter()
                 try:
                     x, y = next(batches)
-                except StopIteration:
-                    stepped += asked - first
+                except StopIteration:  # joining the workers is a wait for the loader too
+                    ended = time.perf_counter()
+                    waited += ended - asked
+                    stepped += ended - first
                     break
                 waited += time.perf_counter() - asked
                 loss = torch.nn.functional.mse_loss(model(x), y)
