@@ -21,6 +21,8 @@ import struct
 import threading
 import time
 
+from . import naming
+
 log = logging.getLogger(__name__)
 
 IN_MOVED_TO = 0x00000080
@@ -29,7 +31,6 @@ IN_CLOEXEC = os.O_CLOEXEC
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len, then the name
 PROBES_PER_SECOND = 4096
 WAIT_SECONDS = 0.5  # how long stop() may wait for the thread
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 class ArrivalWatcher:
@@ -76,7 +77,7 @@ class ArrivalWatcher:
 
     def _probe(self, name: str) -> None:
         try:
-            fd = os.open(os.path.join(self.path, name), _OPEN_FLAGS)
+            fd = os.open(os.path.join(self.path, name), naming.READ_FLAGS)
         except OSError:
             return  # gone already, or not ours to open: the pass will say why
         try:

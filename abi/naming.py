@@ -18,6 +18,9 @@ TEMP_SUFFIX = ".tmp"
 # where it exists, a writer that exits cleanly leaves its segment, final counters published, for the reader
 # to serve and then reclaim; where it does not (no exporter on this machine), the writer removes it.
 READER_MARKER = layout.READER_MARKER
+# How a reader opens a name in the shared directory, whose every file may be hostile: a planted link is not followed
+# and a FIFO does not block the open.
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 def segment_directory(environ: Mapping[str, str] = os.environ) -> str:

@@ -56,7 +56,6 @@ TEMP_FILE_GRACE_SECONDS = 60.0  # a writer renames its temp file within microsec
 
 _FLOCK = struct.Struct("hh4xqqi4x")  # struct flock on Linux (x86-64 and arm64)
 _SEQ = struct.Struct("<Q")
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 T = TypeVar("T")
 
@@ -117,7 +116,7 @@ def load_holders(path: str | None, kind: int) -> dict[str, int]:
     if not path:
         return {}
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, naming.READ_FLAGS)
     except OSError:
         return {}
     try:
@@ -468,7 +467,7 @@ class SegmentDirectory:
     def _read_one(self, name: str) -> Segment | None:
         full = os.path.join(self.path, name)
         try:
-            fd = os.open(full, _OPEN_FLAGS)
+            fd = os.open(full, naming.READ_FLAGS)
         except FileNotFoundError:
             self._forget(name)
             return None  # reclaimed or removed since the scan
@@ -546,7 +545,7 @@ class SegmentDirectory:
         ABI's header. Anything else under such a name is not a writer's and is left alone."""
         full = os.path.join(self.path, name)
         try:
-            fd = os.open(full, _OPEN_FLAGS)
+            fd = os.open(full, naming.READ_FLAGS)
         except OSError:
             return
         try:

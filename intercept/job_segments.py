@@ -24,7 +24,6 @@ KINDS = (layout.KIND_CUDA, layout.KIND_PYTHON)
 ANCESTRY_DEPTH = 64  # process tree levels walked up from a writer looking for the job's root
 READ_ATTEMPTS = 4  # a final record torn by a publish in flight is read again
 JUDGED_AT_MOST = 65536  # names judged and remembered (a busy node's other writers), then forgotten and judged again
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 @dataclass(frozen=True)
@@ -108,7 +107,7 @@ class JobSegments:
 
     def _open_and_hold(self, name: str) -> None:
         try:
-            fd = os.open(os.path.join(self.directory, name), _OPEN_FLAGS)
+            fd = os.open(os.path.join(self.directory, name), naming.READ_FLAGS)
         except OSError:
             return  # gone already (its arrival was held, or it lived less than a poll without inotify)
         try:
