@@ -3,7 +3,7 @@
  *
  * Every process using a GPU joins the GPU's share table (gpu_share.c) and measures its GPU time
  * there (gpu_time.c): its busy time, each ms divided among the processes busy in it, scaled to the
- * GPU's own busy time from NVML's samples, which the tick reads every SAMPLE_NS (nvml.c). The two
+ * GPU's own busy time from NVML's samples, which the tick takes from the NVML thread (nvml_reader.c). The two
  * limits are debts on that time, kept by the monitor thread every tick; while a debt is owed,
  * launches wait (the only place the library sleeps), and the GPU runs the others' work:
  *
@@ -30,14 +30,12 @@
 
 #include "gpu_share.h"
 #include "intercept.h"
-#include "nvml.h"
+#include "nvml_reader.h"
 
 #define LOOK_FOR_TABLE_NS 100000000ull /* a process that could not join tries again this often */
 #define IDLE_NS 1000000000ull       /* an unlimited process that launched nothing for this long asks for nothing */
 #define MAX_SLEEP_NS 5000000ull     /* a waiting launch reads the monitor's decision this often */
 #define PPM 1000000.0
-#define SAMPLE_NS 500000000ull      /* the GPU's busy samples are read this often: NVML takes one every 1/6 s to 1 s,
-                                       and a read costs ~2 ms of the monitor thread (an H100) */
 #define MAX_SAMPLES 64
 
 /* ---- the launch gate (any thread) ------------------------------------------------ */
@@ -80,7 +78,6 @@ struct controller {
     uint64_t looked_ns;        /* the last try to join the table */
     uint64_t launches_seen, launched_ns; /* without a limit: the launch count, and when it last moved */
     struct alnair_gpu_debts debts;
-    uint64_t sampled_ns, sample_us;      /* when the GPU's busy samples were last read, and NVML's newest */
 };
 static struct controller controllers[ALNAIR_CUDA_MAX_DEVICES];
 static _Atomic int leaving; /* the process is exiting: its slot is handed back */
@@ -107,15 +104,6 @@ static uint32_t quota_ppm(struct controller *c, const struct alnair_device *d, u
     return now - c->launched_ns < IDLE_NS ? ALNAIR_SHARE_UNLIMITED : 0;
 }
 
-/* The GPU's busy samples since the last read, every SAMPLE_NS (none without NVML, or where it has none: MIG). */
-static int busy_samples(struct controller *c, int ordinal, const uint8_t *uuid, uint64_t now,
-                        struct alnair_busy_sample samples[MAX_SAMPLES])
-{
-    if (now - c->sampled_ns < SAMPLE_NS) return 0;
-    c->sampled_ns = now;
-    return alnair_nvml_busy_samples(alnair_nvml_device(ordinal, uuid), &c->sample_us, samples, MAX_SAMPLES);
-}
-
 static void tick_device(struct controller *c, int ordinal, const uint8_t *uuid, uint64_t now)
 {
     struct alnair_device *d = &alnair.devices[ordinal];
@@ -131,7 +119,7 @@ static void tick_device(struct controller *c, int ordinal, const uint8_t *uuid, 
         alnair_share_read(&c->share, now);
     }
     struct alnair_busy_sample samples[MAX_SAMPLES];
-    int n = busy_samples(c, ordinal, uuid, now, samples);
+    int n = alnair_nvml_busy_taken(ordinal, uuid, samples, MAX_SAMPLES); /* none without NVML, or on MIG */
     struct alnair_gpu_time_tick t =
         alnair_gpu_time_account(&d->gpu_time, now, shared ? &c->share.table : NULL, c->share.counted, samples, n);
     double wait = alnair_gpu_time_owed(&c->debts, d->compute_limit_percent, &t);

@@ -3,10 +3,11 @@
  * counts. A context's own memory is measured once, at its creation (state.c's
  * probe), but contexts grow afterwards: modules load lazily (cuBLAS's kernels at
  * its first use: 94 MiB measured on the H200), local memory is resized. With a
- * memory limit set, once a second the monitor asks NVML how much the process
- * holds on each device it uses; what exceeds allocations, pool caches and the
- * measured contexts is the contexts' growth, published as context memory and,
- * with ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT, charged.
+ * memory limit set, NVML is asked once a second (on its own thread, nvml_reader.c)
+ * how much the process holds on each device it uses; at each new reading, what
+ * exceeds allocations, pool caches and the measured contexts is the contexts'
+ * growth, published as context memory and, with
+ * ALNAIR_MEMORY_LIMIT_INCLUDES_CONTEXT, charged.
  *
  * NVML names processes by the host's pids: in a pid namespace (a pod without
  * hostPID) the process's own pid is not in its list and the growth stays 0
@@ -16,22 +17,17 @@
  * growth.
  */
 #include "intercept.h"
-#include "nvml.h"
+#include "nvml_reader.h"
 
 #include <stdlib.h>
-#include <unistd.h>
 
-#define READ_EVERY_NS 1000000000ull
-
-static uint64_t read_ns;
 static int64_t pending[ALNAIR_CUDA_MAX_DEVICES]; /* the last reading's change, not yet confirmed */
 
-/* What NVML shows beyond what is counted, or -1 when it shows nothing for us. */
+/* What NVML's new reading shows beyond what is counted, or -1 when there is none for us. */
 static int64_t beyond_counted(int ordinal, const uint8_t *uuid, struct alnair_device *d)
 {
     uint64_t held;
-    if (alnair_nvml_memory_of(alnair_nvml_device(ordinal, uuid), (unsigned)getpid(), &held) != 0)
-        return -1;
+    if (!alnair_nvml_held_taken(ordinal, uuid, &held)) return -1;
     uint64_t counted = atomic_load_explicit(&d->bytes_in_use, memory_order_relaxed) +
                        atomic_load_explicit(&d->pool_cached_bytes, memory_order_relaxed) +
                        atomic_load_explicit(&d->context_bytes, memory_order_relaxed);
@@ -51,10 +47,8 @@ static void follow(int ordinal, const uint8_t *uuid, struct alnair_device *d)
     pending[ordinal] = change;
 }
 
-void alnair_held_memory_tick(uint64_t now, const uint8_t *const uuids[ALNAIR_CUDA_MAX_DEVICES])
+void alnair_held_memory_tick(const uint8_t *const uuids[ALNAIR_CUDA_MAX_DEVICES])
 {
-    if (now - read_ns < READ_EVERY_NS) return;
-    read_ns = now;
     for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) {
         struct alnair_device *d = &alnair.devices[i];
         if (d->memory_limit_bytes && atomic_load_explicit(&d->seen, memory_order_relaxed)) follow(i, uuids[i], d);
@@ -64,7 +58,6 @@ void alnair_held_memory_tick(uint64_t now, const uint8_t *const uuids[ALNAIR_CUD
 /* A fork child holds none of its parent's device memory. */
 static void fork_child(void)
 {
-    read_ns = 0;
     for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) pending[i] = 0;
 }
 ALNAIR_ON_FORK(held_memory_fork, NULL, NULL, fork_child);

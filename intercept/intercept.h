@@ -186,9 +186,9 @@ static inline uint64_t alnair_memory_overhead(struct alnair_device *d)
     if (alnair.limit_includes_context) extra += alnair_context_memory(d);
     return extra;
 }
-/* Monitor tick: with a memory limit, what NVML shows the GPU holding for the process beyond what is
- * counted becomes context_growth_bytes (held_memory.c). */
-void alnair_held_memory_tick(uint64_t now_ns, const uint8_t *const uuids[ALNAIR_CUDA_MAX_DEVICES]);
+/* Monitor tick: with a memory limit, what NVML's newest reading shows the GPU holding for the process beyond
+ * what is counted becomes context_growth_bytes (held_memory.c). */
+void alnair_held_memory_tick(const uint8_t *const uuids[ALNAIR_CUDA_MAX_DEVICES]);
 
 /* Stream-ordered memory pools (pools.c). A pool allocated from or created is remembered with its device;
  * a destroyed one forgotten. */

@@ -142,7 +142,7 @@ static void *monitor_main(void *arg)
             uuids[i] = atomic_load_explicit(&alnair.devices[i].seen, memory_order_relaxed) ? device_uuid(i) : NULL;
         alnair_compute_limit_tick(now, uuids);
         if (!atomic_load_explicit(&exiting, memory_order_relaxed)) alnair_pools_tick();
-        alnair_held_memory_tick(now, uuids);
+        alnair_held_memory_tick(uuids);
         if (have_segment) publish();
         next.tv_nsec += (long)alnair.period_ms * 1000000L;
         while (next.tv_nsec >= 1000000000L) next.tv_nsec -= 1000000000L, next.tv_sec++;

@@ -77,7 +77,7 @@ int alnair_nvml_memory_of(void *device, unsigned int pid, uint64_t *bytes)
 
 int alnair_nvml_busy_samples(void *device, uint64_t *last_us, struct alnair_busy_sample *out, int max)
 {
-    static sample got[MAX_SAMPLES]; /* the monitor thread's alone */
+    static sample got[MAX_SAMPLES]; /* the NVML thread's alone */
     unsigned int n = MAX_SAMPLES;
     int type = -1;
     if (!device || !nvml.samples || nvml.samples(device, GPU_UTILIZATION_SAMPLES, *last_us, &type, &n, got) != 0) return 0;

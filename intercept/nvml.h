@@ -1,7 +1,7 @@
 /*
- * nvml.h - the little of NVML the library uses (nvml.c), loaded lazily on the
- * monitor thread: what the GPU holds for this process (for a memory limit) and
- * how busy the GPU was (for GPU time). Nothing here is on a launch or allocation path.
+ * nvml.h - the little of NVML the library uses (nvml.c), loaded lazily and called
+ * only on the NVML thread (nvml_reader.c): what the GPU holds for this process (for
+ * a memory limit) and how busy the GPU was (for GPU time).
  */
 #ifndef ALNAIR_NVML_H
 #define ALNAIR_NVML_H

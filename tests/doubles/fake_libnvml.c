@@ -12,6 +12,7 @@
  * The running processes: the caller, holding what the fake driver's device 0 has
  * allocated (its allocations and contexts) plus FAKE_NVML_CONTEXT_GROWTH_BYTES
  * (memory its contexts gained after creation, which the driver's counters miss).
+ * FAKE_NVML_HANG=init or samples: that call never returns, as a driver in trouble's.
  *
  * alnair top enumerates the GPUs (nvmlDeviceGetCount_v2, GetHandleByIndex_v2,
  * GetName, GetUtilizationRates, GetMemoryInfo) and reads SM active through GPM
@@ -47,7 +48,17 @@ enum { MAX_GPUS = 8 };
 static int devices[MAX_GPUS]; /* what the handles point at */
 #define device_handle devices[0] /* the limits see one device */
 
-EXPORT int nvmlInit_v2(void) { return NVML_SUCCESS; }
+static void hang_in(const char *call)
+{
+    const char *hang = getenv("FAKE_NVML_HANG");
+    while (hang && !strcmp(hang, call)) pause();
+}
+
+EXPORT int nvmlInit_v2(void)
+{
+    hang_in("init");
+    return NVML_SUCCESS;
+}
 
 EXPORT int nvmlDeviceGetHandleByUUID(const char *uuid, void **device)
 {
@@ -264,6 +275,7 @@ enum { GPU_UTILIZATION_SAMPLES = 1, VALUE_UNSIGNED_INT = 1, KEPT = 100 };
 EXPORT int nvmlDeviceGetSamples(void *device, int type, unsigned long long last_seen, int *value_type,
                                 unsigned int *count, nvml_sample *samples)
 {
+    hang_in("samples");
     int i = gpu_index(device);
     if (i < 0 || !count || !value_type) return NVML_ERROR_INVALID_ARGUMENT;
     char buf[32];

@@ -19,6 +19,7 @@ LAYERS = [
     {"state"},  # the process's devices, configuration, clocks and log
     # NVML; the copies' pointer map; the share table; busy time to GPU time; launches by kernel name
     {"nvml", "address_map", "gpu_share", "gpu_time", "kernel_names"},
+    {"nvml_reader"},  # NVML on a thread of its own
     {"compute_limit", "pools", "held_memory"},  # the limiter decides, memory is accounted
     {"monitor", "hooks_launch", "hooks_memory", "hooks_copy", "hooks_context", "hooks_sync"},  # publishes; counts
     {"hook_registry"},  # hands out the hooks

@@ -216,6 +216,25 @@ def test_the_library_scales_its_busy_time_to_the_gpus_busy_samples(
     client.stop()
 
 
+@pytest.mark.parametrize("call", ["init", "samples"])
+def test_an_nvml_that_never_answers_stops_only_the_scale(run_client, shm_dir, fake_nvml_dir, fake_driver_dir, call):
+    """NVML hangs (as a driver in trouble's may) at its first call or at the first samples read, with a memory
+    limit asking it too: NVML runs on a thread of its own, so the counters are published on time all along, the
+    busy time counts whole, and the program ends as it would."""
+    env = {
+        "LD_LIBRARY_PATH": f"{fake_nvml_dir}:{fake_driver_dir}",
+        "FAKE_NVML_HANG": call,
+        "FAKE_NVML_GPU_UTIL": "40",
+        "ALNAIR_MEMORY_LIMIT": "1GiB",
+    }
+    client = stepping_client(run_client, 2, env)  # returns once it has stepped for 2 s
+    _, gpu_time, busy, launches = wait_until(
+        lambda: (t := device_times(shm_dir, client.proc.pid)) and t[3] >= 1000 and t, timeout=10
+    )
+    assert busy >= 1_000_000_000 and abs(gpu_time - busy) <= 1, (gpu_time, busy)  # scaled by no sample
+    assert client.stop() == "" and client.proc.returncode == 0
+
+
 def test_two_processes_busy_together_each_count_half(run_client, shm_dir):
     """Each fake process runs its own queue (the fake GPUs do not slice), so both are busy all the time: the
     table's timelines make each count half of its busy time."""
