@@ -132,6 +132,7 @@ static void publish(void)
 
 static void *monitor_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "alnair-monitor"); /* what top -H, gdb and py-spy show */
     int have_segment = arg != NULL;
     struct timespec next;
     clock_gettime(CLOCK_MONOTONIC, &next);

@@ -64,6 +64,7 @@ static void read_device(int ordinal, const struct wanted *want, int held_round)
 static void *read_nvml(void *arg)
 {
     (void)arg;
+    pthread_setname_np(pthread_self(), "alnair-nvml");
     for (unsigned round = 0;; round++) {
         for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) {
             pthread_mutex_lock(&lock);

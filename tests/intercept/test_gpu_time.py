@@ -7,6 +7,8 @@ record) runs against the fake driver."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -233,6 +235,28 @@ def test_an_nvml_that_never_answers_stops_only_the_scale(run_client, shm_dir, fa
     )
     assert busy >= 1_000_000_000 and abs(gpu_time - busy) <= 1, (gpu_time, busy)  # scaled by no sample
     assert client.stop() == "" and client.proc.returncode == 0
+
+
+def test_the_librarys_threads_are_named_and_take_no_signal(run_client, fake_nvml_dir, fake_driver_dir):
+    """The monitor and the NVML thread show as such (top -H, gdb, py-spy), and block every signal, so the program's
+    handlers never run on them."""
+    client = stepping_client(run_client, 0.5, {"LD_LIBRARY_PATH": f"{fake_nvml_dir}:{fake_driver_dir}"})
+    tasks = Path(f"/proc/{client.proc.pid}/task")
+
+    def threads() -> dict[str, str]:
+        named = {}
+        for task in tasks.iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                status = dict(line.split(":\t", 1) for line in (task / "status").read_text().splitlines())
+                named[status["Name"]] = status["SigBlk"]
+        return named
+
+    named = wait_until(lambda: {"alnair-monitor", "alnair-nvml"} <= (t := threads()).keys() and t)
+    # every signal but those none may block (SIGKILL, SIGSTOP) and glibc's own two (32, 33: cancellation, setxid)
+    unblockable = {signal.SIGKILL, signal.SIGSTOP, 32, 33}
+    every = sum(1 << (n - 1) for n in range(1, 65) if n not in unblockable)
+    assert {int(named["alnair-monitor"], 16), int(named["alnair-nvml"], 16)} == {every}, named
+    assert client.stop() == ""
 
 
 def test_two_processes_busy_together_each_count_half(run_client, shm_dir):
