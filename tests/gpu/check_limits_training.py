@@ -16,14 +16,31 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+import time
 
+from probe_nvml_samples import nvml, samples
 from training_loops import finish, loops, new_shm_dir, prepare, published, read_rate, save, start, tell, wait_ready
 
 VARIABLES = {"c": "ALNAIR_COMPUTE_LIMIT", "s": "ALNAIR_COMPUTE_SHARE"}
 
 
-def run_together(model: str, batch: int, seconds: float, limits: list[str]) -> list[dict]:
-    """Children with these limits (cN, sN or -), measuring over the same span."""
+class Trace(threading.Thread):
+    """Each child's published record every 20 ms while the children step (--trace), stamped with the real-time
+    clock as NVML's samples are: how its GPU time grows."""
+
+    def __init__(self, shm: str, pids: list[int]):
+        super().__init__(daemon=True)
+        self.shm, self.pids, self.rows, self.done = shm, pids, [], threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.02):
+            self.rows.append([time.time(), *(published(self.shm, pid) for pid in self.pids)])
+
+
+def run_together(model: str, batch: int, seconds: float, limits: list[str], trace: list | None = None) -> list[dict]:
+    """Children with these limits (cN, sN or -), measuring over the same span; with `trace`, a Trace of it and
+    NVML's utilization samples are appended there."""
     shm = new_shm_dir()
     children = [
         start(model, batch, seconds, shm, {VARIABLES[limit[0]]: limit[1:]} if limit != "-" else None)
@@ -31,9 +48,18 @@ def run_together(model: str, batch: int, seconds: float, limits: list[str]) -> l
     ]
     wait_ready(children)
     before = [published(shm, c.pid) for c in children]
+    tracer = Trace(shm, [c.pid for c in children]) if trace is not None else None
+    started_us = time.time_ns() // 1000
+    if tracer:
+        tracer.start()
     tell(children)
     rates = [read_rate(child)[0] for child in children]
     after = [published(shm, c.pid) for c in children]
+    if tracer:
+        tracer.done.set()
+        tracer.join()
+        lib, handle = nvml()
+        trace.append({"limits": limits, "records": tracer.rows, "nvml_samples": samples(lib, handle, started_us)})
     results = []
     for limit, rate, b, a in zip(limits, rates, before, after):
         seconds_run = float(rate[3]) / float(rate[1])
@@ -44,6 +70,7 @@ def run_together(model: str, batch: int, seconds: float, limits: list[str]) -> l
                 "step_ms": float(rate[2]),
                 "throttled_s": a["throttled_s"] - b["throttled_s"],
                 "gpu_share": (a["gpu_time_s"] - b["gpu_time_s"]) / seconds_run,
+                "busy_share": (a["busy_s"] - b["busy_s"]) / seconds_run,
             }
         )
     finish(children)
@@ -56,14 +83,15 @@ def main() -> int:
     parser.add_argument("--sets", default="c30/c70,c30/-,c20/c30/c50")
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--trace", action="store_true", help="the shared runs' records every 20 ms, NVML's samples")
     args = parser.parse_args()
     prepare()
-    report = []
+    report, trace = [], [] if args.trace else None
     for loop, model, batch in loops(args.loops):
         run_together(model, batch, args.seconds, ["-"])  # untimed: a GPU just started steps slower for a while
         [before] = run_together(model, batch, args.seconds, ["-"])
         for limits in [group.split("/") for group in args.sets.split(",")] * args.runs:
-            shared = run_together(model, batch, args.seconds, limits)
+            shared = run_together(model, batch, args.seconds, limits, trace)
             [after] = run_together(model, batch, args.seconds, ["-"])  # the solo rate on both sides of every set
             solo = {"steps_per_s": (before["steps_per_s"] + after["steps_per_s"]) / 2, "runs": [before, after]}
             solo["step_ms"] = 1000 / solo["steps_per_s"]
@@ -81,6 +109,8 @@ def main() -> int:
             )
             before = after
     save(report, "limits_training.json")
+    if trace is not None:
+        save(trace, "limits_trace.json")
     return 0
 
 
