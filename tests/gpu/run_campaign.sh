@@ -12,8 +12,10 @@
 # = --pairs-only --pairs auto:30 --pair-modes timeslice,share-50-50,share-30-70 --other-modes-pairs 10: the 30 auto
 # pairs at share-50-50 (each is measured time-sliced already; one that is not gets it in the same block), the first
 # 10 of them (the 4 measured at limit-30-70 among them) at share-30-70 in the same block as their 50/50 run, every
-# pair against solo baselines on its own GPU. The same command every call: it resumes from the rows in
-# dataset/data/h200/ (copy each call's rows there before the next). What fits, from the committed rows'
+# pair against solo baselines on its own GPU. The same command every call: it resumes from the rows of the GPU's
+# model, dataset/data/h200/ or dataset/data/h100/ (the run tool may lend either for kind nvidia-h200; on a model whose
+# folder has no time-sliced row of a pair, the pair is time-sliced in the same block, so each model's folder compares
+# its modes on its own GPUs; copy each call's rows there before the next). What fits, from the committed rows'
 # wall times (`python -m alnair_dataset.campaign --plan --out dataset/data/h200 --pairs auto:30 --pairs-only
 # --pair-modes timeslice,share-50-50,share-30-70 --other-modes-pairs 10 --block-seconds 520` prints it, each block
 # as if on a new GPU): one call (some 520 s of campaign) on a GPU the rows have not seen runs 4 pairs at both shares
@@ -24,9 +26,9 @@
 #
 # Nothing is installed: the intercept is built with make and the package is a shim of symlinks to this checkout
 # (tests/gpu/check_python_and_cuda_records.py's, plus alnair_dataset). The campaign resumes from the rows committed
-# under dataset/data/h200/ (copied into $OUT/campaign, which comes back to the calling machine: copy its runs.csv,
+# under the model's folder (copied into $OUT/campaign, which comes back to the calling machine: copy its runs.csv,
 # pairs.csv, *.parquet, logs-*.tar.gz and prometheus-*.tar.xz, the block's Prometheus data (with earlier blocks' on a
-# machine kept warm), into dataset/data/h200/ and commit them). The segments stay in /tmp. The campaign gets what is
+# machine kept warm), into that folder and commit them). The segments stay in /tmp. The campaign gets what is
 # left of BLOCK_SECONDS (the run's timeout_s, less a margin) after the set-up, so it stops before the block's end with
 # every row finished or marked incomplete.
 set -euo pipefail
@@ -44,7 +46,10 @@ if head=$(git rev-parse HEAD 2>/dev/null) && [ -n "$(git status --porcelain --un
 fi
 BLOCK_SECONDS=${BLOCK_SECONDS:-470}
 OUT=${OUT:-/tmp/alnair-campaign-out}
-DATA=dataset/data/h200
+# One folder of rows per GPU model: a pair's modes compared on one model, its time-sliced run measured again there.
+model=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr A-Z a-z || true)
+DATA=${CAMPAIGN_DATA:-dataset/data/${model:-h200}}
+echo "run_campaign: rows from and for $DATA"
 make -s -C intercept
 xz -d -k -f .device/prometheus.xz   # Debian's prometheus 2.42, carried from the calling machine
 chmod +x .device/prometheus
