@@ -68,6 +68,7 @@ void alnair_device_busy_sampled(struct alnair_device_busy *b, const struct alnai
 {
     for (int i = 0; i < n; i++) {
         if (s[i].end_ns <= b->sample_end_ns) continue;
+        double busy = !(s[i].busy >= 0) ? 0 : s[i].busy > 1 ? 1 : s[i].busy; /* NaN too */
         if (b->sample_end_ns) { /* the first sample only marks where the next one's period starts */
             if (b->periods_waiting == ALNAIR_DEVICE_BUSY_PERIODS) { /* the accounting stalled: the oldest goes */
                 b->first_period = (b->first_period + 1) % ALNAIR_DEVICE_BUSY_PERIODS;
@@ -75,9 +76,9 @@ void alnair_device_busy_sampled(struct alnair_device_busy *b, const struct alnai
             }
             unsigned at = (b->first_period + b->periods_waiting++) % ALNAIR_DEVICE_BUSY_PERIODS;
             b->periods[at].start_ns = b->sample_end_ns, b->periods[at].end_ns = s[i].end_ns;
-            b->periods[at].busy = !(s[i].busy >= 0) ? 0 : s[i].busy > 1 ? 1 : s[i].busy; /* NaN too */
+            b->periods[at].busy = busy;
         }
-        b->sample_end_ns = s[i].end_ns;
+        b->sample_end_ns = s[i].end_ns, b->sample_busy = busy;
     }
     apply(b);
 }

@@ -244,6 +244,7 @@ static void scale(struct alnair_gpu_time *g, struct alnair_gpu_time_tick *tick, 
         atomic_store_explicit(&g->gpu_time_ns, scaled, memory_order_relaxed);
     double by = alnair_device_busy_scale(&g->device);
     tick->used_ns *= by, tick->excess_ns *= by, tick->unaccounted_ns *= by;
+    tick->saturated = alnair_device_busy_saturated(&g->device);
 }
 
 struct alnair_gpu_time_tick alnair_gpu_time_account(struct alnair_gpu_time *g, uint64_t now,
@@ -274,7 +275,10 @@ double alnair_gpu_time_owed(struct alnair_gpu_debts *debts, uint32_t cap_percent
         double owed = debts->cap_ns + t->unaccounted_ns;
         if (owed > 0) wait = owed / cap; /* what using nothing pays back at the cap's rate */
     }
-    debts->share_ns = fmax(debts->share_ns + t->excess_ns, -SHARE_CREDIT_NS);
+    /* A GPU that idled part of the latest sample period kept no process's work waiting: no share is owed. Holding
+     * a process back then would only idle the GPU more (two launch-bound loops throttled each other by turns). */
+    if (!t->saturated) debts->share_ns = fmin(debts->share_ns, 0);
+    else debts->share_ns = fmax(debts->share_ns + t->excess_ns, -SHARE_CREDIT_NS);
     /* only while another process wants the GPU now: a share never holds it idle */
     if (t->contested && t->shares && debts->share_ns > 0) wait = fmax(wait, debts->share_ns / fmax(t->entitled, MIN_RATE));
     return fmin(wait, MAX_WAIT_NS);

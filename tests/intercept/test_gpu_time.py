@@ -142,22 +142,22 @@ def device_busy_cases(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "case, part, falls",
+    "case, part, falls, saturated",
     [
-        ("none", 1.0, 0),  # no samples: the divided time whole
-        ("half", 0.5, 1),  # the time before the first sample at its scale: the raw total falls once
-        ("peer", 0.5, 1),  # half of all the busy time is this process's: it keeps half of its own at 50%
-        ("disorder", 0.5, 1),  # repeated and older samples change nothing
-        ("over", 1.0, 0),  # a busy fraction above 1 is 1
-        ("nan", 0.0, 1),  # not a number, or below 0, is 0
-        ("negative", 0.0, 1),
-        ("late", 1.0, 0),  # samples older than the ticks kept leave the time at the scale before (1)
+        ("none", 1.0, 0, 1),  # no samples: the divided time whole (and a share holds as without NVML)
+        ("half", 0.5, 1, 0),  # the time before the first sample at its scale: the raw total falls once
+        ("peer", 0.5, 1, 0),  # half of all the busy time is this process's: it keeps half of its own at 50%
+        ("disorder", 0.5, 1, 0),  # repeated and older samples (an older 90%) change nothing
+        ("over", 1.0, 0, 1),  # a busy fraction above 1 is 1
+        ("nan", 0.0, 1, 0),  # not a number, or below 0, is 0
+        ("negative", 0.0, 1, 0),
+        ("late", 1.0, 0, 0),  # samples older than the ticks kept leave the time at the scale before (1)
     ],
 )
-def test_the_scale_of_hostile_or_late_samples(device_busy_cases, case, part, falls):
+def test_the_scale_of_hostile_or_late_samples(device_busy_cases, case, part, falls, saturated):
     found = device_busy_cases(case)
     assert found["scaled"] == pytest.approx(part * found["own"], rel=1e-9, abs=1), found
-    assert found["falls"] == falls
+    assert found["falls"] == falls and found["saturated"] == saturated
 
 
 # ---- the library, against the fake driver -------------------------------------------------------------
@@ -327,6 +327,23 @@ def test_shares_hold_while_both_run_and_alone_a_share_never_waits(simulate):
     assert abs(share_of(small) - 0.30) < 0.03 and share_of(free) >= 0.65, (small, free)
     [alone], _ = simulate(10, f"share=30,{STEP_17MS}")
     assert alone["waited_ns"] == 0 and share_of(alone) >= 0.95
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("20:50:30:1000", "40:60:40:1500"),  # the GPU ~88% busy, each side under half of it
+        ("30:3:40:300", "100:40:10:2000"),  # a launch-bound loop (its span ~10x its kernels) beside a heavier one
+    ],
+    ids=["both-under-half", "launch-bound"],
+)
+def test_a_share_never_holds_back_a_process_while_the_gpu_idles(simulate, a, b):
+    """Shares on a GPU that is not saturated (NVML busy < 90%) step as the same loops without shares: no process
+    was kept from the GPU, so none owes (before the gate, the second pair lost 14% of b's steps to waits)."""
+    free = simulate(20, a, b)[0]
+    shared = simulate(20, f"share=50,{a}", f"share=50,{b}")[0]
+    for before, after in zip(free, shared):
+        assert after["steps"] >= 0.995 * before["steps"] and after["waited_ns"] < 0.005 * 20e9, (before, after)
 
 
 def test_steps_as_short_as_a_time_slice_pass_their_cap_by_the_documented_error(simulate):

@@ -12,7 +12,8 @@
  *   disorder  as half, each sample given twice and with an older one after it
  *   over      busy 7 (more than the whole period), nan (not a number), negative (-1)
  *   late      samples given 2.9 s late, older than the ticks kept (256: 2.56 s)
- * "falls" counts the ticks after which the scaled time fell (gpu_time.c publishes its highest).
+ * "falls" counts the ticks after which the scaled time fell (gpu_time.c publishes its highest); "saturated" is
+ * whether the latest sample says the GPU ran work nearly all its period (a share's debts count only then).
  */
 #include <math.h>
 #include <stdio.h>
@@ -51,7 +52,7 @@ int main(int argc, char **argv)
         falls += scaled < last_scaled - 1;
         last_scaled = scaled;
     }
-    printf("own %.0f all %.0f scaled %.0f scale %.4f falls %d\n", own, all, alnair_device_busy_scaled(&b),
-           alnair_device_busy_scale(&b), falls);
+    printf("own %.0f all %.0f scaled %.0f scale %.4f falls %d saturated %d\n", own, all, alnair_device_busy_scaled(&b),
+           alnair_device_busy_scale(&b), falls, alnair_device_busy_saturated(&b));
     return 0;
 }
