@@ -7,7 +7,9 @@ rows, appended under the same keys, win wherever the tables are read (sources._c
 --limited-before COMMIT: a limit-* or share-* pair (both run under the intercept's compute limiter: caps and shares
 are debts of GPU time kept by the same code) whose shared rows' git_commit lacks the fix (git merge-base
 --is-ancestor, in this checkout); solo runs and time-sliced pairs are never held back, so no fix of the limiter
-changes them. Share-* pairs are newer than the one fix so far (781c624), so it marks none of them.
+changes them. The fixes so far: 781c624 (caps on GPU time; share-* pairs are all newer) and 9c0f5e9 (a share is
+owed only while the GPU is saturated: the H100 rows' share-* pairs before it, 15 of them, were marked with
+--out dataset/data/h100 --limited-before 9c0f5e9).
 --baselines-elsewhere: a pair whose solo rows ran on other GPUs than its shared rows (the H200s lent for different
 blocks differ by up to a third in one configuration's time, which a slowdown would take for interference).
 A superseded pair's two shared rows go with it."""
