@@ -167,6 +167,7 @@ class Campaign:
         self.stopped_by_budget = False  # a step did not fit (it waits for the next block), or a job was ended
         self.cut = False  # a job was ended by the budget: nothing more runs
         self.deferred: set[tuple[Config, Config]] = set()  # pairs whose target modes wait for the next block
+        self.planned: dict[tuple[Config, Config], list[str]] = {}  # each pair's modes in the plan
 
     # -- budget
     def left(self) -> float:
@@ -385,11 +386,31 @@ class Campaign:
         )
         return row if row["status"] != "incomplete" else None
 
+    def pair_run(self, pair_key: str) -> dict | None:
+        """The a side's run of the mode's latest ok pair row ({} when its row is missing), or None without one."""
+        row = self.pairs.done(pair_key, statuses=("ok",))
+        if row is None:
+            return None
+        return self.runs.done(row["shared_a_key"], ("ok",)) or {}
+
+    def pair_held(self, a: Config, b: Config, mode: str) -> bool:
+        """Whether the rows hold the pair in this mode: its ok row ran on this GPU, or every mode planned for the pair
+        has an ok row and all ran on one GPU. A pair whose modes are not all measured on one GPU measures the ones that
+        ran elsewhere again here, beside the missing ones, so that its modes compare on one GPU and one host (two
+        H100s lent for two blocks ran one configuration's steps up to 47% apart)."""
+        run = self.pair_run(f"{mode}|{a.key}|{b.key}")
+        if run is None:
+            return False
+        if self.on_this_gpu(run):
+            return True
+        every = [self.pair_run(f"{m}|{a.key}|{b.key}") for m in self.planned.get((a, b), [mode])]
+        return None not in every and len({frozenset(row_gpus(r)) for r in every}) == 1
+
     def pair(self, a: Config, b: Config, mode: str, label: str, partners: int = 0) -> None:
         """The pair in one mode, after its baselines; with `partners` other target modes of it still to run, only
         if the baselines and all of them fit in what is left (plan.partners_after), else it and they wait."""
         pair_key = f"{mode}|{a.key}|{b.key}"
-        if self.pairs.done(pair_key, statuses=("ok",)) is not None:
+        if self.pair_held(a, b, mode):
             self.counts["skipped"] += 1
             return
         before = [self.runs.done(f"{pair_key}|{side}", self.finished) for side in "ab"]
@@ -440,10 +461,10 @@ class Campaign:
         )
 
     def holds(self, item: plan.Item) -> bool:
-        """Whether the rows hold the step already (a finished solo row; an ok pair row)."""
+        """Whether the rows hold the step already (a finished solo row; a pair's ok row, pair_held)."""
         if item.config is not None:
             return self.runs.done(item.config.key, self.finished) is not None
-        return self.pairs.done(item.key, statuses=("ok",)) is not None
+        return self.pair_held(*item.pair, item.mode)
 
     def stop_for(self, what: str, estimate: float) -> None:
         """A step that does not fit in what is left waits for the next block; the later steps that fit still run."""
@@ -463,6 +484,9 @@ class Campaign:
         is left of the budget waits for the next block while the later ones that fit go on. A pair's first pending
         target mode brings its other pending ones right after it, all or none in this block (plan.partners_after)."""
         ran_early: set[str] = set()  # a pair's other target modes, run right after its first
+        for item in items:
+            if item.pair is not None:
+                self.planned.setdefault(item.pair, []).append(item.mode)
         try:
             for index, item in enumerate(items, 1):
                 if self.cut:

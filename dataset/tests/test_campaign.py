@@ -165,6 +165,30 @@ def test_a_pair_whose_solo_ran_on_another_gpu_measures_its_baseline_here(measure
     assert sum(r["role"] == "solo" for r in rows(tmp_path / "runs.csv")) == 2
 
 
+def test_a_pair_measures_its_modes_on_one_gpu(measured, tmp_path):
+    """A pair time-sliced on another GPU, whose other mode is still to measure, is time-sliced again here beside it;
+    a pair whose modes all ran on one other GPU is held as it is."""
+    out, _ = measured
+    for name in ("runs.csv", "pairs.csv"):
+        shutil.copy(out / name, tmp_path / name)
+    table = Table(tmp_path / "runs.csv", run_columns(), "key")
+    for row in table.rows:
+        if row["role"] == "shared":
+            row["gpu_uuids"] = "GPU-elsewhere"
+    table.rewrite()
+    held = run_campaign(tmp_path, *GRID, *PAIR)  # its one mode ran elsewhere: held
+    assert held.returncode == 0 and "0 pairs" in held.stderr and "exporter at" not in held.stderr, held.stderr
+    both = [*GRID, "--pairs", "dqn:dqn:10+dqn:dqn:10", "--pair-modes", "timeslice,share-50-50"]
+    result = run_campaign(tmp_path, *both)
+    assert result.returncode == 0 and "2 pairs" in result.stderr, result.stderr
+    pairs = rows(tmp_path / "pairs.csv")
+    assert [(p["mode"], p["status"]) for p in pairs] == [("timeslice", "ok")] * 2 + [("share-50-50", "ok")]
+    runs = {r["key"]: r for r in rows(tmp_path / "runs.csv")}  # a key measured again: its last row
+    assert {runs[p["shared_a_key"]]["gpu_uuids"] for p in pairs[1:]} == {""}  # both modes here (a CPU job: none)
+    again = run_campaign(tmp_path, *both)
+    assert again.returncode == 0 and "0 pairs" in again.stderr and "exporter at" not in again.stderr, again.stderr
+
+
 def test_a_budget_too_small_for_the_next_job_starts_nothing(tmp_path):
     result = run_campaign(tmp_path, *GRID, "--budget-seconds", "20")
     assert result.returncode == 0, result.stderr

@@ -10,19 +10,20 @@
 #   ALNAIR_GIT_COMMIT=<sha of HEAD> BLOCK_SECONDS=552 bash tests/gpu/run_campaign.sh share   (timeout_s 600)
 #
 # = --pairs-only --pairs auto:30 --pair-modes timeslice,share-50-50,share-30-70 --other-modes-pairs 10: the 30 auto
-# pairs at share-50-50 (each is measured time-sliced already; one that is not gets it in the same block), the first
+# pairs at share-50-50 (time-sliced again in the same block where that ran on another GPU), the first
 # 10 of them (the 4 measured at limit-30-70 among them) at share-30-70 in the same block as their 50/50 run, every
 # pair against solo baselines on its own GPU. The same command every call: it resumes from the rows of the GPU's
-# model, dataset/data/h200/ or dataset/data/h100/ (the run tool may lend either for kind nvidia-h200; on a model whose
-# folder has no time-sliced row of a pair, the pair is time-sliced in the same block, so each model's folder compares
-# its modes on its own GPUs; copy each call's rows there before the next). What fits, from the committed rows'
+# model, dataset/data/h200/ or dataset/data/h100/ (the run tool may lend either for kind nvidia-h200; a pair's modes
+# are compared on one GPU: where its time-sliced row ran on another, it is time-sliced again in the same block; copy
+# each call's rows there before the next). What fits, from the committed rows'
 # wall times (`python -m alnair_dataset.campaign --plan --out dataset/data/h200 --pairs auto:30 --pairs-only
 # --pair-modes timeslice,share-50-50,share-30-70 --other-modes-pairs 10 --block-seconds 520` prints it, each block
 # as if on a new GPU): one call (some 520 s of campaign) on a GPU the rows have not seen runs 4 pairs at both shares
 # with their 8 baselines (~440 s expected); later calls on the same warm machine reuse the baselines, so a session
 # (30 min of device time: the machine's start and three calls) runs about 25 of the 40 pair runs (the 10 pairs at
 # both shares, 5 more at 50/50). The other 15 need a second session of two or three calls, whose GPU measures its
-# own baselines (~0.8 h in all if every call got another GPU).
+# own baselines (~0.8 h in all if every call got another GPU). These counts predate the time-sliced runs again
+# (some 30 s a pair more), which --plan does not count yet.
 #
 # Nothing is installed: the intercept is built with make and the package is a shim of symlinks to this checkout
 # (tests/gpu/check_python_and_cuda_records.py's, plus alnair_dataset). The campaign resumes from the rows committed
