@@ -23,7 +23,7 @@
 # (30 min of device time: the machine's start and three calls) runs about 25 of the 40 pair runs (the 10 pairs at
 # both shares, 5 more at 50/50). The other 15 need a second session of two or three calls, whose GPU measures its
 # own baselines (~0.8 h in all if every call got another GPU). These counts predate the time-sliced runs again
-# (some 30 s a pair more), which --plan does not count yet.
+# (some 30 s a pair more), which --plan now counts.
 #
 # Nothing is installed: the intercept is built with make and the package is a shim of symlinks to this checkout
 # (tests/gpu/check_python_and_cuda_records.py's, plus alnair_dataset). The campaign resumes from the rows committed
