@@ -138,16 +138,21 @@ def test_a_second_campaign_skips_what_is_measured(measured):
     assert ((out / "runs.csv").read_text(), (out / "pairs.csv").read_text()) == before
 
 
-def test_a_pair_whose_solo_ran_on_another_gpu_measures_its_baseline_here(measured, tmp_path):
-    """A pair's slowdown compares times on one GPU: when its solo row ran elsewhere, the pair runs a baseline first."""
+def moved_elsewhere(measured, to: Path, role: str) -> None:
+    """The measured rows copied to `to`, those of the role as if they had run on another GPU."""
     out, _ = measured
     for name in ("runs.csv", "pairs.csv"):
-        shutil.copy(out / name, tmp_path / name)
-    table = Table(tmp_path / "runs.csv", run_columns(), "key")
+        shutil.copy(out / name, to / name)
+    table = Table(to / "runs.csv", run_columns(), "key")
     for row in table.rows:
-        if row["role"] == "solo":
+        if row["role"] == role:
             row["gpu_uuids"] = "GPU-elsewhere"
     table.rewrite()
+
+
+def test_a_pair_whose_solo_ran_on_another_gpu_measures_its_baseline_here(measured, tmp_path):
+    """A pair's slowdown compares times on one GPU: when its solo row ran elsewhere, the pair runs a baseline first."""
+    moved_elsewhere(measured, tmp_path, "solo")
     assert superseding.main(["--out", str(tmp_path), "--baselines-elsewhere"]) == 0
     result = run_campaign(tmp_path, *GRID, *PAIR)
     assert result.returncode == 0, result.stderr
@@ -168,14 +173,7 @@ def test_a_pair_whose_solo_ran_on_another_gpu_measures_its_baseline_here(measure
 def test_a_pair_measures_its_modes_on_one_gpu(measured, tmp_path):
     """A pair time-sliced on another GPU, whose other mode is still to measure, is time-sliced again here beside it;
     a pair whose modes all ran on one other GPU is held as it is."""
-    out, _ = measured
-    for name in ("runs.csv", "pairs.csv"):
-        shutil.copy(out / name, tmp_path / name)
-    table = Table(tmp_path / "runs.csv", run_columns(), "key")
-    for row in table.rows:
-        if row["role"] == "shared":
-            row["gpu_uuids"] = "GPU-elsewhere"
-    table.rewrite()
+    moved_elsewhere(measured, tmp_path, "shared")
     held = run_campaign(tmp_path, *GRID, *PAIR)  # its one mode ran elsewhere: held
     assert held.returncode == 0 and "0 pairs" in held.stderr and "exporter at" not in held.stderr, held.stderr
     both = [*GRID, "--pairs", "dqn:dqn:10+dqn:dqn:10", "--pair-modes", "timeslice,share-50-50"]
