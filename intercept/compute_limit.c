@@ -16,7 +16,8 @@
  *     otherwise. In every ms that another process wanted too, each wanting process is entitled to
  *     its weight's part of the GPU time the GPU delivered (gpu_time.h); the debt is what it used
  *     beyond that. Debts of one GPU sum to nothing: what one pays back, the others may use. Only while
- *     the GPU is saturated (NVML's latest sample: busy >= 90%): below, no process's work waited for the
+ *     the GPU is saturated (NVML's samples, averaged over the last ~second: busy >= 90%): below, no
+ *     process's work waited for the
  *     GPU, so nothing is owed, and holding one back would idle the GPU more.
  *     Launches wait while the debt is owed and another process wants the GPU now, so a share
  *     never holds the GPU idle. Shares hold only where a process has one: processes without,

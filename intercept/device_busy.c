@@ -8,6 +8,8 @@
  */
 #include "device_busy.h"
 
+#include <math.h>
+
 #define MS 1000000.0
 
 /* The totals before ms (a fraction of one) from the ticks kept: 1 found, 0 not accounted yet, -1 older than kept. */
@@ -78,7 +80,9 @@ void alnair_device_busy_sampled(struct alnair_device_busy *b, const struct alnai
             b->periods[at].start_ns = b->sample_end_ns, b->periods[at].end_ns = s[i].end_ns;
             b->periods[at].busy = busy;
         }
-        b->sample_end_ns = s[i].end_ns, b->sample_busy = busy;
+        double weight = b->sample_end_ns ? 1 - exp(-(double)(s[i].end_ns - b->sample_end_ns) / ALNAIR_DEVICE_RECENT_NS) : 1;
+        b->recent_busy += weight * (busy - b->recent_busy);
+        b->sample_end_ns = s[i].end_ns;
     }
     apply(b);
 }

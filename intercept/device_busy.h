@@ -33,7 +33,7 @@ struct alnair_device_busy {
     struct { uint64_t start_ns, end_ns; double busy; } periods[ALNAIR_DEVICE_BUSY_PERIODS];
     unsigned first_period, periods_waiting;
     uint64_t sample_end_ns;   /* the latest sample's end (0: none yet) */
-    double sample_busy;       /* ...and its busy part */
+    double recent_busy;       /* the samples' busy part, averaged over the last ALNAIR_DEVICE_RECENT_NS or so */
     double scaled_own;        /* `scaled` covers this much of the process's divided busy time */
     double scaled;            /* that time, scaled */
     double scale;             /* the latest period's, */
@@ -45,12 +45,15 @@ struct alnair_device_busy {
 /* The latest period's scale: the GPU's busy time / all the processes' busy time (1 before any). */
 static inline double alnair_device_busy_scale(const struct alnair_device_busy *b) { return b->scaled_any ? b->scale : 1.0; }
 
-/* Whether the GPU ran work at least ALNAIR_DEVICE_SATURATED of the latest sample period, or gave no sample yet:
- * below, no process's work waited for the GPU all that period, so none was kept from it (a share holds back). */
+/* Whether the GPU ran work at least ALNAIR_DEVICE_SATURATED of its recent time (the samples' busy part, each weighing
+ * less by e every ALNAIR_DEVICE_RECENT_NS), or gave no sample yet: below, no process's work waited for the GPU all
+ * that time, so none was kept from it (a share holds back only then). The average spares loops whose GPU is busy in
+ * bursts (a 200 ms sample above 90% in a second below 81%, on an H100); sustained contention reaches it within ~1 s. */
 #define ALNAIR_DEVICE_SATURATED 0.9
+#define ALNAIR_DEVICE_RECENT_NS 500000000.0
 static inline int alnair_device_busy_saturated(const struct alnair_device_busy *b)
 {
-    return !b->sample_end_ns || b->sample_busy >= ALNAIR_DEVICE_SATURATED;
+    return !b->sample_end_ns || b->recent_busy >= ALNAIR_DEVICE_SATURATED;
 }
 
 /* After a tick's accounting: the union of all the processes' busy time and this process's divided

@@ -275,7 +275,7 @@ double alnair_gpu_time_owed(struct alnair_gpu_debts *debts, uint32_t cap_percent
         double owed = debts->cap_ns + t->unaccounted_ns;
         if (owed > 0) wait = owed / cap; /* what using nothing pays back at the cap's rate */
     }
-    /* A GPU that idled part of the latest sample period kept no process's work waiting: no share is owed. Holding
+    /* A GPU that idled part of its recent time kept no process's work waiting: no share is owed. Holding
      * a process back then would only idle the GPU more (two launch-bound loops throttled each other by turns). */
     if (!t->saturated) debts->share_ns = fmin(debts->share_ns, 0);
     else debts->share_ns = fmax(debts->share_ns + t->excess_ns, -SHARE_CREDIT_NS);

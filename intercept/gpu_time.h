@@ -74,7 +74,7 @@ struct alnair_gpu_time_tick {
     double excess_ns;        /* in those another process wanted too: GPU time used beyond the entitlement */
     int contested;           /* in the latest ms the peers published, one of them had work on the GPU */
     int shares;              /* ...and one of them, or this process, has a compute share */
-    int saturated;           /* the GPU ran work nearly all the latest sample period (device_busy.h) */
+    int saturated;           /* the GPU ran work nearly all its recent time (device_busy.h) */
     double entitled;         /* this process's part of the GPU then, were it to want it (0..1) */
     double unaccounted_ns;   /* busy time not accounted yet, at the latest part of it that was GPU time */
 };
