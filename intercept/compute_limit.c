@@ -17,8 +17,7 @@
  *     its weight's part of the GPU time the GPU delivered (gpu_time.h); the debt is what it used
  *     beyond that. Debts of one GPU sum to nothing: what one pays back, the others may use. Only while
  *     the GPU is saturated (NVML's samples, averaged over the last ~second: busy >= 90%): below, no
- *     process's work waited for the
- *     GPU, so nothing is owed, and holding one back would idle the GPU more.
+ *     process's work waited for the GPU, so nothing is owed, and holding one back would idle it more.
  *     Launches wait while the debt is owed and another process wants the GPU now, so a share
  *     never holds the GPU idle. Shares hold only where a process has one: processes without,
  *     among themselves, run as the GPU time-slices them.
