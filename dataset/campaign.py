@@ -167,7 +167,7 @@ class Campaign:
         self.stopped_by_budget = False  # a step did not fit (it waits for the next block), or a job was ended
         self.cut = False  # a job was ended by the budget: nothing more runs
         self.deferred: set[tuple[Config, Config]] = set()  # pairs whose target modes wait for the next block
-        self.planned: dict[tuple[Config, Config], list[str]] = {}  # each pair's modes planned in one block
+        self.planned: dict[tuple[Config, Config], list[str]] = {}  # each pair's modes of one block (run sets it)
 
     # -- budget
     def left(self) -> float:
@@ -395,17 +395,19 @@ class Campaign:
 
     def pair_held(self, a: Config, b: Config, mode: str) -> bool:
         """Whether the rows hold the pair in this mode: its ok row ran on this GPU, or every mode planned for the pair's
-        block (together) has an ok row and all ran on one GPU. A pair whose modes are not all measured on one GPU
+        block has an ok row and all ran on one GPU (on_one_gpu). A pair whose modes are not all measured on one GPU
         measures the ones that ran elsewhere again here, beside the missing ones, so that its modes compare on one GPU
         and one host (two H100s lent for two blocks ran one configuration's steps up to 47% apart). A mode planned
         for a later phase is held by any ok row."""
         run = self.pair_run(f"{mode}|{a.key}|{b.key}")
-        if run is None:
-            return False
-        if self.on_this_gpu(run):
-            return True
+        return run is not None and (self.on_this_gpu(run) or self.on_one_gpu(a, b, mode))
+
+    def on_one_gpu(self, a: Config, b: Config, mode: str) -> bool:
+        """Whether the pair has an ok row in every mode of this mode's block (itself alone for a later phase's mode),
+        all of them run on one GPU."""
         group = self.planned.get((a, b), [])
-        return on_one_gpu([self.pair_run(f"{m}|{a.key}|{b.key}") for m in (group if mode in group else [mode])])
+        runs = [self.pair_run(f"{m}|{a.key}|{b.key}") for m in (group if mode in group else [mode])]
+        return None not in runs and len({frozenset(row_gpus(r)) for r in runs}) == 1
 
     def pair(self, a: Config, b: Config, mode: str, label: str, partners: int = 0) -> None:
         """The pair in one mode, after its baselines; with `partners` other target modes of it still to run, only
@@ -485,9 +487,7 @@ class Campaign:
         is left of the budget waits for the next block while the later ones that fit go on. A pair's first pending
         target mode brings its other pending ones right after it, all or none in this block (plan.partners_after)."""
         ran_early: set[str] = set()  # a pair's other target modes, run right after its first
-        for item in items:
-            if item.pair is not None and together(item, self.options.pair_modes):
-                self.planned.setdefault(item.pair, []).append(item.mode)
+        self.planned = plan.target_blocks(items, self.options.pair_modes)
         try:
             for index, item in enumerate(items, 1):
                 if self.cut:
@@ -523,16 +523,6 @@ class Campaign:
                     problem = table.parquet()
                     if problem:
                         say(f"no Parquet: {problem}")
-
-
-def together(item: plan.Item, modes: list[str]) -> bool:
-    """Whether a pair's mode runs in the block of its target modes (one of them, or planned with them)."""
-    return item.mode in plan.target_modes(modes)[0] or item.with_targets
-
-
-def on_one_gpu(runs: list[dict | None]) -> bool:
-    """Whether every mode of a pair has a run (Campaign.pair_run; None: none) and all of them ran on one GPU."""
-    return None not in runs and len({frozenset(row_gpus(r)) for r in runs}) == 1
 
 
 def pair_row(pair_key: str, mode: str, solo_a: dict, solo_b: dict, shared_a: dict, shared_b: dict) -> dict:
@@ -668,14 +658,10 @@ def coverage_of(campaign: Campaign, items: list[plan.Item]) -> list[plan.Step]:
     """The plan walked from the rows there (ok solo rows; the pairs whose planned modes all ran on one GPU, as every
     block is taken to run on a GPU the rows have not seen), with the runner's estimates and budget rule."""
     solo = [r for r in campaign.runs.rows if r["role"] == "solo" and r["status"] == "ok"]
-    groups: dict[tuple, list[str]] = {}  # a pair's modes of one block; a later phase's mode alone
-    for item in items:
-        if item.pair is not None:
-            alone = not together(item, campaign.options.pair_modes)
-            groups.setdefault((item.pair, item.mode if alone else ""), []).append(item.key)
+    campaign.planned = plan.target_blocks(items, campaign.options.pair_modes)
     coverage = plan.Coverage(
         {r["key"] for r in solo},
-        {key for keys in groups.values() if on_one_gpu([campaign.pair_run(k) for k in keys]) for key in keys},
+        {i.key for i in items if i.pair is not None and campaign.on_one_gpu(*i.pair, i.mode)},
         {r["key"]: r["run_family"] for r in solo},
         {r["key"]: row_settings(r) for r in solo},
     )

@@ -169,10 +169,23 @@ def partners_after(plan: list[Item], index: int, modes: list[str], pending) -> l
     return [
         position
         for position in range(index + 1, len(plan))
-        if plan[position].pair == item.pair
-        and (plan[position].mode in early or plan[position].with_targets)
-        and pending(plan[position])
+        if plan[position].pair == item.pair and in_target_block(plan[position], early) and pending(plan[position])
     ]
+
+
+def in_target_block(item: Item, early: list[str]) -> bool:
+    """Whether a pair's mode runs in the block of its target modes (`early`, target_modes' first): one of them, or
+    planned with them."""
+    return item.mode in early or item.with_targets
+
+
+def target_blocks(plan: list[Item], modes: list[str]) -> dict[tuple[Config, Config], list[str]]:
+    """Each pair's modes that run in one block: its target modes and those planned with them."""
+    early, found = target_modes(modes)[0], {}
+    for item in plan:
+        if item.pair is not None and in_target_block(item, early):
+            found.setdefault(item.pair, []).append(item.mode)
+    return found
 
 
 def group_need(needs: list[float], reserve: float) -> float:
