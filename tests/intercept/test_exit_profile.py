@@ -29,13 +29,17 @@ BATCH_SECONDS = 0.5
 # two launches (activity times, peak memory); every copy entry point (copies by direction); two that launch named
 # kernels (k launched 1000 - 10 k times on device k % devices; the second names 32 of its kernels, not 20); launches
 # that only the exit's final publish carries (a 60 s publish period; one device, whose UUID the publish at the
-# monitor's start learnt). The job's own exit code is 3.
+# monitor's start learnt). The job's own exit code is 3. The kernel processes get their line 0.2 s after they print
+# "waiting", so publishes after their last launch name every kernel (the exit's own publish never asks the driver for
+# names): a line sent 0.2 s after their start was there already when a slow start had used that time up.
 JOB = f"""
+released() {{ f=$(mktemp -u) && mkfifo "$f" && "$@" <"$f" | {{ exec 3>"$f"; rm "$f"; while IFS= read -r l; do
+  echo "$l"; [ "$l" != waiting ] || {{ sleep 0.2; echo >&3; exec 3>&-; }}; done; }}; }}
 FAKE_CUDA_ASYNC=1 FAKE_CUDA_LAUNCH_NS={LAUNCH_NS} "$0" gpa batches 0 {BATCH_SECONDS} 10 </dev/null
 printf '\\n\\n' | "$0" gpa activity
 FAKE_CUDA_COPY_NS={COPY_NS} "$0" gpa copies </dev/null
-(sleep 0.2; echo) | "$0" gpa kernels 30 2 wait
-(sleep 0.2; echo) | ALNAIR_KERNEL_NAMES_TOP=32 "$0" gpa kernels 32 1 wait
+released "$0" gpa kernels 30 2 wait
+released env ALNAIR_KERNEL_NAMES_TOP=32 "$0" gpa kernels 32 1 wait
 sleep 0.2 | ALNAIR_PUBLISH_INTERVAL_MS=60000 "$0" gpa launches 1 300 1
 exit 3
 """
@@ -198,7 +202,7 @@ def test_the_summary_says_it_on_stderr(job):
     profile, summary = job.profile, job.summary
     device = profile["devices"][0]
     h2d = device["copies"]["host_to_device"]["copies"]
-    assert summary[0].startswith("alnair: profile of `sh -c \ufffdFAKE_CUDA_ASYNC=1")  # the script's newline, shown
+    assert summary[0].startswith("alnair: profile of `sh -c \ufffdreleased() {")  # the script's newline, shown
     assert summary[0].endswith(f"...` (exit 3) in {job.path}")
     assert summary[1].startswith(f"  wall {profile['wall_ns'] / 1e9:.2f} s; first allocation ")
     assert summary[1].endswith("; 6 processes published counters")
