@@ -222,10 +222,11 @@ def repeatability_section(report: Report, runs: pd.DataFrame, label: str) -> Non
 TARGET_MODE = "share-50-50"  # the sharing issue's target: its packing saving at or above time-slicing's median
 
 
-def modes_section(report: Report, measured: pd.DataFrame) -> None:
-    """The packing saving and slowdowns of each mode, and each mode against time-slicing on the same pairs."""
+def modes_section(report: Report, measured: pd.DataFrame, prefix: str = "") -> None:
+    """The packing saving and slowdowns of each mode, and each mode against time-slicing on the same pairs (tables
+    named with `prefix`: another GPU model's)."""
     summary = interference.by_mode(measured)
-    report.save(summary, "pairs-by-mode.csv")
+    report.save(summary, f"{prefix}pairs-by-mode.csv")
     report.add(
         "By mode (`modes.py`: `limit-*` caps each side, `share-*` promises each side its share and lends idle "
         "time; slowdowns of both sides pooled, `apart`: a pair's two slowdowns apart):",
@@ -235,7 +236,7 @@ def modes_section(report: Report, measured: pd.DataFrame) -> None:
     )
     against = interference.against_timeslice(measured)
     if len(against):
-        report.save(against, "pairs-against-timeslice.csv")
+        report.save(against, f"{prefix}pairs-against-timeslice.csv")
         report.add(
             "Each mode against time-slicing on the same pairs (`difference`: the mode's saving less the "
             "time-sliced one, pair by pair; `lower`: pairs that saved less; `same_gpu`: pairs whose two modes "
@@ -260,20 +261,28 @@ def modes_section(report: Report, measured: pd.DataFrame) -> None:
             f"median; pair by pair {t.difference_median:+.3f} (median), {t.lower} of {t.pairs} lower.",
             "",
         )
+        if t.same_gpu < t.pairs:
+            report.add(
+                f"{t.pairs - t.same_gpu} of the {t.pairs} compare savings taken on two GPUs, each against its own "
+                "GPU's baselines: the target counts a pair whose modes ran on one GPU.",
+                "",
+            )
+
+
+def measured_section(report: Report, measured: pd.DataFrame, pairs: int, prefix: str = "") -> None:
+    """The measured pairs, one row per pair and mode, then the modes' summaries."""
+    report.save(measured, f"{prefix}pairs-measured.csv")
+    view = measured[["mode", "a", "b", "slowdown_a", "slowdown_b", "packing_saving"]].copy()
+    report.add(
+        f"{len(measured)} measured pairs and modes ({pairs} distinct pairs):", "", _table(view, 3, index=False), ""
+    )
+    modes_section(report, measured, prefix)
 
 
 def interference_section(report: Report, campaign: sources.Campaign) -> None:
     result = interference.analyse(campaign.runs, campaign.pairs)
     if len(result.measured):
-        report.save(result.measured, "pairs-measured.csv")
-        view = result.measured[["mode", "a", "b", "slowdown_a", "slowdown_b", "packing_saving"]].copy()
-        report.add(
-            f"{len(result.measured)} measured pairs and modes ({result.pairs} distinct pairs):",
-            "",
-            _table(view, 3, index=False),
-            "",
-        )
-        modes_section(report, result.measured)
+        measured_section(report, result.measured, result.pairs)
     superseded = int((campaign.pairs.get("status") == superseding.STATUS).sum()) if len(campaign.pairs) else 0
     if superseded:
         report.add(
@@ -321,6 +330,22 @@ def interference_section(report: Report, campaign: sources.Campaign) -> None:
     )
 
 
+def gpu_model_section(report: Report, data: Path, model: str) -> None:
+    """Co-location measured on another GPU model (the H100 share campaign): its pairs and modes, each pair against
+    baselines of its own GPU; too few for a slowdown model of their own, and never pooled with the campaign's."""
+    campaign = sources.load_campaign(data, model)
+    measured = interference.measured_pairs(campaign.runs, campaign.pairs)
+    report.add(
+        f"## Co-location on the {model.upper()}",
+        "",
+        f"The rows in dataset/data/{model}/ ({len(campaign.pairs)} pair rows), apart from the {sources.GPU_MODELS[0]} "
+        "campaign's: another GPU model, whose jobs run at other speeds.",
+        "",
+    )
+    if len(measured):
+        measured_section(report, measured, measured["group"].nunique(), f"{model}-")
+
+
 def run(out: Path = sources.ANALYSIS, data: Path = sources.DATA) -> Path:
     import matplotlib
 
@@ -361,6 +386,8 @@ def run(out: Path = sources.ANALYSIS, data: Path = sources.DATA) -> Path:
     repeatability_section(report, campaign.runs, new_label)
     report.add("## Co-location: slowdown and packing saving", "")
     interference_section(report, campaign)
+    for model in sources.other_models(data):
+        gpu_model_section(report, data, model)
     path = out / "report.md"
     path.write_text("\n".join(report.lines).rstrip() + "\n")
     print(f"{path}: {len(list(out.glob('*.png')))} figures in {time.monotonic() - started:.0f} s", file=sys.stderr)

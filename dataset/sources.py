@@ -1,5 +1,6 @@
 """Where the dataset's committed files are, and how each table loads: the published CSV as-is, and the campaign's
-runs and pairs (the H200 campaign's when dataset/data/h200/ has them, else the calibration blocks)."""
+runs and pairs (the H200 campaign's when dataset/data/h200/ has them, else the calibration blocks; the rows of another
+GPU model, such as the H100 share campaign's in dataset/data/h100/, by name)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ PUBLISHED = DATA / "published"
 PUBLISHED_CSV = PUBLISHED / "alnair-open-data-gpu-sharing.csv"
 PUBLISHED_COLUMNS = PUBLISHED / "alnair-open-data-columns.md"
 H200 = DATA / "h200"
+GPU_MODELS = ("h200", "h100")  # a folder of campaign rows each (tests/gpu/run_campaign.sh); the first is the campaign
 CALIBRATION = DATA / "calibration"
 CONVERTED = DATA / "published-schema"
 ANALYSIS = DATA / "analysis"
@@ -38,19 +40,30 @@ class Campaign:
 
     runs: pd.DataFrame
     pairs: pd.DataFrame
-    origin: str  # "h200" or "calibration"
+    origin: str  # a GPU model's folder (GPU_MODELS) or "calibration"
     files: tuple[Path, ...]
 
 
 def campaign_files(data: Path = DATA, origin: str | None = None) -> tuple[str, list[Path], list[Path]]:
     """(origin, runs files, pairs files): dataset/data/h200/{runs,pairs}.csv once the campaign has committed rows
-    there, else (or with origin "calibration") every calibration block's files."""
-    h200 = data / "h200"
-    if origin != "calibration" and (h200 / "runs.csv").is_file():
-        pairs = [h200 / "pairs.csv"] if (h200 / "pairs.csv").is_file() else []
-        return "h200", [h200 / "runs.csv"], pairs
+    there, else (or with origin "calibration") every calibration block's files; with origin a GPU model, its folder's
+    (none where it has no rows)."""
+    model = origin if origin in GPU_MODELS else GPU_MODELS[0]
+    rows = data / model
+    if origin in GPU_MODELS or (origin is None and (rows / "runs.csv").is_file()):
+        runs = [rows / "runs.csv"] if (rows / "runs.csv").is_file() else []
+        pairs = [rows / "pairs.csv"] if (rows / "pairs.csv").is_file() else []
+        return model, runs, pairs
     calibration = data / "calibration"
     return "calibration", sorted(calibration.glob("*-runs.csv")), sorted(calibration.glob("*-pairs.csv"))
+
+
+def other_models(data: Path = DATA) -> list[str]:
+    """The GPU models besides the campaign's own whose folders hold pairs (the H100 share campaign's)."""
+    main = campaign_files(data)[0]
+    return [
+        m for m in GPU_MODELS if m != main and (data / m / "pairs.csv").is_file() and (data / m / "runs.csv").is_file()
+    ]
 
 
 def _concat(files: list[Path], key: str) -> pd.DataFrame:
@@ -66,7 +79,8 @@ def _concat(files: list[Path], key: str) -> pd.DataFrame:
 def load_campaign(data: Path = DATA, origin: str | None = None) -> Campaign:
     origin, runs_files, pairs_files = campaign_files(data, origin)
     if not runs_files:
-        raise FileNotFoundError(f"no campaign rows under {data}: neither h200/runs.csv nor calibration/*-runs.csv")
+        where = f"{origin}/runs.csv" if origin in GPU_MODELS else "neither h200/runs.csv nor calibration/*-runs.csv"
+        raise FileNotFoundError(f"no campaign rows under {data}: {where}")
     runs = _every_column(_concat(runs_files, "key"), tables.run_columns())
     pairs = _every_column(_concat(pairs_files, "pair_key"), tables.PAIR_COLUMNS)
     return Campaign(runs=runs, pairs=pairs, origin=origin, files=tuple(runs_files + pairs_files))

@@ -61,12 +61,22 @@ def test_a_run_writes_the_report_figures_and_tables(h200, monkeypatch):
     assert "ours 3.177 and 2.448; paired correctly 0.723 and 0.608" in report
     assert "No slowdown model: 2 distinct measured pairs" in report  # the calibration pairs
     assert "No `share-50-50` pair measured with its time-sliced mode yet" in report  # nor any share
+    # the H100 share campaign's rows, apart: its own pairs, modes and each mode against time-slicing there
+    h100 = sources.load_campaign(h200, "h100")
+    assert h100.origin == "h100" and len(h100.pairs)
+    assert report.count("## Co-location on the H100") == 1 and "`share-50-50` saved a median" in report
+    against = pd.read_csv(out / "h100-pairs-against-timeslice.csv").set_index("mode")
+    measured = pd.read_csv(out / "h100-pairs-measured.csv")
+    shared = measured[measured["mode"] == "share-50-50"]
+    assert against.loc["share-50-50", "pairs"] == len(shared) > 0
+    assert against.loc["share-50-50", "saving_median"] == pytest.approx(shared.packing_saving.median(), abs=1e-6)
     for name in (
         "ranking-published-MGUP.csv",
         "interpolation-campaign.csv",
         "clusters-published.csv",
         "pairs-measured.csv",
         "pairs-by-mode.csv",
+        "h100-pairs-by-mode.csv",
     ):
         assert (out / name).stat().st_size > 0
     ranked = pd.read_csv(out / "ranking-campaign-MGUP.csv")
@@ -78,3 +88,10 @@ def test_the_card_of_a_new_campaign_validates(h200):
     assert card.problems(h200) == []
     paths = {r["path"] for r in json.loads((h200 / card.CARD).read_text())["resources"]}
     assert {"h200/runs.csv", "h200/pairs.csv"} <= paths
+
+
+def test_a_gpu_model_without_rows_says_so(tmp_path):
+    assert sources.campaign_files(tmp_path, "h100") == ("h100", [], [])
+    with pytest.raises(FileNotFoundError, match="h100/runs.csv"):
+        sources.load_campaign(tmp_path, "h100")
+    assert sources.other_models(tmp_path) == []
