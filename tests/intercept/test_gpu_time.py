@@ -38,11 +38,16 @@ def simulate(tmp_path_factory):
     )
 
     def run(
-        seconds: float, *procs: str, device: dict | None = None, busy_samples: bool = True
+        seconds: float, *procs: str, device: dict | None = None, busy_samples: bool = True, switch_us: int = 0
     ) -> tuple[list[dict[str, int]], int]:
         """Each process's figures, and the GPU's busy time (all the device's figures into `device`); without
-        `busy_samples`, the GPU gives none (no NVML, a MIG instance)."""
-        command = [str(binary), *([] if busy_samples else ["--no-device-busy"]), str(seconds), *procs]
+        `busy_samples`, the GPU gives none (no NVML, a MIG instance); `switch_us`: what a switch between processes
+        with work costs the GPU."""
+        options = [
+            *([] if busy_samples else ["--no-device-busy"]),
+            *(["--switch-us", str(switch_us)] * bool(switch_us)),
+        ]
+        command = [str(binary), *options, str(seconds), *procs]
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         lines = [line.split() for line in out.splitlines()]
         found = [{k: int(v) for k, v in zip(line[2::2], line[3::2])} for line in lines if line[0] == "process"]
@@ -293,6 +298,22 @@ def test_a_cap_holds_alone_and_beside_another_cap(simulate, step):
     assert abs(share_of(small) - 0.30) < 0.03 and abs(share_of(large) - 0.70) < 0.03, (small, large)
     for p in (small, large):  # and the GPU time published says what they got
         assert abs(p["gpu_time_ns"] - p["true_ns"]) < 0.015e10, p
+
+
+@pytest.mark.parametrize("step", STEPS, ids=list(STEPS))
+def test_a_30_70_cap_shares_what_switching_costs_the_gpu(simulate, step):
+    """Where a switch between busy processes costs the GPU 0.15 ms (the H200's, docs/intercept.md), a 30/70 pair
+    loses ~4% of the GPU: the switching counts as the busy processes' GPU time (error 4), so the published times
+    still sum to the GPU's busy time, and each side still gets within 3 points of its cap as a share of its loop
+    alone, the loss split between them (an H100 pair of ResNet-18s lost 2.4-6.3%, and its 70% side reached 65.4-67.9:
+    docs/benchmarks.md)."""
+    [solo], _ = simulate(10, STEPS[step])
+    device: dict[str, int] = {}
+    found, _ = simulate(10, f"cap=30,{STEPS[step]}", f"cap=70,{STEPS[step]}", switch_us=150, device=device)
+    small, large = (p["steps"] / solo["steps"] for p in found)
+    assert 0.27 <= small < 0.295 and 0.67 <= large < 0.685 and small + large < 0.97, (small, large)
+    assert close(sum(p["gpu_time_ns"] for p in found), device["busy_ns"], 0.01), found
+    assert [round(p["gpu_time_ns"] / 1e10, 2) for p in found] == [0.30, 0.70]
 
 
 def test_a_cap_holds_on_the_gpu_time_a_loop_with_gaps_really_gets(simulate):

@@ -6,7 +6,7 @@
  * share table, accounting from the others' and deciding its limits' waits (as compute_limit.c).
  * Nothing depends on the machine's speed: the same arguments give the same numbers.
  *
- *   gpu_time_sim [--no-device-busy] SECONDS PROC [PROC ...]
+ *   gpu_time_sim [--no-device-busy] [--switch-us N] SECONDS PROC [PROC ...]
  *   PROC = [cap=N,][share=N,]kernels:kernel_us:launch_us:cpu_us[:on_ms:off_ms[:start_ms]]
  *
  * A process repeats steps: `kernels` launches `launch_us` of CPU apart, each queueing
@@ -18,7 +18,9 @@
  * first process steps and while it idles), what gpu_time.c measured and how long its launches
  * waited; then the time the GPU was busy and how long the first process stepped. The GPU's busy
  * samples come as NVML's do: whole percents of 1/6 s periods, each seen SAMPLE_LAG_NS after its
- * end (--no-device-busy: none, as without NVML or on a MIG instance).
+ * end (--no-device-busy: none, as without NVML or on a MIG instance). --switch-us: a slice's end that switches
+ * from a process still with work queued to another keeps the GPU busy N us for neither (the H200's ~0.15 ms a
+ * switch between two busy processes; NVML counts it busy).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +58,7 @@ static int n_procs;
 static struct alnair_share_table table;
 static struct alnair_busy_sample samples[MAX_SAMPLES];
 static int n_samples, sampling = 1;
+static uint64_t switch_ns; /* --switch-us */
 
 /* The samples a monitor ticking at t sees (NVML's newest ones are always some way behind). */
 static int samples_seen(uint64_t t)
@@ -139,8 +142,9 @@ static void tick(int i, uint64_t t)
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--no-device-busy")) sampling = 0, argc--, argv++;
+    if (argc > 2 && !strcmp(argv[1], "--switch-us")) switch_ns = strtoull(argv[2], NULL, 10) * 1000, argc -= 2, argv += 2;
     if (argc < 3 || argc - 2 > MAX_PROCS) {
-        fprintf(stderr, "usage: gpu_time_sim [--no-device-busy] SECONDS PROC [PROC ...] (at most %d)\n", MAX_PROCS);
+        fprintf(stderr, "usage: gpu_time_sim [--no-device-busy] [--switch-us N] SECONDS PROC [PROC ...] (at most %d)\n", MAX_PROCS);
         return 2;
     }
     uint64_t start = 1000000000ull, end = start + (uint64_t)(atof(argv[1]) * 1e9), device_busy = 0, slice_used = 0;
@@ -151,6 +155,7 @@ int main(int argc, char **argv)
         procs[i].next_ns += start, procs[i].start_ns += start;
     }
     int running = 0;
+    uint64_t switching = 0; /* what is left of a switch */
     for (uint64_t t = start; t < end; t += DT_NS) {
         if (t >= sample_end) { /* a whole percent of the period, as NVML gives it */
             if (sampling && n_samples < MAX_SAMPLES)
@@ -165,7 +170,7 @@ int main(int argc, char **argv)
             for (int k = 1; k <= n_procs; k++) {
                 int next = (running + k) % n_procs;
                 if (procs[next].queued_ns) {
-                    if (next != running) slice_used = 0;
+                    if (next != running) slice_used = 0, switching = procs[running].queued_ns ? switch_ns : 0;
                     running = next;
                     break;
                 }
@@ -174,6 +179,11 @@ int main(int argc, char **argv)
         }
         struct proc *p = &procs[running];
         if (!p->queued_ns) continue;
+        if (switching) { /* busy for neither */
+            switching -= switching < DT_NS ? switching : DT_NS;
+            device_busy += DT_NS, sample_busy += DT_NS;
+            continue;
+        }
         uint64_t ran = p->queued_ns < DT_NS ? p->queued_ns : DT_NS;
         p->queued_ns -= ran, p->served_ns += ran, slice_used += DT_NS, device_busy += DT_NS, sample_busy += ran;
         if (first_on) p->served_first_on_ns += ran;
