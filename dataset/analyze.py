@@ -269,12 +269,15 @@ def modes_section(report: Report, measured: pd.DataFrame, prefix: str = "") -> N
             )
 
 
-def measured_section(report: Report, measured: pd.DataFrame, pairs: int, prefix: str = "") -> None:
+def measured_section(report: Report, measured: pd.DataFrame, prefix: str = "") -> None:
     """The measured pairs, one row per pair and mode, then the modes' summaries."""
     report.save(measured, f"{prefix}pairs-measured.csv")
     view = measured[["mode", "a", "b", "slowdown_a", "slowdown_b", "packing_saving"]].copy()
     report.add(
-        f"{len(measured)} measured pairs and modes ({pairs} distinct pairs):", "", _table(view, 3, index=False), ""
+        f"{len(measured)} measured pairs and modes ({measured['group'].nunique()} distinct pairs):",
+        "",
+        _table(view, 3, index=False),
+        "",
     )
     modes_section(report, measured, prefix)
 
@@ -282,7 +285,7 @@ def measured_section(report: Report, measured: pd.DataFrame, pairs: int, prefix:
 def interference_section(report: Report, campaign: sources.Campaign) -> None:
     result = interference.analyse(campaign.runs, campaign.pairs)
     if len(result.measured):
-        measured_section(report, result.measured, result.pairs)
+        measured_section(report, result.measured)
     superseded = int((campaign.pairs.get("status") == superseding.STATUS).sum()) if len(campaign.pairs) else 0
     if superseded:
         report.add(
@@ -343,7 +346,7 @@ def gpu_model_section(report: Report, data: Path, model: str) -> None:
         "",
     )
     if len(measured):
-        measured_section(report, measured, measured["group"].nunique(), f"{model}-")
+        measured_section(report, measured, f"{model}-")
 
 
 def run(out: Path = sources.ANALYSIS, data: Path = sources.DATA) -> Path:
@@ -386,7 +389,7 @@ def run(out: Path = sources.ANALYSIS, data: Path = sources.DATA) -> Path:
     repeatability_section(report, campaign.runs, new_label)
     report.add("## Co-location: slowdown and packing saving", "")
     interference_section(report, campaign)
-    for model in sources.other_models(data):
+    for model in sources.other_models(data, campaign.origin):
         gpu_model_section(report, data, model)
     path = out / "report.md"
     path.write_text("\n".join(report.lines).rstrip() + "\n")

@@ -48,22 +48,19 @@ def campaign_files(data: Path = DATA, origin: str | None = None) -> tuple[str, l
     """(origin, runs files, pairs files): dataset/data/h200/{runs,pairs}.csv once the campaign has committed rows
     there, else (or with origin "calibration") every calibration block's files; with origin a GPU model, its folder's
     (none where it has no rows)."""
-    model = origin if origin in GPU_MODELS else GPU_MODELS[0]
-    rows = data / model
-    if origin in GPU_MODELS or (origin is None and (rows / "runs.csv").is_file()):
-        runs = [rows / "runs.csv"] if (rows / "runs.csv").is_file() else []
-        pairs = [rows / "pairs.csv"] if (rows / "pairs.csv").is_file() else []
-        return model, runs, pairs
-    calibration = data / "calibration"
-    return "calibration", sorted(calibration.glob("*-runs.csv")), sorted(calibration.glob("*-pairs.csv"))
+    if origin is None and (data / GPU_MODELS[0] / "runs.csv").is_file():
+        origin = GPU_MODELS[0]
+    if origin not in GPU_MODELS:
+        calibration = data / "calibration"
+        return "calibration", sorted(calibration.glob("*-runs.csv")), sorted(calibration.glob("*-pairs.csv"))
+    runs, pairs = data / origin / "runs.csv", data / origin / "pairs.csv"
+    return origin, [runs] if runs.is_file() else [], [pairs] if pairs.is_file() else []
 
 
-def other_models(data: Path = DATA) -> list[str]:
-    """The GPU models besides the campaign's own whose folders hold pairs (the H100 share campaign's)."""
-    main = campaign_files(data)[0]
-    return [
-        m for m in GPU_MODELS if m != main and (data / m / "pairs.csv").is_file() and (data / m / "runs.csv").is_file()
-    ]
+def other_models(data: Path, main: str) -> list[str]:
+    """The GPU models besides `main` (the campaign's origin) whose folders hold runs and pairs (the H100 share
+    campaign's)."""
+    return [m for m in GPU_MODELS if m != main and all((data / m / f).is_file() for f in ("runs.csv", "pairs.csv"))]
 
 
 def _concat(files: list[Path], key: str) -> pd.DataFrame:

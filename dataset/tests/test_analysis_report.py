@@ -94,4 +94,4 @@ def test_a_gpu_model_without_rows_says_so(tmp_path):
     assert sources.campaign_files(tmp_path, "h100") == ("h100", [], [])
     with pytest.raises(FileNotFoundError, match="h100/runs.csv"):
         sources.load_campaign(tmp_path, "h100")
-    assert sources.other_models(tmp_path) == []
+    assert sources.other_models(tmp_path, "calibration") == []

@@ -43,10 +43,9 @@ def simulate(tmp_path_factory):
         """Each process's figures, and the GPU's busy time (all the device's figures into `device`); without
         `busy_samples`, the GPU gives none (no NVML, a MIG instance); `switch_us`: what a switch between processes
         with work costs the GPU."""
-        options = [
-            *([] if busy_samples else ["--no-device-busy"]),
-            *(["--switch-us", str(switch_us)] * bool(switch_us)),
-        ]
+        options = [] if busy_samples else ["--no-device-busy"]
+        if switch_us:
+            options += ["--switch-us", str(switch_us)]
         command = [str(binary), *options, str(seconds), *procs]
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         lines = [line.split() for line in out.splitlines()]
