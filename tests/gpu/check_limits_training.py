@@ -2,13 +2,14 @@
 a transformer (tests/gpu/training_loops.py), at several batch sizes (step times), alone and shared.
 
     python3 tests/gpu/check_limits_training.py [--loops resnet18:32,...] [--sets c30/c70,c30/-,...] [--seconds 8]
-                                               [--runs 1]
+                                               [--runs 1] [--name limits_training]
 
 For each loop: the loop alone under the intercept without a limit (its solo rate: once untimed, as a GPU just
 started steps slower, then on both sides of every set, the two averaged); then each set of processes
 together: cN is a cap (ALNAIR_COMPUTE_LIMIT=N), sN a share (ALNAIR_COMPUTE_SHARE=N), - neither. Children warm up,
 then start measuring together on a line from the parent. Each run's rate is reported as a share of the solo rate, beside
-the published throttled time, quota and GPU time, in a table and in $OUT/limits_training.json. It measures; the targets
+the published throttled time, quota and GPU time, in a table and in $OUT/<name>.json
+(with --trace, also $OUT/<name>_trace.json). It measures; the targets
 are the issue's (each within 3 points of its cap, the unlimited neighbour >= 65%).
 """
 
@@ -27,7 +28,7 @@ VARIABLES = {"c": "ALNAIR_COMPUTE_LIMIT", "s": "ALNAIR_COMPUTE_SHARE"}
 
 class Trace(threading.Thread):
     """Each child's published record every 20 ms while the children step (--trace), stamped with the real-time
-    clock as NVML's samples are: how its GPU time grows."""
+    clock as NVML's samples are and with the monotonic one as the children's step ends: how its GPU time grows."""
 
     def __init__(self, shm: str, pids: list[int]):
         super().__init__(daemon=True)
@@ -35,7 +36,7 @@ class Trace(threading.Thread):
 
     def run(self) -> None:
         while not self.done.wait(0.02):
-            self.rows.append([time.time(), *(published(self.shm, pid) for pid in self.pids)])
+            self.rows.append([time.time(), time.monotonic(), *(published(self.shm, pid) for pid in self.pids)])
 
 
 def run_together(model: str, batch: int, seconds: float, limits: list[str], trace: list | None = None) -> list[dict]:
@@ -53,13 +54,20 @@ def run_together(model: str, batch: int, seconds: float, limits: list[str], trac
     if tracer:
         tracer.start()
     tell(children)
-    rates = [read_rate(child)[0] for child in children]
+    rates, times = zip(*(read_rate(child) for child in children))
     after = [published(shm, c.pid) for c in children]
     if tracer:
         tracer.done.set()
         tracer.join()
         lib, handle = nvml()
-        trace.append({"limits": limits, "records": tracer.rows, "nvml_samples": samples(lib, handle, started_us)})
+        trace.append(
+            {
+                "limits": limits,
+                "records": tracer.rows,
+                "step_times": times,
+                "nvml_samples": samples(lib, handle, started_us),
+            }
+        )
     results = []
     for limit, rate, b, a in zip(limits, rates, before, after):
         seconds_run = float(rate[3]) / float(rate[1])
@@ -84,6 +92,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--trace", action="store_true", help="the shared runs' records every 20 ms, NVML's samples")
+    parser.add_argument("--name", default="limits_training", help="the report's file name in $OUT, without .json")
     args = parser.parse_args()
     prepare()
     report, trace = [], [] if args.trace else None
@@ -108,9 +117,9 @@ def main() -> int:
                 flush=True,
             )
             before = after
-    save(report, "limits_training.json")
+    save(report, f"{args.name}.json")
     if trace is not None:
-        save(trace, "limits_trace.json")
+        save(trace, f"{args.name}_trace.json")
     return 0
 
 

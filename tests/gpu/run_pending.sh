@@ -19,24 +19,24 @@ run() {
     echo "== $name (at most $budget s)"
     timeout "$budget" "$@" 2>&1 | tee "$OUT/$name.log"
     echo "== $name: exit ${PIPESTATUS[0]}"
-    # parts that run check_limits_training.py write one file name: each keeps its own
-    if [ -f "$OUT/limits_training.json" ]; then mv "$OUT/limits_training.json" "$OUT/${name}_limits_training.json"; fi
 }
 
 [ $# -gt 0 ] || set -- caps
 for part; do
     case $part in
-        caps) run caps 570 python3 tests/gpu/check_limits_training.py --loops resnet18:128,transformer:32 \
-            --sets c30/c70 --runs 5 --seconds 5 ;;
-        caps-mixed) run caps-mixed 300 python3 tests/gpu/check_limits_training.py --loops resnet18:128,transformer:32 \
-            --sets c30/-,c20/c30/c50 --seconds 5 ;;
+        caps) run caps 570 python3 tests/gpu/check_limits_training.py --name caps_limits_training \
+            --loops resnet18:128,transformer:32 --sets c30/c70 --runs 5 --seconds 5 ;;
+        caps-mixed) run caps-mixed 300 python3 tests/gpu/check_limits_training.py --name caps-mixed_limits_training \
+            --loops resnet18:128,transformer:32 --sets c30/-,c20/c30/c50 --seconds 5 ;;
         lending) run lending 200 python3 tests/gpu/check_share_lending.py --loops resnet18:128,transformer:32 --seconds 8 ;;
         gputime) run gputime 200 python3 tests/gpu/check_gpu_time.py --loops resnet18:128,transformer:32,resnet18:32 \
             --seconds 6 ;;
-        steps) run steps 570 python3 tests/gpu/check_limits_training.py --loops transformer:6,transformer:64 \
-            --sets c30/c70,s30/s70 --seconds 6 ;;  # steps near 5 and 50 ms (ResNet-18 b128: 12, transformer b32: 25)
-        trace) run trace 300 python3 tests/gpu/check_limits_training.py --loops resnet18:128 --sets c30/c70 --runs 2 \
-            --seconds 5 --trace ;;  # why a capped ResNet-18's published GPU time reads up to 34.8% under 30%
+        # steps near 5 and 50 ms (ResNet-18 b128: 12, transformer b32: 25)
+        steps) run steps 570 python3 tests/gpu/check_limits_training.py --name steps_limits_training \
+            --loops transformer:6,transformer:64 --sets c30/c70,s30/s70 --seconds 6 ;;
+        # why a capped ResNet-18's published GPU time reads up to 34.8% under 30%
+        trace) run trace 300 python3 tests/gpu/check_limits_training.py --name trace_limits_training \
+            --loops resnet18:128 --sets c30/c70 --runs 2 --seconds 5 --trace ;;
         gpm) run gpm 90 python3 tests/gpu/check_gpm.py ;;
         kernels) run kernels 150 python3 tests/gpu/check_kernel_names.py ;;
         profile) run profile 300 python3 tests/gpu/check_profile.py ;;
