@@ -1,0 +1,78 @@
+"""What a `check_limits_training.py --trace` run says of how each child's published GPU time grew.
+
+    python3 tests/gpu/read_limits_trace.py OUT/trace_limits_training_trace.json
+
+Per run and child, over the span the children stepped: the GPU time, busy time and throttled time published, as
+parts of the span; how the GPU time grew against the busy time in each 20 ms record (a ms busy beside one busy
+peer counts half, so a part near 1 means the busy time counted undivided); and the GPU time against NVML's busy
+time per sample period. It reads; it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+
+def growth(records: list, child: int, key: str) -> list[float]:
+    """The published figure's growth between consecutive records (records without the child give none)."""
+    values = [r[2 + child].get(key) for r in records]
+    return [b - a for a, b in zip(values, values[1:]) if a is not None and b is not None]
+
+
+def stepping_records(run: dict) -> list:
+    """The records from the first child's first step start to the last child's last step end."""
+    start = min(t["start"] for t in run["step_times"])
+    end = max(t["ends"][-1] for t in run["step_times"] if t["ends"])
+    return [r for r in run["records"] if start <= r[1] <= end]
+
+
+def per_period(run: dict, records: list, child: int) -> list[tuple[float, float]]:
+    """(NVML's busy part, the child's GPU time / the period) for each sample period inside the records."""
+    pairs = []
+    samples = run["nvml_samples"]
+    for (t0, _), (t1, busy) in zip(samples, samples[1:]):
+        inside = [r for r in records if t0 / 1e6 <= r[0] <= t1 / 1e6 and r[2 + child]]
+        if len(inside) >= 2:
+            grew = inside[-1][2 + child]["gpu_time_s"] - inside[0][2 + child]["gpu_time_s"]
+            pairs.append((busy / 100, grew / (inside[-1][0] - inside[0][0])))
+    return pairs
+
+
+def describe(run: dict) -> str:
+    records = stepping_records(run)
+    span = records[-1][1] - records[0][1]
+    lines = [f"{'/'.join(run['limits'])}: {span:.2f} s, {len(records)} records"]
+    for child, limit in enumerate(run["limits"]):
+        gpu, busy, throttled = (sum(growth(records, child, k)) for k in ("gpu_time_s", "busy_s", "throttled_s"))
+        grew = zip(growth(records, child, "gpu_time_s"), growth(records, child, "busy_s"))
+        parts = [g / b for g, b in grew if b > 0.002]
+        steps = sum(1 for t in run["step_times"][child]["ends"] if records[0][1] <= t <= records[-1][1])
+        periods = per_period(run, records, child)
+        lines.append(
+            f"  {limit:4s} GPU time {100 * gpu / span:5.1f}%  busy {100 * busy / span:5.1f}%  throttled"
+            f" {100 * throttled / span:5.1f}%  steps {steps}  GPU time / busy per record: median"
+            f" {statistics.median(parts) if parts else float('nan'):.2f}, above 0.75 in {sum(p > 0.75 for p in parts)}"
+            f" of {len(parts)}"
+        )
+        if periods:
+            lines.append(
+                "       per NVML period (busy%: GPU time%): "
+                + " ".join(f"{100 * b:.0f}:{100 * g:.1f}" for b, g in periods)
+            )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print("usage: read_limits_trace.py TRACE_JSON", file=sys.stderr)
+        return 2
+    with open(sys.argv[1]) as f:
+        for run in json.load(f):
+            print(describe(run))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
