@@ -32,6 +32,19 @@ static int totals_at(const struct alnair_device_busy *b, double ms, double *all,
     return 1;
 }
 
+/* A period into the latest scale: the periods' busy time over their processes' busy time, each period weighing less
+ * by e every ALNAIR_DEVICE_RECENT_NS. A ratio, not the latest period's: a period at an idle spell's edge holds a few
+ * ms of the processes' busy time, where NVML's whole percents (and a stamp a little off the host's clock) can say
+ * anything from 0 to 1, and the scale it set would value the time until the next period is applied (up to 0.7 s
+ * on an H100), and the limits' debts with it. */
+static void recent(struct alnair_device_busy *b, double busy, double all, double period_ms)
+{
+    double keep = b->scaled_any ? exp(-period_ms * MS / ALNAIR_DEVICE_RECENT_NS) : 0;
+    b->recent_gpu = b->recent_gpu * keep + (busy < all ? busy : all);
+    b->recent_all = b->recent_all * keep + all;
+    b->scale = b->recent_gpu / b->recent_all, b->scaled_any = 1;
+}
+
 /* Periods whose end the accounting has reached, into `scaled` and `scale`. */
 static void apply(struct alnair_device_busy *b)
 {
@@ -42,11 +55,11 @@ static void apply(struct alnair_device_busy *b)
         if (totals_at(b, start, &all_s, &own_s) == 1 && own_s >= b->scaled_own) {
             double before = alnair_device_busy_scale(b), all = all_e - all_s;
             double busy = b->periods[b->first_period].busy * (end - start) * MS;
-            int first = !b->scaled_any;
-            if (all > 0) b->scale = busy < all ? busy / all : 1.0, b->scaled_any = 1;
-            /* the time since the last period applied at its scale; before the first, at the first's */
-            b->scaled += (own_s - b->scaled_own) * (first ? alnair_device_busy_scale(b) : before);
-            b->scaled += (own_e - own_s) * alnair_device_busy_scale(b);
+            double period = all > 0 ? (busy < all ? busy / all : 1.0) : before;
+            /* the time since the last period applied at the latest scale; before the first, at the first's */
+            b->scaled += (own_s - b->scaled_own) * (b->scaled_any ? before : period);
+            b->scaled += (own_e - own_s) * period;
+            if (all > 0) recent(b, busy, all, end - start);
         } else if (own_e >= b->scaled_own) {
             b->scaled += (own_e - b->scaled_own) * alnair_device_busy_scale(b);
         } else {

@@ -36,13 +36,15 @@ struct alnair_device_busy {
     double recent_busy;       /* the samples' busy part, averaged over the last ALNAIR_DEVICE_RECENT_NS or so */
     double scaled_own;        /* `scaled` covers this much of the process's divided busy time */
     double scaled;            /* that time, scaled */
-    double scale;             /* the latest period's, */
-    int scaled_any;           /* ...if one was applied (1 before) */
+    double recent_gpu, recent_all; /* the periods' GPU busy time and processes' busy time, each less by e every
+                                      ALNAIR_DEVICE_RECENT_NS */
+    double scale;             /* their ratio (at most 1): what the time since the latest period counts at, */
+    int scaled_any;           /* ...if a period was applied (1 before) */
 };
 
 /* Zeroed is initialized (a static device, a fork child's reset). */
 
-/* The latest period's scale: the GPU's busy time / all the processes' busy time (1 before any). */
+/* The latest scale: the recent periods' GPU busy time / all the processes' busy time (1 before any). */
 static inline double alnair_device_busy_scale(const struct alnair_device_busy *b) { return b->scaled_any ? b->scale : 1.0; }
 
 /* Whether the GPU ran work at least ALNAIR_DEVICE_SATURATED of its recent time (the samples' busy part, each weighing

@@ -70,7 +70,9 @@ void alnair_gpu_time_close(struct alnair_gpu_time *g, uint64_t now_ns, uint64_t 
  * the shares leave (at least ALNAIR_SHARE_REST_FLOOR_PPM). */
 struct alnair_gpu_time_tick {
     uint64_t ms;             /* ms accounted */
-    double used_ns;          /* the GPU time in them */
+    double used_ns;          /* the GPU time in them, at the latest scale */
+    double corrected_ns;     /* what the GPU time published grew by beyond that: earlier ms valued again as the
+                                GPU's samples for them came (either sign), so a cap charges what is published */
     double excess_ns;        /* in those another process wanted too: GPU time used beyond the entitlement */
     int contested;           /* in the latest ms the peers published, one of them had work on the GPU */
     int shares;              /* ...and one of them, or this process, has a compute share */

@@ -6,7 +6,7 @@
  * share table, accounting from the others' and deciding its limits' waits (as compute_limit.c).
  * Nothing depends on the machine's speed: the same arguments give the same numbers.
  *
- *   gpu_time_sim [--no-device-busy] [--switch-us N] SECONDS PROC [PROC ...]
+ *   gpu_time_sim [--no-device-busy] [--switch-us N] [--samples-early-us N] [--samples-late-ms N] SECONDS PROC ...
  *   PROC = [cap=N,][share=N,]kernels:kernel_us:launch_us:cpu_us[:on_ms:off_ms[:start_ms]]
  *
  * A process repeats steps: `kernels` launches `launch_us` of CPU apart, each queueing
@@ -17,10 +17,13 @@
  * (docs/intercept.md). Prints, per process, its steps, the GPU time it really got (also while the
  * first process steps and while it idles), what gpu_time.c measured and how long its launches
  * waited; then the time the GPU was busy and how long the first process stepped. The GPU's busy
- * samples come as NVML's do: whole percents of 1/6 s periods, each seen SAMPLE_LAG_NS after its
+ * samples come as NVML's do: whole percents of 1/6 s periods, each seen 50 ms after its
  * end (--no-device-busy: none, as without NVML or on a MIG instance). --switch-us: a slice's end that switches
  * from a process still with work queued to another keeps the GPU busy N us for neither (the H200's ~0.15 ms a
- * switch between two busy processes; NVML counts it busy).
+ * switch between two busy processes; NVML counts it busy). --samples-early-us: each sample is stamped N us before the
+ * end of the time it measured (a driver whose stamps and the host's clock disagree): a period that starts or ends
+ * beside an idle spell then tells less or more than the processes' busy time in it. --samples-late-ms: samples are
+ * seen N ms after their end instead of 50 (an H100's come every 200 ms and are read every 500 ms: up to 700).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +36,6 @@
 #define TICK_NS 10000000ull  /* the monitor's period */
 #define MAX_PROCS 8
 #define SAMPLE_NS 166670000ull /* NVML's utilization period */
-#define SAMPLE_LAG_NS 50000000ull
 #define MAX_SAMPLES 4096
 
 enum phase { THINKING, LAUNCHING, SYNCING };
@@ -59,12 +61,14 @@ static struct alnair_share_table table;
 static struct alnair_busy_sample samples[MAX_SAMPLES];
 static int n_samples, sampling = 1;
 static uint64_t switch_ns; /* --switch-us */
+static uint64_t early_ns;  /* --samples-early-us */
+static uint64_t sample_lag_ns = 50000000ull; /* --samples-late-ms */
 
 /* The samples a monitor ticking at t sees (NVML's newest ones are always some way behind). */
 static int samples_seen(uint64_t t)
 {
     int n = 0;
-    while (n < n_samples && samples[n].end_ns + SAMPLE_LAG_NS <= t) n++;
+    while (n < n_samples && samples[n].end_ns + sample_lag_ns <= t) n++;
     return n;
 }
 
@@ -141,10 +145,22 @@ static void tick(int i, uint64_t t)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && !strcmp(argv[1], "--no-device-busy")) sampling = 0, argc--, argv++;
-    if (argc > 2 && !strcmp(argv[1], "--switch-us")) switch_ns = strtoull(argv[2], NULL, 10) * 1000, argc -= 2, argv += 2;
+    for (;;) { /* the options, in any order */
+        if (argc > 1 && !strcmp(argv[1], "--no-device-busy")) {
+            sampling = 0, argc--, argv++;
+            continue;
+        }
+        if (argc < 3) break;
+        unsigned long long value = strtoull(argv[2], NULL, 10);
+        if (!strcmp(argv[1], "--switch-us")) switch_ns = value * 1000;
+        else if (!strcmp(argv[1], "--samples-early-us")) early_ns = value * 1000;
+        else if (!strcmp(argv[1], "--samples-late-ms")) sample_lag_ns = value * 1000000;
+        else break;
+        argc -= 2, argv += 2;
+    }
     if (argc < 3 || argc - 2 > MAX_PROCS) {
-        fprintf(stderr, "usage: gpu_time_sim [--no-device-busy] [--switch-us N] SECONDS PROC [PROC ...] (at most %d)\n", MAX_PROCS);
+        fprintf(stderr, "usage: gpu_time_sim [--no-device-busy] [--switch-us N] [--samples-early-us N] [--samples-late-ms N]"
+                        " SECONDS PROC [PROC ...] (at most %d)\n", MAX_PROCS);
         return 2;
     }
     uint64_t start = 1000000000ull, end = start + (uint64_t)(atof(argv[1]) * 1e9), device_busy = 0, slice_used = 0;
@@ -159,7 +175,7 @@ int main(int argc, char **argv)
     for (uint64_t t = start; t < end; t += DT_NS) {
         if (t >= sample_end) { /* a whole percent of the period, as NVML gives it */
             if (sampling && n_samples < MAX_SAMPLES)
-                samples[n_samples++] = (struct alnair_busy_sample){sample_end, (double)((sample_busy * 100 + SAMPLE_NS / 2) / SAMPLE_NS) / 100};
+                samples[n_samples++] = (struct alnair_busy_sample){sample_end - early_ns, (double)((sample_busy * 100 + SAMPLE_NS / 2) / SAMPLE_NS) / 100};
             sample_busy = 0, sample_end += SAMPLE_NS;
         }
         for (int i = 0; i < n_procs; i++) run_cpu(&procs[i], t), tick(i, t);
