@@ -58,9 +58,12 @@ class DeviceBusy:
         return sum(self.samples) / len(self.samples) / 100 if self.samples else float("nan")
 
 
-def measure(model: str, batch: int, seconds: float, copies: int, profile_steps: int, busy: DeviceBusy) -> dict:
+def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceBusy) -> dict:
+    """Processes stepping together for `seconds`, one per (model, batch, profile steps): each one's published
+    figures over those seconds, NVML's busy part meanwhile, and then, where asked, the profiler's kernel time per
+    step and the seconds its profiled steps took (the processes profile at once)."""
     shm = new_shm_dir()
-    children = [start(model, batch, seconds, shm, profile_steps=profile_steps) for _ in range(copies)]
+    children = [start(model, batch, seconds, shm, profile_steps=steps) for model, batch, steps in members]
     wait_ready(children)
     before = [published(shm, c.pid) for c in children]
     with busy:
@@ -82,10 +85,13 @@ def measure(model: str, batch: int, seconds: float, copies: int, profile_steps: 
                 "measured": a["gpu_time_measured"],
             }
         )
-    if profile_steps:
+    if any(steps for _, _, steps in members):
         tell(children)
-        for child, run in zip(children, runs):
-            run["profiler_ms_per_step"] = float(child.stdout.readline().split()[1])
+        for child, run, (_, _, steps) in zip(children, runs, members):
+            if steps:
+                line = child.stdout.readline().split()
+                run["profiler_ms_per_step"], run["profiled_s"] = float(line[1]), float(line[2])
+                run["profiled_steps"] = steps
     finish(children)
     return {"runs": runs, "nvml_busy": busy.mean()}
 
@@ -102,8 +108,8 @@ def main() -> int:
     busy = DeviceBusy()
     report = []
     for loop, model, batch in loops(args.loops):
-        alone = measure(model, batch, args.seconds, 1, args.profile_steps, busy)
-        pair = measure(model, batch, args.seconds, 2, 0, busy)
+        alone = measure([(model, batch, args.profile_steps)], args.seconds, busy)
+        pair = measure([(model, batch, 0)] * 2, args.seconds, busy)
         report.append({"loop": loop, "alone": alone, "pair": pair})
         a = alone["runs"][0]
         for r in pair["runs"]:

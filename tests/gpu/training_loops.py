@@ -6,7 +6,8 @@ A child builds its model and warms up, prints `ready`, waits for a line on stdin
 (or, given on:off seconds, steps `on` and idles `off` in turn), prints its `rate` and the `times` its steps ended
 (time.monotonic: CLOCK_MONOTONIC, the same in every process) and waits for another line; asked for a profile, it
 then runs that many steps under torch.profiler, prints the GPU time of their kernels and copies per step (`kernels`, ms)
-and waits for a line again before it exits. The parent reads what the intercept published between those lines.
+and the seconds those steps took, and waits for a line again before it exits. The parent reads what the intercept
+published between those lines.
 """
 
 from __future__ import annotations
@@ -63,10 +64,12 @@ sys.stdin.readline()
 if profile_steps:
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        began = time.monotonic()
         for _ in range(profile_steps):
             step()
+        profiled = time.monotonic() - began
     gpu_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type.name == "CUDA")
-    print("kernels", gpu_us / 1000 / profile_steps, flush=True)
+    print("kernels", gpu_us / 1000 / profile_steps, profiled, flush=True)
     sys.stdin.readline()
 """
 

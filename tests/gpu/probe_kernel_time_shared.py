@@ -1,0 +1,76 @@
+"""Do CUPTI's kernel records (torch.profiler) give each process's part of a time-sliced GPU? A probe for dividing
+GPU time by what the GPU ran for each process instead of by presence (docs/intercept.md, GPU time, error 3).
+
+    python3 tests/gpu/probe_kernel_time_shared.py [--pairs resnet18:128+resnet18:32,...] [--seconds 5]
+                                                  [--profile-seconds 3]
+
+For each pair of training loops (tests/gpu/training_loops.py): each loop alone, profiled (its kernel and copy time
+per step); the two together (the intercept's published GPU time of each, presence-divided and scaled to NVML's
+busy time, and NVML's busy part); then the two together again, both profiled at once for about the same seconds.
+If a record's time excludes the other context's slices, a loop's kernel time per step together stays near its
+time alone and the two kernel shares sum to no more than NVML's busy part: the records then divide the GPU, and
+the published shares can be compared with them. If it includes them, the kernel time per step grows by the other's
+slices and the shares sum past 1. It measures; it asserts nothing. Results in a table and $OUT/kernel_time_shared.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from check_gpu_time import DeviceBusy, measure
+from training_loops import loops, prepare, save
+
+
+def profiled_share(run: dict) -> float:
+    """The profiled kernel and copy time over the seconds the profiled steps took."""
+    return run["profiler_ms_per_step"] * run["profiled_steps"] / 1000 / run["profiled_s"]
+
+
+def probe(members: list[tuple[str, str, int]], seconds: float, profile_seconds: float, busy: DeviceBusy) -> dict:
+    alone = [measure([(model, batch, 30)], 2, busy)["runs"][0] for _, model, batch in members]
+    together = measure([(model, batch, 0) for _, model, batch in members], seconds, busy)
+    steps = [max(10, round(r["steps_per_s"] * profile_seconds)) for r in together["runs"]]
+    profiled = measure([(m, b, n) for (_, m, b), n in zip(members, steps)], 1, busy)
+    return {"loops": [loop for loop, _, _ in members], "alone": alone, "together": together, "profiled": profiled}
+
+
+def describe(result: dict) -> str:
+    parts = []
+    for loop, alone, together, profiled in zip(
+        result["loops"], result["alone"], result["together"]["runs"], result["profiled"]["runs"]
+    ):
+        rate = together["steps_per_s"] / alone["steps_per_s"]
+        parts.append(
+            f"{loop}: kernels {alone['profiler_ms_per_step']:.2f} ms/step alone, "
+            f"{profiled['profiler_ms_per_step']:.2f} together; kernel share {100 * profiled_share(profiled):.1f}%,"
+            f" published {100 * together['gpu_share']:.1f}%, rate {100 * rate:.1f}% of alone"
+        )
+    total = sum(profiled_share(r) for r in result["profiled"]["runs"])
+    return (
+        " | ".join(parts)
+        + f" | kernel shares sum {100 * total:.1f}%, NVML busy {100 * result['together']['nvml_busy']:.1f}%"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--pairs", default="resnet18:128+resnet18:128,resnet18:128+resnet18:32,resnet18:128+transformer:6"
+    )
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--profile-seconds", type=float, default=3.0)
+    args = parser.parse_args()
+    prepare()
+    busy = DeviceBusy()
+    report = []
+    for pair in args.pairs.split(","):
+        result = probe(loops(pair.replace("+", ",")), args.seconds, args.profile_seconds, busy)
+        report.append(result)
+        print(describe(result), flush=True)
+    save(report, "kernel_time_shared.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
