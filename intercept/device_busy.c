@@ -32,14 +32,15 @@ static int totals_at(const struct alnair_device_busy *b, double ms, double *all,
     return 1;
 }
 
-/* A period into the latest scale: the periods' busy time over their processes' busy time, each period weighing less
- * by e every ALNAIR_DEVICE_RECENT_NS. A ratio, not the latest period's: a period at an idle spell's edge holds a few
- * ms of the processes' busy time, where NVML's whole percents (and a stamp a little off the host's clock) can say
- * anything from 0 to 1, and the scale it set would value the time until the next period is applied (up to 0.7 s
- * on an H100), and the limits' debts with it. */
-static void recent(struct alnair_device_busy *b, double busy, double all, double period_ms)
+/* A period into the latest scale: the periods' GPU busy time over their processes' busy time, the older weighing
+ * less by e every ALNAIR_DEVICE_RECENT_NS of the processes' busy time. A ratio, not the latest period's: a period at
+ * an idle spell's edge holds a few ms of the processes' busy time, where NVML's whole percents (and a stamp a little
+ * off the host's clock) can say anything from 0 to 1, and the scale it set would value the time until the next
+ * period is applied (up to 0.7 s on an H100), and the limits' debts with it. Aged by busy time, not by the clock,
+ * so that an idle spell, however long, leaves the scale from before it to the first ms after it. */
+static void recent(struct alnair_device_busy *b, double busy, double all)
 {
-    double keep = b->scaled_any ? exp(-period_ms * MS / ALNAIR_DEVICE_RECENT_NS) : 0;
+    double keep = b->scaled_any ? exp(-all / ALNAIR_DEVICE_RECENT_NS) : 0;
     b->recent_gpu = b->recent_gpu * keep + (busy < all ? busy : all);
     b->recent_all = b->recent_all * keep + all;
     b->scale = b->recent_gpu / b->recent_all, b->scaled_any = 1;
@@ -59,7 +60,7 @@ static void apply(struct alnair_device_busy *b)
             /* the time since the last period applied at the latest scale; before the first, at the first's */
             b->scaled += (own_s - b->scaled_own) * (b->scaled_any ? before : period);
             b->scaled += (own_e - own_s) * period;
-            if (all > 0) recent(b, busy, all, end - start);
+            if (all > 0) recent(b, busy, all);
         } else if (own_e >= b->scaled_own) {
             b->scaled += (own_e - b->scaled_own) * alnair_device_busy_scale(b);
         } else {

@@ -36,8 +36,8 @@ struct alnair_device_busy {
     double recent_busy;       /* the samples' busy part, averaged over the last ALNAIR_DEVICE_RECENT_NS or so */
     double scaled_own;        /* `scaled` covers this much of the process's divided busy time */
     double scaled;            /* that time, scaled */
-    double recent_gpu, recent_all; /* the periods' GPU busy time and processes' busy time, each less by e every
-                                      ALNAIR_DEVICE_RECENT_NS */
+    double recent_gpu, recent_all; /* the periods' GPU busy time and processes' busy time, the older less by e
+                                      every ALNAIR_DEVICE_RECENT_NS of the processes' busy time */
     double scale;             /* their ratio (at most 1): what the time since the latest period counts at, */
     int scaled_any;           /* ...if a period was applied (1 before) */
 };
