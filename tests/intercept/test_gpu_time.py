@@ -171,6 +171,15 @@ def test_the_scale_of_hostile_or_late_samples(device_busy_cases, case, part, fal
     assert found["falls"] == falls and found["saturated"] == saturated
 
 
+def test_a_period_at_an_idle_spells_edge_does_not_set_the_scale(device_busy_cases):
+    """A period holding 2 ms of the processes' busy time, which the GPU calls 0% busy, between periods at 50%: the
+    time after it counts at the recent periods' ratio (~0.5), not at 0 as with the latest period's scale alone
+    (to 640bbbf: the scale fell to 0, and the cap's debts with it)."""
+    found = device_busy_cases("edge")
+    assert found["lowest"] > 0.49 and found["scale"] == pytest.approx(0.5, abs=0.001), found
+    assert found["scaled"] == pytest.approx(0.5 * (found["own"] - 2e6), rel=1e-4), found
+
+
 # ---- the library, against the fake driver -------------------------------------------------------------
 
 LAUNCH_NS = 1_000_000

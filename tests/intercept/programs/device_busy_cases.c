@@ -12,8 +12,10 @@
  *   disorder  as half, each sample given twice and with an older one after it
  *   over      busy 7 (more than the whole period), nan (not a number), negative (-1)
  *   late      samples given 2.9 s late, older than the ticks kept (256: 2.56 s)
+ *   edge      as half, but idle from 2 s to 2.4 s but for 2 ms at 2.01 s, in a period the GPU calls 0% busy
  * "falls" counts the ticks after which the scaled time fell (gpu_time.c publishes its highest); "saturated" is
- * whether the latest sample says the GPU ran work nearly all its period (a share's debts count only then).
+ * whether the latest sample says the GPU ran work nearly all its period (a share's debts count only then);
+ * "lowest" is the lowest scale after the first sample, what the time after the latest period counts at.
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,14 +34,16 @@ int main(int argc, char **argv)
     double own_per_tick = strcmp(c, "peer") ? 10 * MS : 5 * MS, all_per_tick = 10 * MS;
     uint64_t next_sample_ms = start_ms;
     double busy = !strcmp(c, "over") ? 7 : !strcmp(c, "nan") ? NAN : !strcmp(c, "negative") ? -1 : 0.5, last_scaled = 0;
-    int falls = 0;
+    int falls = 0, edge = !strcmp(c, "edge");
+    double lowest = 1;
     for (uint64_t ms = start_ms; ms <= start_ms + 3000; ms += 10) {
-        own += own_per_tick, all += all_per_tick;
+        int idle = edge && ms > 2000 && ms <= 2400, tail = idle && ms == 2010;
+        own += idle ? (tail ? 2 * MS : 0) : own_per_tick, all += idle ? (tail ? 2 * MS : 0) : all_per_tick;
         alnair_device_busy_counted(&b, ms, all, own);
         while (strcmp(c, "none") && next_sample_ms + lag_ms <= ms) {
             struct alnair_busy_sample s[3];
             int n = 1;
-            s[0] = (struct alnair_busy_sample){next_sample_ms * MS, busy};
+            s[0] = (struct alnair_busy_sample){next_sample_ms * MS, edge && next_sample_ms == 2200 ? 0 : busy};
             if (!strcmp(c, "disorder")) {
                 s[1] = s[0];                                                           /* repeated */
                 s[2] = (struct alnair_busy_sample){(next_sample_ms - 100) * MS, 0.9}; /* older */
@@ -48,11 +52,12 @@ int main(int argc, char **argv)
             alnair_device_busy_sampled(&b, s, n);
             next_sample_ms += 200;
         }
+        if (b.scaled_any && alnair_device_busy_scale(&b) < lowest) lowest = alnair_device_busy_scale(&b);
         double scaled = alnair_device_busy_scaled(&b);
         falls += scaled < last_scaled - 1;
         last_scaled = scaled;
     }
-    printf("own %.0f all %.0f scaled %.0f scale %.4f falls %d saturated %d\n", own, all, alnair_device_busy_scaled(&b),
-           alnair_device_busy_scale(&b), falls, alnair_device_busy_saturated(&b));
+    printf("own %.0f all %.0f scaled %.0f scale %.4f falls %d saturated %d lowest %.4f\n", own, all,
+           alnair_device_busy_scaled(&b), alnair_device_busy_scale(&b), falls, alnair_device_busy_saturated(&b), lowest);
     return 0;
 }
