@@ -71,11 +71,12 @@ def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceBus
         rates = [read_rate(child)[0] for child in children]
     after = [published(shm, c.pid) for c in children]
     runs = []
-    for rate, b, a in zip(rates, before, after):
+    for child, rate, b, a in zip(children, rates, before, after):
         steps, per_s = int(rate[3]), float(rate[1])
         wall = steps / per_s
         runs.append(
             {
+                "pid": child.pid,
                 "steps_per_s": per_s,
                 "step_ms": float(rate[2]),
                 "steps": steps,
