@@ -32,10 +32,11 @@ for part; do
         lending) run lending 200 python3 tests/gpu/check_share_lending.py --loops resnet18:128,transformer:32 --seconds 8 ;;
         gputime) run gputime 200 python3 tests/gpu/check_gpu_time.py --loops resnet18:128,transformer:32,resnet18:32 \
             --seconds 6 ;;
-        # steps near 5 and 50 ms (ResNet-18 b128: 12, transformer b32: 25; transformer b6 stepped in 17 ms,
-        # launch-bound; ResNet-18 b32 is launch-bound too: b64 is the guess for a GPU-bound ~6 ms step)
+        # steps near 5 and 50 ms (ResNet-18 b128: 12, transformer b32: 25). Below ~9 ms ResNet-18 is launch-bound
+        # (b32: 9.5 ms, the GPU 47% busy), and so is the transformer at b6 (17 ms): the 2-layer transformer at
+        # b32 is the guess for a GPU-bound ~6 ms step
         steps) run steps 570 python3 tests/gpu/check_limits_training.py --name steps_limits_training \
-            --loops resnet18:64,transformer:64 --sets c30/c70,s30/s70 --seconds 6 ;;
+            --loops transformer2:32,transformer:64 --sets c30/c70,s30/s70 --seconds 6 ;;
         # why a capped ResNet-18's published GPU time reads up to 34.8% under 30%
         trace) run trace 300 python3 tests/gpu/check_limits_training.py --name trace_limits_training \
             --loops resnet18:128 --sets c30/c70 --runs 2 --seconds 5 --trace ;;

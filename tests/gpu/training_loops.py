@@ -32,9 +32,10 @@ if model_name == "resnet18":
     x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
     y = torch.randint(0, 100, (batch,), device="cuda")
     loss_of = lambda out: torch.nn.functional.cross_entropy(out, y)
-else:  # a transformer encoder: 8 layers, d_model 1024, 16 heads, sequences of 256 tokens
+else:  # a transformer encoder: 8 layers (transformer2: 2), d_model 1024, 16 heads, sequences of 256 tokens
     layer = torch.nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True, norm_first=True)
-    model = torch.nn.TransformerEncoder(layer, 8, enable_nested_tensor=False).cuda()
+    layers = 2 if model_name == "transformer2" else 8
+    model = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).cuda()
     x = torch.randn(batch, 256, 1024, device="cuda")
     loss_of = lambda out: out.float().pow(2).mean()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
