@@ -1,7 +1,9 @@
 """On the GPU machine: what NVML's GPU utilization samples (nvmlDeviceGetSamples) say while one training loop runs
 alone, against torch.profiler's kernel time for the same loop: their clock (CLOCK_REALTIME or CLOCK_MONOTONIC, in
 us), their period and whether the busy fraction they add up to matches the kernels' time (the facts GPU time's
-calibration by the device's busy time rests on). Prints JSON lines; no check."""
+calibration by the device's busy time rests on); then, with the loop stepping 0.3 s and idling 0.3 s in turn, how far
+a sample's stamp is from the end of the time it measured (the stamp offset that fits the samples to the steps best:
+positive, the samples measured time after their stamps). Prints JSON lines; no check."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import json
 import sys
 import time
 
-from training_loops import make_importable, new_shm_dir, start
+from training_loops import finish, make_importable, new_shm_dir, read_rate, start, tell, wait_ready
 
 UTILIZATION_SAMPLES = 1  # NVML_GPU_UTILIZATION_SAMPLES
 
@@ -48,6 +50,48 @@ def median_us(call, times: int = 200) -> float:
         call()
         took.append(time.perf_counter() - started)
     return sorted(took)[times // 2] * 1e6
+
+
+def overlap(a: float, b: float, spans: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(b, e) - max(a, s)) for s, e in spans)
+
+
+def fit_offset(seen: list[tuple[int, int]], spans: list[tuple[float, float]]) -> dict:
+    """The offset (us, 5 ms steps within 400 ms) that makes the samples (stamp, %) fit busy spans (us, the samples'
+    clock) best, each span busy at one part of its time (fitted too): the offset, that part and the rms error."""
+    best = None
+    for offset in range(-400_000, 400_001, 5_000):
+        predicted = [overlap(a + offset, b + offset, spans) / (b - a) for (a, _), (b, _) in zip(seen, seen[1:])]
+        measured = [v / 100 for _, v in seen[1:]]
+        norm = sum(f * f for f in predicted)
+        part = sum(f * m for f, m in zip(predicted, measured)) / norm if norm else 0.0
+        rms = (sum((part * f - m) ** 2 for f, m in zip(predicted, measured)) / len(measured)) ** 0.5
+        if best is None or rms < best["rms"]:
+            best = {"offset_ms": offset / 1000, "busy_part": part, "rms": rms}
+    return best
+
+
+def stamp_offset(lib, handle, spec: str, on: float = 0.3, off: float = 0.3, seconds: float = 6.0) -> dict:
+    """A loop stepping `on` s and idling `off` s in turn: its busy spans from its step ends, against NVML's samples."""
+    model, batch = spec.split(":")
+    child = start(model, int(batch), seconds, new_shm_dir(), env={"LD_PRELOAD": ""}, on_off=f"{on}:{off}")
+    wait_ready([child])
+    last = samples(lib, handle, 0)[-1][0]
+    seen = []
+    tell([child])
+    began = time.time()
+    while time.time() - began < seconds + 1:
+        time.sleep(0.1)
+        seen += samples(lib, handle, seen[-1][0] if seen else last)
+    _, times = read_rate(child)
+    finish([child])
+    to_real_us = (time.clock_gettime_ns(time.CLOCK_REALTIME) - time.monotonic_ns()) / 1000
+    phases: dict[int, float] = {}
+    for end in times["ends"]:
+        phase = int((end - times["start"]) // (on + off))
+        phases[phase] = max(phases.get(phase, 0.0), end)
+    spans = [((times["start"] + k * (on + off)) * 1e6 + to_real_us, e * 1e6 + to_real_us) for k, e in phases.items()]
+    return {"loop": spec, "on_off_s": [on, off], "samples": len(seen), **fit_offset(seen, spans)}
 
 
 def main() -> int:
@@ -104,6 +148,7 @@ def main() -> int:
             ),
             flush=True,
         )
+    print(json.dumps(stamp_offset(lib, handle, "resnet18:128")), flush=True)
     return 0
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine (the `device` tool): the GPU sharing issue's checks (and issue 37's, resolved), each bounded by
 # its own timeout so one slow part cannot use up the call; logs and JSON under $OUT.
-#   bash tests/gpu/run_pending.sh [caps] [caps-mixed] [lending] [steps] [trace] [gputime] [kernel-time] [stack] [gpm]
-#                                 [kernels] [profile]
+#   bash tests/gpu/run_pending.sh [caps] [caps-mixed] [lending] [steps] [trace] [gputime] [kernel-time] [nvml-stamps]
+#                                 [stack] [gpm] [kernels] [profile]
 # Default: caps (issue 34 (a): 30/70 five times per loop, the solo rate measured beside every set; about 8 minutes,
 # a call of its own); then `caps-mixed lending` (30 beside an unlimited process, 20/30/50, and (b)) and
 # `gputime stack` ((c), and (d) the whole stack's ABBA cost with the limits and the share) take a call each;
@@ -42,6 +42,8 @@ for part; do
             --loops resnet18:128 --sets c30/c70 --runs 2 --seconds 5 --trace ;;
         # whether CUPTI's kernel records divide a time-sliced GPU (for error 3, docs/intercept.md)
         kernel-time) run kernel-time 300 python3 tests/gpu/probe_kernel_time_shared.py ;;
+        # NVML's samples against torch.profiler, and how far their stamps are from the time they measured (error 7)
+        nvml-stamps) run nvml-stamps 120 python3 tests/gpu/probe_nvml_samples.py resnet18:128 ;;
         gpm) run gpm 90 python3 tests/gpu/check_gpm.py ;;
         kernels) run kernels 150 python3 tests/gpu/check_kernel_names.py ;;
         profile) run profile 300 python3 tests/gpu/check_profile.py ;;
