@@ -261,6 +261,13 @@ def modes_section(report: Report, measured: pd.DataFrame, prefix: str = "") -> N
             f"median; pair by pair {t.difference_median:+.3f} (median), {t.lower} of {t.pairs} lower.",
             "",
         )
+        if t.no_wait:
+            report.add(
+                f"In {t.no_wait} of the {t.pairs} no launch waited for the share, so the pair ran as time-slicing "
+                f"does: their differences, {t.no_wait_difference_min:+.3f} to {t.no_wait_difference_max:+.3f}, are "
+                "one run against another, the noise a difference must exceed.",
+                "",
+            )
         if t.same_gpu < t.pairs:
             report.add(
                 f"{t.pairs - t.same_gpu} of the {t.pairs} compare savings taken on two GPUs, each against its own "

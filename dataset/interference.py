@@ -69,6 +69,9 @@ def measured_pairs(runs: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     # the GPU its shared rows ran on (a pair's modes measured on two GPUs are compared across machines)
     gpus = runs.set_index("key")["gpu_uuids"] if "gpu_uuids" in runs else pd.Series(dtype=object)
     ok["gpu"] = gpus.reindex(ok["shared_a_key"]).to_numpy()
+    # how long the limit held either side's launches (NaN where the rows do not say)
+    waits = runs.set_index("key").get("cuda_throttled_seconds", pd.Series(dtype=float))
+    ok["waited_seconds"] = np.fmax(*(waits.reindex(ok[f"shared_{side}_key"]).to_numpy() for side in "ab"))
     return ok
 
 
@@ -125,15 +128,21 @@ AGAINST_COLUMNS = [
     "difference_max",
     "lower",
     "at_or_above_timeslice",
+    "no_wait",
+    "no_wait_difference_min",
+    "no_wait_difference_max",
 ]
+NO_WAIT_SECONDS = 0.1  # a pair whose sides' launches waited less than this in all ran as time-slicing does
 
 
 def against_timeslice(measured: pd.DataFrame) -> pd.DataFrame:
     """Each mode beside time-slicing on the same pairs (the same configurations a and b measured in both): how many,
     how many of them had both modes on one GPU (`same_gpu`: the others compare savings each taken against its own
     GPU's baselines, across machines), the mode's median packing saving and time-slicing's over those pairs, the
-    paired difference (mode less time-slicing: median, min, max), how many pairs saved less than time-sliced, and
-    whether the mode's median is at or above time-slicing's (the sharing issue's target for share-50-50)."""
+    paired difference (mode less time-slicing: median, min, max), how many pairs saved less than time-sliced,
+    whether the mode's median is at or above time-slicing's (the sharing issue's target for share-50-50), and how
+    many pairs' launches never waited for the limit, with their differences' range: there the mode ran as
+    time-slicing does, so those differences are one run against another, the noise the others must exceed."""
     rows = []
     if not len(measured):
         return pd.DataFrame(rows, columns=AGAINST_COLUMNS)
@@ -148,6 +157,7 @@ def against_timeslice(measured: pd.DataFrame) -> pd.DataFrame:
         mine, theirs = mine.loc[common], timesliced.loc[common]
         difference = mine.packing_saving - theirs.packing_saving
         same_gpu = mine.gpu.notna() & (mine.gpu == theirs.gpu)
+        noise = difference[mine.waited_seconds < NO_WAIT_SECONDS]
         rows.append(
             {
                 "mode": mode,
@@ -160,6 +170,9 @@ def against_timeslice(measured: pd.DataFrame) -> pd.DataFrame:
                 "difference_max": difference.max(),
                 "lower": int((difference < 0).sum()),
                 "at_or_above_timeslice": bool(mine.packing_saving.median() >= theirs.packing_saving.median()),
+                "no_wait": len(noise),
+                "no_wait_difference_min": noise.min(),
+                "no_wait_difference_max": noise.max(),
             }
         )
     return pd.DataFrame(rows, columns=AGAINST_COLUMNS)

@@ -184,6 +184,8 @@ def every_kind() -> tuple[pd.DataFrame, pd.DataFrame]:
     runs = pd.DataFrame(runs)
     for column in interference.PROFILE:
         runs[column] = 0.5
+    # the limit held launches in one run only: share-50-50's x+y, side a
+    runs["cuda_throttled_seconds"] = np.where(runs.key == "share-50-50|x|y|a", 1.5, 0.0)
     return runs, pd.DataFrame(pairs)
 
 
@@ -206,10 +208,11 @@ def test_the_packing_saving_of_each_mode(every_kind, mode, expected):
 @pytest.mark.parametrize(
     "mode, expected",
     [
-        # pairs, same GPU, saving median, time-sliced median, difference median/min/max, lower, at or above
-        ("limit-50-50", [1, 1, 2 / 15, 0.2, -1 / 15, -1 / 15, -1 / 15, 1, False]),
-        ("share-50-50", [2, 1, 0.21, 0.15, 0.06, 0.02, 0.1, 0, True]),
-        ("share-30-70", [1, 1, 0.25, 0.2, 0.05, 0.05, 0.05, 0, True]),
+        # pairs, same GPU, saving median, time-sliced median, difference median/min/max, lower, at or above, pairs
+        # that never waited and their difference's min/max
+        ("limit-50-50", [1, 1, 2 / 15, 0.2, -1 / 15, -1 / 15, -1 / 15, 1, False, 1, -1 / 15, -1 / 15]),
+        ("share-50-50", [2, 1, 0.21, 0.15, 0.06, 0.02, 0.1, 0, True, 1, 0.02, 0.02]),
+        ("share-30-70", [1, 1, 0.25, 0.2, 0.05, 0.05, 0.05, 0, True, 1, 0.05, 0.05]),
     ],
 )
 def test_each_mode_against_time_slicing_on_the_same_pairs(every_kind, mode, expected):
@@ -225,6 +228,10 @@ def test_the_report_says_whether_the_50_50_share_meets_time_slicings_median(ever
         "The sharing issue's target: `share-50-50` saved a median +0.210 against time-slicing's +0.150 on the same "
         "2 pairs (1 with both modes on one GPU): at or above time-slicing's median; pair by pair +0.060 (median), "
         "0 of 2 lower."
+    ) in report.lines
+    assert (
+        "In 1 of the 2 no launch waited for the share, so the pair ran as time-slicing does: their differences, "
+        "+0.020 to +0.020, are one run against another, the noise a difference must exceed."
     ) in report.lines
     assert len(pd.read_csv(tmp_path / "pairs-by-mode.csv")) == 4
     assert len(pd.read_csv(tmp_path / "pairs-against-timeslice.csv")) == 3
