@@ -4,8 +4,9 @@
 
 Per run and child, over the span the children stepped: the GPU time, busy time and throttled time published, as
 parts of the span; how the GPU time grew against the busy time in each 20 ms record (a ms busy beside one busy
-peer counts half, so a part near 1 means the busy time counted undivided); and the GPU time against NVML's busy
-time per sample period. It reads; it asserts nothing.
+peer counts half, so a part near 1 means the busy time counted undivided); its steps per second in the first half
+second, the next and the rest; and the GPU time against NVML's busy time per sample period. It reads; it asserts
+nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ def per_period(run: dict, records: list, child: int) -> list[tuple[float, float]
     return pairs
 
 
+def rates_by_phase(ends: list[float], start: float, span: float) -> list[str]:
+    """Steps per second in the first half second, the next half, and the rest: a limit that lets a process run
+    ahead after an idle spell shows in the first."""
+    bounds = [(0.0, 0.5), (0.5, 1.0), (1.0, span)]
+    return [f"{a:g}-{b:.1f} s: {sum(a <= t - start < b for t in ends) / (b - a):.1f}" for a, b in bounds if b > a]
+
+
 def describe(run: dict) -> str:
     records = stepping_records(run)
     span = records[-1][1] - records[0][1]
@@ -48,7 +56,8 @@ def describe(run: dict) -> str:
         gpu, busy, throttled = (sum(growth(records, child, k)) for k in ("gpu_time_s", "busy_s", "throttled_s"))
         grew = zip(growth(records, child, "gpu_time_s"), growth(records, child, "busy_s"))
         parts = [g / b for g, b in grew if b > 0.002]
-        steps = sum(1 for t in run["step_times"][child]["ends"] if records[0][1] <= t <= records[-1][1])
+        ends = run["step_times"][child]["ends"]
+        steps = sum(1 for t in ends if records[0][1] <= t <= records[-1][1])
         periods = per_period(run, records, child)
         lines.append(
             f"  {limit:4s} GPU time {100 * gpu / span:5.1f}%  busy {100 * busy / span:5.1f}%  throttled"
@@ -56,6 +65,7 @@ def describe(run: dict) -> str:
             f" {statistics.median(parts) if parts else float('nan'):.2f}, above 0.75 in {sum(p > 0.75 for p in parts)}"
             f" of {len(parts)}"
         )
+        lines.append("       steps/s " + ", ".join(rates_by_phase(ends, run["step_times"][child]["start"], span)))
         if periods:
             lines.append(
                 "       per NVML period (busy%: GPU time%): "
