@@ -52,7 +52,8 @@ def compute_share(limit, share=None) -> tuple[float, float]:
 def measured_pairs(runs: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     """The ok pairs whose four rows are in runs, with the slowdowns and the saving recomputed from the rows'
     duration_seconds (they must equal the pairs table's)."""
-    seconds = runs.set_index("key")["duration_seconds"]
+    by_key = runs.set_index("key")
+    seconds = by_key["duration_seconds"]
     if pairs.empty:
         return pairs.assign(group=[])
     ok = pairs[pairs["status"] == "ok"].copy()
@@ -67,10 +68,10 @@ def measured_pairs(runs: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     ok["a"], ok["b"] = parts.str[1], parts.str[2]
     ok["group"] = ["+".join(sorted(p)) for p in zip(ok.a, ok.b)]  # a pair, whatever its mode and baselines
     # the GPU its shared rows ran on (a pair's modes measured on two GPUs are compared across machines)
-    gpus = runs.set_index("key")["gpu_uuids"] if "gpu_uuids" in runs else pd.Series(dtype=object)
+    gpus = by_key.get("gpu_uuids", pd.Series(dtype=object))
     ok["gpu"] = gpus.reindex(ok["shared_a_key"]).to_numpy()
     # how long the limit held either side's launches (NaN where the rows do not say)
-    waits = runs.set_index("key").get("cuda_throttled_seconds", pd.Series(dtype=float))
+    waits = by_key.get("cuda_throttled_seconds", pd.Series(dtype=float))
     ok["waited_seconds"] = np.fmax(*(waits.reindex(ok[f"shared_{side}_key"]).to_numpy() for side in "ab"))
     return ok
 

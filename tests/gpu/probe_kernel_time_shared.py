@@ -64,8 +64,9 @@ def probe(members: list[tuple[str, str, int]], seconds: float, profile_seconds: 
     together = measure([(model, batch, 0) for _, model, batch in members], seconds, busy)
     utilization.done.set()
     utilization.join()
+    shares = utilization.shares()
     for run in together["runs"]:
-        run["nvml_process_share"] = utilization.shares().get(run["pid"], 0.0)
+        run["nvml_process_share"] = shares.get(run["pid"], 0.0)
     steps = [max(10, round(r["steps_per_s"] * profile_seconds)) for r in together["runs"]]
     profiled = measure([(m, b, n) for (_, m, b), n in zip(members, steps)], 1, busy)
     return {"loops": [loop for loop, _, _ in members], "alone": alone, "together": together, "profiled": profiled}

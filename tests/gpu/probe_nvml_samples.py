@@ -52,6 +52,15 @@ def median_us(call, times: int = 200) -> float:
     return sorted(took)[times // 2] * 1e6
 
 
+def samples_for(lib, handle, after_us: int, seconds: float) -> list[tuple[int, int]]:
+    """The samples newer than `after_us`, gathered every 0.1 s for `seconds`."""
+    seen, began = [], time.time()
+    while time.time() - began < seconds:
+        time.sleep(0.1)
+        seen += samples(lib, handle, seen[-1][0] if seen else after_us)
+    return seen
+
+
 def overlap(a: float, b: float, spans: list[tuple[float, float]]) -> float:
     return sum(max(0.0, min(b, e) - max(a, s)) for s, e in spans)
 
@@ -77,12 +86,8 @@ def stamp_offset(lib, handle, spec: str, on: float = 0.3, off: float = 0.3, seco
     child = start(model, int(batch), seconds, new_shm_dir(), env={"LD_PRELOAD": ""}, on_off=f"{on}:{off}")
     wait_ready([child])
     last = samples(lib, handle, 0)[-1][0]
-    seen = []
     tell([child])
-    began = time.time()
-    while time.time() - began < seconds + 1:
-        time.sleep(0.1)
-        seen += samples(lib, handle, seen[-1][0] if seen else last)
+    seen = samples_for(lib, handle, last, seconds + 1)
     _, times = read_rate(child)
     finish([child])
     to_real_us = (time.clock_gettime_ns(time.CLOCK_REALTIME) - time.monotonic_ns()) / 1000
@@ -114,13 +119,8 @@ def main() -> int:
         assert child.stdout.readline().startswith("ready")
         last = samples(lib, handle, 0)[-1][0]
         child.stdin.write("\n"), child.stdin.flush()
-        seen, began = [], time.time()
-        while time.time() - began < 4.0:
-            time.sleep(0.1)
-            new = samples(lib, handle, last)
-            if new:
-                last = new[-1][0]
-                seen += new
+        seen = samples_for(lib, handle, last, 4.0)
+        last = seen[-1][0] if seen else last
         rate = child.stdout.readline().split()
         child.stdout.readline()  # times
         child.stdin.write("\n"), child.stdin.flush()

@@ -53,9 +53,9 @@ def describe(run: dict) -> str:
     span = records[-1][1] - records[0][1]
     lines = [f"{'/'.join(run['limits'])}: {span:.2f} s, {len(records)} records"]
     for child, limit in enumerate(run["limits"]):
-        gpu, busy, throttled = (sum(growth(records, child, k)) for k in ("gpu_time_s", "busy_s", "throttled_s"))
-        grew = zip(growth(records, child, "gpu_time_s"), growth(records, child, "busy_s"))
-        parts = [g / b for g, b in grew if b > 0.002]
+        grew = {k: growth(records, child, k) for k in ("gpu_time_s", "busy_s", "throttled_s")}
+        gpu, busy, throttled = (sum(g) for g in grew.values())
+        parts = [g / b for g, b in zip(grew["gpu_time_s"], grew["busy_s"]) if b > 0.002]
         ends = run["step_times"][child]["ends"]
         steps = sum(1 for t in ends if records[0][1] <= t <= records[-1][1])
         periods = per_period(run, records, child)
