@@ -379,11 +379,11 @@ class SegmentDirectory:
 
     def _examine_temp(self, name: str) -> int:
         """A temp name whose turn it is; returns the files opened for it (0 or 1)."""
-        if not naming.is_temp_name(name, self.kind):
-            return 0  # not a writer's: never touched
-        if self._temp_checks_left <= 0:
+        if self._temp_checks_left <= 0:  # before the name's check: a flood of temp names past the budget costs little
             self._pass_bounds.add("temps")
             return 0
+        if not naming.is_temp_name(name, self.kind):
+            return 0  # not a writer's: never touched
         self._temp_checks_left -= 1
         self._reclaim_abandoned_temp(name)
         return 1
