@@ -43,15 +43,23 @@ def simulate(tmp_path_factory):
         device: dict | None = None,
         busy_samples: bool = True,
         switch_us: int = 0,
+        slice_us: int = 2000,
         samples_early_us: int = 0,
         samples_late_ms: int = 50,
     ) -> tuple[list[dict[str, int]], int]:
         """Each process's figures, and the GPU's busy time (all the device's figures into `device`); without
         `busy_samples`, the GPU gives none (no NVML, a MIG instance); `switch_us`: what a switch between processes
-        with work costs the GPU; `samples_early_us`: how much before the end of what they measured the samples are
-        stamped; `samples_late_ms`: how long after their end they are seen."""
+        with work costs the GPU; `slice_us`: the GPU's time slice; `samples_early_us`: how much before the end of
+        what they measured the samples are stamped; `samples_late_ms`: how long after their end they are seen."""
         options = [] if busy_samples else ["--no-device-busy"]
-        options += ["--switch-us", str(switch_us), "--samples-early-us", str(samples_early_us)]
+        options += [
+            "--switch-us",
+            str(switch_us),
+            "--slice-us",
+            str(slice_us),
+            "--samples-early-us",
+            str(samples_early_us),
+        ]
         options += ["--samples-late-ms", str(samples_late_ms)]
         command = [str(binary), *options, str(seconds), *procs]
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
@@ -329,6 +337,28 @@ def test_a_30_70_cap_shares_what_switching_costs_the_gpu(simulate, step):
     assert 0.27 <= small < 0.295 and 0.67 <= large < 0.685 and small + large < 0.97, (small, large)
     assert close(sum(p["gpu_time_ns"] for p in found), device["busy_ns"], 0.01), found
     assert [round(p["gpu_time_ns"] / 1e10, 2) for p in found] == [0.30, 0.70]
+
+
+RESNET18_LIKE = "200:60:10:300"  # a 12 ms step: 200 kernels of 60 us queued 10 us apart, then 0.3 ms of CPU
+
+
+@pytest.mark.parametrize("step", [STEP_17MS, RESNET18_LIKE], ids=["17ms", "resnet18-like"])
+def test_longer_time_slices_leave_a_30_70_cap_less_switching_to_pay(simulate, step):
+    """At 0.4 ms a switch the simulation loses what the H100 lost: a ResNet-18 b128 pair capped 30/70 stepped at
+    26.8% and 66.5% of its rate alone (docs/intercept.md, error 4), together under the 94% that (a)'s bounds need,
+    while the caps held its GPU time. The loss is the capped side's ~60% of the time spent beside its busy peer,
+    switched every slice: with 8 ms slices (`nvidia-smi compute-policy --set-timeslice`, the node's operator's to
+    set) both sides come within 3 points of their caps, and the published GPU time holds the caps either way (the
+    70% side, whose CPU gaps keep it under its cap, at 69%)."""
+    [solo], _ = simulate(10, step)
+    rates = {}
+    for slice_us in (2000, 8000):
+        found, _ = simulate(10, f"cap=30,{step}", f"cap=70,{step}", switch_us=400, slice_us=slice_us)
+        small, large = (p["gpu_time_ns"] / 1e10 for p in found)
+        assert round(small, 2) == 0.30 and large < 0.705, (slice_us, found)
+        rates[slice_us] = [p["steps"] / solo["steps"] for p in found]
+    assert sum(rates[2000]) < 0.94, rates  # (a)'s bounds need 27 + 67 together
+    assert all(abs(rate - cap) <= 0.03 for rate, cap in zip(rates[8000], (0.30, 0.70))), rates
 
 
 def test_a_cap_holds_from_the_first_step_after_an_idle_spell(simulate):

@@ -6,21 +6,23 @@
  * share table, accounting from the others' and deciding its limits' waits (as compute_limit.c).
  * Nothing depends on the machine's speed: the same arguments give the same numbers.
  *
- *   gpu_time_sim [--no-device-busy] [--switch-us N] [--samples-early-us N] [--samples-late-ms N] SECONDS PROC ...
+ *   gpu_time_sim [--no-device-busy] [--switch-us N] [--slice-us N] [--samples-early-us N] [--samples-late-ms N]
+ *                SECONDS PROC ...
  *   PROC = [cap=N,][share=N,]kernels:kernel_us:launch_us:cpu_us[:on_ms:off_ms[:start_ms]]
  *
  * A process repeats steps: `kernels` launches `launch_us` of CPU apart, each queueing
  * `kernel_us` of GPU work, then a sync that waits for its queue to drain, then `cpu_us` of CPU
  * (the data loader, the optimizer's host side). With on_ms/off_ms it steps for on_ms, then
  * idles for off_ms, and so on; start_ms delays its first step. The GPU runs one process's work
- * at a time, in turns of SLICE_NS among those with work queued, as the H200 was measured to
+ * at a time, in turns of 2 ms (--slice-us) among those with work queued, as the H200 was measured to
  * (docs/intercept.md). Prints, per process, its steps, the GPU time it really got (also while the
  * first process steps and while it idles), what gpu_time.c measured and how long its launches
  * waited; then the time the GPU was busy and how long the first process stepped. The GPU's busy
  * samples come as NVML's do: whole percents of 1/6 s periods, each seen 50 ms after its
  * end (--no-device-busy: none, as without NVML or on a MIG instance). --switch-us: a slice's end that switches
  * from a process still with work queued to another keeps the GPU busy N us for neither (the H200's ~0.15 ms a
- * switch between two busy processes; NVML counts it busy). --samples-early-us: each sample is stamped N us before the
+ * switch between two busy processes; NVML counts it busy). --slice-us: the time slice (an operator may lengthen the
+ * GPU's: `nvidia-smi compute-policy --set-timeslice`). --samples-early-us: each sample is stamped N us before the
  * end of the time it measured (a driver whose stamps and the host's clock disagree): a period that starts or ends
  * beside an idle spell then tells less or more than the processes' busy time in it. --samples-late-ms: samples are
  * seen N ms after their end instead of 50 (an H100's come every 200 ms and are read every 500 ms: up to 700).
@@ -32,7 +34,6 @@
 #include "gpu_time.h"
 
 #define DT_NS 10000ull       /* the simulation's resolution: 10 us */
-#define SLICE_NS 2000000ull  /* a time slice */
 #define TICK_NS 10000000ull  /* the monitor's period */
 #define MAX_PROCS 8
 #define SAMPLE_NS 166670000ull /* NVML's utilization period */
@@ -61,6 +62,7 @@ static struct alnair_share_table table;
 static struct alnair_busy_sample samples[MAX_SAMPLES];
 static int n_samples, sampling = 1;
 static uint64_t switch_ns; /* --switch-us */
+static uint64_t slice_ns = 2000000ull; /* --slice-us: a time slice */
 static uint64_t early_ns;  /* --samples-early-us */
 static uint64_t sample_lag_ns = 50000000ull; /* --samples-late-ms */
 
@@ -153,13 +155,14 @@ int main(int argc, char **argv)
         if (argc < 3) break;
         unsigned long long value = strtoull(argv[2], NULL, 10);
         if (!strcmp(argv[1], "--switch-us")) switch_ns = value * 1000;
+        else if (!strcmp(argv[1], "--slice-us") && value) slice_ns = value * 1000;
         else if (!strcmp(argv[1], "--samples-early-us")) early_ns = value * 1000;
         else if (!strcmp(argv[1], "--samples-late-ms")) sample_lag_ns = value * 1000000;
         else break;
         argc -= 2, argv += 2;
     }
     if (argc < 3 || argc - 2 > MAX_PROCS) {
-        fprintf(stderr, "usage: gpu_time_sim [--no-device-busy] [--switch-us N] [--samples-early-us N] [--samples-late-ms N]"
+        fprintf(stderr, "usage: gpu_time_sim [--no-device-busy] [--switch-us N] [--slice-us N] [--samples-early-us N] [--samples-late-ms N]"
                         " SECONDS PROC [PROC ...] (at most %d)\n", MAX_PROCS);
         return 2;
     }
@@ -182,7 +185,7 @@ int main(int argc, char **argv)
         int first_on = stepping(&procs[0], t);
         first_on_ns += first_on ? DT_NS : 0;
         /* the GPU: the running process keeps it for a slice while it has work, then the next in turn */
-        if (!procs[running].queued_ns || slice_used >= SLICE_NS) {
+        if (!procs[running].queued_ns || slice_used >= slice_ns) {
             for (int k = 1; k <= n_procs; k++) {
                 int next = (running + k) % n_procs;
                 if (procs[next].queued_ns) {
@@ -191,7 +194,7 @@ int main(int argc, char **argv)
                     break;
                 }
             }
-            if (slice_used >= SLICE_NS) slice_used = 0; /* alone with work: another slice */
+            if (slice_used >= slice_ns) slice_used = 0; /* alone with work: another slice */
         }
         struct proc *p = &procs[running];
         if (!p->queued_ns) continue;
