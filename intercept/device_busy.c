@@ -38,12 +38,12 @@ static int totals_at(const struct alnair_device_busy *b, double ms, double *all,
  * off the host's clock) can say anything from 0 to 1, and the scale it set would value the time until the next
  * period is applied (up to 0.7 s on an H100), and the limits' debts with it. Aged by busy time, not by the clock,
  * so that an idle spell, however long, leaves the scale from before it to the first ms after it. */
-static void recent(struct alnair_device_busy *b, double busy, double all)
+static void recent(struct alnair_device_busy *b, double gpu, double all)
 {
     double keep = b->scaled_any ? exp(-all / ALNAIR_DEVICE_RECENT_NS) : 0;
-    b->recent_gpu = b->recent_gpu * keep + (busy < all ? busy : all);
+    b->recent_gpu = b->recent_gpu * keep + gpu;
     b->recent_all = b->recent_all * keep + all;
-    b->scale = b->recent_gpu / b->recent_all, b->scaled_any = 1;
+    b->scaled_any = 1;
 }
 
 /* Periods whose end the accounting has reached, into `scaled` and `scale`. */
@@ -55,12 +55,12 @@ static void apply(struct alnair_device_busy *b)
         if (totals_at(b, end, &all_e, &own_e) == 0) return;
         if (totals_at(b, start, &all_s, &own_s) == 1 && own_s >= b->scaled_own) {
             double before = alnair_device_busy_scale(b), all = all_e - all_s;
-            double busy = b->periods[b->first_period].busy * (end - start) * MS;
-            double period = all > 0 ? (busy < all ? busy / all : 1.0) : before;
+            double busy = b->periods[b->first_period].busy * (end - start) * MS, gpu = busy < all ? busy : all;
+            double period = all > 0 ? gpu / all : before;
             /* the time since the last period applied at the latest scale; before the first, at the first's */
             b->scaled += (own_s - b->scaled_own) * (b->scaled_any ? before : period);
             b->scaled += (own_e - own_s) * period;
-            if (all > 0) recent(b, busy, all);
+            if (all > 0) recent(b, gpu, all);
         } else if (own_e >= b->scaled_own) {
             b->scaled += (own_e - b->scaled_own) * alnair_device_busy_scale(b);
         } else {

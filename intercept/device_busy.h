@@ -37,15 +37,18 @@ struct alnair_device_busy {
     double scaled_own;        /* `scaled` covers this much of the process's divided busy time */
     double scaled;            /* that time, scaled */
     double recent_gpu, recent_all; /* the periods' GPU busy time and processes' busy time, the older less by e
-                                      every ALNAIR_DEVICE_RECENT_NS of the processes' busy time */
-    double scale;             /* their ratio (at most 1): what the time since the latest period counts at, */
+                                      every ALNAIR_DEVICE_RECENT_NS of the processes' busy time: their ratio is
+                                      what the time since the latest period counts at, */
     int scaled_any;           /* ...if a period was applied (1 before) */
 };
 
 /* Zeroed is initialized (a static device, a fork child's reset). */
 
 /* The latest scale: the recent periods' GPU busy time / all the processes' busy time (1 before any). */
-static inline double alnair_device_busy_scale(const struct alnair_device_busy *b) { return b->scaled_any ? b->scale : 1.0; }
+static inline double alnair_device_busy_scale(const struct alnair_device_busy *b)
+{
+    return b->scaled_any ? b->recent_gpu / b->recent_all : 1.0; /* recent_all > 0 once a period was applied */
+}
 
 /* Whether the GPU ran work at least ALNAIR_DEVICE_SATURATED of its recent time (the samples' busy part, each weighing
  * less by e every ALNAIR_DEVICE_RECENT_NS), or gave no sample yet: below, no process's work waited for the GPU all

@@ -116,17 +116,15 @@ def main() -> int:
     for spec in sys.argv[1:] or ["resnet18:128", "transformer:32"]:
         model, batch = spec.split(":")
         child = start(model, int(batch), 4.0, new_shm_dir(), env={"LD_PRELOAD": ""}, profile_steps=20)
-        assert child.stdout.readline().startswith("ready")
+        wait_ready([child])
         last = samples(lib, handle, 0)[-1][0]
-        child.stdin.write("\n"), child.stdin.flush()
+        tell([child])
         seen = samples_for(lib, handle, last, 4.0)
         last = seen[-1][0] if seen else last
-        rate = child.stdout.readline().split()
-        child.stdout.readline()  # times
-        child.stdin.write("\n"), child.stdin.flush()
+        rate, _ = read_rate(child)
+        tell([child])
         kernels_ms = float(child.stdout.readline().split()[1])
-        child.stdin.write("\n"), child.stdin.flush()
-        child.wait()
+        finish([child])
         periods = [b[0] - a[0] for a, b in zip(seen, seen[1:])]
         inner = seen[2:-2]  # samples wholly inside the loop's 4 s
         busy = sum(v for _, v in inner) / max(len(inner), 1) / 100

@@ -52,15 +52,13 @@ def simulate(tmp_path_factory):
         with work costs the GPU; `slice_us`: the GPU's time slice; `samples_early_us`: how much before the end of
         what they measured the samples are stamped; `samples_late_ms`: how long after their end they are seen."""
         options = [] if busy_samples else ["--no-device-busy"]
-        options += [
-            "--switch-us",
-            str(switch_us),
-            "--slice-us",
-            str(slice_us),
-            "--samples-early-us",
-            str(samples_early_us),
-        ]
-        options += ["--samples-late-ms", str(samples_late_ms)]
+        for flag, value in (
+            ("--switch-us", switch_us),
+            ("--slice-us", slice_us),
+            ("--samples-early-us", samples_early_us),
+            ("--samples-late-ms", samples_late_ms),
+        ):
+            options += [flag, str(value)]
         command = [str(binary), *options, str(seconds), *procs]
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         lines = [line.split() for line in out.splitlines()]
