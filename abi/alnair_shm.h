@@ -222,19 +222,13 @@ struct alnair_python_record {
 
 /* ---- the GPU share table (between writers) -------------------------------
  *
- * Processes on a GPU where any has a compute limit take turns: time is cut into
- * periods of ALNAIR_SHARE_PERIOD_NS (CLOCK_MONOTONIC, shared by the whole host)
- * and each process launches only inside its own window of every period. The
- * windows are laid out from one file per physical GPU,
+ * The processes using one physical GPU meet in one file,
  *     ALNAIR_SHM_DIR/alnair.share.<32 hex digits of the GPU's UUID>
  * an array of slots, all zero when new. A process owns a slot while it holds a
- * POSIX write lock (F_SETLK) on the slot's bytes; its quota is the window length
- * in parts per million of the period (0 = slot unused). A process without a
- * limit takes part too, with the quota ALNAIR_SHARE_UNLIMITED: such processes
- * split what the limited ones leave (at least ALNAIR_SHARE_REST_FLOOR_PPM each),
- * and take no turns while no limited process is there. Every process lays out
- * the same windows: live slots with a quota, in slot order, back to back from
- * the start of the period, scaled down together when they add up to more.
+ * POSIX write lock (F_SETLK) on the slot's bytes; its quota is its cap in parts per
+ * million (0 = slot unused), or ALNAIR_SHARE_UNLIMITED for a process without one.
+ * (Processes of libraries before the debts, to 0d1cd2a, laid out windows of every
+ * ALNAIR_SHARE_PERIOD_NS from the quotas and launched only inside their own.)
  *
  * After the slots (appended: processes that know only the slots read and write the
  * first 512 bytes), each slot's busy timeline: how much of every recent millisecond
@@ -260,10 +254,22 @@ struct alnair_share_slot {
 struct alnair_share_busy {
     uint64_t until_ms;                  /* CLOCK_MONOTONIC ms: busy[] holds the ALNAIR_SHARE_BUSY_MS ms before it */
     uint32_t share_ppm;                 /* the owner's compute share (ALNAIR_COMPUTE_SHARE), ppm; 0: none */
-    uint32_t reserved;
+    uint32_t turn;                      /* the owner's turn on the GPU: ALNAIR_TURN_* below (0: none) */
     uint64_t wanting;                   /* bit m % 48: in ms m the owner had work on the GPU or waited to launch */
     uint8_t busy[ALNAIR_SHARE_BUSY_MS]; /* ms m (until_ms - 48 <= m < until_ms): busy[m % 48] / 250 of it busy */
 };
+
+/* A slot's turn word. A process that a limit held back takes a turn when released: it runs alone while it has
+ * work, and the others hold their launches, their queues drained, so the GPU does not switch between them every
+ * time slice. The state is in bits 24-25; bit 26 says the owner holds for another's turn with its queue drained;
+ * a due turn's release time is in bits 0-23, in us after the start of ms until_ms (written with the timeline).
+ * intercept/turns.h has the protocol. */
+#define ALNAIR_TURN_STATE_SHIFT 24
+#define ALNAIR_TURN_DUE 1u          /* released at the time in bits 0-23: the others hold from then */
+#define ALNAIR_TURN_TAKEN 2u        /* running its turn now */
+#define ALNAIR_TURN_HOLDING 0x4000000u /* bit 26 */
+#define ALNAIR_TURN_AWARE 0x8000000u   /* bit 27: the owner's library takes part in turns (so holds for them) */
+#define ALNAIR_TURN_RELEASE_MASK 0xffffffu
 
 struct alnair_share_table {
     struct alnair_share_slot slots[ALNAIR_SHARE_SLOTS];

@@ -25,6 +25,9 @@
  * The debts lag the GPU by the accounting's wait for the peers' timelines (up to 30 ms), so the
  * busy time not accounted yet counts at its latest GPU-time part. A launch that waited starts
  * with its queue empty, which is what a wait exists for.
+ *
+ * While the GPU is saturated, a process released from a wait takes a turn (turns.h): the others'
+ * launches hold, drained, while it runs alone, so the GPU does not switch between them every slice.
  */
 #define _GNU_SOURCE
 #include <string.h>
@@ -39,6 +42,18 @@
 #define MAX_SLEEP_NS 5000000ull     /* a waiting launch reads the monitor's decision this often */
 #define PPM 1000000.0
 #define MAX_SAMPLES 64
+
+struct controller {
+    int started;
+    struct alnair_share share; /* fd -1: not in a share table, GPU time counted alone */
+    uint64_t looked_ns;        /* the last try to join the table */
+    uint64_t launches_seen, launched_ns; /* without a limit: the launch count, and when it last moved */
+    uint64_t launches_ticked;  /* the launch count at the last tick */
+    struct alnair_gpu_debts debts;
+    struct alnair_turn turn;   /* the launches' and the monitor's */
+};
+static struct controller controllers[ALNAIR_CUDA_MAX_DEVICES];
+static _Atomic int leaving; /* the process is exiting: its slot is handed back */
 
 /* ---- the launch gate (any thread) ------------------------------------------------ */
 
@@ -56,33 +71,57 @@ static void drain(struct alnair_device *d, CUstream stream, int per_thread)
     if (r == CUDA_SUCCESS) alnair_gpu_time_end(&d->gpu_time, alnair_monotonic_ns());
 }
 
-void alnair_wait_while_owed(struct alnair_device *d, CUstream stream, int per_thread)
+static void pause_for(uint64_t ns)
 {
-    uint64_t now = alnair_monotonic_ns(), start = now, until;
-    atomic_fetch_add(&d->gpu_time.gate_waiting, 1);
-    if (atomic_load_explicit(&d->barred_until_ns, memory_order_relaxed) > now) drain(d, stream, per_thread);
-    while ((until = atomic_load_explicit(&d->barred_until_ns, memory_order_relaxed)) > now) {
-        uint64_t wait = until - now < MAX_SLEEP_NS ? until - now : MAX_SLEEP_NS;
-        struct timespec pause = {0, (long)wait};
+    struct timespec pause = {0, (long)ns};
+    nanosleep(&pause, NULL);
+}
+
+/* The turns' gate: holds while a peer's turn makes this launch hold, or its own turn waits for its busy peers to
+ * hold; the table read again every ALNAIR_TURN_POLL_NS. Returns the time. */
+static uint64_t wait_for_turns(struct alnair_device *d, struct controller *c, CUstream stream, int per_thread, uint64_t now)
+{
+    struct alnair_share_table table;
+    uint64_t since = now;
+    int drained = 0, changed;
+    if (!alnair_turn_at_gate(&c->turn, now)) return now;
+    while (alnair_share_peek(&c->share, &table) == 0) {
+        int wait = alnair_turn_gate(&c->turn, &table, now, drained, since, &changed);
+        if (changed) alnair_share_write_turn(&c->share, &c->turn);
+        if (!wait) break;
+        if (!drained) { /* a hold is for an empty queue, as a wait for the limit is */
+            drain(d, stream, per_thread);
+            drained = 1;
+            continue;
+        }
         atomic_store_explicit(&d->gpu_time.gate_waited, 1, memory_order_relaxed);
-        nanosleep(&pause, NULL);
+        pause_for(ALNAIR_TURN_POLL_NS);
         now = alnair_monotonic_ns();
     }
+    if (alnair_turn_released(&c->turn, now - since)) alnair_share_write_turn(&c->share, &c->turn);
+    return now;
+}
+
+void alnair_wait_while_owed(struct alnair_device *d, CUstream stream, int per_thread)
+{
+    struct controller *c = &controllers[d - alnair.devices];
+    uint64_t now = alnair_monotonic_ns(), start = now, until;
+    atomic_fetch_add(&d->gpu_time.gate_waiting, 1);
+    if (atomic_load_explicit(&d->barred_until_ns, memory_order_relaxed) > now) {
+        drain(d, stream, per_thread);
+        if (alnair_turn_end(&c->turn, atomic_load(&d->barred_until_ns))) alnair_share_write_turn(&c->share, &c->turn);
+    }
+    while ((until = atomic_load_explicit(&d->barred_until_ns, memory_order_relaxed)) > now) {
+        atomic_store_explicit(&d->gpu_time.gate_waited, 1, memory_order_relaxed);
+        pause_for(until - now < MAX_SLEEP_NS ? until - now : MAX_SLEEP_NS);
+        now = alnair_monotonic_ns();
+    }
+    now = wait_for_turns(d, c, stream, per_thread, now);
     atomic_fetch_sub(&d->gpu_time.gate_waiting, 1);
     if (now != start) atomic_fetch_add_explicit(&d->throttled_ns, now - start, memory_order_relaxed);
 }
 
 /* ---- the per-device controller (monitor thread only) ------------------------------ */
-
-struct controller {
-    int started;
-    struct alnair_share share; /* fd -1: not in a share table, GPU time counted alone */
-    uint64_t looked_ns;        /* the last try to join the table */
-    uint64_t launches_seen, launched_ns; /* without a limit: the launch count, and when it last moved */
-    struct alnair_gpu_debts debts;
-};
-static struct controller controllers[ALNAIR_CUDA_MAX_DEVICES];
-static _Atomic int leaving; /* the process is exiting: its slot is handed back */
 
 /* Every process joins the GPU's table, making it if there is none. A limited process
  * says if it cannot; every process tries again every LOOK_FOR_TABLE_NS, silently. */
@@ -106,6 +145,19 @@ static uint32_t quota_ppm(struct controller *c, const struct alnair_device *d, u
     return now - c->launched_ns < IDLE_NS ? ALNAIR_SHARE_UNLIMITED : 0;
 }
 
+/* This process's turn after the tick's decision, and the peers' as the table says; the word written if it changed. */
+static void decide_turns(struct controller *c, struct alnair_device *d, uint64_t launches, uint64_t now,
+                         uint64_t until, int shared, int saturated)
+{
+    int worked = launches != c->launches_ticked || alnair_gpu_time_busy(&d->gpu_time) ||
+                 atomic_load(&d->gpu_time.gate_waiting) > 0;
+    c->launches_ticked = launches;
+    /* not in a table: no turns, so no launch touches the share while a failed join is tried again (it remakes it) */
+    if (alnair_turn_tick(&c->turn, now, until, worked, shared && saturated, shared ? &c->share.table : NULL,
+                         shared ? c->share.counted : 0) && shared)
+        alnair_share_write_turn(&c->share, &c->turn);
+}
+
 static void tick_device(struct controller *c, int ordinal, const uint8_t *uuid, uint64_t now)
 {
     struct alnair_device *d = &alnair.devices[ordinal];
@@ -117,7 +169,7 @@ static void tick_device(struct controller *c, int ordinal, const uint8_t *uuid, 
     /* this process's timeline goes out with its slot; then the table is read for the peers' */
     alnair_gpu_time_close(&d->gpu_time, now, launches, shared ? &c->share.busy : NULL);
     if (shared) {
-        alnair_share_set_quota(&c->share, quota_ppm(c, d, launches, now));
+        alnair_share_set_quota(&c->share, quota_ppm(c, d, launches, now), &c->turn);
         alnair_share_read(&c->share, now);
     }
     struct alnair_busy_sample samples[MAX_SAMPLES];
@@ -125,7 +177,11 @@ static void tick_device(struct controller *c, int ordinal, const uint8_t *uuid, 
     struct alnair_gpu_time_tick t =
         alnair_gpu_time_account(&d->gpu_time, now, shared ? &c->share.table : NULL, c->share.counted, samples, n);
     double wait = alnair_gpu_time_owed(&c->debts, d->compute_limit_percent, &t);
-    atomic_store_explicit(&d->barred_until_ns, wait > 0 ? now + (uint64_t)wait : 0, memory_order_relaxed);
+    uint64_t until = wait > 0 ? now + (uint64_t)wait : 0;
+    decide_turns(c, d, launches, now, until, shared, t.saturated && t.sampled);
+    /* launches look at the gate while a wait is owed, and while turns are due or held for (1: a time long past) */
+    if (!until && alnair_turn_pending(&c->turn)) until = 1;
+    atomic_store_explicit(&d->barred_until_ns, until, memory_order_relaxed);
 }
 
 void alnair_compute_limit_tick(uint64_t now, const uint8_t *const uuids[ALNAIR_CUDA_MAX_DEVICES])

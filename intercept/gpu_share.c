@@ -16,7 +16,8 @@
  *   - once a second the path is compared with the open file: a table renamed over
  *     it (or its removal) makes this process join the table now at the path, so
  *     the processes re-converge on one table instead of splitting in two.
- * All of it runs on the monitor thread: a launch never touches the table.
+ * All of it runs on the monitor thread, but for the turn word (turns.h): a launch that waits for
+ * turns reads the table and writes its own word.
  */
 #define _GNU_SOURCE
 #include "gpu_share.h"
@@ -86,13 +87,20 @@ static int claim_slot(int fd)
     return -1;
 }
 
-static int write_slot(const struct alnair_share *share, uint32_t quota_ppm)
+static off_t busy_at(const struct alnair_share *share)
+{
+    return (off_t)offsetof(struct alnair_share_table, busy[0]) + (off_t)share->slot * (off_t)sizeof share->busy;
+}
+
+/* The slot and the timeline with the turn's word as it is now (NULL: none); share->switching held, but by a join. */
+static int write_slot(struct alnair_share *share, uint32_t quota_ppm, const struct alnair_turn *turn)
 {
     struct alnair_share_slot mine = {.quota_ppm = quota_ppm, .pid = share->pid};
     off_t at = (off_t)share->slot * (off_t)sizeof mine;
-    off_t busy_at = (off_t)offsetof(struct alnair_share_table, busy[0]) + (off_t)share->slot * (off_t)sizeof share->busy;
+    share->busy.turn = turn ? alnair_turn_word(turn, share->busy.until_ms) : 0;
+    share->written_until_ms = share->busy.until_ms;
     if (pwrite(share->fd, &mine, sizeof mine, at) != (ssize_t)sizeof mine) return -1;
-    return pwrite(share->fd, &share->busy, sizeof share->busy, busy_at) == (ssize_t)sizeof share->busy ? 0 : -1;
+    return pwrite(share->fd, &share->busy, sizeof share->busy, busy_at(share)) == (ssize_t)sizeof share->busy ? 0 : -1;
 }
 
 int alnair_share_join(struct alnair_share *share, const uint8_t uuid[16], int create, char *err, size_t err_len)
@@ -108,7 +116,7 @@ int alnair_share_join(struct alnair_share *share, const uint8_t uuid[16], int cr
     share->slot = claim_slot(fd);
     if (share->slot < 0) errno = EBUSY;
     /* The write reserves the slot's bytes: a full tmpfs fails here, where it can be said. */
-    if (share->slot < 0 || write_slot(share, 0) != 0) {
+    if (share->slot < 0 || write_slot(share, 0, NULL) != 0) {
         fail(err, err_len, share->slot < 0 ? "find a free slot in" : "write", path);
         close(fd);
         share->fd = -1;
@@ -117,10 +125,25 @@ int alnair_share_join(struct alnair_share *share, const uint8_t uuid[16], int cr
     return 0;
 }
 
-void alnair_share_set_quota(struct alnair_share *share, uint32_t quota_ppm)
+void alnair_share_set_quota(struct alnair_share *share, uint32_t quota_ppm, const struct alnair_turn *turn)
 {
     share->quota_ppm = quota_ppm < PPM || quota_ppm == ALNAIR_SHARE_UNLIMITED ? quota_ppm : PPM;
-    write_slot(share, share->quota_ppm); /* failing (a full tmpfs): the others miss us until one gets through */
+    pthread_mutex_lock(&share->switching);
+    write_slot(share, share->quota_ppm, turn); /* failing (a full tmpfs): the others miss us until one gets through */
+    pthread_mutex_unlock(&share->switching);
+}
+
+static int write_word(const struct alnair_share *share, uint32_t word)
+{
+    off_t at = busy_at(share) + (off_t)offsetof(struct alnair_share_busy, turn);
+    return pwrite(share->fd, &word, sizeof word, at) == (ssize_t)sizeof word ? 0 : -1;
+}
+
+void alnair_share_write_turn(struct alnair_share *share, const struct alnair_turn *turn)
+{
+    pthread_mutex_lock(&share->switching);
+    if (share->fd >= 0) write_word(share, alnair_turn_word(turn, share->written_until_ms)); /* failing: as a slot's */
+    pthread_mutex_unlock(&share->switching);
 }
 
 /* The whole table as the file holds it now; bytes past its end are empty slots. */
@@ -129,6 +152,15 @@ static void read_table(int fd, struct alnair_share_table *copy)
     ssize_t n = pread(fd, copy, sizeof *copy, 0);
     if (n < 0) n = 0;
     memset((char *)copy + n, 0, sizeof *copy - (size_t)n);
+}
+
+int alnair_share_peek(struct alnair_share *share, struct alnair_share_table *copy)
+{
+    pthread_mutex_lock(&share->switching);
+    int fd = share->fd;
+    if (fd >= 0) read_table(fd, copy);
+    pthread_mutex_unlock(&share->switching);
+    return fd >= 0 ? 0 : -1;
 }
 
 static int plausible(uint32_t quota_ppm)
@@ -203,10 +235,10 @@ static void rejoin(struct alnair_share *share, const char *path)
     close(share->fd); /* drops our lock there: the processes left in the old table stop counting us */
     share->fd = fd;
     share->slot = slot;
+    write_slot(share, share->quota_ppm, NULL); /* the turn's word follows at the next tick */
     pthread_mutex_unlock(&share->switching);
     share->rejoin_failing = 0;
     share->counted = 0;
-    write_slot(share, share->quota_ppm);
 }
 
 /* The liveness check: the path first, then which slots count, afresh. */
@@ -248,7 +280,7 @@ void alnair_share_leave(struct alnair_share *share)
     /* Called at exit, beside the monitor thread: mid-rejoin it leaves the slot to the
      * exit, whose dropped lock frees it within a second, rather than wait. */
     if (pthread_mutex_trylock(&share->switching) != 0) return;
-    if (share->fd >= 0) write_slot(share, 0); /* the timeline stays: the others account its last ms */
+    if (share->fd >= 0) write_slot(share, 0, NULL); /* the timeline stays: the others account its last ms; no turn */
     pthread_mutex_unlock(&share->switching);
 }
 

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "alnair_shm.h"
+#include "turns.h"
 
 struct alnair_share {
     int fd;                  /* the table; holds this process's slot lock. -1 when not joined */
@@ -23,13 +24,15 @@ struct alnair_share {
     uint32_t quota_ppm;      /* this process's quota, rewritten into its slot every tick */
     uint8_t uuid[16];        /* names the table's path, to rejoin it when the file is replaced */
     struct alnair_share_busy busy;   /* this process's busy timeline, written with its slot (gpu_time.c fills it) */
+    uint64_t written_until_ms; /* the timeline's until_ms as last written, which a turn's release counts from */
     struct alnair_share_table table; /* the table as last read, for the peers' timelines */
     uint64_t counted;        /* other slots that count: a live process held their lock when checked */
     int32_t holder[ALNAIR_SHARE_SLOTS]; /* the pid that held each counted slot (0: not visible from here) */
     uint64_t checked_ns;     /* the last liveness check: every slot, and whether the path is still ours */
     uint64_t probed_ns;      /* the last look at slots not counted yet (a process that just joined) */
     int rejoin_failing;      /* the table at the path could not be joined: said once, tried every check */
-    pthread_mutex_t switching; /* held while fd and slot change: the exit must not write a closed fd */
+    pthread_mutex_t switching; /* held while fd and slot change and while the slot is written: the exit and the
+                                  launches that wait for turns must not use a closed fd, nor undo a newer word */
 };
 
 /* Opens (or with create, creates) the table of the GPU with this UUID in
@@ -37,10 +40,17 @@ struct alnair_share {
  * in err (errno ENOENT: there is no table and create was not asked). */
 int alnair_share_join(struct alnair_share *share, const uint8_t uuid[16], int create, char *err, size_t err_len);
 
-/* Publishes this process's quota (parts per million of the period, at most 10^6,
- * or ALNAIR_SHARE_UNLIMITED for a process without a limit) and its busy timeline:
- * writes its slot, which also repairs whatever someone else wrote there. */
-void alnair_share_set_quota(struct alnair_share *share, uint32_t quota_ppm);
+/* Publishes this process's quota (parts per million, at most 10^6, or ALNAIR_SHARE_UNLIMITED for a
+ * process without a limit), its busy timeline and its turn's word: writes its slot, which also repairs
+ * whatever someone else wrote there. */
+void alnair_share_set_quota(struct alnair_share *share, uint32_t quota_ppm, const struct alnair_turn *turn);
+
+/* Any thread: writes the turn's word alone, now (a launch that waits for turns, the monitor's decision). */
+void alnair_share_write_turn(struct alnair_share *share, const struct alnair_turn *turn);
+
+/* Any thread: the table as the file holds it now, into copy (a launch that waits for turns reads it often);
+ * returns 0, or -1 when this process is not in a table. */
+int alnair_share_peek(struct alnair_share *share, struct alnair_share_table *copy);
 
 /* Reads the table into share->table. Once a second it also checks which slots are
  * held (share->counted: a bit per slot, this process's never set) and moves to a new

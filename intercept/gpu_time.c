@@ -249,6 +249,7 @@ static void scale(struct alnair_gpu_time *g, struct alnair_gpu_time_tick *tick, 
     tick->used_ns *= by, tick->excess_ns *= by, tick->unaccounted_ns *= by;
     tick->corrected_ns = (scaled > published ? (double)(scaled - published) : 0) - tick->used_ns;
     tick->saturated = alnair_device_busy_saturated(&g->device);
+    tick->sampled = g->device.sample_end_ns != 0;
 }
 
 struct alnair_gpu_time_tick alnair_gpu_time_account(struct alnair_gpu_time *g, uint64_t now,

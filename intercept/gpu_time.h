@@ -77,6 +77,7 @@ struct alnair_gpu_time_tick {
     int contested;           /* in the latest ms the peers published, one of them had work on the GPU */
     int shares;              /* ...and one of them, or this process, has a compute share */
     int saturated;           /* the GPU ran work nearly all its recent time (device_busy.h) */
+    int sampled;             /* ...as its samples say (without any yet, or on a MIG instance, it counts as saturated) */
     double entitled;         /* this process's part of the GPU then, were it to want it (0..1) */
     double unaccounted_ns;   /* busy time not accounted yet, at the latest part of it that was GPU time */
 };

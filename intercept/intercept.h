@@ -73,7 +73,8 @@ struct alnair_device {
     _Atomic uint64_t failed_allocations;
     _Atomic uint64_t limit_denied_allocations;
     _Atomic uint64_t throttled_ns;
-    _Atomic uint64_t barred_until_ns;  /* a debt of GPU time is owed: launches wait until then (compute_limit.c) */
+    _Atomic uint64_t barred_until_ns;  /* nonzero: launches take the gate, waiting until then while a debt of GPU
+                                          time is owed, or for turns (compute_limit.c); 0: neither */
     _Atomic int seen;            /* the process has used this device */
     uint64_t memory_limit_bytes; /* 0 = none; fixed after init */
     uint32_t compute_limit_percent; /* the cap; 0 = none; fixed after init */
@@ -212,7 +213,8 @@ void alnair_pools_tick(void);
 
 /* Compute limits: while a debt of GPU time is owed on d (a cap or a share), a launch onto `stream`
  * (per_thread: a _ptsz entry point's, whose stream 0 is the thread's own) waits for the monitor to clear
- * it, its stream drained first. One load and a branch when nothing is owed. */
+ * it, its stream drained first; then it passes the turns' gate (turns.h). One load and a branch when
+ * nothing is owed and no turn is due. */
 void alnair_wait_while_owed(struct alnair_device *d, CUstream stream, int per_thread);
 static inline void alnair_pay_debt(struct alnair_device *d, CUstream stream, int per_thread)
 {

@@ -14,8 +14,8 @@ import pytest
 INTERCEPT = Path(__file__).resolve().parents[2] / "intercept"
 # Bottom first. A file may call files of lower layers only.
 LAYERS = [
-    {"driver", "alloc_table", "shm_segment", "device_busy"},  # the real driver, data structures, the segment file,
-    # the GPU's busy time's arithmetic
+    {"driver", "alloc_table", "shm_segment", "device_busy", "turns"},  # the real driver, data structures, the segment
+    # file, the GPU's busy time's arithmetic, the turns' states
     {"state"},  # the process's devices, configuration, clocks and log
     # NVML; the copies' pointer map; the share table; busy time to GPU time; launches by kernel name
     {"nvml", "address_map", "gpu_share", "gpu_time", "kernel_names"},

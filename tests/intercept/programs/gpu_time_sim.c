@@ -4,9 +4,11 @@
  * begins a busy span, a sync's return ends it, a launch waits while its process owes GPU time to
  * a limit, and every process's monitor ticks every 10 ms, publishing its busy timeline into one
  * share table, accounting from the others' and deciding its limits' waits (as compute_limit.c).
+ * A launch the limit lets go passes the turns' gate (turns.c) as compute_limit.c's does: it holds
+ * while a peer's turn runs, reading the table every 0.5 ms, and its word goes into the table at once.
  * Nothing depends on the machine's speed: the same arguments give the same numbers.
  *
- *   gpu_time_sim [--no-device-busy] [--switch-us N] [--slice-us N] [--samples-early-us N] [--samples-late-ms N]
+ *   gpu_time_sim [--no-device-busy] [--no-turns] [--switch-us N] [--slice-us N] [--samples-early-us N] [--samples-late-ms N]
  *                SECONDS PROC ...
  *   PROC = [cap=N,][share=N,]kernels:kernel_us:launch_us:cpu_us[:on_ms:off_ms[:start_ms]]
  *
@@ -17,7 +19,8 @@
  * at a time, in turns of 2 ms (--slice-us) among those with work queued, as the H200 was measured to
  * (docs/intercept.md). Prints, per process, its steps, the GPU time it really got (also while the
  * first process steps and while it idles), what gpu_time.c measured and how long its launches
- * waited; then the time the GPU was busy and how long the first process stepped. The GPU's busy
+ * waited for its limit and held for others' turns; then the time the GPU was busy and how long the first process
+ * stepped. --no-turns: the library before turns. The GPU's busy
  * samples come as NVML's do: whole percents of 1/6 s periods, each seen 50 ms after its
  * end (--no-device-busy: none, as without NVML or on a MIG instance). --switch-us: a slice's end that switches
  * from a process still with work queued to another keeps the GPU busy N us for neither (the H200's ~0.15 ms a
@@ -32,6 +35,7 @@
 #include <string.h>
 
 #include "gpu_time.h"
+#include "turns.h"
 
 #define DT_NS 10000ull       /* the simulation's resolution: 10 us */
 #define TICK_NS 10000000ull  /* the monitor's period */
@@ -50,10 +54,13 @@ struct proc {
     uint64_t served_ns;  /* the GPU time it got */
     uint64_t steps, launches, tick_ns;
     uint32_t cap_percent;
-    uint64_t barred_until_ns, waited_ns;
+    uint64_t barred_until_ns, waited_ns, held_ns; /* its launches waited for its limit, and for others' turns */
     uint64_t served_first_on_ns; /* of served_ns, while the first process was in its on_ms */
     struct alnair_gpu_debts debts;
     struct alnair_gpu_time g;
+    struct alnair_turn turn;
+    uint64_t holding_since, poll_at; /* a launch waiting for turns: since, and when it reads the table again */
+    uint64_t launches_ticked;        /* the launch count at the last tick */
 };
 
 static struct proc procs[MAX_PROCS];
@@ -65,6 +72,26 @@ static uint64_t switch_ns; /* --switch-us */
 static uint64_t slice_ns = 2000000ull; /* --slice-us: a time slice */
 static uint64_t early_ns;  /* --samples-early-us */
 static uint64_t sample_lag_ns = 50000000ull; /* --samples-late-ms */
+static int turns = 1; /* --no-turns: the library without its turns (to 70fe0b7) */
+
+/* A process's turn word goes into its slot at once, as the library's pwrite does. */
+static void publish_turn(int i) { table.busy[i].turn = alnair_turn_word(&procs[i].turn, table.busy[i].until_ms); }
+
+static uint64_t peers_of(int i) { return ((1ull << n_procs) - 1) & ~(1ull << i); }
+
+/* A launch the limit lets go, at the turns' gate (compute_limit.c's loop): 1 while it waits there. */
+static int turn_waits(struct proc *p, uint64_t t)
+{
+    if (!turns || (!p->holding_since && !alnair_turn_at_gate(&p->turn, t))) return 0;
+    if (p->holding_since && t < p->poll_at) return 1; /* between its reads of the table */
+    uint64_t since = p->holding_since ? p->holding_since : t;
+    int changed, wait = alnair_turn_gate(&p->turn, &table, t, !p->queued_ns, since, &changed);
+    if (!wait && p->holding_since) changed |= alnair_turn_released(&p->turn, t - p->holding_since);
+    if (changed) publish_turn((int)(p - procs));
+    p->holding_since = wait ? since : 0;
+    p->poll_at = t + ALNAIR_TURN_POLL_NS;
+    return wait;
+}
 
 /* The samples a monitor ticking at t sees (NVML's newest ones are always some way behind). */
 static int samples_seen(uint64_t t)
@@ -112,11 +139,14 @@ static void run_cpu(struct proc *p, uint64_t t)
             p->phase = LAUNCHING, p->launched = 0, p->next_ns = t;
         } else if (p->phase == LAUNCHING) {
             if (t < p->next_ns) return;
-            atomic_store(&p->g.gate_waiting, t < p->barred_until_ns);
-            if (t < p->barred_until_ns) { /* the launch waits while a debt is owed, its queue drained first */
+            int owed = t < p->barred_until_ns, waits = owed || turn_waits(p, t);
+            atomic_store(&p->g.gate_waiting, waits);
+            if (waits) { /* the launch waits while a debt is owed, or for turns; its queue drained first */
                 atomic_store(&p->g.gate_waited, 1);
                 if (!p->queued_ns && alnair_gpu_time_busy(&p->g)) alnair_gpu_time_end(&p->g, t);
-                p->waited_ns += DT_NS;
+                if (owed && !p->queued_ns && alnair_turn_end(&p->turn, p->barred_until_ns)) publish_turn((int)(p - procs));
+                if (owed) p->waited_ns += DT_NS;
+                else p->held_ns += DT_NS;
                 return;
             }
             p->queued_ns += p->kernel_ns;
@@ -139,10 +169,15 @@ static void tick(int i, uint64_t t)
     if (t < p->tick_ns) return;
     p->tick_ns += TICK_NS;
     alnair_gpu_time_close(&p->g, t, p->launches, &table.busy[i]);
-    uint64_t peers = ((1ull << n_procs) - 1) & ~(1ull << i);
-    struct alnair_gpu_time_tick result = alnair_gpu_time_account(&p->g, t, &table, peers, samples, samples_seen(t));
+    publish_turn(i);
+    struct alnair_gpu_time_tick result = alnair_gpu_time_account(&p->g, t, &table, peers_of(i), samples, samples_seen(t));
     double wait = alnair_gpu_time_owed(&p->debts, p->cap_percent, &result);
     p->barred_until_ns = wait > 0 ? t + (uint64_t)wait : 0;
+    if (!turns) return;
+    int worked = p->launches != p->launches_ticked || p->queued_ns || atomic_load(&p->g.gate_waiting);
+    p->launches_ticked = p->launches;
+    if (alnair_turn_tick(&p->turn, t, p->barred_until_ns, worked, result.saturated && result.sampled, &table, peers_of(i)))
+        publish_turn(i);
 }
 
 int main(int argc, char **argv)
@@ -150,6 +185,10 @@ int main(int argc, char **argv)
     for (;;) { /* the options, in any order */
         if (argc > 1 && !strcmp(argv[1], "--no-device-busy")) {
             sampling = 0, argc--, argv++;
+            continue;
+        }
+        if (argc > 1 && !strcmp(argv[1], "--no-turns")) {
+            turns = 0, argc--, argv++;
             continue;
         }
         if (argc < 3) break;
@@ -162,7 +201,7 @@ int main(int argc, char **argv)
         argc -= 2, argv += 2;
     }
     if (argc < 3 || argc - 2 > MAX_PROCS) {
-        fprintf(stderr, "usage: gpu_time_sim [--no-device-busy] [--switch-us N] [--slice-us N] [--samples-early-us N] [--samples-late-ms N]"
+        fprintf(stderr, "usage: gpu_time_sim [--no-device-busy] [--no-turns] [--switch-us N] [--slice-us N] [--samples-early-us N] [--samples-late-ms N]"
                         " SECONDS PROC [PROC ...] (at most %d)\n", MAX_PROCS);
         return 2;
     }
@@ -210,11 +249,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_procs; i++) alnair_gpu_time_close(&procs[i].g, end, procs[i].launches, &table.busy[i]);
     for (int i = 0; i < n_procs; i++) {
         struct proc *p = &procs[i];
-        alnair_gpu_time_account(&p->g, end, &table, ((1ull << n_procs) - 1) & ~(1ull << i), samples, samples_seen(end));
-        printf("process %d steps %llu true_ns %llu true_first_on_ns %llu gpu_time_ns %llu busy_ns %llu waited_ns %llu\n",
+        alnair_gpu_time_account(&p->g, end, &table, peers_of(i), samples, samples_seen(end));
+        printf("process %d steps %llu true_ns %llu true_first_on_ns %llu gpu_time_ns %llu busy_ns %llu waited_ns %llu held_ns %llu\n",
                i, (unsigned long long)p->steps, (unsigned long long)p->served_ns,
                (unsigned long long)p->served_first_on_ns, (unsigned long long)atomic_load(&p->g.gpu_time_ns),
-               (unsigned long long)atomic_load(&p->g.busy_ns), (unsigned long long)p->waited_ns);
+               (unsigned long long)atomic_load(&p->g.busy_ns), (unsigned long long)p->waited_ns, (unsigned long long)p->held_ns);
     }
     printf("device busy_ns %llu first_on_ns %llu\n", (unsigned long long)device_busy, (unsigned long long)first_on_ns);
     return 0;

@@ -1,0 +1,91 @@
+"""Turns (intercept/turns.h) through the library, its monitor and the share table, against the fake driver and a
+fake NVML (a test double of libnvidia-ml.so.1) whose utilization samples say how busy the GPU is: a process that a
+limit releases runs alone while the others' launches hold, but only on a GPU its samples say is saturated. The
+turns' effect on a time-sliced GPU is tested exactly on a virtual clock (test_gpu_time.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from alnair.abi import layout
+from conftest import HERE, gcc
+from test_compute_limits import together
+
+TABLE = "alnair.share." + bytes([*range(0xF0, 0xFF), 0]).hex()  # the fake driver's device 0
+TAKEN = layout.DECLARATIONS.integers["ALNAIR_TURN_TAKEN"] << layout.DECLARATIONS.integers["ALNAIR_TURN_STATE_SHIFT"]
+HOLDING = layout.DECLARATIONS.integers["ALNAIR_TURN_HOLDING"]
+AWARE = layout.DECLARATIONS.integers["ALNAIR_TURN_AWARE"]
+STATE = 3 << layout.DECLARATIONS.integers["ALNAIR_TURN_STATE_SHIFT"]
+
+
+@pytest.fixture(scope="session")
+def with_nvml(tmp_path_factory, fake_driver_dir) -> str:
+    """LD_LIBRARY_PATH with the fake NVML before the fake driver."""
+    d = tmp_path_factory.mktemp("fake-nvml")
+    library = d / "libnvidia-ml.so.1"
+    gcc("-shared", "-fPIC", "-fvisibility=hidden", "-o", str(library), str(HERE / "doubles" / "fake_libnvidia_ml.c"))
+    return f"{d}:{fake_driver_dir}"
+
+
+def words(shm_dir: Path, seconds: float) -> list[list[int]]:
+    """The table's turn words of every slot, read every ms for `seconds`."""
+    seen, end = [], time.monotonic() + seconds
+    while time.monotonic() < end:
+        table = layout.ShareTable.from_buffer_copy((shm_dir / TABLE).read_bytes().ljust(5120, b"\0"))
+        seen.append([b.turn for b in table.busy])
+        time.sleep(0.001)
+    return seen
+
+
+def test_a_released_cap_takes_turns_and_its_busy_peer_holds_for_them(run_client, shm_dir, with_nvml):
+    seen: list[list[int]] = []
+    capped, free = together(
+        run_client,
+        shm_dir,
+        [{"ALNAIR_COMPUTE_LIMIT": "30", "LD_LIBRARY_PATH": with_nvml}, {"LD_LIBRARY_PATH": with_nvml}],
+        after_settling=lambda pids: seen.extend(words(shm_dir, 1.0)),
+    )
+    taken = [w for row in seen for w in row if w & STATE == TAKEN]
+    holding = [w for row in seen for w in row if w & HOLDING]
+    assert taken and holding, f"{len(seen)} readings, none with a turn taken and a peer holding"
+    assert abs(capped.gpu_share - 0.30) < 0.05, capped
+    assert free.gpu_share > 0.6 and free.throttled > 0.05, free  # it held for the capped turns, and used the rest
+
+
+def test_no_turns_while_the_gpu_is_not_saturated(run_client, shm_dir, with_nvml):
+    env = {"LD_LIBRARY_PATH": with_nvml, "FAKE_NVML_BUSY": "80"}
+    seen: list[list[int]] = []
+    capped, free = together(
+        run_client,
+        shm_dir,
+        [{"ALNAIR_COMPUTE_LIMIT": "30", **env}, env],
+        after_settling=lambda pids: seen.extend(words(shm_dir, 0.5)),
+    )
+    assert not [w for row in seen for w in row if w & (STATE | HOLDING)]
+    assert abs(capped.gpu_share - 0.30) < 0.05 and free.throttled == 0, (capped, free)
+
+
+def test_a_forged_turn_holds_a_process_at_most_about_half_of_each_second(run_client, shm_dir, with_nvml):
+    """A live process that says it runs its turn forever (the table is writable by every local user): a busy
+    process holds for it at most ~half of each second, as much as a busy peer on a time-sliced GPU would take."""
+    path = shm_dir / TABLE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        os.ftruncate(fd, 5120)
+        slot = layout.SHARE_SLOTS - 1
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 8, slot * 8)
+        os.pwrite(fd, struct.pack("<Ii", layout.SHARE_UNLIMITED, os.getpid()), slot * 8)
+        turn_at = layout.ShareTable.busy.offset + slot * ctypes.sizeof(layout.ShareBusy) + layout.ShareBusy.turn.offset
+        os.pwrite(fd, struct.pack("<I", TAKEN | AWARE), turn_at)
+        [free] = together(run_client, shm_dir, [{"LD_LIBRARY_PATH": with_nvml}], span=2.0)
+    finally:
+        os.close(fd)
+    assert 0.2 < free.throttled < 0.65, free  # it did hold, and not for more than the budget
+    assert free.gpu_share > 0.3, free
