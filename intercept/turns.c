@@ -105,14 +105,14 @@ int alnair_turn_end(struct alnair_turn *t, uint64_t release)
     return 1;
 }
 
-/* While a turn is taken, a peer that the latest timeline shows busy, takes part in turns and neither holds yet nor
- * waits for its own limit (a due turn not released: its queue drained before it waited). */
+/* While a turn is taken, a peer that the latest timeline shows busy, takes part in turns and has none of its own:
+ * not holding yet. A due one drained its queue before it waited for its limit (and holds or takes its turn at its
+ * next launch); one whose turn is taken at the same moment will not hold, and the two time-slice. */
 static int peer_busy(const struct alnair_share_busy *b, uint64_t now)
 {
     uint64_t now_ms = now / MS;
     if (!(b->turn & ALNAIR_TURN_AWARE) || (b->turn & ALNAIR_TURN_HOLDING) || !b->until_ms) return 0;
-    struct peer_turn p = peer_turn(b);
-    if (p.state == ALNAIR_TURN_DUE && p.release_ns > now) return 0;
+    if (peer_turn(b).state) return 0;
     if (b->until_ms + FRESH_MS < now_ms || b->until_ms > now_ms + 1000) return 0;
     return b->busy[(b->until_ms - 1) % ALNAIR_SHARE_BUSY_MS] > 0;
 }
