@@ -82,23 +82,23 @@ static void pause_for(uint64_t ns)
 static uint64_t wait_for_turns(struct alnair_device *d, struct controller *c, CUstream stream, int per_thread, uint64_t now)
 {
     struct alnair_share_table table;
-    uint64_t since = now;
-    int drained = 0, changed;
+    struct alnair_turn_wait w = {now, 0, 0};
+    int changed;
     if (!alnair_turn_at_gate(&c->turn, now)) return now;
     while (alnair_share_peek(&c->share, &table) == 0) {
-        int wait = alnair_turn_gate(&c->turn, &table, now, drained, since, &changed);
+        int wait = alnair_turn_gate(&c->turn, &table, now, &w, &changed);
         if (changed) alnair_share_write_turn(&c->share, &c->turn);
         if (!wait) break;
-        if (!drained) { /* a hold is for an empty queue, as a wait for the limit is */
+        if (!w.drained) { /* a hold is for an empty queue, as a wait for the limit is */
             drain(d, stream, per_thread);
-            drained = 1;
+            w.drained = 1;
             continue;
         }
         atomic_store_explicit(&d->gpu_time.gate_waited, 1, memory_order_relaxed);
         pause_for(ALNAIR_TURN_POLL_NS);
         now = alnair_monotonic_ns();
     }
-    if (alnair_turn_released(&c->turn, now - since)) alnair_share_write_turn(&c->share, &c->turn);
+    if (alnair_turn_released(&c->turn, &w, now)) alnair_share_write_turn(&c->share, &c->turn);
     return now;
 }
 

@@ -36,8 +36,8 @@ static uint64_t due_at(struct peer_turn p, uint64_t now)
 
 uint32_t alnair_turn_word(const struct alnair_turn *t, uint64_t until_ms)
 {
-    uint32_t state = atomic_load(&t->state), word = ALNAIR_TURN_AWARE | (state & ALNAIR_TURN_HOLDING);
-    word |= (state & STATE) << ALNAIR_TURN_STATE_SHIFT;
+    uint32_t state = atomic_load(&t->state), word = ALNAIR_TURN_AWARE | (state & STATE) << ALNAIR_TURN_STATE_SHIFT;
+    if (atomic_load(&t->holders)) word |= ALNAIR_TURN_HOLDING;
     if ((state & STATE) == ALNAIR_TURN_DUE) {
         uint64_t release = atomic_load(&t->release_ns), from = until_ms * MS;
         uint64_t us = release > from ? (release - from) / 1000 : 0;
@@ -46,10 +46,7 @@ uint32_t alnair_turn_word(const struct alnair_turn *t, uint64_t until_ms)
     return word;
 }
 
-static void set_state(struct alnair_turn *t, uint32_t state)
-{
-    atomic_store(&t->state, state | (atomic_load(&t->state) & ALNAIR_TURN_HOLDING));
-}
+static void set_state(struct alnair_turn *t, uint32_t state) { atomic_store(&t->state, state); }
 
 /* The earliest time a peer's turn makes this process hold: now for a taken one, a due one's release. */
 static uint64_t hold_from(const struct alnair_share_table *table, uint64_t peers, uint64_t now)
@@ -146,26 +143,26 @@ static int may_hold(struct alnair_turn *t, uint64_t now)
     return atomic_load(&t->held_ns) < HOLD_BUDGET_NS;
 }
 
-static int hold(struct alnair_turn *t, int drained, int *changed)
+/* A launch holds; once drained it counts among the holders (the first one changes the word). */
+static int hold(struct alnair_turn *t, struct alnair_turn_wait *w, int *changed)
 {
-    uint32_t state = atomic_load(&t->state);
-    if (drained && !(state & ALNAIR_TURN_HOLDING)) {
-        atomic_fetch_or(&t->state, ALNAIR_TURN_HOLDING);
-        *changed = 1;
+    if (w->drained && !w->holding) {
+        w->holding = 1;
+        *changed = atomic_fetch_add(&t->holders, 1) == 0;
     }
     return 1;
 }
 
-int alnair_turn_gate(struct alnair_turn *t, const struct alnair_share_table *table, uint64_t now, int drained,
-                     uint64_t holding_since, int *changed)
+int alnair_turn_gate(struct alnair_turn *t, const struct alnair_share_table *table, uint64_t now,
+                     struct alnair_turn_wait *w, int *changed)
 {
     uint64_t peers = atomic_load(&t->peers), from = atomic_load(&t->hold_from_ns);
     uint32_t state = atomic_load(&t->state) & STATE;
-    int taken = 0, held_long = now - holding_since >= HOLD_MAX_NS;
+    int taken = 0, held_long = now - w->since_ns >= HOLD_MAX_NS;
     *changed = 0;
     if (state == ALNAIR_TURN_DUE && now >= atomic_load(&t->release_ns)) {
         if (must_hold(table, peers, now, &taken) && taken && !held_long && may_hold(t, now))
-            return hold(t, drained, changed);
+            return hold(t, w, changed);
         atomic_store(&t->since_ns, now);
         atomic_store(&t->state, ALNAIR_TURN_TAKEN);
         *changed = 1;
@@ -174,13 +171,13 @@ int alnair_turn_gate(struct alnair_turn *t, const struct alnair_share_table *tab
     if (state == ALNAIR_TURN_TAKEN) /* its turn: once the busy peers hold, drained */
         return now - atomic_load(&t->since_ns) < DRAIN_MAX_NS && busy_peers(table, peers, now);
     if (!from || now < from || held_long || !may_hold(t, now) || !must_hold(table, peers, now, &taken)) return 0;
-    return hold(t, drained, changed);
+    return hold(t, w, changed);
 }
 
-int alnair_turn_released(struct alnair_turn *t, uint64_t held)
+int alnair_turn_released(struct alnair_turn *t, struct alnair_turn_wait *w, uint64_t now)
 {
-    if (!(atomic_load(&t->state) & ALNAIR_TURN_HOLDING)) return 0;
-    atomic_fetch_add(&t->held_ns, held);
-    atomic_fetch_and(&t->state, ~ALNAIR_TURN_HOLDING);
-    return 1;
+    if (!w->holding) return 0;
+    w->holding = 0;
+    atomic_fetch_add(&t->held_ns, now - w->since_ns);
+    return atomic_fetch_sub(&t->holders, 1) == 1;
 }

@@ -30,7 +30,8 @@
 #define ALNAIR_TURN_POLL_NS 500000ull /* a waiting launch reads the table this often */
 
 struct alnair_turn {
-    _Atomic uint32_t state;        /* ALNAIR_TURN_DUE or _TAKEN (0: none), | ALNAIR_TURN_HOLDING */
+    _Atomic uint32_t state;        /* ALNAIR_TURN_DUE or _TAKEN (0: none) */
+    _Atomic uint32_t holders;      /* launches holding, drained (any thread): the word says HOLDING while any do */
     _Atomic uint64_t release_ns;   /* due: when the limit releases its launches */
     _Atomic uint64_t since_ns;     /* taken: since when */
     _Atomic uint64_t hold_from_ns; /* the monitor's reading of the peers' turns: launches hold from then; 0: none */
@@ -60,14 +61,20 @@ int alnair_turn_at_gate(const struct alnair_turn *t, uint64_t now_ns);
  * Returns 1 if the word changed. */
 int alnair_turn_end(struct alnair_turn *t, uint64_t release_ns);
 
-/* A launch at now, the limit paid: 0 to go, 1 to wait and ask again after ALNAIR_TURN_POLL_NS (the table read
- * again). drained: this launch's queue is empty (a hold drains it first; a waiting launch says so once it is).
- * holding_since: when this launch began to wait here (now on the first call). *changed: the word changed. */
-int alnair_turn_gate(struct alnair_turn *t, const struct alnair_share_table *table, uint64_t now_ns, int drained,
-                     uint64_t holding_since_ns, int *changed);
+/* One launch at the gate: when it began to wait there, whether its queue is drained (a hold drains it first; the
+ * launch says so once it is), and whether it counts among the holders. Zeroed, then since_ns set, at each launch. */
+struct alnair_turn_wait {
+    uint64_t since_ns;
+    int drained, holding;
+};
 
-/* A launch goes after waiting here for held_ns: what it held for others' turns counts against this second's
- * budget. Returns 1 if the word changed. */
-int alnair_turn_released(struct alnair_turn *t, uint64_t held_ns);
+/* A launch at now, the limit paid: 0 to go, 1 to wait and ask again after ALNAIR_TURN_POLL_NS (the table read
+ * again). *changed: the word changed. */
+int alnair_turn_gate(struct alnair_turn *t, const struct alnair_share_table *table, uint64_t now_ns,
+                     struct alnair_turn_wait *w, int *changed);
+
+/* The launch goes at now: what it held for others' turns counts against this second's budget, and it leaves the
+ * holders. Returns 1 if the word changed. */
+int alnair_turn_released(struct alnair_turn *t, struct alnair_turn_wait *w, uint64_t now_ns);
 
 #endif

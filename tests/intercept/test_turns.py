@@ -9,13 +9,14 @@ import ctypes
 import fcntl
 import os
 import struct
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from alnair.abi import layout
-from conftest import HERE, gcc
+from conftest import HERE, INTERCEPT, gcc
 from test_compute_limits import together
 
 TABLE = "alnair.share." + bytes([*range(0xF0, 0xFF), 0]).hex()  # the fake driver's device 0
@@ -89,3 +90,44 @@ def test_a_forged_turn_holds_a_process_at_most_about_half_of_each_second(run_cli
         os.close(fd)
     assert 0.2 < free.throttled < 0.65, free  # it did hold, and not for more than the budget
     assert free.gpu_share > 0.3, free
+
+
+# ---- turns.c alone, as several threads of one process drive it ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def turn_cases(tmp_path_factory):
+    binary = tmp_path_factory.mktemp("turn-cases") / "turn_cases"
+    gcc(
+        f"-I{INTERCEPT.parent / 'abi'}",
+        "-o",
+        str(binary),
+        str(HERE / "programs" / "turn_cases.c"),
+        str(INTERCEPT / "turns.c"),
+    )
+    return lambda case: subprocess.run([str(binary), case], capture_output=True, text=True, check=True).stdout
+
+
+def steps(out: str) -> dict[str, tuple[int, int, int]]:
+    """{step: (wait, holding, changed)} from turn_cases' lines."""
+    return {f[0]: (int(f[2]), int(f[4]), int(f[6])) for f in (line.split() for line in out.splitlines())}
+
+
+def test_the_word_holds_while_any_thread_of_the_process_holds(turn_cases):
+    """Two launches hold for a peer's turn; the one that goes first leaves the word HOLDING for the other (to
+    accf3f3 the first to go cleared it, and the peer's turn waited on a queue that was not drained)."""
+    assert steps(turn_cases("holders")) == {
+        "a-holds": (1, 1, 1),
+        "b-holds": (1, 1, 0),
+        "b-goes": (0, 1, 0),
+        "a-goes": (0, 0, 1),
+    }
+
+
+def test_a_launch_says_it_holds_only_once_its_queue_is_drained(turn_cases):
+    assert steps(turn_cases("drain")) == {"waits": (1, 0, 0), "drained": (1, 1, 1), "goes": (0, 0, 1)}
+
+
+def test_holds_for_an_everlasting_turn_take_half_of_each_second(turn_cases):
+    """A forged turn taken for ever: each launch holds 100 ms at most, and the holds stop at 500 ms of the second."""
+    assert turn_cases("budget").split() == ["holds", "5", "held_ms", "500"]

@@ -59,7 +59,8 @@ struct proc {
     struct alnair_gpu_debts debts;
     struct alnair_gpu_time g;
     struct alnair_turn turn;
-    uint64_t holding_since, poll_at; /* a launch waiting for turns: since, and when it reads the table again */
+    struct alnair_turn_wait wait; /* a launch waiting for turns (since_ns 0: none) */
+    uint64_t poll_at;             /* when it reads the table again */
     uint64_t launches_ticked;        /* the launch count at the last tick */
 };
 
@@ -82,13 +83,13 @@ static uint64_t peers_of(int i) { return ((1ull << n_procs) - 1) & ~(1ull << i);
 /* A launch the limit lets go, at the turns' gate (compute_limit.c's loop): 1 while it waits there. */
 static int turn_waits(struct proc *p, uint64_t t)
 {
-    if (!turns || (!p->holding_since && !alnair_turn_at_gate(&p->turn, t))) return 0;
-    if (p->holding_since && t < p->poll_at) return 1; /* between its reads of the table */
-    uint64_t since = p->holding_since ? p->holding_since : t;
-    int changed, wait = alnair_turn_gate(&p->turn, &table, t, !p->queued_ns, since, &changed);
-    if (!wait && p->holding_since) changed |= alnair_turn_released(&p->turn, t - p->holding_since);
+    if (!turns || (!p->wait.since_ns && !alnair_turn_at_gate(&p->turn, t))) return 0;
+    if (p->wait.since_ns && t < p->poll_at) return 1; /* between its reads of the table */
+    if (!p->wait.since_ns) p->wait = (struct alnair_turn_wait){t, 0, 0};
+    p->wait.drained = !p->queued_ns;
+    int changed, wait = alnair_turn_gate(&p->turn, &table, t, &p->wait, &changed);
+    if (!wait) changed |= alnair_turn_released(&p->turn, &p->wait, t), p->wait.since_ns = 0;
     if (changed) publish_turn((int)(p - procs));
-    p->holding_since = wait ? since : 0;
     p->poll_at = t + ALNAIR_TURN_POLL_NS;
     return wait;
 }
