@@ -2,7 +2,7 @@
 a transformer (tests/gpu/training_loops.py), at several batch sizes (step times), alone and shared.
 
     python3 tests/gpu/check_limits_training.py [--loops resnet18:32,...] [--sets c30/c70,c30/-,...] [--seconds 8]
-                                               [--runs 1] [--name limits_training]
+                                               [--runs 1] [--name limits_training] [--baseline-library PATH]
 
 For each loop: the loop alone under the intercept without a limit (its solo rate: once untimed, as a GPU just
 started steps slower, then on both sides of every set, the two averaged); then each set of processes
@@ -10,7 +10,9 @@ together: cN is a cap (ALNAIR_COMPUTE_LIMIT=N), sN a share (ALNAIR_COMPUTE_SHARE
 then start measuring together on a line from the parent. Each run's rate is reported as a share of the solo rate, beside
 the published throttled time, quota and GPU time, in a table and in $OUT/<name>.json
 (with --trace, also $OUT/<name>_trace.json). It measures; the targets
-are the issue's (each within 3 points of its cap, the unlimited neighbour >= 65%).
+are the issue's (each within 3 points of its cap, the unlimited neighbour >= 65%). --baseline-library: every set
+runs again right after, under that build of libalnair.so (an earlier commit's, say), beside the same solo rate, so
+a change is compared on one warm GPU.
 """
 
 from __future__ import annotations
@@ -39,12 +41,15 @@ class Trace(threading.Thread):
             self.rows.append([time.time(), time.monotonic(), *(published(self.shm, pid) for pid in self.pids)])
 
 
-def run_together(model: str, batch: int, seconds: float, limits: list[str], trace: list | None = None) -> list[dict]:
-    """Children with these limits (cN, sN or -), measuring over the same span; with `trace`, a Trace of it and
-    NVML's utilization samples are appended there."""
+def run_together(
+    model: str, batch: int, seconds: float, limits: list[str], trace: list | None = None, library: str | None = None
+) -> list[dict]:
+    """Children with these limits (cN, sN or -), measuring over the same span, under `library` if given; with
+    `trace`, a Trace of it and NVML's utilization samples are appended there."""
     shm = new_shm_dir()
+    preload = {"LD_PRELOAD": library} if library else {}
     children = [
-        start(model, batch, seconds, shm, {VARIABLES[limit[0]]: limit[1:]} if limit != "-" else None)
+        start(model, batch, seconds, shm, {**preload, **({VARIABLES[limit[0]]: limit[1:]} if limit != "-" else {})})
         for limit in limits
     ]
     wait_ready(children)
@@ -93,6 +98,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--trace", action="store_true", help="the shared runs' records every 20 ms, NVML's samples")
     parser.add_argument("--name", default="limits_training", help="the report's file name in $OUT, without .json")
+    parser.add_argument("--baseline-library", help="a libalnair.so each set runs under again, right after")
     args = parser.parse_args()
     prepare()
     report, trace = [], [] if args.trace else None
@@ -100,22 +106,25 @@ def main() -> int:
         run_together(model, batch, args.seconds, ["-"])  # untimed: a GPU just started steps slower for a while
         [before] = run_together(model, batch, args.seconds, ["-"])
         for limits in [group.split("/") for group in args.sets.split(",")] * args.runs:
-            shared = run_together(model, batch, args.seconds, limits, trace)
+            libraries = [None, args.baseline_library] if args.baseline_library else [None]
+            shared = {lib: run_together(model, batch, args.seconds, limits, trace, lib) for lib in libraries}
             [after] = run_together(model, batch, args.seconds, ["-"])  # the solo rate on both sides of every set
             solo = {"steps_per_s": (before["steps_per_s"] + after["steps_per_s"]) / 2, "runs": [before, after]}
             solo["step_ms"] = 1000 / solo["steps_per_s"]
-            for r in shared:
-                r["share_of_solo"] = r["steps_per_s"] / solo["steps_per_s"]
-            report.append({"loop": loop, "solo": solo, "limits": limits, "shared": shared})
-            print(
-                f"{loop:16s} solo {before['step_ms']:6.1f}/{after['step_ms']:6.1f} ms/step  "
-                + "  ".join(
-                    f"{r['limit']}: {100 * r['share_of_solo']:5.1f}% of solo (GPU time {100 * r['gpu_share']:5.1f}%,"
-                    f" throttled {r['throttled_s']:.1f} s)"
-                    for r in shared
-                ),
-                flush=True,
-            )
+            for lib, results in shared.items():
+                for r in results:
+                    r["share_of_solo"] = r["steps_per_s"] / solo["steps_per_s"]
+                report.append({"loop": loop, "solo": solo, "limits": limits, "library": lib, "shared": results})
+                print(
+                    f"{loop:16s} solo {before['step_ms']:6.1f}/{after['step_ms']:6.1f} ms/step  "
+                    + ("baseline " if lib else "")
+                    + "  ".join(
+                        f"{r['limit']}: {100 * r['share_of_solo']:5.1f}% of solo"
+                        f" (GPU time {100 * r['gpu_share']:5.1f}%, throttled {r['throttled_s']:.1f} s)"
+                        for r in results
+                    ),
+                    flush=True,
+                )
             before = after
     save(report, f"{args.name}.json")
     if trace is not None:
