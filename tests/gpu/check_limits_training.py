@@ -18,9 +18,11 @@ a change is compared on one warm GPU.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import sys
 import threading
 import time
+from pathlib import Path
 
 from probe_nvml_samples import nvml, samples
 from training_loops import finish, loops, new_shm_dir, prepare, published, read_rate, save, start, tell, wait_ready
@@ -30,15 +32,34 @@ VARIABLES = {"c": "ALNAIR_COMPUTE_LIMIT", "s": "ALNAIR_COMPUTE_SHARE"}
 
 class Trace(threading.Thread):
     """Each child's published record every 20 ms while the children step (--trace), stamped with the real-time
-    clock as NVML's samples are and with the monotonic one as the children's step ends: how its GPU time grows."""
+    clock as NVML's samples are and with the monotonic one as the children's step ends: how its GPU time grows.
+    And every ms, the share table's turn words that changed (the monotonic time, then each slot's owner pid and
+    word): how long turns, holds and the handovers between them last."""
 
     def __init__(self, shm: str, pids: list[int]):
         super().__init__(daemon=True)
-        self.shm, self.pids, self.rows, self.done = shm, pids, [], threading.Event()
+        self.shm, self.pids, self.rows, self.words, self.done = shm, pids, [], [], threading.Event()
 
     def run(self) -> None:
-        while not self.done.wait(0.02):
-            self.rows.append([time.time(), time.monotonic(), *(published(self.shm, pid) for pid in self.pids)])
+        next_row = 0.0
+        while not self.done.wait(0.001):
+            if time.monotonic() >= next_row:
+                next_row = time.monotonic() + 0.02
+                self.rows.append([time.time(), time.monotonic(), *(published(self.shm, pid) for pid in self.pids)])
+            words = turn_words(self.shm)
+            if not self.words or words != self.words[-1][1:]:
+                self.words.append([time.monotonic(), *words])
+
+
+def turn_words(shm: str) -> list[list[int]]:
+    """[owner pid, turn word] of every slot in use in the directory's share table."""
+    from alnair.abi import layout
+
+    for table in Path(shm).glob("alnair.share.*"):
+        raw = table.read_bytes().ljust(ctypes.sizeof(layout.ShareTable), b"\0")
+        t = layout.ShareTable.from_buffer_copy(raw)
+        return [[t.slots[i].pid, t.busy[i].turn] for i in range(len(t.busy)) if t.slots[i].pid]
+    return []
 
 
 def run_together(
@@ -71,6 +92,7 @@ def run_together(
                 "records": tracer.rows,
                 "step_times": times,
                 "nvml_samples": samples(lib, handle, started_us),
+                "turn_words": tracer.words,
             }
         )
     results = []
