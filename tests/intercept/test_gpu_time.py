@@ -362,6 +362,24 @@ def test_turns_spare_a_cap_beside_an_unlimited_process_and_20_30_50_caps_the_swi
         assert all(abs(rate - want) <= 0.03 for rate, want in zip(rates, wanted)), (caps, rates)
 
 
+GAPPY_RESNET18_LIKE = "200:60:10:2000"  # the ResNet-like step and 2 ms of CPU: 86% busy alone, as ResNet-18 b128 87-90%
+
+
+def test_turns_leave_the_gaps_of_a_loop_that_idles_the_gpu_unfilled(simulate):
+    """What an H100 showed (docs/benchmarks.md, "Turns on an H100"): on loops that leave the GPU idle part of each
+    step, turns give the 30% side more and take from the 70% side, and the GPU runs less, as a held peer cannot
+    fill the turn's gaps (the ResNet-18 pair: 26.7/66.8% of its rate alone with turns, 24.1/68.4% without)."""
+    [solo], alone = simulate(10, GAPPY_RESNET18_LIKE)
+    assert 0.85 < alone / 1e10 < 0.87
+    rates, busy = {}, {}
+    for turns in (False, True):
+        pair = (f"cap=30,{GAPPY_RESNET18_LIKE}", f"cap=70,{GAPPY_RESNET18_LIKE}")
+        found, busy[turns] = simulate(10, *pair, switch_us=400, turns=turns)
+        rates[turns] = [p["steps"] / solo["steps"] for p in found]
+    assert rates[True][0] > rates[False][0] + 0.01 and rates[True][1] < rates[False][1] - 0.01, rates
+    assert busy[True] < busy[False] - 0.02e10, busy
+
+
 @pytest.mark.parametrize("step", [STEP_17MS, RESNET18_LIKE], ids=["17ms", "resnet18-like"])
 def test_without_turns_longer_time_slices_leave_a_30_70_cap_less_switching_to_pay(simulate, step):
     """The library before turns, at 0.4 ms a switch, loses what the H100 lost: a ResNet-18 b128 pair capped 30/70
