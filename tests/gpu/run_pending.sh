@@ -2,11 +2,15 @@
 # On the GPU machine (the `device` tool): the GPU sharing issue's checks (and issue 37's, resolved), each bounded by
 # its own timeout so one slow part cannot use up the call; logs and JSON under $OUT.
 #   bash tests/gpu/run_pending.sh [caps] [caps-mixed] [lending] [steps] [trace] [gputime] [kernel-time] [nvml-stamps]
-#                                 [stack] [gpm] [kernels] [profile]
+#                                 [stack] [gpm] [kernels] [profile] [ab]
 # Default: caps (issue 34 (a): 30/70 five times per loop, the solo rate measured beside every set; about 8 minutes,
 # a call of its own); then `caps-mixed lending` (30 beside an unlimited process, 20/30/50, and (b)) and
 # `gputime stack` ((c), and (d) the whole stack's ABBA cost with the limits and the share) take a call each;
 # `steps trace` (caps and shares at steps near 5 and 50 ms; the capped side's published figures traced) one more.
+# `ab`: every caps set under this tree's library and right after under another build, carried as
+# .device/libalnair-baseline.so (or $ALNAIR_BASELINE_LIBRARY), beside the same solo rate. Built here from a commit:
+#   git worktree add /tmp/base <commit> && make -C /tmp/base/intercept && cp /tmp/base/intercept/build/libalnair.so \
+#       .device/libalnair-baseline.so
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LIBCC=gcc PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/alnair-out}  # LIBCC: the device has no ziglang
@@ -37,10 +41,10 @@ for part; do
         # b32 is the guess for a GPU-bound ~6 ms step
         steps) run steps 570 python3 tests/gpu/check_limits_training.py --name steps_limits_training \
             --loops transformer2:32,transformer:64 --sets c30/c70,s30/s70 --seconds 6 ;;
-        # why a capped ResNet-18's published GPU time reads up to 34.8% under 30%
+        # a capped pair's published figures every 20 ms and the turn words every ms: how long turns, holds and handovers last
         trace) run trace 300 python3 tests/gpu/check_limits_training.py --name trace_limits_training \
             --loops resnet18:128 --sets c30/c70 --runs 2 --seconds 5 --trace ;;
-        # whether CUPTI's kernel records divide a time-sliced GPU (for error 3, docs/intercept.md)
+        # whether CUPTI's kernel records divide a time-sliced GPU (error 3: on an H100 they did not)
         kernel-time) run kernel-time 300 python3 tests/gpu/probe_kernel_time_shared.py ;;
         # NVML's samples against torch.profiler, and how far their stamps are from the time they measured (error 7)
         nvml-stamps) run nvml-stamps 120 python3 tests/gpu/probe_nvml_samples.py resnet18:128 ;;
@@ -48,6 +52,9 @@ for part; do
         kernels) run kernels 150 python3 tests/gpu/check_kernel_names.py ;;
         profile) run profile 300 python3 tests/gpu/check_profile.py ;;
         stack) run stack 570 python3 bench/stack_overhead.py --pairs 20 --limits --budget-seconds 540 --json "$OUT/stack.json" ;;
+        ab) run ab 570 python3 tests/gpu/check_limits_training.py --name ab_limits_training \
+            --loops resnet18:128,transformer:32 --sets c30/c70,c30/-,c20/c30/c50 --seconds 5 \
+            --baseline-library "${ALNAIR_BASELINE_LIBRARY:-$PWD/.device/libalnair-baseline.so}" ;;
         *) echo "unknown part $part" >&2; exit 2 ;;
     esac
 done
