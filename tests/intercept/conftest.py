@@ -19,6 +19,14 @@ def gcc(*args: str) -> None:
     subprocess.run(["gcc", "-std=gnu11", "-O2", "-Wall", "-Werror", f"-I{INTERCEPT}", *args], check=True)
 
 
+def program(directory: Path, name: str, *modules: str) -> Path:
+    """programs/<name>.c built into `directory` with the intercept's modules (intercept/<module>.c) it drives."""
+    binary = directory / name
+    sources = [str(INTERCEPT / f"{module}.c") for module in modules]
+    gcc(f"-I{ROOT / 'abi'}", "-o", str(binary), str(HERE / "programs" / f"{name}.c"), *sources, "-lpthread", "-lm")
+    return binary
+
+
 @pytest.fixture(scope="session")
 def intercept_library() -> Path:
     subprocess.run(["make", "-s", "-C", str(INTERCEPT)], check=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from alnair.abi import layout
-from conftest import HERE, INTERCEPT, gcc, published_record, writer_pids
+from conftest import program, published_record, writer_pids
 from support import wait_until
 
 STEP_17MS = "20:850:5:0"  # 20 launches of 0.85 ms, 5 us of CPU apart, a sync: a 17 ms step, GPU-bound
@@ -25,18 +25,7 @@ STEP_17MS = "20:850:5:0"  # 20 launches of 0.85 ms, 5 us of CPU apart, a sync: a
 
 @pytest.fixture(scope="module")
 def simulate(tmp_path_factory):
-    binary = tmp_path_factory.mktemp("sim") / "gpu_time_sim"
-    gcc(
-        f"-I{INTERCEPT.parent / 'abi'}",
-        "-o",
-        str(binary),
-        str(HERE / "programs" / "gpu_time_sim.c"),
-        str(INTERCEPT / "gpu_time.c"),
-        str(INTERCEPT / "device_busy.c"),
-        str(INTERCEPT / "turns.c"),
-        "-lpthread",
-        "-lm",
-    )
+    binary = program(tmp_path_factory.mktemp("sim"), "gpu_time_sim", "gpu_time", "device_busy", "turns")
 
     def run(
         seconds: float,
@@ -151,8 +140,7 @@ def test_a_launch_bound_loop_beside_a_busy_one_is_divided_by_presence(simulate):
 
 @pytest.fixture(scope="module")
 def device_busy_cases(tmp_path_factory):
-    binary = tmp_path_factory.mktemp("device-busy") / "device_busy_cases"
-    gcc("-o", str(binary), str(HERE / "programs" / "device_busy_cases.c"), str(INTERCEPT / "device_busy.c"), "-lm")
+    binary = program(tmp_path_factory.mktemp("device-busy"), "device_busy_cases", "device_busy")
 
     def run(case: str) -> dict[str, float]:
         out = subprocess.run([str(binary), case], capture_output=True, text=True, check=True).stdout.split()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from alnair.abi import layout
-from conftest import HERE, INTERCEPT, gcc
+from conftest import HERE, gcc, program
 from test_compute_limits import together
 
 TABLE = "alnair.share." + bytes([*range(0xF0, 0xFF), 0]).hex()  # the fake driver's device 0
@@ -97,14 +97,7 @@ def test_a_forged_turn_holds_a_process_at_most_about_half_of_each_second(run_cli
 
 @pytest.fixture(scope="module")
 def turn_cases(tmp_path_factory):
-    binary = tmp_path_factory.mktemp("turn-cases") / "turn_cases"
-    gcc(
-        f"-I{INTERCEPT.parent / 'abi'}",
-        "-o",
-        str(binary),
-        str(HERE / "programs" / "turn_cases.c"),
-        str(INTERCEPT / "turns.c"),
-    )
+    binary = program(tmp_path_factory.mktemp("turn-cases"), "turn_cases", "turns")
     return lambda case: subprocess.run([str(binary), case], capture_output=True, text=True, check=True).stdout
 
 
