@@ -12,7 +12,7 @@
 #define SECOND_NS 1000000000ull
 #define HOLD_BUDGET_NS (SECOND_NS / 2) /* and all of a process's launches at most this much of each second */
 #define FRESH_MS 30                /* a timeline older than this says nothing of now (gpu_time.c's WAIT_MS) */
-#define STATE 3u
+#define STATE 3u                   /* a word's state, shifted down */
 
 /* Another slot's word: its state, and the release of a due turn as a time. */
 struct peer_turn {
@@ -36,17 +36,15 @@ static uint64_t due_at(struct peer_turn p, uint64_t now)
 
 uint32_t alnair_turn_word(const struct alnair_turn *t, uint64_t until_ms)
 {
-    uint32_t state = atomic_load(&t->state), word = ALNAIR_TURN_AWARE | (state & STATE) << ALNAIR_TURN_STATE_SHIFT;
+    uint32_t state = atomic_load(&t->state), word = ALNAIR_TURN_AWARE | state << ALNAIR_TURN_STATE_SHIFT;
     if (atomic_load(&t->holders)) word |= ALNAIR_TURN_HOLDING;
-    if ((state & STATE) == ALNAIR_TURN_DUE) {
+    if (state == ALNAIR_TURN_DUE) {
         uint64_t release = atomic_load(&t->release_ns), from = until_ms * MS;
         uint64_t us = release > from ? (release - from) / 1000 : 0;
         word |= us < ALNAIR_TURN_RELEASE_MASK ? (uint32_t)us : ALNAIR_TURN_RELEASE_MASK;
     }
     return word;
 }
-
-static void set_state(struct alnair_turn *t, uint32_t state) { atomic_store(&t->state, state); }
 
 /* The earliest time a peer's turn makes this process hold: now for a taken one, a due one's release. */
 static uint64_t hold_from(const struct alnair_share_table *table, uint64_t peers, uint64_t now)
@@ -64,41 +62,41 @@ static uint64_t hold_from(const struct alnair_share_table *table, uint64_t peers
 int alnair_turn_tick(struct alnair_turn *t, uint64_t now, uint64_t barred_until, int worked, int saturated,
                      const struct alnair_share_table *table, uint64_t peers)
 {
-    uint32_t before = atomic_load(&t->state), state = before & STATE;
+    uint32_t state = atomic_load(&t->state);
     uint64_t release = atomic_load(&t->release_ns);
     if (!saturated) { /* the GPU idles part of its time: a turn would idle it more while the others hold */
-        set_state(t, 0);
+        atomic_store(&t->state, 0);
     } else if (barred_until > now) {
         atomic_store(&t->release_ns, barred_until); /* taken: it stays so until a launch waits, drained */
-        if (!state) set_state(t, ALNAIR_TURN_DUE);
+        if (!state) atomic_store(&t->state, ALNAIR_TURN_DUE);
     } else if (state == ALNAIR_TURN_TAKEN && (!worked || now - atomic_load(&t->since_ns) >= TURN_MAX_NS)) {
-        set_state(t, 0);
+        atomic_store(&t->state, 0);
     } else if (state == ALNAIR_TURN_DUE) {
         if (release > now) atomic_store(&t->release_ns, now); /* the wait was cut short: released now */
-        else if (now >= release + GRACE_NS) set_state(t, 0);
+        else if (now >= release + GRACE_NS) atomic_store(&t->state, 0);
     }
     atomic_store(&t->peers, peers);
-    atomic_store(&t->hold_from_ns, (atomic_load(&t->state) & STATE) == ALNAIR_TURN_TAKEN ? 0 : hold_from(table, peers, now));
-    return atomic_load(&t->state) != before || atomic_load(&t->release_ns) != release;
+    atomic_store(&t->hold_from_ns, atomic_load(&t->state) == ALNAIR_TURN_TAKEN ? 0 : hold_from(table, peers, now));
+    return atomic_load(&t->state) != state || atomic_load(&t->release_ns) != release;
 }
 
 int alnair_turn_pending(const struct alnair_turn *t)
 {
-    return (atomic_load(&t->state) & STATE) == ALNAIR_TURN_DUE || atomic_load(&t->hold_from_ns);
+    return atomic_load(&t->state) == ALNAIR_TURN_DUE || atomic_load(&t->hold_from_ns);
 }
 
 int alnair_turn_at_gate(const struct alnair_turn *t, uint64_t now)
 {
     uint64_t from = atomic_load(&t->hold_from_ns);
-    if ((atomic_load(&t->state) & STATE) == ALNAIR_TURN_DUE && now >= atomic_load(&t->release_ns)) return 1;
+    if (atomic_load(&t->state) == ALNAIR_TURN_DUE && now >= atomic_load(&t->release_ns)) return 1;
     return from && now >= from;
 }
 
 int alnair_turn_end(struct alnair_turn *t, uint64_t release)
 {
-    if ((atomic_load(&t->state) & STATE) != ALNAIR_TURN_TAKEN) return 0;
+    if (atomic_load(&t->state) != ALNAIR_TURN_TAKEN) return 0;
     atomic_store(&t->release_ns, release);
-    set_state(t, ALNAIR_TURN_DUE);
+    atomic_store(&t->state, ALNAIR_TURN_DUE);
     return 1;
 }
 
@@ -157,7 +155,7 @@ int alnair_turn_gate(struct alnair_turn *t, const struct alnair_share_table *tab
                      struct alnair_turn_wait *w, int *changed)
 {
     uint64_t peers = atomic_load(&t->peers), from = atomic_load(&t->hold_from_ns);
-    uint32_t state = atomic_load(&t->state) & STATE;
+    uint32_t state = atomic_load(&t->state);
     int taken = 0, held_long = now - w->since_ns >= HOLD_MAX_NS;
     *changed = 0;
     if (state == ALNAIR_TURN_DUE && now >= atomic_load(&t->release_ns)) {

@@ -41,25 +41,24 @@ class Trace(threading.Thread):
         self.shm, self.pids, self.rows, self.words, self.done = shm, pids, [], [], threading.Event()
 
     def run(self) -> None:
-        next_row = 0.0
+        next_row, table = 0.0, None
         while not self.done.wait(0.001):
-            if time.monotonic() >= next_row:
-                next_row = time.monotonic() + 0.02
-                self.rows.append([time.time(), time.monotonic(), *(published(self.shm, pid) for pid in self.pids)])
-            words = turn_words(self.shm)
+            now = time.monotonic()
+            if now >= next_row:
+                next_row = now + 0.02
+                self.rows.append([time.time(), now, *(published(self.shm, pid) for pid in self.pids)])
+            table = table or next(Path(self.shm).glob("alnair.share.*"), None)  # the children made it at their start
+            words = turn_words(table) if table else []
             if not self.words or words != self.words[-1][1:]:
-                self.words.append([time.monotonic(), *words])
+                self.words.append([now, *words])
 
 
-def turn_words(shm: str) -> list[list[int]]:
-    """[owner pid, turn word] of every slot in use in the directory's share table."""
+def turn_words(table: Path) -> list[list[int]]:
+    """[owner pid, turn word] of every slot in use in a share table."""
     from alnair.abi import layout
 
-    for table in Path(shm).glob("alnair.share.*"):
-        raw = table.read_bytes().ljust(ctypes.sizeof(layout.ShareTable), b"\0")
-        t = layout.ShareTable.from_buffer_copy(raw)
-        return [[t.slots[i].pid, t.busy[i].turn] for i in range(len(t.busy)) if t.slots[i].pid]
-    return []
+    t = layout.ShareTable.from_buffer_copy(table.read_bytes().ljust(ctypes.sizeof(layout.ShareTable), b"\0"))
+    return [[t.slots[i].pid, t.busy[i].turn] for i in range(len(t.busy)) if t.slots[i].pid]
 
 
 def run_together(
@@ -69,10 +68,8 @@ def run_together(
     `trace`, a Trace of it and NVML's utilization samples are appended there."""
     shm = new_shm_dir()
     preload = {"LD_PRELOAD": library} if library else {}
-    children = [
-        start(model, batch, seconds, shm, {**preload, **({VARIABLES[limit[0]]: limit[1:]} if limit != "-" else {})})
-        for limit in limits
-    ]
+    limit_env = {limit: {VARIABLES[limit[0]]: limit[1:]} if limit != "-" else {} for limit in limits}
+    children = [start(model, batch, seconds, shm, {**preload, **limit_env[limit]}) for limit in limits]
     wait_ready(children)
     before = [published(shm, c.pid) for c in children]
     tracer = Trace(shm, [c.pid for c in children]) if trace is not None else None

@@ -21,14 +21,13 @@ static struct alnair_share_table table;
 static struct alnair_turn turn;
 static const uint64_t peers = 1ull << 1; /* this process is slot 0; slot 1's turn is taken */
 
-static int step(const char *name, struct alnair_turn_wait *w, uint64_t now, int go)
+static void step(const char *name, struct alnair_turn_wait *w, uint64_t now, int go)
 {
     int changed = 0, wait = 0;
     if (go) changed = alnair_turn_released(&turn, w, now);
     else wait = alnair_turn_gate(&turn, &table, now, w, &changed);
     printf("%s wait %d holding %d changed %d\n", name, wait,
            !!(alnair_turn_word(&turn, 0) & ALNAIR_TURN_HOLDING), changed);
-    return wait;
 }
 
 int main(int argc, char **argv)
