@@ -72,7 +72,8 @@ int alnair_turn_tick(struct alnair_turn *t, uint64_t now, uint64_t barred_until,
     } else if (state == ALNAIR_TURN_TAKEN && (!worked || now - atomic_load(&t->since_ns) >= TURN_MAX_NS)) {
         atomic_store(&t->state, 0);
     } else if (state == ALNAIR_TURN_DUE) {
-        if (release > now) atomic_store(&t->release_ns, now); /* the wait was cut short: released now */
+        /* released now: the wait was cut short, or a launch holds for a peer's turn (it takes its own after) */
+        if (release > now || atomic_load(&t->holders)) atomic_store(&t->release_ns, now);
         else if (now >= release + GRACE_NS) atomic_store(&t->state, 0);
     }
     atomic_store(&t->peers, peers);

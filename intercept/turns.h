@@ -12,7 +12,8 @@
  *                   hold, drained (at most DRAIN_MAX_NS), then goes
  *   taken -> due    a launch waits for its limit again, its queue drained (due at the wait's end)
  *   taken -> none   a tick finds it had no work, or the turn lasted TURN_MAX_NS
- *   due   -> none   nothing was launched within GRACE_NS of t
+ *   due   -> none   nothing was launched within GRACE_NS of t; a launch holding for a peer's taken turn keeps
+ *                   it due (released again at each tick), so a turn the peers' turns delay is not lost
  *
  * The table is hostile, so another slot's word counts only for slots the share table counts (a live owner), a
  * release long past or more than a second ahead counts for nothing, one hold lasts at most HOLD_MAX_NS, and holds

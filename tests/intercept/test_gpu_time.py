@@ -390,7 +390,8 @@ def test_a_cap_holds_from_the_first_step_after_an_idle_spell(simulate):
     """Caps 30/70 on loops that step 5 s and idle 3 s together, five times, with the GPU's samples seen 0.6 s late
     (an H100's: every 200 ms, read every 500 ms) and stamped 30 ms early: the sample periods at the idle spells'
     edges hold a few ms of busy time and say little of it. The 30% side stays within its cap of each 5 s (its
-    credit, 30 ms, and a step's overrun on top), published and in truth, and the 70% side is not held back.
+    credit, 30 ms, and a step's overrun on top), published and in truth, and the 70% side is not held back (its
+    own cap makes it wait about 1% of the time at 69%: a 30% side that holds for its turns idles the GPU less).
     When the debts took the latest period's scale alone (to 640bbbf), the 30% side got 8.25 s (33.0%) and
     published 8.23 s, as a capped ResNet-18 on an H100 published 33.9% and stepped at 34-44% of its rate alone
     in the first half second (bench/results/gpu-sharing-trace-steps-h100-2026-12-07)."""
@@ -404,7 +405,7 @@ def test_a_cap_holds_from_the_first_step_after_an_idle_spell(simulate):
     )
     small, large = found
     assert small["gpu_time_ns"] <= 0.312 * on and small["true_ns"] <= 0.312 * on, small
-    assert large["waited_ns"] < 0.1e9 and large["true_ns"] >= 0.68 * on, large
+    assert large["waited_ns"] < 0.5e9 and large["true_ns"] >= 0.68 * on, large
 
 
 def test_a_cap_holds_on_the_gpu_time_a_loop_with_gaps_really_gets(simulate):

@@ -8,7 +8,10 @@
  *   budget   one launch after another holds for 100 ms (HOLD_MAX) each, the peer's turn taken all the while: the
  *            holds of one second stop at half of it; prints how many held and for how long in all
  *   drain    a launch holds before its queue is drained, then drained: only then does the word say HOLDING
- * Each step prints "STEP wait W holding H changed C" (H: the word's HOLDING bit).
+ *   due      this process's turn comes due while the peer's is taken: its launch holds past the grace a release
+ *            is kept for, ticks come, the peer's turn ends, and the launch goes
+ * Each step prints "STEP wait W holding H changed C state S" (H: the word's HOLDING bit; S: its state, 1 due,
+ * 2 taken).
  */
 #include <stdio.h>
 #include <string.h>
@@ -26,8 +29,9 @@ static void step(const char *name, struct alnair_turn_wait *w, uint64_t now, int
     int changed = 0, wait = 0;
     if (go) changed = alnair_turn_released(&turn, w, now);
     else wait = alnair_turn_gate(&turn, &table, now, w, &changed);
-    printf("%s wait %d holding %d changed %d\n", name, wait,
-           !!(alnair_turn_word(&turn, 0) & ALNAIR_TURN_HOLDING), changed);
+    uint32_t word = alnair_turn_word(&turn, 0);
+    printf("%s wait %d holding %d changed %d state %u\n", name, wait, !!(word & ALNAIR_TURN_HOLDING), changed,
+           word >> ALNAIR_TURN_STATE_SHIFT & 3);
 }
 
 int main(int argc, char **argv)
@@ -56,6 +60,17 @@ int main(int argc, char **argv)
             held += end - at, holds++;
         }
         printf("holds %d held_ms %llu\n", holds, (unsigned long long)(held / MS));
+    } else if (!strcmp(c, "due")) {
+        struct alnair_turn_wait w = {now + 2 * MS, 1, 0};
+        alnair_turn_tick(&turn, now, now + 2 * MS, 1, 1, &table, peers); /* its limit releases it at +2 ms */
+        step("holds", &w, now + 2 * MS, 0);
+        alnair_turn_tick(&turn, now + 10 * MS, 0, 1, 1, &table, peers);
+        step("held-10ms", &w, now + 10 * MS, 0);
+        alnair_turn_tick(&turn, now + 20 * MS, 0, 1, 1, &table, peers);
+        step("held-20ms", &w, now + 20 * MS, 0);
+        table.busy[1].turn = ALNAIR_TURN_AWARE; /* the peer's turn is over */
+        step("takes", &w, now + 25 * MS, 0);
+        step("goes", &w, now + 25 * MS, 1);
     } else {
         struct alnair_turn_wait w = {now, 0, 0};
         step("waits", &w, now, 0);
