@@ -86,6 +86,7 @@ def run_together(
         trace.append(
             {
                 "limits": limits,
+                "pids": [c.pid for c in children],
                 "records": tracer.rows,
                 "step_times": times,
                 "nvml_samples": samples(lib, handle, started_us),

@@ -5,8 +5,10 @@
 Per run and child, over the span the children stepped: the GPU time, busy time and throttled time published, as
 parts of the span; how the GPU time grew against the busy time in each 20 ms record (a ms busy beside one busy
 peer counts half, so a part near 1 means the busy time counted undivided); its steps per second in the first half
-second, the next and the rest; and the GPU time against NVML's busy time per sample period. It reads; it asserts
-nothing.
+second, the next and the rest; and the GPU time against NVML's busy time per sample period. Then the turns, from
+the share table's words: each child's turns (how many, how long), holds and due time, and the handovers: time
+some process held while no turn ran (the GPU idles for a turn not yet started) and time a turn ran beside a peer
+that neither held nor had a turn (they time-slice). It reads; it asserts nothing.
 """
 
 from __future__ import annotations
@@ -71,7 +73,64 @@ def describe(run: dict) -> str:
                 "       per NVML period (busy%: GPU time%): "
                 + " ".join(f"{100 * b:.0f}:{100 * g:.1f}" for b, g in periods)
             )
-    return "\n".join(lines)
+    return "\n".join(lines + describe_turns(run, records[0][1], records[-1][1]))
+
+
+def turn_intervals(run: dict, start: float, end: float) -> list[tuple[float, dict[int, int]]]:
+    """(seconds, {pid: turn word}) for each stretch between changes of the words, inside [start, end]."""
+    words = run.get("turn_words") or []
+    stretches = []
+    for (t0, *slots), (t1, *_) in zip(words, words[1:] + [[end]]):
+        a, b = max(t0, start), min(t1, end)
+        if b > a:
+            stretches.append((b - a, {pid: word for pid, word in slots}))
+    return stretches
+
+
+def turn_lengths(stretches: list, pid: int, taken_of) -> list[float]:
+    """The length of each of pid's turns (a turn still taken at the end counts as far as it went)."""
+    lengths, length = [], 0.0
+    for seconds, words in stretches:
+        if taken_of(words.get(pid, 0)):
+            length += seconds
+        elif length:
+            lengths, length = [*lengths, length], 0.0
+    return lengths + [length] if length else lengths
+
+
+def describe_turns(run: dict, start: float, end: float) -> list[str]:
+    from alnair.abi import layout
+
+    integers = layout.DECLARATIONS.integers
+    shift, holding = integers["ALNAIR_TURN_STATE_SHIFT"], integers["ALNAIR_TURN_HOLDING"]
+    taken, due = integers["ALNAIR_TURN_TAKEN"], integers["ALNAIR_TURN_DUE"]
+    stretches = turn_intervals(run, start, end)
+    if not stretches:
+        return []
+    span = end - start
+    names = dict(zip(run.get("pids", []), run["limits"]))
+    lines = ["  turns (parts of the span):"]
+    for pid in sorted({pid for _, words in stretches for pid in words}):
+        lengths = turn_lengths(stretches, pid, lambda word: word >> shift & 3 == taken)
+        held = sum(s for s, w in stretches if w.get(pid, 0) & holding)
+        due_s = sum(s for s, w in stretches if w.get(pid, 0) >> shift & 3 == due)
+        median_ms = 1000 * statistics.median(lengths) if lengths else float("nan")
+        lines.append(
+            f"    {names.get(pid, pid)!s:6s} {len(lengths)} turns, taken {100 * sum(lengths) / span:.1f}% (median"
+            f" {median_ms:.1f} ms), holding {100 * held / span:.1f}%, due {100 * due_s / span:.1f}%"
+        )
+    idle_hold = beside = 0.0
+    for seconds, words in stretches:
+        states = {pid: w >> shift & 3 for pid, w in words.items()}
+        if taken not in states.values():
+            idle_hold += seconds if any(w & holding for w in words.values()) else 0.0
+        elif any(not states[p] and not w & holding for p, w in words.items()):
+            beside += seconds
+    lines.append(
+        f"    handovers: held with no turn running {100 * idle_hold / span:.1f}%, a turn beside a peer neither holding"
+        f" nor in a turn {100 * beside / span:.1f}%"
+    )
+    return lines
 
 
 def main() -> int:
