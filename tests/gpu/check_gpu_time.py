@@ -2,6 +2,7 @@
 published GPU time against the profiler's GPU time alone, and in a pair against the device's busy time.
 
     python3 tests/gpu/check_gpu_time.py [--loops resnet18:32,...] [--seconds 8] [--profile-steps 30]
+                                        [--baseline-library PATH]
 
 For each loop (tests/gpu/training_loops.py: ResNet-18 and a transformer, a sync every step):
   alone: GPU time per step from the record over the measured seconds, beside the profiler's GPU time per step
@@ -9,7 +10,8 @@ For each loop (tests/gpu/training_loops.py: ResNet-18 and a transformer, a sync 
   pair: two copies of the loop together: each one's GPU time share and throughput share of its solo rate, and
     their sum beside NVML's device utilization (nvmlDeviceGetUtilizationRates, sampled every 50 ms meanwhile).
 Results in a table and $OUT/gpu_time.json; the targets: alone within 5% of the profiler, the pair's sum within 5
-points of NVML's busy time.
+points of NVML's busy time. --baseline-library: each loop is measured again right after under another build of the
+library (lines marked `baseline`, entries naming it in `library`), so two builds meet on one warm GPU.
 """
 
 from __future__ import annotations
@@ -58,12 +60,13 @@ class DeviceBusy:
         return sum(self.samples) / len(self.samples) / 100 if self.samples else float("nan")
 
 
-def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceBusy) -> dict:
-    """Processes stepping together for `seconds`, one per (model, batch, profile steps): each one's published
-    figures over those seconds, NVML's busy part meanwhile, and then, where asked, the profiler's kernel time per
-    step and the seconds its profiled steps took (the processes profile at once)."""
+def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceBusy, library: str | None = None) -> dict:
+    """Processes stepping together for `seconds`, one per (model, batch, profile steps), under `library` if given:
+    each one's published figures over those seconds, NVML's busy part meanwhile, and then, where asked, the
+    profiler's kernel time per step and the seconds its profiled steps took (the processes profile at once)."""
     shm = new_shm_dir()
-    children = [start(model, batch, seconds, shm, profile_steps=steps) for model, batch, steps in members]
+    env = {"LD_PRELOAD": library} if library else None
+    children = [start(model, batch, seconds, shm, env, profile_steps=steps) for model, batch, steps in members]
     wait_ready(children)
     before = [published(shm, c.pid) for c in children]
     with busy:
@@ -104,19 +107,22 @@ def main() -> int:
     )
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--profile-steps", type=int, default=30)
+    parser.add_argument("--baseline-library", help="a libalnair.so each loop is measured under again, right after")
     args = parser.parse_args()
     prepare()
     busy = DeviceBusy()
     report = []
-    for loop, model, batch in loops(args.loops):
-        alone = measure([(model, batch, args.profile_steps)], args.seconds, busy)
-        pair = measure([(model, batch, 0)] * 2, args.seconds, busy)
-        report.append({"loop": loop, "alone": alone, "pair": pair})
+    libraries = [None, args.baseline_library] if args.baseline_library else [None]
+    for (loop, model, batch), library in [(each, lib) for each in loops(args.loops) for lib in libraries]:
+        alone = measure([(model, batch, args.profile_steps)], args.seconds, busy, library)
+        pair = measure([(model, batch, 0)] * 2, args.seconds, busy, library)
+        report.append({"loop": loop, "library": library, "alone": alone, "pair": pair})
         a = alone["runs"][0]
         for r in pair["runs"]:
             r["share_of_solo"] = r["steps_per_s"] / a["steps_per_s"]
         print(
-            f"{loop:16s} alone {a['step_ms']:6.2f} ms/step: GPU time {a['gpu_ms_per_step']:6.2f} ms/step, profiler "
+            f"{loop:16s} {'baseline ' if library else ''}alone {a['step_ms']:6.2f} ms/step: GPU time"
+            f" {a['gpu_ms_per_step']:6.2f} ms/step, profiler "
             f"{a['profiler_ms_per_step']:6.2f} "
             f"({100 * (a['gpu_ms_per_step'] / a['profiler_ms_per_step'] - 1):+5.1f}%), "
             f"NVML busy {100 * alone['nvml_busy']:5.1f}% GPU time share {100 * a['gpu_share']:5.1f}% | pair: "

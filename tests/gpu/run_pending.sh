@@ -2,7 +2,7 @@
 # On the GPU machine (the `device` tool): the GPU sharing issue's checks (and issue 37's, resolved), each bounded by
 # its own timeout so one slow part cannot use up the call; logs and JSON under $OUT.
 #   bash tests/gpu/run_pending.sh [caps] [caps-mixed] [lending] [steps] [trace] [gputime] [kernel-time] [nvml-stamps]
-#                                 [stack] [gpm] [kernels] [profile] [ab]
+#                                 [stack] [gpm] [kernels] [profile] [ab] [gputime-ab]
 # Default: caps (issue 34 (a): 30/70 five times per loop, the solo rate measured beside every set; about 8 minutes,
 # a call of its own); then `caps-mixed lending` (30 beside an unlimited process, 20/30/50, and (b)) and
 # `gputime stack` ((c), and (d) the whole stack's ABBA cost with the limits and the share) take a call each;
@@ -11,6 +11,8 @@
 # .device/libalnair-baseline.so (or $ALNAIR_BASELINE_LIBRARY), beside the same solo rate. Built here from a commit:
 #   git worktree add /tmp/base <commit> && make -C /tmp/base/intercept && cp /tmp/base/intercept/build/libalnair.so \
 #       .device/libalnair-baseline.so
+# `gputime-ab`: (c) under this tree's library and right after under that other build, loop by loop: where the GPU
+# time read under NVML's busy time on 2026-12-07 (ResNet-18) and where it did not (the transformer).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LIBCC=gcc PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/alnair-out}  # LIBCC: the device has no ziglang
@@ -55,6 +57,8 @@ for part; do
         ab) run ab 570 python3 tests/gpu/check_limits_training.py --name ab_limits_training \
             --loops resnet18:128,transformer:32 --sets c30/c70,c30/-,c20/c30/c50 --seconds 5 \
             --baseline-library "${ALNAIR_BASELINE_LIBRARY:-$PWD/.device/libalnair-baseline.so}" ;;
+        gputime-ab) run gputime-ab 400 python3 tests/gpu/check_gpu_time.py --loops resnet18:128,resnet18:32,transformer:32 \
+            --seconds 6 --baseline-library "${ALNAIR_BASELINE_LIBRARY:-$PWD/.device/libalnair-baseline.so}" ;;
         *) echo "unknown part $part" >&2; exit 2 ;;
     esac
 done
