@@ -9,7 +9,7 @@
  * Nothing depends on the machine's speed: the same arguments give the same numbers.
  *
  *   gpu_time_sim [--no-device-busy] [--no-turns] [--switch-us N] [--slice-us N] [--samples-early-us N] [--samples-late-ms N]
- *                SECONDS PROC ...
+ *                [--report-ms N] SECONDS PROC ...
  *   PROC = [cap=N,][share=N,]kernels:kernel_us:launch_us:cpu_us[:on_ms:off_ms[:start_ms]]
  *
  * A process repeats steps: `kernels` launches `launch_us` of CPU apart, each queueing
@@ -29,6 +29,8 @@
  * end of the time it measured (a driver whose stamps and the host's clock disagree): a period that starts or ends
  * beside an idle spell then tells less or more than the processes' busy time in it. --samples-late-ms: samples are
  * seen N ms after their end instead of 50 (an H100's come every 200 ms and are read every 500 ms: up to 700).
+ * --report-ms: every N ms also prints "at MS process I gpu_time_ns G true_ns T", what each process has published and
+ * really got so far, as a check that reads the record before and after a stepping spell sees it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +75,7 @@ static uint64_t switch_ns; /* --switch-us */
 static uint64_t slice_ns = 2000000ull; /* --slice-us: a time slice */
 static uint64_t early_ns;  /* --samples-early-us */
 static uint64_t sample_lag_ns = 50000000ull; /* --samples-late-ms */
+static uint64_t report_ns;                     /* --report-ms (0: none) */
 static int turns = 1; /* --no-turns: the library without its turns (to 70fe0b7) */
 
 /* A process's turn word goes into its slot at once, as the library's pwrite does. */
@@ -129,6 +132,14 @@ static int stepping(const struct proc *p, uint64_t t)
 {
     if (t < p->start_ns) return 0;
     return !p->on_ns || (t - p->start_ns) % (p->on_ns + p->off_ns) < p->on_ns;
+}
+
+/* What each process has published and really got by ms `ms` of the run (--report-ms). */
+static void report(uint64_t ns)
+{
+    for (int i = 0; i < n_procs; i++)
+        printf("at %llu process %d gpu_time_ns %llu true_ns %llu\n", (unsigned long long)(ns / 1000000), i,
+               (unsigned long long)atomic_load(&procs[i].g.gpu_time_ns), (unsigned long long)procs[i].served_ns);
 }
 
 /* The virtual clock starts at 1 s: the ms numbering of the table has no zero ms. */
@@ -198,12 +209,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[1], "--slice-us") && value) slice_ns = value * 1000;
         else if (!strcmp(argv[1], "--samples-early-us")) early_ns = value * 1000;
         else if (!strcmp(argv[1], "--samples-late-ms")) sample_lag_ns = value * 1000000;
+        else if (!strcmp(argv[1], "--report-ms")) report_ns = value * 1000000;
         else break;
         argc -= 2, argv += 2;
     }
     if (argc < 3 || argc - 2 > MAX_PROCS) {
         fprintf(stderr, "usage: gpu_time_sim [--no-device-busy] [--no-turns] [--switch-us N] [--slice-us N] [--samples-early-us N] [--samples-late-ms N]"
-                        " SECONDS PROC [PROC ...] (at most %d)\n", MAX_PROCS);
+                        " [--report-ms N] SECONDS PROC [PROC ...] (at most %d)\n", MAX_PROCS);
         return 2;
     }
     uint64_t start = 1000000000ull, end = start + (uint64_t)(atof(argv[1]) * 1e9), device_busy = 0, slice_used = 0;
@@ -222,6 +234,7 @@ int main(int argc, char **argv)
             sample_busy = 0, sample_end += SAMPLE_NS;
         }
         for (int i = 0; i < n_procs; i++) run_cpu(&procs[i], t), tick(i, t);
+        if (report_ns && t > start && (t - start) % report_ns == 0) report(t - start);
         int first_on = stepping(&procs[0], t);
         first_on_ns += first_on ? DT_NS : 0;
         /* the GPU: the running process keeps it for a slice while it has work, then the next in turn */
