@@ -115,13 +115,14 @@ def test_exporter_serves_its_version_and_the_host_cpus_and_stops_on_sigterm(podm
     )
     try:
 
-        def answered() -> str | None:
+        def answered() -> str | None:  # with the host collector's first sample (each samples on its own thread)
             state = json.loads(run([*podman, "inspect", "--format", "{{json .State}}", name]).stdout)
             assert state["Running"], run([*podman, "logs", name]).stderr
             try:
-                return scrape_text(f"http://127.0.0.1:{port}")
+                text = scrape_text(f"http://127.0.0.1:{port}")
             except OSError:
                 return None
+            return text if "\nalnair_host_cpus " in text else None
 
         samples = parse_samples(wait_until(answered, timeout=60, interval=0.2))
         [info] = [k for k in samples if k.startswith("alnair_exporter_build_info{")]
