@@ -94,7 +94,8 @@ def turn_lengths(stretches: list, pid: int, taken_of) -> list[float]:
         if taken_of(words.get(pid, 0)):
             length += seconds
         elif length:
-            lengths, length = [*lengths, length], 0.0
+            lengths.append(length)
+            length = 0.0
     return lengths + [length] if length else lengths
 
 

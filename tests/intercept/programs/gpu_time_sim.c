@@ -134,7 +134,7 @@ static int stepping(const struct proc *p, uint64_t t)
     return !p->on_ns || (t - p->start_ns) % (p->on_ns + p->off_ns) < p->on_ns;
 }
 
-/* What each process has published and really got by ms `ms` of the run (--report-ms). */
+/* What each process has published and really got `ns` into the run (--report-ms). */
 static void report(uint64_t ns)
 {
     for (int i = 0; i < n_procs; i++)
