@@ -124,7 +124,7 @@ def test_a_launch_says_it_holds_only_once_its_queue_is_drained(turn_cases):
 def test_a_turn_that_comes_due_during_a_peers_stays_due_until_it_is_taken(turn_cases):
     """A launch released by its limit while a peer's turn runs holds for it, past the 5 ms a release is otherwise
     kept, and takes its own turn once the peer's ends (to b023108 the tick dropped it and the launch went without a
-    turn, time-slicing: simulated 20/30/50 caps at a 0.4 ms switch got 18.1-19.8/27.1-29.9/45.7-47.2% of their
+    turn, time-slicing: simulated 20/30/50 caps at a 0.4 ms switch got 18.1-19.7/27.1-29.6/45.7-46.9% of their
     rates alone, now 19.6-19.8/28.6-29.9/47.0-49.2)."""
     lines = [line.split() for line in turn_cases("due").splitlines()]
     assert {f[0]: (int(f[2]), int(f[4]), int(f[8])) for f in lines} == {
