@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from training_loops import finish, loops, new_shm_dir, prepare, published, read_rate, save, start, tell, wait_ready
+from training_loops import finish, loops, new_shm_dir, prepare, published_all, read_rate, save, start, tell, wait_ready
 
 
 class DeviceBusy:
@@ -68,11 +68,11 @@ def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceBus
     env = {"LD_PRELOAD": library} if library else None
     children = [start(model, batch, seconds, shm, env, profile_steps=steps) for model, batch, steps in members]
     wait_ready(children)
-    before = [published(shm, c.pid) for c in children]
+    before = published_all(shm, [c.pid for c in children])
     with busy:
         tell(children)
         rates = [read_rate(child)[0] for child in children]
-    after = [published(shm, c.pid) for c in children]
+    after = published_all(shm, [c.pid for c in children])
     runs = []
     for child, rate, b, a in zip(children, rates, before, after):
         steps, per_s = int(rate[3]), float(rate[1])

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from probe_nvml_samples import nvml, samples
-from training_loops import finish, loops, new_shm_dir, prepare, published, read_rate, save, start, tell, wait_ready
+from training_loops import finish, loops, new_shm_dir, prepare, published_all, read_rate, save, start, tell, wait_ready
 
 VARIABLES = {"c": "ALNAIR_COMPUTE_LIMIT", "s": "ALNAIR_COMPUTE_SHARE"}
 
@@ -46,7 +46,7 @@ class Trace(threading.Thread):
             now = time.monotonic()
             if now >= next_row:
                 next_row = now + 0.02
-                self.rows.append([time.time(), now, *(published(self.shm, pid) for pid in self.pids)])
+                self.rows.append([time.time(), now, *published_all(self.shm, self.pids)])
             table = table or next(Path(self.shm).glob("alnair.share.*"), None)  # the children made it at their start
             words = turn_words(table) if table else []
             if not self.words or words != self.words[-1][1:]:
@@ -71,14 +71,14 @@ def run_together(
     limit_env = {limit: {VARIABLES[limit[0]]: limit[1:]} if limit != "-" else {} for limit in limits}
     children = [start(model, batch, seconds, shm, {**preload, **limit_env[limit]}) for limit in limits]
     wait_ready(children)
-    before = [published(shm, c.pid) for c in children]
+    before = published_all(shm, [c.pid for c in children])
     tracer = Trace(shm, [c.pid for c in children]) if trace is not None else None
     started_us = time.time_ns() // 1000
     if tracer:
         tracer.start()
     tell(children)
     rates, times = zip(*(read_rate(child) for child in children))
-    after = [published(shm, c.pid) for c in children]
+    after = published_all(shm, [c.pid for c in children])
     if tracer:
         tracer.done.set()
         tracer.join()

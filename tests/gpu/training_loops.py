@@ -131,21 +131,28 @@ def new_shm_dir() -> str:
     return tempfile.mkdtemp(prefix="alnair-shm-", dir="/dev/shm")
 
 
-def published(shm: str, pid: int) -> dict:
-    """Device 0 of the record a child published: its limit figures and GPU time."""
+def published_all(shm: str, pids: list[int]) -> list[dict]:
+    """Device 0 of the record each child published (its limit figures and GPU time; {} for none), from one read
+    of the directory, so the children's figures are of one moment."""
     from alnair.abi import layout
     from alnair.abi.segments import SegmentDirectory
 
+    found = {}
     for parsed in SegmentDirectory(shm, layout.KIND_CUDA, reclaim=False).read():
-        if parsed.segment.holder_pid == pid:
-            d, ext = parsed.record.devices[0], parsed.record.devices_ext[0]
-            return {
-                "throttled_s": d.throttled_ns / 1e9,
-                "gpu_time_s": d.gpu_time_ns / 1e9,
-                "busy_s": ext.busy_ns / 1e9,
-                "gpu_time_measured": bool(d.flags & layout.CUDA_DEVICE_GPU_TIME),
-            }
-    return {}
+        d, ext = parsed.record.devices[0], parsed.record.devices_ext[0]
+        found[parsed.segment.holder_pid] = {
+            "throttled_s": d.throttled_ns / 1e9,
+            "gpu_time_s": d.gpu_time_ns / 1e9,
+            "busy_s": ext.busy_ns / 1e9,
+            "gpu_time_measured": bool(d.flags & layout.CUDA_DEVICE_GPU_TIME),
+        }
+    return [found.get(pid, {}) for pid in pids]
+
+
+def published(shm: str, pid: int) -> dict:
+    """Device 0 of the record a child published: its limit figures and GPU time."""
+    [figures] = published_all(shm, [pid])
+    return figures
 
 
 def tell(children: list[subprocess.Popen]) -> None:

@@ -101,9 +101,10 @@ def turn_cases(tmp_path_factory):
     return lambda case: subprocess.run([str(binary), case], capture_output=True, text=True, check=True).stdout
 
 
-def steps(out: str) -> dict[str, tuple[int, int, int]]:
-    """{step: (wait, holding, changed)} from turn_cases' lines."""
-    return {f[0]: (int(f[2]), int(f[4]), int(f[6])) for f in (line.split() for line in out.splitlines())}
+def steps(out: str, fields: tuple[str, ...] = ("wait", "holding", "changed")) -> dict[str, tuple[int, ...]]:
+    """{step: (its fields' values)} from turn_cases' lines ("STEP field value ...")."""
+    named = ((f[0], dict(zip(f[1::2], f[2::2]))) for f in (line.split() for line in out.splitlines()))
+    return {step: tuple(int(values[k]) for k in fields) for step, values in named}
 
 
 def test_the_word_holds_while_any_thread_of_the_process_holds(turn_cases):
@@ -126,8 +127,7 @@ def test_a_turn_that_comes_due_during_a_peers_stays_due_until_it_is_taken(turn_c
     kept, and takes its own turn once the peer's ends (to b023108 the tick dropped it and the launch went without a
     turn, time-slicing: simulated 20/30/50 caps at a 0.4 ms switch got 18.1-19.7/27.1-29.6/45.7-46.9% of their
     rates alone, now 19.6-19.8/28.6-29.9/47.0-49.2)."""
-    lines = [line.split() for line in turn_cases("due").splitlines()]
-    assert {f[0]: (int(f[2]), int(f[4]), int(f[8])) for f in lines} == {
+    assert steps(turn_cases("due"), ("wait", "holding", "state")) == {
         "holds": (1, 1, 1),  # (wait, holding, state): due, holding for the peer's turn
         "held-10ms": (1, 1, 1),
         "held-20ms": (1, 1, 1),
