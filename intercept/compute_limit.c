@@ -8,8 +8,9 @@
  * launches wait (the only place the library sleeps), and the GPU runs the others' work:
  *
  *   cap (ALNAIR_COMPUTE_LIMIT=N): never more than N% of the GPU's time. The debt grows by the
- *     GPU time used and shrinks by N% of the time passing; launches wait while it is owed, for as
- *     long as N% of the time takes to pay it. A small credit (CAP_CREDIT_NS of the cap's time)
+ *     GPU time used, and by what the GPU idles of the process's turns while a peer holds for it
+ *     (that time was the process's, used or not), and shrinks by N% of the time passing; launches
+ *     wait while it is owed, for as long as N% of the time takes to pay it. A small credit (CAP_CREDIT_NS of the cap's time)
  *     lets a step start whole after an idle spell, so no step waits for a fixed window and steps
  *     of any length average to the cap.
  *   share (ALNAIR_COMPUTE_SHARE=N): at least N% while others want the GPU, and whatever is idle
@@ -77,6 +78,12 @@ static void pause_for(uint64_t ns)
     nanosleep(&pause, NULL);
 }
 
+/* The GPU time follows the turn's state: the cap charges what the GPU idles of a turn while the peers hold. */
+static void note_turn(struct alnair_device *d, struct controller *c, uint64_t now)
+{
+    alnair_gpu_time_turn(&d->gpu_time, atomic_load(&c->turn.state) == ALNAIR_TURN_TAKEN, now);
+}
+
 /* The turns' gate: holds while a peer's turn makes this launch hold, or its own turn waits for its busy peers to
  * hold; the table read again every ALNAIR_TURN_POLL_NS. Returns the time. */
 static uint64_t wait_for_turns(struct alnair_device *d, struct controller *c, CUstream stream, int per_thread, uint64_t now)
@@ -99,6 +106,7 @@ static uint64_t wait_for_turns(struct alnair_device *d, struct controller *c, CU
         now = alnair_monotonic_ns();
     }
     if (alnair_turn_released(&c->turn, &w, now)) alnair_share_write_turn(&c->share, &c->turn);
+    note_turn(d, c, now);
     return now;
 }
 
@@ -110,6 +118,7 @@ void alnair_wait_while_owed(struct alnair_device *d, CUstream stream, int per_th
     if (atomic_load_explicit(&d->barred_until_ns, memory_order_relaxed) > now) {
         drain(d, stream, per_thread);
         if (alnair_turn_end(&c->turn, atomic_load(&d->barred_until_ns))) alnair_share_write_turn(&c->share, &c->turn);
+        note_turn(d, c, alnair_monotonic_ns());
     }
     while ((until = atomic_load_explicit(&d->barred_until_ns, memory_order_relaxed)) > now) {
         atomic_store_explicit(&d->gpu_time.gate_waited, 1, memory_order_relaxed);
@@ -156,6 +165,7 @@ static void decide_turns(struct controller *c, struct alnair_device *d, uint64_t
     if (alnair_turn_tick(&c->turn, now, until, worked, shared && saturated, shared ? &c->share.table : NULL,
                          shared ? c->share.counted : 0) && shared)
         alnair_share_write_turn(&c->share, &c->turn);
+    note_turn(d, c, now);
 }
 
 static void tick_device(struct controller *c, int ordinal, const uint8_t *uuid, uint64_t now)

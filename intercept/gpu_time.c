@@ -35,8 +35,8 @@ void alnair_gpu_time_begin(struct alnair_gpu_time *g, uint64_t now)
     atomic_compare_exchange_strong(&g->busy_since_ns, &idle, now ? now : 1);
 }
 
-/* Busy over [a, b) into the pending ms (lock held). The first span sets where the ms start. */
-static void add_busy(struct alnair_gpu_time *g, uint64_t a, uint64_t b)
+/* Time over [a, b) into pending ms (`pending` or `turn_pending`; lock held). The first span sets where the ms start. */
+static void add_time(struct alnair_gpu_time *g, uint32_t *pending, uint64_t a, uint64_t b)
 {
     if (!g->final_ms) g->final_ms = g->accounted_ms = a / MS;
     uint64_t floor = g->final_ms * MS, ceiling = (g->final_ms + ALNAIR_GPU_TIME_PENDING_MS) * MS;
@@ -44,7 +44,7 @@ static void add_busy(struct alnair_gpu_time *g, uint64_t a, uint64_t b)
     if (b > ceiling) b = ceiling; /* the monitor is that late: the newest is lost */
     for (uint64_t t = a; t < b;) {
         uint64_t m = t / MS, end = (m + 1) * MS < b ? (m + 1) * MS : b;
-        uint32_t *ns = &g->pending[m % ALNAIR_GPU_TIME_PENDING_MS];
+        uint32_t *ns = &pending[m % ALNAIR_GPU_TIME_PENDING_MS];
         *ns = *ns + (end - t) < MS ? *ns + (uint32_t)(end - t) : (uint32_t)MS;
         t = end;
     }
@@ -55,8 +55,21 @@ void alnair_gpu_time_end(struct alnair_gpu_time *g, uint64_t now)
     pthread_mutex_lock(&g->lock);
     uint64_t since = atomic_load(&g->busy_since_ns);
     if (since) {
-        if (now > since) add_busy(g, since, now);
+        if (now > since) add_time(g, g->pending, since, now);
         atomic_store(&g->busy_since_ns, 0);
+    }
+    pthread_mutex_unlock(&g->lock);
+}
+
+void alnair_gpu_time_turn(struct alnair_gpu_time *g, int taken, uint64_t now)
+{
+    if (taken == (atomic_load(&g->turn_since_ns) != 0)) return;
+    pthread_mutex_lock(&g->lock);
+    uint64_t since = atomic_load(&g->turn_since_ns);
+    if (taken && !since) atomic_store(&g->turn_since_ns, now ? now : 1);
+    if (!taken && since) {
+        if (now > since) add_time(g, g->turn_pending, since, now);
+        atomic_store(&g->turn_since_ns, 0);
     }
     pthread_mutex_unlock(&g->lock);
 }
@@ -74,7 +87,7 @@ static void count_open_span(struct alnair_gpu_time *g, uint64_t now, uint64_t la
     if (launches != g->launches_seen) g->launches_seen = launches, g->launches_moved_ns = now;
     uint64_t since = atomic_load(&g->busy_since_ns);
     if (!since || now <= since) return;
-    add_busy(g, since, now);
+    add_time(g, g->pending, since, now);
     int stale = now - g->launches_moved_ns >= STALE_NS && !atomic_load(&g->syncing);
     atomic_store(&g->busy_since_ns, stale ? 0 : now);
 }
@@ -101,6 +114,8 @@ void alnair_gpu_time_close(struct alnair_gpu_time *g, uint64_t now, uint64_t lau
 {
     pthread_mutex_lock(&g->lock);
     count_open_span(g, now, launches);
+    uint64_t turn_since = atomic_load(&g->turn_since_ns);
+    if (turn_since && now > turn_since) add_time(g, g->turn_pending, turn_since, now), atomic_store(&g->turn_since_ns, now);
     /* a launch that waited for the limit wanted the GPU all the while (the tick's ms all count) */
     int waited = atomic_exchange(&g->gate_waited, 0) || atomic_load(&g->gate_waiting) > 0;
     uint64_t now_ms = now / MS;
@@ -114,6 +129,8 @@ void alnair_gpu_time_close(struct alnair_gpu_time *g, uint64_t now, uint64_t lau
         }
         uint32_t busy = g->history[m % ALNAIR_GPU_TIME_HISTORY_MS] = g->pending[m % ALNAIR_GPU_TIME_PENDING_MS];
         g->pending[m % ALNAIR_GPU_TIME_PENDING_MS] = 0;
+        g->turn_history[m % ALNAIR_GPU_TIME_HISTORY_MS] = g->turn_pending[m % ALNAIR_GPU_TIME_PENDING_MS];
+        g->turn_pending[m % ALNAIR_GPU_TIME_PENDING_MS] = 0;
         g->wanting = busy || waited ? g->wanting | bit : g->wanting & ~bit;
     }
     if (mine) publish(g, mine);
@@ -207,11 +224,15 @@ static int account_ms(struct alnair_gpu_time *g, uint64_t m, uint64_t now_ms, co
     double idle = 1 - busy / (double)MS;
     for (int i = 0; i < n; i++) idle *= 1 - peers[i].busy;
     g->all_ns += (1 - idle) * MS;
+    int contested = any_wants(peers, n);
+    /* in its turn the peers wait: what the GPU did not run of that time (at the latest scale) was kept from them */
+    double turn = g->turn_history[m % ALNAIR_GPU_TIME_HISTORY_MS];
+    if (turn && contested) tick->turn_idle_ns += fmax(turn - (1 - idle) * MS * alnair_device_busy_scale(&g->device), 0);
     if (!busy && !wanted(g, m)) return 0;
     double share = share_of_ms(peers, n), used = busy * share;
     if (busy) add_total(g, busy, share), g->last_share = share;
     tick->used_ns += used;
-    if (any_wants(peers, n)) /* contested: entitled to its weight's part of what the GPU delivered */
+    if (contested) /* entitled to its weight's part of what the GPU delivered */
         tick->excess_ns += used - (1 - idle) * MS * entitlement(g->share_ppm, peers, n, NULL);
     return 0;
 }
@@ -277,7 +298,8 @@ double alnair_gpu_time_owed(struct alnair_gpu_debts *debts, uint32_t cap_percent
     if (cap_percent && cap_percent < 100) {
         double cap = cap_percent / 100.0;
         /* the credit is what time passing banks; a correction is of time already charged, so it counts whole */
-        debts->cap_ns = fmax(debts->cap_ns + t->used_ns - cap * (double)t->ms * MS, -cap * CAP_CREDIT_NS) + t->corrected_ns;
+        double charged = t->used_ns + t->turn_idle_ns;
+        debts->cap_ns = fmax(debts->cap_ns + charged - cap * (double)t->ms * MS, -cap * CAP_CREDIT_NS) + t->corrected_ns;
         double owed = debts->cap_ns + t->unaccounted_ns;
         if (owed > 0) wait = owed / cap; /* what using nothing pays back at the cap's rate */
     }

@@ -33,9 +33,12 @@ struct alnair_gpu_time {
     uint32_t share_ppm;             /* this process's compute share, published with its timeline; 0: none */
     pthread_mutex_t lock;           /* ends of spans (the syncs) against the monitor's tick */
     uint32_t pending[ALNAIR_GPU_TIME_PENDING_MS]; /* busy ns of ms m at m % PENDING_MS, m >= final_ms */
+    _Atomic uint64_t turn_since_ns; /* the turn this process runs (turns.h) began then (moved up at each tick); 0: none */
+    uint32_t turn_pending[ALNAIR_GPU_TIME_PENDING_MS]; /* ns of its turns in ms m, as `pending` */
     uint64_t final_ms;              /* the ms before this one will not change */
     /* The monitor's own (no lock): */
     uint32_t history[ALNAIR_GPU_TIME_HISTORY_MS]; /* busy ns of final ms m at m % HISTORY_MS, m >= accounted_ms */
+    uint32_t turn_history[ALNAIR_GPU_TIME_HISTORY_MS]; /* ns of its turns in final ms m, as `history` */
     uint64_t wanting;               /* bit m % HISTORY_MS: in final ms m it had work or waited to launch */
     double last_share;              /* the part of its busy time that was its GPU time, in the latest busy ms */
     uint64_t accounted_ms;          /* the ms before this one are in the totals */
@@ -60,6 +63,10 @@ static inline int alnair_gpu_time_busy(struct alnair_gpu_time *g)
 /* A call that waited for the GPU returned at now: the queue is empty, the span ends. */
 void alnair_gpu_time_end(struct alnair_gpu_time *g, uint64_t now_ns);
 
+/* Whether this process runs a turn (turns.h) from now: its peers hold for it, so the GPU's time in it is the
+ * process's for the cap, used or not (any thread; a lock only where it changes). */
+void alnair_gpu_time_turn(struct alnair_gpu_time *g, int taken, uint64_t now_ns);
+
 /* Monitor tick at now: the open span counts up to now, the ms before now become final, and
  * `mine` (if not NULL) gets the timeline to publish. `launches` is the device's launch count. */
 void alnair_gpu_time_close(struct alnair_gpu_time *g, uint64_t now_ns, uint64_t launches, struct alnair_share_busy *mine);
@@ -71,6 +78,7 @@ void alnair_gpu_time_close(struct alnair_gpu_time *g, uint64_t now_ns, uint64_t 
 struct alnair_gpu_time_tick {
     uint64_t ms;             /* ms accounted */
     double used_ns;          /* the GPU time in them, at the latest scale */
+    double turn_idle_ns;     /* the GPU's idle time in them during this process's turns while a peer waited */
     double corrected_ns;     /* what the GPU time published grew by beyond that: earlier ms valued again as the
                                 GPU's samples for them came (either sign), so a cap charges what is published */
     double excess_ns;        /* in those another process wanted too: GPU time used beyond the entitlement */

@@ -72,6 +72,11 @@ def close(measured: int, true: int, within: float) -> bool:
     return abs(measured - true) <= within * true
 
 
+def charged(process: dict[str, int]) -> int:
+    """What a process's cap charged: its GPU time and what the GPU idled of its turns while a peer held."""
+    return process["gpu_time_ns"] + process["turn_idle_ns"]
+
+
 def test_alone_the_gpu_time_is_the_busy_time(simulate):
     [p], device = simulate(10, STEP_17MS)
     assert p["true_ns"] == device == 10_000_000_000
@@ -343,13 +348,14 @@ def test_turns_spare_a_30_70_pair_the_switching(simulate, step, switch_us, limit
     an H100's ResNet-18 pair capped 30/70 lost: 26.8/66.5% of its rate alone), a 30/70 pair that time-slices loses
     2-10% of its rate: the 30% side spends ~60% of the time beside its busy peer, switched every slice. With turns
     the released side runs alone while its peer holds, drained: each side within 3 points of its cap or share as a
-    share of its loop alone, the 30% side's GPU time at its limit either way."""
+    share of its loop alone, the 30% side's GPU time at its limit either way (a cap's with what the GPU idled of its
+    turns while the peer held: 1.2-1.5 points at the ResNet-like step)."""
     [solo], _ = simulate(10, STEPS_AND_RESNET18[step])
     rates = {}
     for turns in (False, True):
         procs = (f"{limit}=30,{STEPS_AND_RESNET18[step]}", f"{limit}=70,{STEPS_AND_RESNET18[step]}")
         found, _ = simulate(10, *procs, switch_us=switch_us, turns=turns)
-        assert abs(found[0]["gpu_time_ns"] / 1e10 - 0.30) <= 0.01, (turns, found)
+        assert abs(charged(found[0]) / 1e10 - 0.30) <= 0.01, (turns, found)
         rates[turns] = [p["steps"] / solo["steps"] for p in found]
     assert sum(rates[False]) < 0.98, rates
     assert all(abs(rate - cap) <= 0.03 for rate, cap in zip(rates[True], (0.30, 0.70))), rates
@@ -372,19 +378,24 @@ def test_turns_spare_a_cap_beside_an_unlimited_process_and_20_30_50_caps_the_swi
 GAPPY_RESNET18_LIKE = "200:60:10:2000"  # the ResNet-like step and 2 ms of CPU: 86% busy alone, as ResNet-18 b128 87-90%
 
 
-def test_turns_leave_the_gaps_of_a_loop_that_idles_the_gpu_unfilled(simulate):
-    """What an H100 showed (docs/benchmarks.md, "Turns on an H100"): on loops that leave the GPU idle part of each
-    step, turns give the 30% side more and take from the 70% side, and the GPU runs less, as a held peer cannot
-    fill the turn's gaps (the ResNet-18 pair: 26.7/66.8% of its rate alone with turns, 24.1/68.4% without)."""
+@pytest.mark.parametrize("switch_us", [150, 400], ids=["switch-150us", "switch-400us"])
+def test_a_cap_charges_what_the_gpu_idles_of_its_turns_while_a_peer_holds(simulate, switch_us):
+    """On a loop that leaves the GPU idle part of each step, a turn's gaps go unfilled while its peer holds. Charged
+    only its GPU time, the 30% side ran at 31.9% of its rate alone and the 70% side at 67.1% (0.4 ms a switch; an
+    H100's ResNet-18 pair, 88% busy alone: 26.7/66.8% with turns, 24.1/68.4% without, docs/benchmarks.md, "Turns on
+    an H100"). The cap also charges what the GPU idled of its turns: both sides within 3 points, the 30% side's
+    GPU time under its cap by that idle time, and the GPU runs less than time-sliced, as the held peer waits."""
     [solo], alone = simulate(10, GAPPY_RESNET18_LIKE)
     assert 0.85 < alone / 1e10 < 0.87
-    rates, busy = {}, {}
-    for turns in (False, True):
-        pair = (f"cap=30,{GAPPY_RESNET18_LIKE}", f"cap=70,{GAPPY_RESNET18_LIKE}")
-        found, busy[turns] = simulate(10, *pair, switch_us=400, turns=turns)
-        rates[turns] = [p["steps"] / solo["steps"] for p in found]
-    assert rates[True][0] > rates[False][0] + 0.01 and rates[True][1] < rates[False][1] - 0.01, rates
-    assert busy[True] < busy[False] - 0.02e10, busy
+    pair = (f"cap=30,{GAPPY_RESNET18_LIKE}", f"cap=70,{GAPPY_RESNET18_LIKE}")
+    found, busy = simulate(10, *pair, switch_us=switch_us)
+    rates = [p["steps"] / solo["steps"] for p in found]
+    assert all(abs(rate - cap) <= 0.03 for rate, cap in zip(rates, (0.30, 0.70))), rates
+    small = found[0]
+    assert abs(charged(small) / 1e10 - 0.30) <= 0.005 and small["turn_idle_ns"] > 0.02e10, small
+    assert found[1]["turn_idle_ns"] == 0, found  # its cap never held it back: it took no turn
+    _, time_sliced = simulate(10, *pair, switch_us=switch_us, turns=False)
+    assert busy < time_sliced - 0.02e10, (busy, time_sliced)
 
 
 @pytest.mark.parametrize("step", [STEP_17MS, RESNET18_LIKE], ids=["17ms", "resnet18-like"])
@@ -495,7 +506,7 @@ def test_steps_as_short_as_a_time_slice_hold_their_cap_with_turns(simulate):
     before = simulate(10, "cap=30,4:500:5:0", "cap=70,4:500:5:0", turns=False)[0][0]
     assert 0.33 < share_of(before) < 0.37 and abs(before["gpu_time_ns"] / 1e10 - 0.30) < 0.01, before
     small, large = simulate(10, "cap=30,4:500:5:0", "cap=70,4:500:5:0")[0]
-    assert abs(share_of(small) - 0.30) < 0.01 and abs(small["gpu_time_ns"] / 1e10 - 0.30) < 0.01, small
+    assert abs(share_of(small) - 0.30) < 0.01 and abs(charged(small) / 1e10 - 0.30) < 0.01, small
     assert abs(share_of(large) - 0.70) < 0.03, large
 
 

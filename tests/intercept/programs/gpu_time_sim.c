@@ -19,8 +19,8 @@
  * at a time, in turns of 2 ms (--slice-us) among those with work queued, as the H200 was measured to
  * (docs/intercept.md). Prints, per process, its steps, the GPU time it really got (also while the
  * first process steps and while it idles), what gpu_time.c measured and how long its launches
- * waited for its limit and held for others' turns; then the time the GPU was busy and how long the first process
- * stepped. --no-turns: the library before turns. The GPU's busy
+ * waited for its limit and held for others' turns, and what its cap charged of its turns' idle time; then the time
+ * the GPU was busy and how long the first process stepped. --no-turns: the library before turns. The GPU's busy
  * samples come as NVML's do: whole percents of 1/6 s periods, each seen 50 ms after its
  * end (--no-device-busy: none, as without NVML or on a MIG instance). --switch-us: a slice's end that switches
  * from a process still with work queued to another keeps the GPU busy N us for neither (the H200's ~0.15 ms a
@@ -64,6 +64,7 @@ struct proc {
     struct alnair_turn_wait wait; /* a launch waiting for turns (since_ns 0: none) */
     uint64_t poll_at;             /* when it reads the table again */
     uint64_t launches_ticked;        /* the launch count at the last tick */
+    double turn_idle_ns;             /* what its cap charged of its turns' idle time */
 };
 
 static struct proc procs[MAX_PROCS];
@@ -83,6 +84,12 @@ static void publish_turn(int i) { table.busy[i].turn = alnair_turn_word(&procs[i
 
 static uint64_t peers_of(int i) { return ((1ull << n_procs) - 1) & ~(1ull << i); }
 
+/* The GPU time follows the turn's state, as compute_limit.c's note_turn. */
+static void note_turn(struct proc *p, uint64_t t)
+{
+    alnair_gpu_time_turn(&p->g, atomic_load(&p->turn.state) == ALNAIR_TURN_TAKEN, t);
+}
+
 /* A launch the limit lets go, at the turns' gate (compute_limit.c's loop): 1 while it waits there. */
 static int turn_waits(struct proc *p, uint64_t t)
 {
@@ -93,6 +100,7 @@ static int turn_waits(struct proc *p, uint64_t t)
     int changed, wait = alnair_turn_gate(&p->turn, &table, t, &p->wait, &changed);
     if (!wait) changed |= alnair_turn_released(&p->turn, &p->wait, t), p->wait.since_ns = 0;
     if (changed) publish_turn((int)(p - procs));
+    if (!wait) note_turn(p, t);
     p->poll_at = t + ALNAIR_TURN_POLL_NS;
     return wait;
 }
@@ -157,6 +165,7 @@ static void run_cpu(struct proc *p, uint64_t t)
                 atomic_store(&p->g.gate_waited, 1);
                 if (!p->queued_ns && alnair_gpu_time_busy(&p->g)) alnair_gpu_time_end(&p->g, t);
                 if (owed && !p->queued_ns && alnair_turn_end(&p->turn, p->barred_until_ns)) publish_turn((int)(p - procs));
+                note_turn(p, t);
                 if (owed) p->waited_ns += DT_NS;
                 else p->held_ns += DT_NS;
                 return;
@@ -184,12 +193,14 @@ static void tick(int i, uint64_t t)
     publish_turn(i);
     struct alnair_gpu_time_tick result = alnair_gpu_time_account(&p->g, t, &table, peers_of(i), samples, samples_seen(t));
     double wait = alnair_gpu_time_owed(&p->debts, p->cap_percent, &result);
+    if (p->cap_percent) p->turn_idle_ns += result.turn_idle_ns;
     p->barred_until_ns = wait > 0 ? t + (uint64_t)wait : 0;
     if (!turns) return;
     int worked = p->launches != p->launches_ticked || p->queued_ns || atomic_load(&p->g.gate_waiting);
     p->launches_ticked = p->launches;
     if (alnair_turn_tick(&p->turn, t, p->barred_until_ns, worked, result.saturated && result.sampled, &table, peers_of(i)))
         publish_turn(i);
+    note_turn(p, t);
 }
 
 int main(int argc, char **argv)
@@ -264,10 +275,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_procs; i++) {
         struct proc *p = &procs[i];
         alnair_gpu_time_account(&p->g, end, &table, peers_of(i), samples, samples_seen(end));
-        printf("process %d steps %llu true_ns %llu true_first_on_ns %llu gpu_time_ns %llu busy_ns %llu waited_ns %llu held_ns %llu\n",
+        printf("process %d steps %llu true_ns %llu true_first_on_ns %llu gpu_time_ns %llu busy_ns %llu waited_ns %llu held_ns %llu "
+               "turn_idle_ns %llu\n",
                i, (unsigned long long)p->steps, (unsigned long long)p->served_ns,
                (unsigned long long)p->served_first_on_ns, (unsigned long long)atomic_load(&p->g.gpu_time_ns),
-               (unsigned long long)atomic_load(&p->g.busy_ns), (unsigned long long)p->waited_ns, (unsigned long long)p->held_ns);
+               (unsigned long long)atomic_load(&p->g.busy_ns), (unsigned long long)p->waited_ns, (unsigned long long)p->held_ns,
+               (unsigned long long)(p->turn_idle_ns + 0.5));
     }
     printf("device busy_ns %llu first_on_ns %llu\n", (unsigned long long)device_busy, (unsigned long long)first_on_ns);
     return 0;
