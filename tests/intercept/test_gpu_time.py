@@ -142,9 +142,10 @@ def test_processes_with_gaps_sum_to_the_gpus_busy_time(simulate):
 @pytest.mark.parametrize("loop", ["200:60:10:2000", "20:200:300:0"], ids=["gappy-resnet-like", "launch-bound"])
 def test_the_gpu_time_published_over_a_stepping_spell_is_what_it_got_when_read_at_the_spells_end(simulate, loop):
     """As tests/gpu/check_gpu_time.py reads it: the record before a spell of steps, after an idle spell, and right at
-    its end, with NVML's samples seen 0.7 s late (an H100's) and stamped 30 ms early: alone and as a pair, the growth
-    is the GPU time the process got within 1% (the end's last 0.7 s counting at the recent scale). An H100 read the
-    ResNet-18 loops' GPU time 4-7 points under NVML's busy time this way on 2026-12-07 (docs/intercept.md)."""
+    its end, with NVML's samples seen 0.7 s late (an H100's, read every 500 ms) and stamped 30 ms early: alone and as
+    a pair, the growth is the GPU time the process got within 1% (the end's last 0.7 s counting at the recent scale).
+    An H100 read the ResNet-18 loops' GPU time 3-7 points under NVML's busy time this way on 2026-12-07 with the
+    samples read every 500 ms, within 2 read every 100 ms; the simulation does not show why (docs/intercept.md)."""
     for procs in ([f"{loop}:6000:3000"], [f"{loop}:6000:3000"] * 2):
         reports: dict = {}
         simulate(16, *procs, samples_late_ms=700, samples_early_us=30_000, reports=reports)
@@ -418,9 +419,9 @@ def test_without_turns_longer_time_slices_leave_a_30_70_cap_less_switching_to_pa
 
 def test_a_cap_holds_from_the_first_step_after_an_idle_spell(simulate):
     """Caps 30/70 on loops that step 5 s and idle 3 s together, five times, with the GPU's samples seen 0.6 s late
-    (an H100's: every 200 ms, read every 500 ms) and stamped 30 ms early: the sample periods at the idle spells'
-    edges hold a few ms of busy time and say little of it. The 30% side stays within its cap of each 5 s (its
-    credit, 30 ms, and a step's overrun on top), published and in truth, and the 70% side is not held back (its
+    (an H100's: every 200 ms, read every 500 ms to 2026-12-07) and stamped 30 ms early: the sample periods at the
+    idle spells' edges hold a few ms of busy time and say little of it. The 30% side stays within its cap of each
+    5 s (its credit, 30 ms, and a step's overrun on top), published and in truth, and the 70% side is not held back (its
     own cap makes it wait about 1% of the time at 69%: a 30% side that holds for its turns idles the GPU less).
     When the debts took the latest period's scale alone (to 640bbbf), the 30% side got 8.25 s (33.0%) and
     published 8.23 s, as a capped ResNet-18 on an H100 published 33.9% and stepped at 34-44% of its rate alone
