@@ -9,6 +9,8 @@ For each loop (tests/gpu/training_loops.py: ResNet-18 and a transformer, a sync 
     (kernels and copies, torch.profiler, the same process right after) and the busy time per step;
   pair: two copies of the loop together: each one's GPU time share and throughput share of its solo rate, and
     their sum beside NVML's device utilization (nvmlDeviceGetUtilizationRates, sampled every 50 ms meanwhile).
+Each GPU time share is read twice: right at the spell's end, as a scrape then would (its last ~0.7 s at the recent
+scale), and `settled`, 1.5 s later with the processes idle, once NVML's samples of the whole spell are in.
 Results in a table and $OUT/gpu_time.json; the targets: alone within 5% of the profiler, the pair's sum within 5
 points of NVML's busy time. --baseline-library: each loop is measured again right after under another build of the
 library (lines marked `baseline`, entries naming it in `library`), so two builds meet on one warm GPU.
@@ -23,6 +25,8 @@ import threading
 import time
 
 from training_loops import finish, loops, new_shm_dir, prepare, published_all, read_rate, save, start, tell, wait_ready
+
+SETTLE_S = 1.5  # longer than NVML's samples take to reach the record (up to 0.7 s on an H100)
 
 
 class DeviceBusy:
@@ -73,8 +77,10 @@ def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceBus
         tell(children)
         rates = [read_rate(child)[0] for child in children]
     after = published_all(shm, [c.pid for c in children])
+    time.sleep(SETTLE_S)  # the children idle: the samples of their last steps come in
+    settled = published_all(shm, [c.pid for c in children])
     runs = []
-    for child, rate, b, a in zip(children, rates, before, after):
+    for child, rate, b, a, s in zip(children, rates, before, after, settled):
         steps, per_s = int(rate[3]), float(rate[1])
         wall = steps / per_s
         runs.append(
@@ -86,6 +92,7 @@ def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceBus
                 "gpu_ms_per_step": (a["gpu_time_s"] - b["gpu_time_s"]) * 1000 / steps,
                 "busy_ms_per_step": (a["busy_s"] - b["busy_s"]) * 1000 / steps,
                 "gpu_share": (a["gpu_time_s"] - b["gpu_time_s"]) / wall,
+                "gpu_share_settled": (s["gpu_time_s"] - b["gpu_time_s"]) / wall,
                 "measured": a["gpu_time_measured"],
             }
         )
@@ -125,11 +132,14 @@ def main() -> int:
             f" {a['gpu_ms_per_step']:6.2f} ms/step, profiler "
             f"{a['profiler_ms_per_step']:6.2f} "
             f"({100 * (a['gpu_ms_per_step'] / a['profiler_ms_per_step'] - 1):+5.1f}%), "
-            f"NVML busy {100 * alone['nvml_busy']:5.1f}% GPU time share {100 * a['gpu_share']:5.1f}% | pair: "
+            f"NVML busy {100 * alone['nvml_busy']:5.1f}% GPU time share {100 * a['gpu_share']:5.1f}%"
+            f" (settled {100 * a['gpu_share_settled']:5.1f}%) | pair: "
             + " ".join(
                 f"{100 * r['gpu_share']:5.1f}% (solo rate {100 * r['share_of_solo']:5.1f}%)" for r in pair["runs"]
             )
-            + f" sum {100 * sum(r['gpu_share'] for r in pair['runs']):5.1f}% NVML {100 * pair['nvml_busy']:5.1f}%",
+            + f" sum {100 * sum(r['gpu_share'] for r in pair['runs']):5.1f}%"
+            f" (settled {100 * sum(r['gpu_share_settled'] for r in pair['runs']):5.1f}%)"
+            f" NVML {100 * pair['nvml_busy']:5.1f}%",
             flush=True,
         )
     save(report, "gpu_time.json")

@@ -12,7 +12,9 @@
 #   git worktree add /tmp/base <commit> && make -C /tmp/base/intercept && cp /tmp/base/intercept/build/libalnair.so \
 #       .device/libalnair-baseline.so
 # `gputime-ab`: (c) under this tree's library and right after under that other build, loop by loop: where the GPU
-# time read under NVML's busy time on 2026-12-07 (ResNet-18) and where it did not (the transformer).
+# time read under NVML's busy time on 2026-12-07 (ResNet-18) and where it did not (the transformer). With the tree
+# rebuilt reading NVML every 500 ms (ROUND_NS in nvml_reader.c) as the other build, the `settled` figures say whether
+# those reads lost the time at the spell's end (the settled figure catches up) or in the periods applied.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LIBCC=gcc PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/alnair-out}  # LIBCC: the device has no ziglang
