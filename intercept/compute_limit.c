@@ -78,10 +78,12 @@ static void pause_for(uint64_t ns)
     nanosleep(&pause, NULL);
 }
 
-/* The GPU time follows the turn's state: the cap charges what the GPU idles of a turn while the peers hold. */
+/* The GPU time follows the turn's state: the cap charges what the GPU idles of a turn while the peers hold, from
+ * when its launches go (not while its first one waits for the peers to hold: a handover is nobody's). */
 static void note_turn(struct alnair_device *d, struct controller *c, uint64_t now)
 {
-    alnair_gpu_time_turn(&d->gpu_time, atomic_load(&c->turn.state) == ALNAIR_TURN_TAKEN, now);
+    int running = atomic_load(&c->turn.state) == ALNAIR_TURN_TAKEN && !atomic_load(&d->gpu_time.gate_waiting);
+    alnair_gpu_time_turn(&d->gpu_time, running, now);
 }
 
 /* The turns' gate: holds while a peer's turn makes this launch hold, or its own turn waits for its busy peers to
@@ -106,7 +108,6 @@ static uint64_t wait_for_turns(struct alnair_device *d, struct controller *c, CU
         now = alnair_monotonic_ns();
     }
     if (alnair_turn_released(&c->turn, &w, now)) alnair_share_write_turn(&c->share, &c->turn);
-    note_turn(d, c, now);
     return now;
 }
 
@@ -127,6 +128,7 @@ void alnair_wait_while_owed(struct alnair_device *d, CUstream stream, int per_th
     }
     now = wait_for_turns(d, c, stream, per_thread, now);
     atomic_fetch_sub(&d->gpu_time.gate_waiting, 1);
+    note_turn(d, c, now);
     if (now != start) atomic_fetch_add_explicit(&d->throttled_ns, now - start, memory_order_relaxed);
 }
 

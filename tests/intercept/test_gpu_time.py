@@ -350,7 +350,7 @@ def test_turns_spare_a_30_70_pair_the_switching(simulate, step, switch_us, limit
     2-10% of its rate: the 30% side spends ~60% of the time beside its busy peer, switched every slice. With turns
     the released side runs alone while its peer holds, drained: each side within 3 points of its cap or share as a
     share of its loop alone, the 30% side's GPU time at its limit either way (a cap's with what the GPU idled of its
-    turns while the peer held: 1.2-1.5 points at the ResNet-like step)."""
+    turns while the peer held: 0.6 points at the ResNet-like step)."""
     [solo], _ = simulate(10, STEPS_AND_RESNET18[step])
     rates = {}
     for turns in (False, True):
@@ -393,7 +393,7 @@ def test_a_cap_charges_what_the_gpu_idles_of_its_turns_while_a_peer_holds(simula
     rates = [p["steps"] / solo["steps"] for p in found]
     assert all(abs(rate - cap) <= 0.03 for rate, cap in zip(rates, (0.30, 0.70))), rates
     small = found[0]
-    assert abs(charged(small) / 1e10 - 0.30) <= 0.005 and small["turn_idle_ns"] > 0.02e10, small
+    assert abs(charged(small) / 1e10 - 0.30) <= 0.005 and small["turn_idle_ns"] > 0.01e10, small
     assert found[1]["turn_idle_ns"] == 0, found  # its cap never held it back: it took no turn
     _, time_sliced = simulate(10, *pair, switch_us=switch_us, turns=False)
     assert busy < time_sliced - 0.02e10, (busy, time_sliced)

@@ -87,7 +87,7 @@ static uint64_t peers_of(int i) { return ((1ull << n_procs) - 1) & ~(1ull << i);
 /* The GPU time follows the turn's state, as compute_limit.c's note_turn. */
 static void note_turn(struct proc *p, uint64_t t)
 {
-    alnair_gpu_time_turn(&p->g, atomic_load(&p->turn.state) == ALNAIR_TURN_TAKEN, t);
+    alnair_gpu_time_turn(&p->g, atomic_load(&p->turn.state) == ALNAIR_TURN_TAKEN && !atomic_load(&p->g.gate_waiting), t);
 }
 
 /* A launch the limit lets go, at the turns' gate (compute_limit.c's loop): 1 while it waits there. */
@@ -100,7 +100,6 @@ static int turn_waits(struct proc *p, uint64_t t)
     int changed, wait = alnair_turn_gate(&p->turn, &table, t, &p->wait, &changed);
     if (!wait) changed |= alnair_turn_released(&p->turn, &p->wait, t), p->wait.since_ns = 0;
     if (changed) publish_turn((int)(p - procs));
-    if (!wait) note_turn(p, t);
     p->poll_at = t + ALNAIR_TURN_POLL_NS;
     return wait;
 }
@@ -170,6 +169,7 @@ static void run_cpu(struct proc *p, uint64_t t)
                 else p->held_ns += DT_NS;
                 return;
             }
+            note_turn(p, t);
             p->queued_ns += p->kernel_ns;
             p->launches++;
             if (!alnair_gpu_time_busy(&p->g)) alnair_gpu_time_begin(&p->g, t);
