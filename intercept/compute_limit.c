@@ -10,9 +10,9 @@
  *   cap (ALNAIR_COMPUTE_LIMIT=N): never more than N% of the GPU's time. The debt grows by the
  *     GPU time used, and by what the GPU idles of the process's turns while a peer holds for it
  *     (that time was the process's, used or not), and shrinks by N% of the time passing; launches
- *     wait while it is owed, for as long as N% of the time takes to pay it. A small credit (CAP_CREDIT_NS of the cap's time)
- *     lets a step start whole after an idle spell, so no step waits for a fixed window and steps
- *     of any length average to the cap.
+ *     wait while it is owed, for as long as N% of the time takes to pay it. A small credit
+ *     (CAP_CREDIT_NS of the cap's time) lets a step start whole after an idle spell, so no step
+ *     waits for a fixed window and steps of any length average to the cap.
  *   share (ALNAIR_COMPUTE_SHARE=N): at least N% while others want the GPU, and whatever is idle
  *     otherwise. In every ms that another process wanted too, each wanting process is entitled to
  *     its weight's part of the GPU time the GPU delivered (gpu_time.h); the debt is what it used

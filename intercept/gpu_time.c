@@ -114,8 +114,11 @@ void alnair_gpu_time_close(struct alnair_gpu_time *g, uint64_t now, uint64_t lau
 {
     pthread_mutex_lock(&g->lock);
     count_open_span(g, now, launches);
-    uint64_t turn_since = atomic_load(&g->turn_since_ns);
-    if (turn_since && now > turn_since) add_time(g, g->turn_pending, turn_since, now), atomic_store(&g->turn_since_ns, now);
+    uint64_t turn_since = atomic_load(&g->turn_since_ns); /* the turn running, counted up to now as the open span */
+    if (turn_since && now > turn_since) {
+        add_time(g, g->turn_pending, turn_since, now);
+        atomic_store(&g->turn_since_ns, now);
+    }
     /* a launch that waited for the limit wanted the GPU all the while (the tick's ms all count) */
     int waited = atomic_exchange(&g->gate_waited, 0) || atomic_load(&g->gate_waiting) > 0;
     uint64_t now_ms = now / MS;

@@ -33,7 +33,7 @@ struct alnair_gpu_time {
     uint32_t share_ppm;             /* this process's compute share, published with its timeline; 0: none */
     pthread_mutex_t lock;           /* ends of spans (the syncs) against the monitor's tick */
     uint32_t pending[ALNAIR_GPU_TIME_PENDING_MS]; /* busy ns of ms m at m % PENDING_MS, m >= final_ms */
-    _Atomic uint64_t turn_since_ns; /* the turn this process runs (turns.h) began then (moved up at each tick); 0: none */
+    _Atomic uint64_t turn_since_ns; /* its turn (turns.h) runs since then (moved up at each tick); 0: none */
     uint32_t turn_pending[ALNAIR_GPU_TIME_PENDING_MS]; /* ns of its turns in ms m, as `pending` */
     uint64_t final_ms;              /* the ms before this one will not change */
     /* The monitor's own (no lock): */

@@ -87,7 +87,8 @@ static uint64_t peers_of(int i) { return ((1ull << n_procs) - 1) & ~(1ull << i);
 /* The GPU time follows the turn's state, as compute_limit.c's note_turn. */
 static void note_turn(struct proc *p, uint64_t t)
 {
-    alnair_gpu_time_turn(&p->g, atomic_load(&p->turn.state) == ALNAIR_TURN_TAKEN && !atomic_load(&p->g.gate_waiting), t);
+    int running = atomic_load(&p->turn.state) == ALNAIR_TURN_TAKEN && !atomic_load(&p->g.gate_waiting);
+    alnair_gpu_time_turn(&p->g, running, t);
 }
 
 /* A launch the limit lets go, at the turns' gate (compute_limit.c's loop): 1 while it waits there. */
