@@ -4,7 +4,8 @@ us), their period and whether the busy fraction they add up to matches the kerne
 calibration by the device's busy time rests on); then, with the loop stepping 0.3 s and idling 0.3 s in turn, how far
 a sample's stamp is from the end of the time it measured (the stamp offset that fits the samples to the steps best:
 positive, the samples measured time after their stamps); then, with ResNet-18 b32 stepping, whether the samples
-read every 100 ms and every 500 ms are the same. Prints JSON lines; no check."""
+read every 100 ms and every 500 ms are the same, without and with another thread asking for the utilization rates
+every 50 ms (as check_gpu_time.py does). Prints JSON lines; no check."""
 
 from __future__ import annotations
 
@@ -82,11 +83,19 @@ def fit_offset(seen: list[tuple[int, int]], spans: list[tuple[float, float]]) ->
     return best
 
 
-def read_cadence(lib, handle, spec: str, seconds: float = 6.0, periods: tuple[float, ...] = (0.1, 0.5)) -> dict:
+class Rates(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]  # nvmlUtilization_t
+
+
+def read_cadence(
+    lib, handle, spec: str, seconds: float = 6.0, periods: tuple[float, ...] = (0.1, 0.5), poll_rates: bool = False
+) -> dict:
     """One loop stepping `seconds` while a thread per period reads NVML's new samples that often, each after the
     newest it saw (as the library's NVML thread does): whether the samples, their values and their busy time over
     the spell depend on how often they are read, and how late each was first seen (the library read every 500 ms
-    counted the ResNet-18 loops 3-11 points under NVML's busy time, every 100 ms within 2)."""
+    counted the ResNet-18 loops 3-11 points under NVML's busy time, every 100 ms within 2). With `poll_rates`,
+    another thread asks nvmlDeviceGetUtilizationRates every 50 ms meanwhile, as check_gpu_time.py does: whether that
+    changes the samples' periods."""
     model, batch = spec.split(":")
     child = start(model, int(batch), seconds, new_shm_dir(), env={"LD_PRELOAD": ""})
     wait_ready([child])
@@ -102,7 +111,13 @@ def read_cadence(lib, handle, spec: str, seconds: float = 6.0, periods: tuple[fl
                 seen[period].setdefault(stamp, (value, now_us - stamp))
                 last = max(last, stamp)
 
+    def poll() -> None:
+        rates = Rates()
+        while not stop.wait(0.05):
+            lib.nvmlDeviceGetUtilizationRates(handle, ctypes.byref(rates))
+
     readers = [threading.Thread(target=read, args=(period,), daemon=True) for period in periods]
+    readers += [threading.Thread(target=poll, daemon=True)] if poll_rates else []
     for reader in readers:
         reader.start()
     tell([child])
@@ -113,7 +128,11 @@ def read_cadence(lib, handle, spec: str, seconds: float = 6.0, periods: tuple[fl
         reader.join()
     finish([child])
     common = sorted(set.intersection(*(set(got) for got in seen.values())))
-    result = {"loop": spec, "common": len(common)}
+    gaps = sorted((b - a) / 1000 for a, b in zip(common, common[1:]))
+    result = {"loop": spec, "poll_rates": poll_rates, "common": len(common)}
+    result["period_ms_p10_median_p90"] = (
+        [gaps[len(gaps) // 10], gaps[len(gaps) // 2], gaps[9 * len(gaps) // 10]] if gaps else None
+    )
     for period, got in seen.items():
         stamps = sorted(s for s in got if common and common[0] <= s <= common[-1])
         busy_s = sum(got[b][0] / 100 * (b - a) / 1e6 for a, b in zip(stamps, stamps[1:]))
@@ -198,7 +217,8 @@ def main() -> int:
             flush=True,
         )
     print(json.dumps(stamp_offset(lib, handle, "resnet18:128")), flush=True)
-    print(json.dumps(read_cadence(lib, handle, "resnet18:32")), flush=True)
+    for poll_rates in (False, True):
+        print(json.dumps(read_cadence(lib, handle, "resnet18:32", poll_rates=poll_rates)), flush=True)
     return 0
 
 

@@ -51,8 +51,9 @@ for part; do
         # whether CUPTI's kernel records divide a time-sliced GPU (error 3: on an H100 they did not)
         kernel-time) run kernel-time 300 python3 tests/gpu/probe_kernel_time_shared.py ;;
         # NVML's samples against torch.profiler, how far their stamps are from the time they measured (error 7), and
-        # whether samples read every 500 ms differ from those read every 100 ms (error 9)
-        nvml-stamps) run nvml-stamps 150 python3 tests/gpu/probe_nvml_samples.py resnet18:128 ;;
+        # whether samples read every 500 ms differ from those read every 100 ms, and whether check_gpu_time's own polling
+        # of the utilization rates changes them (error 9)
+        nvml-stamps) run nvml-stamps 180 python3 tests/gpu/probe_nvml_samples.py resnet18:128 ;;
         gpm) run gpm 90 python3 tests/gpu/check_gpm.py ;;
         kernels) run kernels 150 python3 tests/gpu/check_kernel_names.py ;;
         profile) run profile 300 python3 tests/gpu/check_profile.py ;;
