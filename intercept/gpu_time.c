@@ -274,6 +274,9 @@ static void scale(struct alnair_gpu_time *g, struct alnair_gpu_time_tick *tick, 
     tick->corrected_ns = (scaled > published ? (double)(scaled - published) : 0) - tick->used_ns;
     tick->saturated = alnair_device_busy_saturated(&g->device);
     tick->sampled = g->device.sample_end_ns != 0;
+    if (tick->saturated) g->turns_on = 1;
+    else if (alnair_device_busy_under(&g->device, ALNAIR_DEVICE_TURNS_OFF)) g->turns_on = 0;
+    tick->turns = tick->sampled && g->turns_on;
 }
 
 struct alnair_gpu_time_tick alnair_gpu_time_account(struct alnair_gpu_time *g, uint64_t now,

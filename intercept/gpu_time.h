@@ -45,6 +45,7 @@ struct alnair_gpu_time {
     uint64_t launches_seen, launches_moved_ns; /* a span no call ends closes once launches stop */
     double divided_ns;              /* its busy time, each ms divided among the processes busy in it */
     double all_ns;                  /* the time any process of the table (or this one) was busy */
+    int turns_on;                   /* saturated since the GPU's busy part was last under ALNAIR_DEVICE_TURNS_OFF */
     struct alnair_device_busy device; /* the GPU's own busy time, which the divided time is scaled to */
     _Atomic uint64_t gpu_time_ns;   /* the totals, published: the divided time scaled */
     _Atomic uint64_t busy_ns;
@@ -86,6 +87,8 @@ struct alnair_gpu_time_tick {
     int shares;              /* ...and one of them, or this process, has a compute share */
     int saturated;           /* the GPU ran work nearly all its recent time (device_busy.h) */
     int sampled;             /* ...as its samples say (without any yet, or on a MIG instance, it counts as saturated) */
+    int turns;               /* limited processes take turns: sampled, and saturated since the busy part was last
+                                under ALNAIR_DEVICE_TURNS_OFF (device_busy.h) */
     double entitled;         /* this process's part of the GPU then, were it to want it (0..1) */
     double unaccounted_ns;   /* busy time not accounted yet, at the latest part of it that was GPU time */
 };

@@ -44,8 +44,9 @@ struct alnair_turn {
 uint32_t alnair_turn_word(const struct alnair_turn *t, uint64_t until_ms);
 
 /* Monitor tick at now, after the limits decided: launches wait until barred_until (0: nothing owed). worked: it
- * launched or had work on the GPU since the last tick; saturated: the GPU's samples say it ran work nearly all its
- * recent time (device_busy.h); below, turns would only idle it more. Then the peers' words, as read: hold_from_ns.
+ * launched or had work on the GPU since the last tick; saturated: the GPU's samples said it ran work nearly all its
+ * recent time and have not fallen under ALNAIR_DEVICE_TURNS_OFF since (device_busy.h); below, turns would only idle
+ * it more. Then the peers' words, as read: hold_from_ns.
  * Returns 1 if this process's word changed (its state, or a due turn's release). */
 int alnair_turn_tick(struct alnair_turn *t, uint64_t now_ns, uint64_t barred_until_ns, int worked, int saturated,
                      const struct alnair_share_table *table, uint64_t peers);

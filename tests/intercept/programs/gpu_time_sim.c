@@ -199,7 +199,7 @@ static void tick(int i, uint64_t t)
     if (!turns) return;
     int worked = p->launches != p->launches_ticked || p->queued_ns || atomic_load(&p->g.gate_waiting);
     p->launches_ticked = p->launches;
-    if (alnair_turn_tick(&p->turn, t, p->barred_until_ns, worked, result.saturated && result.sampled, &table, peers_of(i)))
+    if (alnair_turn_tick(&p->turn, t, p->barred_until_ns, worked, result.turns, &table, peers_of(i)))
         publish_turn(i);
     note_turn(p, t);
 }
