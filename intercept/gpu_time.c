@@ -61,16 +61,21 @@ void alnair_gpu_time_end(struct alnair_gpu_time *g, uint64_t now)
     pthread_mutex_unlock(&g->lock);
 }
 
+/* The turn running, up to now, into turn_pending (lock held); it goes on from now, or ends. */
+static void count_turn(struct alnair_gpu_time *g, uint64_t now, int ends)
+{
+    uint64_t since = atomic_load(&g->turn_since_ns);
+    if (!since) return;
+    if (now > since) add_time(g, g->turn_pending, since, now);
+    atomic_store(&g->turn_since_ns, ends ? 0 : now > since ? now : since);
+}
+
 void alnair_gpu_time_turn(struct alnair_gpu_time *g, int taken, uint64_t now)
 {
     if (taken == (atomic_load(&g->turn_since_ns) != 0)) return;
     pthread_mutex_lock(&g->lock);
-    uint64_t since = atomic_load(&g->turn_since_ns);
-    if (taken && !since) atomic_store(&g->turn_since_ns, now ? now : 1);
-    if (!taken && since) {
-        if (now > since) add_time(g, g->turn_pending, since, now);
-        atomic_store(&g->turn_since_ns, 0);
-    }
+    if (!taken) count_turn(g, now, 1);
+    else if (!atomic_load(&g->turn_since_ns)) atomic_store(&g->turn_since_ns, now ? now : 1);
     pthread_mutex_unlock(&g->lock);
 }
 
@@ -114,11 +119,7 @@ void alnair_gpu_time_close(struct alnair_gpu_time *g, uint64_t now, uint64_t lau
 {
     pthread_mutex_lock(&g->lock);
     count_open_span(g, now, launches);
-    uint64_t turn_since = atomic_load(&g->turn_since_ns); /* the turn running, counted up to now as the open span */
-    if (turn_since && now > turn_since) {
-        add_time(g, g->turn_pending, turn_since, now);
-        atomic_store(&g->turn_since_ns, now);
-    }
+    count_turn(g, now, 0);
     /* a launch that waited for the limit wanted the GPU all the while (the tick's ms all count) */
     int waited = atomic_exchange(&g->gate_waited, 0) || atomic_load(&g->gate_waiting) > 0;
     uint64_t now_ms = now / MS;

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 /* Busy samples every round: NVML takes one every 1/6 s to 1 s. Read every 500 ms (2 ms a read on an H100), the
- * ResNet-18 loops' GPU time fell 3-7 points under NVML's busy time, alone and in pairs, on one H100 where builds
+ * ResNet-18 loops' GPU time fell 3-11 points under NVML's busy time, alone and in pairs, on one H100 where builds
  * reading every 100 ms came within 2 (docs/benchmarks.md, 2026-12-07); why is not known. */
 #define ROUND_NS 100000000ull
 #define HELD_ROUNDS 10 /* what the GPU holds, every tenth round (each second) */

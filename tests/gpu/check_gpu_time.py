@@ -72,13 +72,14 @@ def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceBus
     env = {"LD_PRELOAD": library} if library else None
     children = [start(model, batch, seconds, shm, env, profile_steps=steps) for model, batch, steps in members]
     wait_ready(children)
-    before = published_all(shm, [c.pid for c in children])
+    pids = [c.pid for c in children]
+    before = published_all(shm, pids)
     with busy:
         tell(children)
         rates = [read_rate(child)[0] for child in children]
-    after = published_all(shm, [c.pid for c in children])
+    after = published_all(shm, pids)
     time.sleep(SETTLE_S)  # the children idle: the samples of their last steps come in
-    settled = published_all(shm, [c.pid for c in children])
+    settled = published_all(shm, pids)
     runs = []
     for child, rate, b, a, s in zip(children, rates, before, after, settled):
         steps, per_s = int(rate[3]), float(rate[1])

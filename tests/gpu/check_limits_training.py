@@ -71,14 +71,15 @@ def run_together(
     limit_env = {limit: {VARIABLES[limit[0]]: limit[1:]} if limit != "-" else {} for limit in limits}
     children = [start(model, batch, seconds, shm, {**preload, **limit_env[limit]}) for limit in limits]
     wait_ready(children)
-    before = published_all(shm, [c.pid for c in children])
-    tracer = Trace(shm, [c.pid for c in children]) if trace is not None else None
+    pids = [c.pid for c in children]
+    before = published_all(shm, pids)
+    tracer = Trace(shm, pids) if trace is not None else None
     started_us = time.time_ns() // 1000
     if tracer:
         tracer.start()
     tell(children)
     rates, times = zip(*(read_rate(child) for child in children))
-    after = published_all(shm, [c.pid for c in children])
+    after = published_all(shm, pids)
     if tracer:
         tracer.done.set()
         tracer.join()
@@ -86,7 +87,7 @@ def run_together(
         trace.append(
             {
                 "limits": limits,
-                "pids": [c.pid for c in children],
+                "pids": pids,
                 "records": tracer.rows,
                 "step_times": times,
                 "nvml_samples": samples(lib, handle, started_us),

@@ -149,12 +149,6 @@ def published_all(shm: str, pids: list[int]) -> list[dict]:
     return [found.get(pid, {}) for pid in pids]
 
 
-def published(shm: str, pid: int) -> dict:
-    """Device 0 of the record a child published: its limit figures and GPU time."""
-    [figures] = published_all(shm, [pid])
-    return figures
-
-
 def tell(children: list[subprocess.Popen]) -> None:
     for child in children:
         child.stdin.write("go\n")
