@@ -4,13 +4,14 @@
  * The accounting's totals are kept once per tick (by the ms they reach); a sample period's
  * totals are read between ticks by straight lines. A period is applied once the accounting
  * has reached its end; the time between the periods applied (a period lost or older than the
- * ticks kept) counts at the scale before it.
+ * ticks kept) counts at the scale before it. The first period applied is one the accounting saw whole.
  */
 #include "device_busy.h"
 
 #include <math.h>
 
 #define MS 1000000.0
+#define FIRST_PERIOD_NS 2e9 /* a first sample's period ends within this (NVML: 1/6 s to 1 s, seen up to 0.1 s late) */
 
 /* The totals before ms (a fraction of one) from the ticks kept: 1 found, 0 not accounted yet, -1 older than kept. */
 static int totals_at(const struct alnair_device_busy *b, double ms, double *all, double *own)
@@ -61,6 +62,8 @@ static void apply(struct alnair_device_busy *b)
             b->scaled += (own_s - b->scaled_own) * (b->scaled_any ? before : period);
             b->scaled += (own_e - own_s) * period;
             if (all > 0) recent(b, gpu, all);
+        } else if (!b->scaled_any) {
+            continue; /* a first period from before the accounting began: the next one says the scale */
         } else if (own_e >= b->scaled_own) {
             b->scaled += (own_e - b->scaled_own) * alnair_device_busy_scale(b);
         } else {
@@ -72,6 +75,7 @@ static void apply(struct alnair_device_busy *b)
 
 void alnair_device_busy_counted(struct alnair_device_busy *b, uint64_t ms, double all_ns, double own_ns)
 {
+    if (!ms) return; /* nothing accounted yet: a tick at 0 would stand for every ms before the first */
     if (!b->count || ms > b->ticks[b->newest].ms) {
         b->newest = b->count ? (b->newest + 1) % ALNAIR_DEVICE_BUSY_TICKS : 0;
         if (b->count < ALNAIR_DEVICE_BUSY_TICKS) b->count++;
@@ -94,16 +98,28 @@ void alnair_device_busy_sampled(struct alnair_device_busy *b, const struct alnai
             b->periods[at].start_ns = b->sample_end_ns, b->periods[at].end_ns = s[i].end_ns;
             b->periods[at].busy = busy;
         }
-        double weight = b->sample_end_ns ? 1 - exp(-(double)(s[i].end_ns - b->sample_end_ns) / ALNAIR_DEVICE_RECENT_NS) : 1;
-        b->recent_busy += weight * (busy - b->recent_busy);
+        if (b->sample_end_ns) { /* the first sample is of the time before: only a period's tells the recent part */
+            double weight = b->busy_known ? 1 - exp(-(double)(s[i].end_ns - b->sample_end_ns) / ALNAIR_DEVICE_RECENT_NS) : 1;
+            b->recent_busy += weight * (busy - b->recent_busy);
+            b->busy_known = 1;
+        }
         b->sample_end_ns = s[i].end_ns;
     }
     apply(b);
 }
 
-double alnair_device_busy_scaled(struct alnair_device_busy *b)
+/* What the time since the latest period applied counts at: the latest scale; before the first period, whole, or
+ * with `wait_first` nothing while a sample says that period is on its way. */
+static double tail_scale(const struct alnair_device_busy *b, int wait_first)
+{
+    if (b->scaled_any) return alnair_device_busy_scale(b);
+    int coming = b->sample_end_ns && (double)b->ticks[b->newest].ms * MS < (double)b->sample_end_ns + FIRST_PERIOD_NS;
+    return wait_first && coming ? 0 : 1;
+}
+
+double alnair_device_busy_scaled(struct alnair_device_busy *b, int wait_first)
 {
     if (!b->count) return 0;
     double own = b->ticks[b->newest].own;
-    return b->scaled + (own > b->scaled_own ? own - b->scaled_own : 0) * alnair_device_busy_scale(b);
+    return b->scaled + (own > b->scaled_own ? own - b->scaled_own : 0) * tail_scale(b, wait_first);
 }

@@ -33,7 +33,8 @@ struct alnair_device_busy {
     struct { uint64_t start_ns, end_ns; double busy; } periods[ALNAIR_DEVICE_BUSY_PERIODS];
     unsigned first_period, periods_waiting;
     uint64_t sample_end_ns;   /* the latest sample's end (0: none yet) */
-    double recent_busy;       /* the samples' busy part, averaged over the last ALNAIR_DEVICE_RECENT_NS or so */
+    double recent_busy;       /* the periods' busy part, averaged over the last ALNAIR_DEVICE_RECENT_NS or so */
+    int busy_known;           /* a period's sample came (recent_busy holds) */
     double scaled_own;        /* `scaled` covers this much of the process's divided busy time */
     double scaled;            /* that time, scaled */
     double recent_gpu, recent_all; /* the periods' GPU busy time and processes' busy time, the older less by e
@@ -51,14 +52,14 @@ static inline double alnair_device_busy_scale(const struct alnair_device_busy *b
 }
 
 /* Whether the GPU ran work at least ALNAIR_DEVICE_SATURATED of its recent time (the samples' busy part, each weighing
- * less by e every ALNAIR_DEVICE_RECENT_NS), or gave no sample yet: below, no process's work waited for the GPU all
+ * less by e every ALNAIR_DEVICE_RECENT_NS), or gave no period's sample yet: below, no process's work waited for the GPU all
  * that time, so none was kept from it (a share holds back only then). The average spares loops that keep the GPU
  * busy only in bursts shorter than a second; sustained contention reaches it within ~1 s. */
 #define ALNAIR_DEVICE_SATURATED 0.9
 #define ALNAIR_DEVICE_RECENT_NS 500000000.0
 static inline int alnair_device_busy_saturated(const struct alnair_device_busy *b)
 {
-    return !b->sample_end_ns || b->recent_busy >= ALNAIR_DEVICE_SATURATED;
+    return !b->busy_known || b->recent_busy >= ALNAIR_DEVICE_SATURATED;
 }
 
 /* Turns (turns.h) start once the GPU is saturated and stop only when its recent busy part falls under this: a
@@ -67,7 +68,7 @@ static inline int alnair_device_busy_saturated(const struct alnair_device_busy *
 #define ALNAIR_DEVICE_TURNS_OFF 0.85
 static inline int alnair_device_busy_under(const struct alnair_device_busy *b, double part)
 {
-    return b->sample_end_ns && b->recent_busy < part;
+    return b->busy_known && b->recent_busy < part;
 }
 
 /* After a tick's accounting: the union of all the processes' busy time and this process's divided
@@ -77,7 +78,11 @@ void alnair_device_busy_counted(struct alnair_device_busy *b, uint64_t ms, doubl
 /* New samples, oldest first (those not after the latest one already given are ignored). */
 void alnair_device_busy_sampled(struct alnair_device_busy *b, const struct alnair_busy_sample *s, int n);
 
-/* This process's GPU time: its divided busy time, scaled period by period (the last part at the latest scale). */
-double alnair_device_busy_scaled(struct alnair_device_busy *b);
+/* This process's GPU time: its divided busy time, scaled period by period (the last part at the latest scale).
+ * Before the first period the time counts whole; with `wait_first`, not at all while a sample came and the period
+ * it starts is still to come (up to ~1 s): a figure kept from ever falling must not take that time whole, or it
+ * stands still until the periods catch up (the likely cause of error 9 in docs/intercept.md). The first period
+ * counts the time at its own scale. */
+double alnair_device_busy_scaled(struct alnair_device_busy *b, int wait_first);
 
 #endif

@@ -259,22 +259,25 @@ static void latest(struct alnair_gpu_time *g, uint64_t now_ms, const struct alna
 }
 
 /* The totals scaled to the GPU's busy time, and the tick's figures with them (the GPU time published never falls).
- * The tick's ms count at the latest scale; the published total takes each sample period's own once the samples
- * for it come, up to 0.7 s later: the difference is the tick's correction, so that the debts add up to what is
+ * The tick's ms count at the latest scale; the scaled total takes each sample period's own once the samples
+ * for it come, up to 0.3 s later: the difference is the tick's correction, so that the debts add up to what is
  * published (charged at the latest scale alone, a capped ResNet-18 published 33.9% under a 30% cap on an H100). */
 static void scale(struct alnair_gpu_time *g, struct alnair_gpu_time_tick *tick, const struct alnair_busy_sample *samples,
                   int n_samples)
 {
     alnair_device_busy_counted(&g->device, g->accounted_ms, g->all_ns, g->divided_ns);
     if (n_samples) alnair_device_busy_sampled(&g->device, samples, n_samples);
-    uint64_t scaled = (uint64_t)(alnair_device_busy_scaled(&g->device) + 0.5);
-    uint64_t published = atomic_load_explicit(&g->gpu_time_ns, memory_order_relaxed);
-    if (scaled > published) atomic_store_explicit(&g->gpu_time_ns, scaled, memory_order_relaxed);
-    double by = alnair_device_busy_scale(&g->device);
+    uint64_t counted = (uint64_t)(alnair_device_busy_scaled(&g->device, 1) + 0.5);
+    if (counted > atomic_load_explicit(&g->gpu_time_ns, memory_order_relaxed))
+        atomic_store_explicit(&g->gpu_time_ns, counted, memory_order_relaxed);
+    double by = alnair_device_busy_scale(&g->device), scaled = alnair_device_busy_scaled(&g->device, 0);
     tick->used_ns *= by, tick->excess_ns *= by, tick->unaccounted_ns *= by;
-    tick->corrected_ns = (scaled > published ? (double)(scaled - published) : 0) - tick->used_ns;
+    /* the limits take the time before the first period whole (published, it waits for that period: two caps
+     * charged its lump together would wait it out at once, the GPU idle 0.3 s in the simulation) */
+    tick->corrected_ns = fmax(scaled - g->charged_ns, 0) - tick->used_ns;
+    g->charged_ns = fmax(g->charged_ns, scaled);
     tick->saturated = alnair_device_busy_saturated(&g->device);
-    tick->sampled = g->device.sample_end_ns != 0;
+    tick->sampled = g->device.busy_known;
     if (tick->saturated) g->turns_on = 1;
     else if (alnair_device_busy_under(&g->device, ALNAIR_DEVICE_TURNS_OFF)) g->turns_on = 0;
     tick->turns = tick->sampled && g->turns_on;

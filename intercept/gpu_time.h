@@ -47,7 +47,8 @@ struct alnair_gpu_time {
     double all_ns;                  /* the time any process of the table (or this one) was busy */
     int turns_on;                   /* saturated since the GPU's busy part was last under ALNAIR_DEVICE_TURNS_OFF */
     struct alnair_device_busy device; /* the GPU's own busy time, which the divided time is scaled to */
-    _Atomic uint64_t gpu_time_ns;   /* the totals, published: the divided time scaled */
+    double charged_ns;              /* the highest scaled time the limits' debts were corrected to */
+    _Atomic uint64_t gpu_time_ns;   /* the totals, published: the divided time scaled (the highest) */
     _Atomic uint64_t busy_ns;
 };
 
@@ -86,7 +87,7 @@ struct alnair_gpu_time_tick {
     int contested;           /* in the latest ms the peers published, one of them had work on the GPU */
     int shares;              /* ...and one of them, or this process, has a compute share */
     int saturated;           /* the GPU ran work nearly all its recent time (device_busy.h) */
-    int sampled;             /* ...as its samples say (without any yet, or on a MIG instance, it counts as saturated) */
+    int sampled;             /* ...as its samples of its periods say (before one, or on a MIG instance: saturated) */
     int turns;               /* limited processes take turns: sampled, and saturated since the busy part was last
                                 under ALNAIR_DEVICE_TURNS_OFF (device_busy.h) */
     double entitled;         /* this process's part of the GPU then, were it to want it (0..1) */

@@ -43,10 +43,10 @@ def simulate(tmp_path_factory):
         `busy_samples`, the GPU gives none (no NVML, a MIG instance); `switch_us`: what a switch between processes
         with work costs the GPU; `slice_us`: the GPU's time slice; `samples_early_us`: how much before the end of
         what they measured the samples are stamped; `samples_late_ms`: how long after their end they are seen; without
-        `turns`, the library before them; `reports`: filled with {(second, process): (published, true GPU time)} at
-        every whole second."""
+        `turns`, the library before them; `reports`: filled with {(second, process): (published, true GPU time)} every
+        tenth of a second."""
         options = ([] if busy_samples else ["--no-device-busy"]) + ([] if turns else ["--no-turns"])
-        options += ["--report-ms", "1000"] if reports is not None else []
+        options += ["--report-ms", "100"] if reports is not None else []
         for flag, value in (
             ("--switch-us", switch_us),
             ("--slice-us", slice_us),
@@ -62,7 +62,7 @@ def simulate(tmp_path_factory):
         if device is not None:
             device.update(figures)
         for line in (line for line in lines if line[0] == "at" and reports is not None):
-            reports[int(line[1]) // 1000, int(line[3])] = (int(line[5]), int(line[7]))
+            reports[int(line[1]) / 1000, int(line[3])] = (int(line[5]), int(line[7]))
         return found, figures["busy_ns"]
 
     return run
@@ -141,17 +141,20 @@ def test_processes_with_gaps_sum_to_the_gpus_busy_time(simulate):
 
 @pytest.mark.parametrize("loop", ["200:60:10:2000", "20:200:300:0"], ids=["gappy-resnet-like", "launch-bound"])
 def test_the_gpu_time_published_over_a_stepping_spell_is_what_it_got_when_read_at_the_spells_end(simulate, loop):
-    """As tests/gpu/check_gpu_time.py reads it: the record before a spell of steps, after an idle spell, and right at
-    its end, with NVML's samples seen 0.7 s late (an H100's, read every 500 ms) and stamped 30 ms early: alone and as
-    a pair, the growth is the GPU time the process got within 1% (the end's last 0.7 s counting at the recent scale).
-    An H100 read the ResNet-18 loops' GPU time 3-7 points under NVML's busy time this way on 2026-12-07 with the
-    samples read every 500 ms, within 2 read every 100 ms; the simulation does not show why (docs/intercept.md)."""
+    """As tests/gpu/check_gpu_time.py reads it: the record right after a warm-up or after an idle spell, and again
+    right at the end of a spell of steps, with NVML's samples seen 0.7 s late (an H100's, read every 500 ms) and
+    stamped 30 ms early: alone and as a pair, the growth is the GPU time the process got within 1% (the end's last
+    0.7 s counting at the recent scale). The warm-up: the process's first 1.1 s, its first sample period in by then.
+    To 692cbde the time before that period counted whole, and the figure published, which never falls, then stood
+    still: the launch-bound loop's growth from 1.1 s fell 7% short (docs/intercept.md, error 9). Now that time waits
+    for the period."""
     for procs in ([f"{loop}:6000:3000"], [f"{loop}:6000:3000"] * 2):
         reports: dict = {}
         simulate(16, *procs, samples_late_ms=700, samples_early_us=30_000, reports=reports)
-        for i in range(len(procs)):  # the second spell: 9 s to 15 s
-            (g0, t0), (g1, t1) = reports[9, i], reports[15, i]
-            assert abs((g1 - g0) - (t1 - t0)) <= 0.01 * (t1 - t0), (procs, i, g1 - g0, t1 - t0)
+        for i in range(len(procs)):  # from the warm-up to the first spell's end, and the second spell: 9 s to 15 s
+            for start, end in ((1.1, 6), (9, 15)):
+                (g0, t0), (g1, t1) = reports[start, i], reports[end, i]
+                assert abs((g1 - g0) - (t1 - t0)) <= 0.01 * (t1 - t0), (procs, i, start, g1 - g0, t1 - t0)
 
 
 def test_a_launch_bound_loop_beside_a_busy_one_is_divided_by_presence(simulate):
@@ -175,22 +178,26 @@ def device_busy_cases(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "case, part, falls, saturated",
+    "case, part, saturated",
     [
-        ("none", 1.0, 0, 1),  # no samples: the divided time whole (and a share holds as without NVML)
-        ("half", 0.5, 1, 0),  # the time before the first sample at its scale: the raw total falls once
-        ("peer", 0.5, 1, 0),  # half of all the busy time is this process's: it keeps half of its own at 50%
-        ("disorder", 0.5, 1, 0),  # repeated and older samples (an older 90%) change nothing
-        ("over", 1.0, 0, 1),  # a busy fraction above 1 is 1
-        ("nan", 0.0, 1, 0),  # not a number, or below 0, is 0
-        ("negative", 0.0, 1, 0),
-        ("late", 1.0, 0, 0),  # samples older than the ticks kept leave the time at the scale before (1)
+        ("none", 1.0, 1),  # no samples: the divided time whole (and a share holds as without NVML)
+        ("half", 0.5, 0),  # the time before the first period at that period's scale
+        ("peer", 0.5, 0),  # half of all the busy time is this process's: it keeps half of its own at 50%
+        ("disorder", 0.5, 0),  # repeated and older samples (an older 90%) change nothing
+        ("over", 1.0, 1),  # a busy fraction above 1 is 1
+        ("nan", 0.0, 0),  # not a number, or below 0, is 0
+        ("negative", 0.0, 0),
+        ("late", 1.0, 0),  # samples older than the ticks kept leave the time at the scale before (1)
     ],
 )
-def test_the_scale_of_hostile_or_late_samples(device_busy_cases, case, part, falls, saturated):
+def test_the_scale_of_hostile_or_late_samples(device_busy_cases, case, part, saturated):
+    """And the scaled time never falls nor runs ahead of its part: the time before the first period waits for it
+    (to 692cbde it counted whole, and the GPU time published, which never falls, then stood still until the periods
+    caught up: what tests/gpu/check_gpu_time.py reads right after a warm-up; see the stepping spell's test below)."""
     found = device_busy_cases(case)
     assert found["scaled"] == pytest.approx(part * found["own"], rel=1e-9, abs=1), found
-    assert found["falls"] == falls and found["saturated"] == saturated
+    assert found["falls"] == 0 and found["highest"] <= part + 1e-9, found
+    assert found["saturated"] == saturated, found
 
 
 def test_a_period_at_an_idle_spells_edge_does_not_set_the_scale(device_busy_cases):

@@ -108,7 +108,7 @@ static int turn_waits(struct proc *p, uint64_t t)
 /* The samples a monitor ticking at t sees (NVML's newest ones are always some way behind). */
 static int samples_seen(uint64_t t)
 {
-    int n = 0;
+    int n = n_samples > 0; /* the first, seen at once */
     while (n < n_samples && samples[n].end_ns + sample_lag_ns <= t) n++;
     return n;
 }
@@ -237,6 +237,8 @@ int main(int argc, char **argv)
         parse(&procs[i], argv[i + 2], i);
         procs[i].next_ns += start, procs[i].start_ns += start;
     }
+    if (sampling) /* the reader's first read finds the driver's latest sample, of the GPU idle before: seen at once */
+        samples[n_samples++] = (struct alnair_busy_sample){start - SAMPLE_NS / 2, 0};
     int running = 0;
     uint64_t switching = 0; /* what is left of a switch */
     for (uint64_t t = start; t < end; t += DT_NS) {
