@@ -22,7 +22,8 @@
  * waited for its limit and held for others' turns, and what its cap charged of its turns' idle time; then the time
  * the GPU was busy and how long the first process stepped. --no-turns: the library before turns. The GPU's busy
  * samples come as NVML's do: whole percents of 1/6 s periods, each seen 50 ms after its
- * end (--no-device-busy: none, as without NVML or on a MIG instance). --switch-us: a slice's end that switches
+ * end, and first the driver's latest sample, of the idle GPU before, seen at once as the NVML thread's
+ * first read finds it (--no-device-busy: none, as without NVML or on a MIG instance). --switch-us: a slice's end that switches
  * from a process still with work queued to another keeps the GPU busy N us for neither (the H200's ~0.15 ms a
  * switch between two busy processes; NVML counts it busy). --slice-us: the time slice (an operator may lengthen the
  * GPU's: `nvidia-smi compute-policy --set-timeslice`). --samples-early-us: each sample is stamped N us before the
