@@ -99,7 +99,8 @@ void alnair_device_busy_sampled(struct alnair_device_busy *b, const struct alnai
             b->periods[at].busy = busy;
         }
         if (b->sample_end_ns) { /* the first sample is of the time before: only a period's tells the recent part */
-            double weight = b->busy_known ? 1 - exp(-(double)(s[i].end_ns - b->sample_end_ns) / ALNAIR_DEVICE_RECENT_NS) : 1;
+            double since = (double)(s[i].end_ns - b->sample_end_ns);
+            double weight = b->busy_known ? 1 - exp(-since / ALNAIR_DEVICE_RECENT_NS) : 1;
             b->recent_busy += weight * (busy - b->recent_busy);
             b->busy_known = 1;
         }

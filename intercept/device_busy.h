@@ -52,9 +52,9 @@ static inline double alnair_device_busy_scale(const struct alnair_device_busy *b
 }
 
 /* Whether the GPU ran work at least ALNAIR_DEVICE_SATURATED of its recent time (the samples' busy part, each weighing
- * less by e every ALNAIR_DEVICE_RECENT_NS), or gave no period's sample yet: below, no process's work waited for the GPU all
- * that time, so none was kept from it (a share holds back only then). The average spares loops that keep the GPU
- * busy only in bursts shorter than a second; sustained contention reaches it within ~1 s. */
+ * less by e every ALNAIR_DEVICE_RECENT_NS), or gave no period's sample yet: below, no process's work waited for the
+ * GPU all that time, so none was kept from it (a share holds back only then). The average spares loops that keep
+ * the GPU busy only in bursts shorter than a second; sustained contention reaches it within ~1 s. */
 #define ALNAIR_DEVICE_SATURATED 0.9
 #define ALNAIR_DEVICE_RECENT_NS 500000000.0
 static inline int alnair_device_busy_saturated(const struct alnair_device_busy *b)

@@ -67,7 +67,7 @@ int main(int argc, char **argv)
         last_scaled = scaled;
     }
     printf("own %.0f all %.0f scaled %.0f scale %.4f falls %d highest %.6f saturated %d lowest %.4f\n", own, all,
-           alnair_device_busy_scaled(&b, 1), alnair_device_busy_scale(&b), falls, highest, alnair_device_busy_saturated(&b),
-           lowest);
+           alnair_device_busy_scaled(&b, 1), alnair_device_busy_scale(&b), falls, highest,
+           alnair_device_busy_saturated(&b), lowest);
     return 0;
 }
