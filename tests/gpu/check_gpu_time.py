@@ -19,52 +19,16 @@ library (lines marked `baseline`, entries naming it in `library`), so two builds
 from __future__ import annotations
 
 import argparse
-import ctypes
 import sys
-import threading
 import time
 
+from device_watch import DeviceWatch
 from training_loops import finish, loops, new_shm_dir, prepare, published_all, read_rate, save, start, tell, wait_ready
 
 SETTLE_S = 1.5  # longer than NVML's samples take to reach the record (up to 0.7 s on an H100)
 
 
-class DeviceBusy:
-    """NVML's utilization.gpu of device 0 (the % of time a kernel ran, over its sample period), sampled meanwhile."""
-
-    class Rates(ctypes.Structure):
-        _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
-
-    def __init__(self):
-        self.nvml = ctypes.CDLL("libnvidia-ml.so.1")
-        assert self.nvml.nvmlInit_v2() == 0
-        self.handle = ctypes.c_void_p()
-        assert self.nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.handle)) == 0
-        self.samples: list[int] = []
-        self.running = False
-
-    def _sample(self):
-        rates = self.Rates()
-        while self.running:
-            if self.nvml.nvmlDeviceGetUtilizationRates(self.handle, ctypes.byref(rates)) == 0:
-                self.samples.append(rates.gpu)
-            time.sleep(0.05)
-
-    def __enter__(self):
-        self.samples, self.running = [], True
-        self.thread = threading.Thread(target=self._sample, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.running = False
-        self.thread.join()
-
-    def mean(self) -> float:
-        return sum(self.samples) / len(self.samples) / 100 if self.samples else float("nan")
-
-
-def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceBusy, library: str | None = None) -> dict:
+def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceWatch, library: str | None = None) -> dict:
     """Processes stepping together for `seconds`, one per (model, batch, profile steps), under `library` if given:
     each one's published figures over those seconds, NVML's busy part meanwhile, and then, where asked, the
     profiler's kernel time per step and the seconds its profiled steps took (the processes profile at once)."""
@@ -105,7 +69,8 @@ def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceBus
                 run["profiler_ms_per_step"], run["profiled_s"] = float(line[1]), float(line[2])
                 run["profiled_steps"] = steps
     finish(children)
-    return {"runs": runs, "nvml_busy": busy.mean()}
+    device = busy.summary()
+    return {"runs": runs, "nvml_busy": device["busy"], "device": device}
 
 
 def main() -> int:
@@ -118,7 +83,7 @@ def main() -> int:
     parser.add_argument("--baseline-library", help="a libalnair.so each loop is measured under again, right after")
     args = parser.parse_args()
     prepare()
-    busy = DeviceBusy()
+    busy = DeviceWatch()
     report = []
     libraries = [None, args.baseline_library] if args.baseline_library else [None]
     for (loop, model, batch), library in [(each, lib) for each in loops(args.loops) for lib in libraries]:

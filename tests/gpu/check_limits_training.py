@@ -24,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+from device_watch import DeviceWatch
 from probe_nvml_samples import nvml, samples
 from training_loops import finish, loops, new_shm_dir, prepare, published_all, read_rate, save, start, tell, wait_ready
 
@@ -62,10 +63,17 @@ def turn_words(table: Path) -> list[list[int]]:
 
 
 def run_together(
-    model: str, batch: int, seconds: float, limits: list[str], trace: list | None = None, library: str | None = None
+    model: str,
+    batch: int,
+    seconds: float,
+    limits: list[str],
+    watch: DeviceWatch,
+    trace: list | None = None,
+    library: str | None = None,
 ) -> list[dict]:
-    """Children with these limits (cN, sN or -), measuring over the same span, under `library` if given; with
-    `trace`, a Trace of it and NVML's utilization samples are appended there."""
+    """Children with these limits (cN, sN or -), measuring over the same span, under `library` if given, each with
+    what the GPU did meanwhile (`device`: its clocks, power and busy part); with `trace`, a Trace of it and NVML's
+    utilization samples are appended there."""
     shm = new_shm_dir()
     preload = {"LD_PRELOAD": library} if library else {}
     limit_env = {limit: {VARIABLES[limit[0]]: limit[1:]} if limit != "-" else {} for limit in limits}
@@ -77,8 +85,10 @@ def run_together(
     started_us = time.time_ns() // 1000
     if tracer:
         tracer.start()
-    tell(children)
-    rates, times = zip(*(read_rate(child) for child in children))
+    with watch:
+        tell(children)
+        rates, times = zip(*(read_rate(child) for child in children))
+    device = watch.summary()
     after = published_all(shm, pids)
     if tracer:
         tracer.done.set()
@@ -105,6 +115,7 @@ def run_together(
                 "throttled_s": a["throttled_s"] - b["throttled_s"],
                 "gpu_share": (a["gpu_time_s"] - b["gpu_time_s"]) / seconds_run,
                 "busy_share": (a["busy_s"] - b["busy_s"]) / seconds_run,
+                "device": device,
             }
         )
     finish(children)
@@ -123,13 +134,14 @@ def main() -> int:
     args = parser.parse_args()
     prepare()
     report, trace = [], [] if args.trace else None
+    watch = DeviceWatch()
     for loop, model, batch in loops(args.loops):
-        run_together(model, batch, args.seconds, ["-"])  # untimed: a GPU just started steps slower for a while
-        [before] = run_together(model, batch, args.seconds, ["-"])
+        run_together(model, batch, args.seconds, ["-"], watch)  # untimed: a GPU just started steps slower for a while
+        [before] = run_together(model, batch, args.seconds, ["-"], watch)
         for limits in [group.split("/") for group in args.sets.split(",")] * args.runs:
             libraries = [None, args.baseline_library] if args.baseline_library else [None]
-            shared = {lib: run_together(model, batch, args.seconds, limits, trace, lib) for lib in libraries}
-            [after] = run_together(model, batch, args.seconds, ["-"])  # the solo rate on both sides of every set
+            shared = {lib: run_together(model, batch, args.seconds, limits, watch, trace, lib) for lib in libraries}
+            [after] = run_together(model, batch, args.seconds, ["-"], watch)  # the solo rate on both sides of every set
             solo = {"steps_per_s": (before["steps_per_s"] + after["steps_per_s"]) / 2, "runs": [before, after]}
             solo["step_ms"] = 1000 / solo["steps_per_s"]
             for lib, results in shared.items():
@@ -137,7 +149,8 @@ def main() -> int:
                     r["share_of_solo"] = r["steps_per_s"] / solo["steps_per_s"]
                 report.append({"loop": loop, "solo": solo, "limits": limits, "library": lib, "shared": results})
                 print(
-                    f"{loop:16s} solo {before['step_ms']:6.1f}/{after['step_ms']:6.1f} ms/step  "
+                    f"{loop:16s} solo {before['step_ms']:6.1f}/{after['step_ms']:6.1f} ms/step"
+                    f" (SM {before['device']['sm_mhz']}/{after['device']['sm_mhz']} MHz)  "
                     + ("baseline " if lib else "")
                     + "  ".join(
                         f"{r['limit']}: {100 * r['share_of_solo']:5.1f}% of solo"
