@@ -277,10 +277,9 @@ static void scale(struct alnair_gpu_time *g, struct alnair_gpu_time_tick *tick, 
     tick->corrected_ns = fmax(scaled - g->charged_ns, 0) - tick->used_ns;
     g->charged_ns = fmax(g->charged_ns, scaled);
     tick->saturated = alnair_device_busy_saturated(&g->device);
-    tick->sampled = g->device.busy_known;
     if (tick->saturated) g->turns_on = 1;
     else if (alnair_device_busy_under(&g->device, ALNAIR_DEVICE_TURNS_OFF)) g->turns_on = 0;
-    tick->turns = tick->sampled && g->turns_on;
+    tick->turns = g->device.busy_known && g->turns_on;
 }
 
 struct alnair_gpu_time_tick alnair_gpu_time_account(struct alnair_gpu_time *g, uint64_t now,

@@ -86,10 +86,10 @@ struct alnair_gpu_time_tick {
     double excess_ns;        /* in those another process wanted too: GPU time used beyond the entitlement */
     int contested;           /* in the latest ms the peers published, one of them had work on the GPU */
     int shares;              /* ...and one of them, or this process, has a compute share */
-    int saturated;           /* the GPU ran work nearly all its recent time (device_busy.h) */
-    int sampled;             /* ...as its samples of its periods say (before one, or on a MIG instance: saturated) */
-    int turns;               /* limited processes take turns: sampled, and saturated since the busy part was last
-                                under ALNAIR_DEVICE_TURNS_OFF (device_busy.h) */
+    int saturated;           /* the GPU ran work nearly all its recent time (device_busy.h; before a period's sample,
+                                or on a MIG instance, it counts as saturated) */
+    int turns;               /* limited processes take turns: a period's sample came, and saturated since the busy part
+                                was last under ALNAIR_DEVICE_TURNS_OFF (device_busy.h) */
     double entitled;         /* this process's part of the GPU then, were it to want it (0..1) */
     double unaccounted_ns;   /* busy time not accounted yet, at the latest part of it that was GPU time */
 };

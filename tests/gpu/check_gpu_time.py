@@ -9,8 +9,9 @@ For each loop (tests/gpu/training_loops.py: ResNet-18 and a transformer, a sync 
     (kernels and copies, torch.profiler, the same process right after) and the busy time per step;
   pair: two copies of the loop together: each one's GPU time share and throughput share of its solo rate, and
     their sum beside NVML's device utilization (nvmlDeviceGetUtilizationRates, sampled every 50 ms meanwhile).
-Each GPU time share is read twice: right at the spell's end, as a scrape then would (its last ~0.7 s at the recent
-scale), and `settled`, 1.5 s later with the processes idle, once NVML's samples of the whole spell are in.
+Each GPU time share is read twice: right at the spell's end, as a scrape then would (its last ~0.3 s at the recent
+scale; ~0.7 s with NVML read every 500 ms), and `settled`, 1.5 s later with the processes idle, once NVML's samples
+of the whole spell are in.
 Results in a table and $OUT/gpu_time.json; the targets: alone within 5% of the profiler, the pair's sum within 5
 points of NVML's busy time. --baseline-library: each loop is measured again right after under another build of the
 library (lines marked `baseline`, entries naming it in `library`), so two builds meet on one warm GPU.
@@ -25,7 +26,7 @@ import time
 from device_watch import DeviceWatch
 from training_loops import finish, loops, new_shm_dir, prepare, published_all, read_rate, save, start, tell, wait_ready
 
-SETTLE_S = 1.5  # longer than NVML's samples take to reach the record (up to 0.7 s on an H100)
+SETTLE_S = 1.5  # longer than NVML's samples take to reach the record (on an H100 up to 0.3 s; 0.7 s read every 500 ms)
 
 
 def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceWatch, library: str | None = None) -> dict:

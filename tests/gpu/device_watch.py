@@ -16,11 +16,12 @@ import time
 CLOCK_SM = 1  # nvmlClockType_t
 
 
+class Rates(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]  # nvmlUtilization_t
+
+
 class DeviceWatch:
     """Device 0, polled from `with watch:` to its end; `summary()` then. Reusable."""
-
-    class Rates(ctypes.Structure):
-        _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
     def __init__(self, interval: float = 0.05):
         self.nvml = ctypes.CDLL("libnvidia-ml.so.1")
@@ -40,7 +41,7 @@ class DeviceWatch:
         return value.value if call and call(self.handle, *args, ctypes.byref(value)) == 0 else None
 
     def _poll(self) -> None:
-        rates = self.Rates()
+        rates = Rates()
         while self.running:
             busy = rates.gpu if self.nvml.nvmlDeviceGetUtilizationRates(self.handle, ctypes.byref(rates)) == 0 else None
             sm = self._read("nvmlDeviceGetClockInfo", ctypes.c_uint(), CLOCK_SM)

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+from device_watch import Rates
 from training_loops import finish, make_importable, new_shm_dir, read_rate, start, tell, wait_ready
 
 UTILIZATION_SAMPLES = 1  # NVML_GPU_UTILIZATION_SAMPLES
@@ -81,10 +82,6 @@ def fit_offset(seen: list[tuple[int, int]], spans: list[tuple[float, float]]) ->
         if best is None or rms < best["rms"]:
             best = {"offset_ms": offset / 1000, "busy_part": part, "rms": rms}
     return best
-
-
-class Rates(ctypes.Structure):
-    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]  # nvmlUtilization_t
 
 
 def read_cadence(
