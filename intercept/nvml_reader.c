@@ -12,8 +12,10 @@
 
 /* Busy samples every round: NVML takes one every 1/6 s to 1 s. Read every 500 ms (2 ms a read on an H100), the
  * ResNet-18 loops' GPU time fell 3-11 points under NVML's busy time, alone and in pairs, on two H100s where builds
- * reading every 100 ms came within 2 (docs/benchmarks.md, 2026-12-07). Likely the time before the first period,
- * counted whole until d68c3af (device_busy.h); every 100 ms until a GPU shows 500 ms agrees since. */
+ * reading every 100 ms came within 2 (docs/benchmarks.md, 2026-12-07): the time before the first period, counted
+ * whole until d68c3af (device_busy.h). Since then 500 ms reads lose nothing, but alone they read 1-4 points more
+ * over NVML than 100 ms reads (two H100s; likely how the check read them): every 100 ms, 1.4-2.1% of a core per
+ * process and GPU, until an A/B with the check reading after the warm-up's samples says otherwise. */
 #define ROUND_NS 100000000ull
 #define HELD_ROUNDS 10 /* what the GPU holds, every tenth round (each second) */
 #define KEPT 64               /* busy samples kept per device until taken (a round reads a few) */

@@ -9,9 +9,11 @@ For each loop (tests/gpu/training_loops.py: ResNet-18 and a transformer, a sync 
     (kernels and copies, torch.profiler, the same process right after) and the busy time per step;
   pair: two copies of the loop together: each one's GPU time share and throughput share of its solo rate, and
     their sum beside NVML's device utilization (nvmlDeviceGetUtilizationRates, sampled every 50 ms meanwhile).
-Each GPU time share is read twice: right at the spell's end, as a scrape then would (its last ~0.3 s at the recent
-scale; ~0.7 s with NVML read every 500 ms), and `settled`, 1.5 s later with the processes idle, once NVML's samples
-of the whole spell are in.
+Each GPU time share is the growth from a reading 1.5 s after the warm-up (the processes idle, NVML's samples of
+the warm-up in: read right after it, the warm-up's late samples corrected its tail inside the spell, 2.5-4.2% over
+NVML with NVML read every 500 ms) to two readings: right at the spell's end, as a scrape then would (its last ~0.3 s
+at the recent scale; ~0.7 s with NVML read every 500 ms), and `settled`, 1.5 s later with the processes idle, once
+NVML's samples of the whole spell are in.
 Results in a table and $OUT/gpu_time.json; the targets: alone within 5% of the profiler, the pair's sum within 5
 points of NVML's busy time. --baseline-library: each loop is measured again right after under another build of the
 library (lines marked `baseline`, entries naming it in `library`), so two builds meet on one warm GPU.
@@ -38,6 +40,7 @@ def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceWat
     children = [start(model, batch, seconds, shm, env, profile_steps=steps) for model, batch, steps in members]
     wait_ready(children)
     pids = [c.pid for c in children]
+    time.sleep(SETTLE_S)  # the children idle: the samples of their warm-up's last steps come in
     before = published_all(shm, pids)
     with busy:
         tell(children)

@@ -9,7 +9,7 @@
  * Nothing depends on the machine's speed: the same arguments give the same numbers.
  *
  *   gpu_time_sim [--no-device-busy] [--no-turns] [--switch-us N] [--slice-us N] [--samples-early-us N] [--samples-late-ms N]
- *                [--report-ms N] SECONDS PROC ...
+ *                [--report-ms N] [--warm-up MS:LAUNCH_US] SECONDS PROC ...
  *   PROC = [cap=N,][share=N,]kernels:kernel_us:launch_us:cpu_us[:on_ms:off_ms[:start_ms]]
  *
  * A process repeats steps: `kernels` launches `launch_us` of CPU apart, each queueing
@@ -32,6 +32,8 @@
  * seen N ms after their end instead of 50 (an H100's come every 200 ms and are read every 500 ms: up to 700).
  * --report-ms: every N ms also prints "at MS process I gpu_time_ns G true_ns T", what each process has published and
  * really got so far, as a check that reads the record before and after a stepping spell sees it.
+ * --warm-up: for the run's first MS ms every process launches LAUNCH_US apart, a warm-up of another shape than its
+ * steps (cuDNN's autotuning, the first allocations): the GPU busy part of its busy time differs from the steps'.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +80,7 @@ static uint64_t slice_ns = 2000000ull; /* --slice-us: a time slice */
 static uint64_t early_ns;  /* --samples-early-us */
 static uint64_t sample_lag_ns = 50000000ull; /* --samples-late-ms */
 static uint64_t report_ns;                     /* --report-ms (0: none) */
+static uint64_t warm_until_ns, warm_launch_ns;  /* --warm-up */
 static int turns = 1; /* --no-turns: the library without its turns (to 70fe0b7) */
 
 /* A process's turn word goes into its slot at once, as the library's pwrite does. */
@@ -175,7 +178,7 @@ static void run_cpu(struct proc *p, uint64_t t)
             p->queued_ns += p->kernel_ns;
             p->launches++;
             if (!alnair_gpu_time_busy(&p->g)) alnair_gpu_time_begin(&p->g, t);
-            p->next_ns += p->launch_ns;
+            p->next_ns += t < warm_until_ns ? warm_launch_ns : p->launch_ns;
             if (++p->launched == p->kernels) p->phase = SYNCING;
         } else {
             if (p->queued_ns) return;
@@ -217,6 +220,11 @@ int main(int argc, char **argv)
             continue;
         }
         if (argc < 3) break;
+        unsigned long long warm_ms, warm_us;
+        if (!strcmp(argv[1], "--warm-up") && sscanf(argv[2], "%llu:%llu", &warm_ms, &warm_us) == 2) {
+            warm_until_ns = warm_ms * 1000000, warm_launch_ns = warm_us * 1000, argc -= 2, argv += 2;
+            continue;
+        }
         unsigned long long value = strtoull(argv[2], NULL, 10);
         if (!strcmp(argv[1], "--switch-us")) switch_ns = value * 1000;
         else if (!strcmp(argv[1], "--slice-us") && value) slice_ns = value * 1000;
@@ -228,11 +236,12 @@ int main(int argc, char **argv)
     }
     if (argc < 3 || argc - 2 > MAX_PROCS) {
         fprintf(stderr, "usage: gpu_time_sim [--no-device-busy] [--no-turns] [--switch-us N] [--slice-us N] [--samples-early-us N] [--samples-late-ms N]"
-                        " [--report-ms N] SECONDS PROC [PROC ...] (at most %d)\n", MAX_PROCS);
+                        " [--report-ms N] [--warm-up MS:LAUNCH_US] SECONDS PROC [PROC ...] (at most %d)\n", MAX_PROCS);
         return 2;
     }
     uint64_t start = 1000000000ull, end = start + (uint64_t)(atof(argv[1]) * 1e9), device_busy = 0, slice_used = 0;
     uint64_t first_on_ns = 0, sample_busy = 0, sample_end = start + SAMPLE_NS;
+    if (warm_until_ns) warm_until_ns += start;
     n_procs = argc - 2;
     for (int i = 0; i < n_procs; i++) {
         parse(&procs[i], argv[i + 2], i);
