@@ -158,12 +158,9 @@ static uint32_t quota_ppm(struct controller *c, const struct alnair_device *d, u
 }
 
 /* This process's turn after the tick's decision, and the peers' as the table says; the word written if it changed. */
-static void decide_turns(struct controller *c, struct alnair_device *d, uint64_t launches, uint64_t now,
-                         uint64_t until, int shared, int turns)
+static void decide_turns(struct controller *c, struct alnair_device *d, int worked, uint64_t now, uint64_t until,
+                         int shared, int turns)
 {
-    int worked = launches != c->launches_ticked || alnair_gpu_time_busy(&d->gpu_time) ||
-                 atomic_load(&d->gpu_time.gate_waiting) > 0;
-    c->launches_ticked = launches;
     /* not in a table: no turns, so no launch touches the share while a failed join is tried again (it remakes it) */
     if (alnair_turn_tick(&c->turn, now, until, worked, shared && turns, shared ? &c->share.table : NULL,
                          shared ? c->share.counted : 0) && shared)
@@ -185,13 +182,16 @@ static void tick_device(struct controller *c, int ordinal, const uint8_t *uuid, 
         alnair_share_set_quota(&c->share, quota_ppm(c, d, launches, now), &c->turn);
         alnair_share_read(&c->share, now);
     }
+    int worked = launches != c->launches_ticked || alnair_gpu_time_busy(&d->gpu_time) ||
+                 atomic_load(&d->gpu_time.gate_waiting) > 0;
+    c->launches_ticked = launches;
     struct alnair_busy_sample samples[MAX_SAMPLES];
-    int n = alnair_nvml_busy_taken(ordinal, uuid, samples, MAX_SAMPLES); /* none without NVML, or on MIG */
+    int n = alnair_nvml_busy_taken(ordinal, uuid, samples, MAX_SAMPLES, worked); /* none without NVML, or on MIG */
     struct alnair_gpu_time_tick t =
         alnair_gpu_time_account(&d->gpu_time, now, shared ? &c->share.table : NULL, c->share.counted, samples, n);
     double wait = alnair_gpu_time_owed(&c->debts, d->compute_limit_percent, &t);
     uint64_t until = wait > 0 ? now + (uint64_t)wait : 0;
-    decide_turns(c, d, launches, now, until, shared, t.turns);
+    decide_turns(c, d, worked, now, until, shared, t.turns);
     /* launches look at the gate while a wait is owed, and while turns are due or held for (1: a time long past) */
     if (!until && alnair_turn_pending(&c->turn)) until = 1;
     atomic_store_explicit(&d->barred_until_ns, until, memory_order_relaxed);

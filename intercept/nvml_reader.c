@@ -18,11 +18,14 @@
  * process and GPU, until an A/B with the check reading after the warm-up's samples says otherwise. */
 #define ROUND_NS 100000000ull
 #define HELD_ROUNDS 10 /* what the GPU holds, every tenth round (each second) */
+#define IDLE_ROUNDS 10 /* a device's busy samples every round until this many after the process's latest work on
+                        * it, then every this many (a sample the driver dropped meanwhile held none of its work) */
 #define KEPT 64               /* busy samples kept per device until taken (a round reads a few) */
 
 struct wanted {
     uint8_t uuid[16];
     int busy, held; /* asked for */
+    int busy_rounds; /* rounds the busy samples are read every round: IDLE_ROUNDS from the process's latest work */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -51,16 +54,16 @@ static void keep_busy(int ordinal, const struct alnair_busy_sample *got, int n)
     pthread_mutex_unlock(&lock);
 }
 
-static void read_device(int ordinal, const struct wanted *want, int held_round)
+static void read_device(int ordinal, const struct wanted *want, unsigned round)
 {
     void *device = alnair_nvml_device(ordinal, want->uuid);
-    if (want->busy) {
+    if (want->busy && (want->busy_rounds || round % IDLE_ROUNDS == 0)) {
         struct alnair_busy_sample got[KEPT];
         int n = alnair_nvml_busy_samples(device, &last_us[ordinal], got, KEPT);
         if (n) keep_busy(ordinal, got, n);
     }
     uint64_t held;
-    if (want->held && held_round && alnair_nvml_memory_of(device, (unsigned)getpid(), &held) == 0) {
+    if (want->held && round % HELD_ROUNDS == 0 && alnair_nvml_memory_of(device, (unsigned)getpid(), &held) == 0) {
         pthread_mutex_lock(&lock);
         devices[ordinal].held = held, devices[ordinal].held_new = 1;
         pthread_mutex_unlock(&lock);
@@ -75,8 +78,9 @@ static void *read_nvml(void *arg)
         for (int i = 0; i < ALNAIR_CUDA_MAX_DEVICES; i++) {
             pthread_mutex_lock(&lock);
             struct wanted want = devices[i].want;
+            if (devices[i].want.busy_rounds) devices[i].want.busy_rounds--;
             pthread_mutex_unlock(&lock);
-            if (want.busy || want.held) read_device(i, &want, round % HELD_ROUNDS == 0);
+            if (want.busy || want.held) read_device(i, &want, round);
         }
         struct timespec pause = {0, (long)ROUND_NS};
         while (nanosleep(&pause, &pause) != 0) {
@@ -112,11 +116,12 @@ static int valid(int ordinal, const uint8_t uuid[16])
     return uuid && ordinal >= 0 && ordinal < ALNAIR_CUDA_MAX_DEVICES;
 }
 
-int alnair_nvml_busy_taken(int ordinal, const uint8_t uuid[16], struct alnair_busy_sample *out, int max)
+int alnair_nvml_busy_taken(int ordinal, const uint8_t uuid[16], struct alnair_busy_sample *out, int max, int worked)
 {
     if (!valid(ordinal, uuid)) return 0;
     pthread_mutex_lock(&lock);
     if (!devices[ordinal].want.busy) ask(ordinal, uuid, &devices[ordinal].want.busy);
+    if (worked) devices[ordinal].want.busy_rounds = IDLE_ROUNDS;
     int count = devices[ordinal].busy_count, skip = count > max ? count - max : 0;
     memcpy(out, devices[ordinal].busy + skip, (size_t)(count - skip) * sizeof *out);
     devices[ordinal].busy_count = 0;

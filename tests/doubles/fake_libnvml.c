@@ -13,6 +13,7 @@
  * allocated (its allocations and contexts) plus FAKE_NVML_CONTEXT_GROWTH_BYTES
  * (memory its contexts gained after creation, which the driver's counters miss).
  * FAKE_NVML_HANG=init or samples: that call never returns, as a driver in trouble's.
+ * FAKE_NVML_SAMPLES_LOG=path: each samples call appends its CLOCK_MONOTONIC ns there (how often it is read).
  *
  * alnair top enumerates the GPUs (nvmlDeviceGetCount_v2, GetHandleByIndex_v2,
  * GetName, GetUtilizationRates, GetMemoryInfo) and reads SM active through GPM
@@ -28,6 +29,7 @@
  * two samples of one device taken apart in time give a value.
  */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,10 +274,22 @@ typedef struct {
 
 enum { GPU_UTILIZATION_SAMPLES = 1, VALUE_UNSIGNED_INT = 1, KEPT = 100 };
 
+static void log_samples_call(void)
+{
+    const char *path = getenv("FAKE_NVML_SAMPLES_LOG");
+    int fd = path ? open(path, O_WRONLY | O_APPEND | O_CREAT, 0644) : -1;
+    if (fd < 0) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    dprintf(fd, "%lld\n", (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec);
+    close(fd);
+}
+
 EXPORT int nvmlDeviceGetSamples(void *device, int type, unsigned long long last_seen, int *value_type,
                                 unsigned int *count, nvml_sample *samples)
 {
     hang_in("samples");
+    log_samples_call();
     int i = gpu_index(device);
     if (i < 0 || !count || !value_type) return NVML_ERROR_INVALID_ARGUMENT;
     char buf[32];

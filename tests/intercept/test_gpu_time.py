@@ -305,6 +305,23 @@ def test_an_nvml_that_never_answers_stops_only_the_scale(run_client, shm_dir, fa
     assert client.stop() == "" and client.proc.returncode == 0
 
 
+def test_nvml_is_read_every_100_ms_while_the_process_works_and_once_a_second_while_it_idles(
+    run_client, shm_dir, fake_nvml_dir, fake_driver_dir, tmp_path
+):
+    """A read of the busy samples costs ~2 ms of a core (an H100): an idle process (an inference server between
+    requests) reads them once a second, a second after its last work, and every round (100 ms) while it works."""
+    log = tmp_path / "samples-reads"
+    env = {"LD_LIBRARY_PATH": f"{fake_nvml_dir}:{fake_driver_dir}", "FAKE_NVML_SAMPLES_LOG": str(log)}
+    client = stepping_client(run_client, 2, env)  # returns once it has stepped for 2 s, then idles
+    idle_from = time.monotonic_ns()
+    time.sleep(5)
+    client.stop()
+    reads = [int(line) for line in log.read_text().split()]
+    stepping = [t for t in reads if idle_from - 2_000_000_000 <= t < idle_from]
+    idle = [t for t in reads if idle_from + 2_000_000_000 <= t < idle_from + 5_000_000_000]
+    assert len(stepping) >= 10 and 1 <= len(idle) <= 4, (len(stepping), len(idle))
+
+
 def test_the_librarys_threads_are_named_and_take_no_signal(run_client, fake_nvml_dir, fake_driver_dir):
     """The monitor and the NVML thread show as such (top -H, gdb, py-spy), and block every signal, so the program's
     handlers never run on them."""
