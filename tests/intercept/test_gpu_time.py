@@ -314,12 +314,12 @@ def test_nvml_is_read_every_100_ms_while_the_process_works_and_once_a_second_whi
     env = {"LD_LIBRARY_PATH": f"{fake_nvml_dir}:{fake_driver_dir}", "FAKE_NVML_SAMPLES_LOG": str(log)}
     client = stepping_client(run_client, 2, env)  # returns once it has stepped for 2 s, then idles
     idle_from = time.monotonic_ns()
-    time.sleep(5)
+    time.sleep(6)
     client.stop()
     reads = [int(line) for line in log.read_text().split()]
     stepping = [t for t in reads if idle_from - 2_000_000_000 <= t < idle_from]
-    idle = [t for t in reads if idle_from + 2_000_000_000 <= t < idle_from + 5_000_000_000]
-    assert len(stepping) >= 10 and 1 <= len(idle) <= 4, (len(stepping), len(idle))
+    idle = [t for t in reads if idle_from + 2_000_000_000 <= t < idle_from + 6_000_000_000]
+    assert len(stepping) >= 10 and 1 <= len(idle) <= 5, (len(stepping), len(idle))  # 20 and 4 at 100 ms a round
 
 
 def test_the_librarys_threads_are_named_and_take_no_signal(run_client, fake_nvml_dir, fake_driver_dir):
