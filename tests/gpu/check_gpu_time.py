@@ -31,7 +31,9 @@ from training_loops import finish, loops, new_shm_dir, prepare, published_all, r
 SETTLE_S = 1.5  # longer than NVML's samples take to reach the record (on an H100 up to 0.3 s; 0.7 s read every 500 ms)
 
 
-def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceWatch, library: str | None = None) -> dict:
+def measure(
+    members: list[tuple[str, int, int]], seconds: float, watch: DeviceWatch, library: str | None = None
+) -> dict:
     """Processes stepping together for `seconds`, one per (model, batch, profile steps), under `library` if given:
     each one's published figures over those seconds, NVML's busy part meanwhile, and then, where asked, the
     profiler's kernel time per step and the seconds its profiled steps took (the processes profile at once)."""
@@ -42,7 +44,7 @@ def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceWat
     pids = [c.pid for c in children]
     time.sleep(SETTLE_S)  # the children idle: the samples of their warm-up's last steps come in
     before = published_all(shm, pids)
-    with busy:
+    with watch:
         tell(children)
         rates = [read_rate(child)[0] for child in children]
     after = published_all(shm, pids)
@@ -73,7 +75,7 @@ def measure(members: list[tuple[str, int, int]], seconds: float, busy: DeviceWat
                 run["profiler_ms_per_step"], run["profiled_s"] = float(line[1]), float(line[2])
                 run["profiled_steps"] = steps
     finish(children)
-    device = busy.summary()
+    device = watch.summary()
     return {"runs": runs, "nvml_busy": device["busy"], "device": device}
 
 
@@ -87,12 +89,12 @@ def main() -> int:
     parser.add_argument("--baseline-library", help="a libalnair.so each loop is measured under again, right after")
     args = parser.parse_args()
     prepare()
-    busy = DeviceWatch()
+    watch = DeviceWatch()
     report = []
     libraries = [None, args.baseline_library] if args.baseline_library else [None]
     for (loop, model, batch), library in [(each, lib) for each in loops(args.loops) for lib in libraries]:
-        alone = measure([(model, batch, args.profile_steps)], args.seconds, busy, library)
-        pair = measure([(model, batch, 0)] * 2, args.seconds, busy, library)
+        alone = measure([(model, batch, args.profile_steps)], args.seconds, watch, library)
+        pair = measure([(model, batch, 0)] * 2, args.seconds, watch, library)
         report.append({"loop": loop, "library": library, "alone": alone, "pair": pair})
         a = alone["runs"][0]
         for r in pair["runs"]:

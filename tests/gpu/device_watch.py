@@ -9,6 +9,8 @@ the clocks say whether the GPU ran slower or the loop did. A figure this NVML do
 from __future__ import annotations
 
 import ctypes
+import functools
+import operator
 import statistics
 import threading
 import time
@@ -20,14 +22,22 @@ class Rates(ctypes.Structure):
     _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]  # nvmlUtilization_t
 
 
+def open_nvml() -> tuple[ctypes.CDLL, ctypes.c_void_p, float]:
+    """NVML initialised: the library, device 0's handle, and the seconds nvmlInit_v2 took."""
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    started = time.perf_counter()
+    assert lib.nvmlInit_v2() == 0
+    took = time.perf_counter() - started
+    handle = ctypes.c_void_p()
+    assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0
+    return lib, handle, took
+
+
 class DeviceWatch:
     """Device 0, polled from `with watch:` to its end; `summary()` then. Reusable."""
 
     def __init__(self, interval: float = 0.05):
-        self.nvml = ctypes.CDLL("libnvidia-ml.so.1")
-        assert self.nvml.nvmlInit_v2() == 0
-        self.handle = ctypes.c_void_p()
-        assert self.nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.handle)) == 0
+        self.nvml, self.handle, _ = open_nvml()
         # the clocks' event reasons: the name since driver 535, the older one before
         self.reasons = getattr(self.nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
             self.nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
@@ -69,9 +79,7 @@ class DeviceWatch:
             return [row[i] for row in self.rows if row[i] is not None]
 
         busy, sm, power, reasons = column(0), column(1), column(2), column(3)
-        held = 0
-        for r in reasons:
-            held |= r
+        held = functools.reduce(operator.or_, reasons, 0)
         return {
             "busy": sum(busy) / len(busy) / 100 if busy else None,
             "sm_mhz": statistics.median(sm) if sm else None,

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from device_watch import Rates
+from device_watch import Rates, open_nvml
 from training_loops import finish, make_importable, new_shm_dir, read_rate, start, tell, wait_ready
 
 UTILIZATION_SAMPLES = 1  # NVML_GPU_UTILIZATION_SAMPLES
@@ -26,12 +26,8 @@ class Sample(ctypes.Structure):
 
 
 def nvml():
-    lib = ctypes.CDLL("libnvidia-ml.so.1")
-    started = time.perf_counter()
-    assert lib.nvmlInit_v2() == 0
-    print(json.dumps({"nvml_init_ms": (time.perf_counter() - started) * 1000}), flush=True)
-    handle = ctypes.c_void_p()
-    assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0
+    lib, handle, took = open_nvml()
+    print(json.dumps({"nvml_init_ms": took * 1000}), flush=True)
     return lib, handle
 
 
