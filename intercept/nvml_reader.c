@@ -11,11 +11,11 @@
 #include <unistd.h>
 
 /* Busy samples every round: NVML takes one every 1/6 s to 1 s. Read every 500 ms (2 ms a read on an H100), the
- * ResNet-18 loops' GPU time fell 3-11 points under NVML's busy time, alone and in pairs, on two H100s where builds
- * reading every 100 ms came within 2 (docs/benchmarks.md, 2026-12-07): the time before the first period, counted
- * whole until d68c3af (device_busy.h). Since then 500 ms reads lose nothing, but alone they read 1-4 points more
- * over NVML than 100 ms reads (two H100s; likely how the check read them): every 100 ms, 1.4-2.1% of a core per
- * process and GPU, until an A/B with the check reading after the warm-up's samples says otherwise. */
+ * ResNet-18 loops' GPU time fell 3-11 points under NVML's busy time until d68c3af (the time before the first period,
+ * counted whole; device_busy.h). Since then 500 ms reads publish as 100 ms ones do (an H100, 2026-12-08), but the
+ * caps, which act on the samples as they come, held less well on them (distance from the caps 39.2 points against
+ * 28.5 over ten capped sides; docs/benchmarks.md). So every 100 ms while the process works, and once a second while it
+ * idles: 1.4-2.1% of a core per working process and GPU. */
 #define ROUND_NS 100000000ull
 #define HELD_ROUNDS 10 /* what the GPU holds, every tenth round (each second) */
 #define IDLE_ROUNDS 10 /* a device's busy samples every round until this many after the process's latest work on

@@ -8,11 +8,13 @@ peer counts half, so a part near 1 means the busy time counted undivided); its s
 second, the next and the rest; and the GPU time against NVML's busy time per sample period. Then the turns, from
 the share table's words: each child's turns (how many, how long), holds and due time, and the handovers: time
 some process held while no turn ran (the GPU idles for a turn not yet started) and time a turn ran beside a peer
-that neither held nor had a turn (they time-slice). It reads; it asserts nothing.
+that neither held nor had a turn (they time-slice); last, the children's GPU time summed in the records where a
+turn was due or taken and in the others. It reads; it asserts nothing.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import statistics
 import sys
@@ -73,7 +75,7 @@ def describe(run: dict) -> str:
                 "       per NVML period (busy%: GPU time%): "
                 + " ".join(f"{100 * b:.0f}:{100 * g:.1f}" for b, g in periods)
             )
-    return "\n".join(lines + describe_turns(run, records[0][1], records[-1][1]))
+    return "\n".join(lines + describe_turns(run, records[0][1], records[-1][1]) + by_turns(run, records))
 
 
 def turn_intervals(run: dict, start: float, end: float) -> list[tuple[float, dict[int, int]]]:
@@ -132,6 +134,37 @@ def describe_turns(run: dict, start: float, end: float) -> list[str]:
         f" nor in a turn {100 * beside / span:.1f}%"
     )
     return lines
+
+
+def by_turns(run: dict, records: list) -> list[str]:
+    """The children's GPU time summed, in the records where some turn was due or taken and in the others: whether
+    the GPU ran as busy with turns in play as without (the published time lags the words by up to ~30 ms, so a
+    record at a change of phase may carry some of the other's)."""
+    from alnair.abi import layout
+
+    shift = layout.DECLARATIONS.integers["ALNAIR_TURN_STATE_SHIFT"]
+    words = run.get("turn_words") or []
+    stamps = [w[0] for w in words]
+    phases: dict[str, list[float]] = {"turns in play": [], "no turns": []}
+    for a, b in zip(records, records[1:]):
+        if not all(a[2:]) or not all(b[2:]) or not words:
+            continue
+        first = max(bisect.bisect_right(stamps, a[1]) - 1, 0)
+        last = bisect.bisect_right(stamps, b[1])
+        in_play = any(word >> shift & 3 for w in words[first:last] for _, word in w[1:])
+        grew = sum(y["gpu_time_s"] - x["gpu_time_s"] for x, y in zip(a[2:], b[2:]))
+        phases["turns in play" if in_play else "no turns"].append(grew / (b[0] - a[0]))
+    counted = sum(len(v) for v in phases.values())
+    if not counted:
+        return []
+    return [
+        "  GPU time summed over the children: "
+        + ", ".join(
+            f"{k} {100 * statistics.mean(v):.1f}% ({100 * len(v) / counted:.0f}% of the records)"
+            for k, v in phases.items()
+            if v
+        )
+    ]
 
 
 def main() -> int:

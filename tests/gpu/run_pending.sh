@@ -2,7 +2,7 @@
 # On the GPU machine (the `device` tool): the GPU sharing issue's checks (and issue 37's, resolved), each bounded by
 # its own timeout so one slow part cannot use up the call; logs and JSON under $OUT.
 #   bash tests/gpu/run_pending.sh [caps] [caps-mixed] [lending] [steps] [trace] [trace3] [gputime] [kernel-time] [nvml-stamps]
-#                                 [stack] [gpm] [kernels] [profile] [ab] [gputime-ab]
+#                                 [stack] [gpm] [kernels] [profile] [ab] [ab-noturns] [gputime-ab]
 # Default: caps (issue 34 (a): 30/70 five times per loop, the solo rate measured beside every set; about 8 minutes,
 # a call of its own); then `caps-mixed lending` (30 beside an unlimited process, 20/30/50, and (b)) and
 # `gputime stack` ((c), and (d) the whole stack's ABBA cost with the limits and the share) take a call each;
@@ -14,8 +14,8 @@
 # `gputime-ab`: (c) under this tree's library and right after under that other build, loop by loop: where the GPU
 # time read under NVML's busy time on 2026-12-07 (ResNet-18) and where it did not (the transformer). With the tree
 # rebuilt reading NVML every 500 ms (ROUND_NS 500000000ull and IDLE_ROUNDS 2 in nvml_reader.c) as the other build:
-# whether 500 ms reads come as close to NVML as 100 ms ones (2026-12-07, late night: 1-4 points further alone,
-# likely the check's reading then, fixed since).
+# whether 500 ms reads come as close to NVML as 100 ms ones (2026-12-08, with the check reading after the warm-up's
+# samples: as close; the caps held less well on them, so reads stay every 100 ms).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LIBCC=gcc PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/alnair-out}  # LIBCC: the device has no ziglang
@@ -66,6 +66,16 @@ for part; do
         ab) run ab 570 python3 tests/gpu/check_limits_training.py --name ab_limits_training \
             --loops resnet18:128,transformer:32 --sets c30/c70,c30/-,c20/c30/c50 --seconds 5 \
             --baseline-library "${ALNAIR_BASELINE_LIBRARY:-$PWD/.device/libalnair-baseline.so}" ;;
+        # every caps set under the tree and right after under the tree built here with no turns (decide_turns given 0):
+        # whether turns still pay on real loops, where the traces of 2026-12-07 and -08 saw the GPU run 9-17 points less
+        # of the time while a turn was due or taken than while none was
+        ab-noturns) rm -rf /tmp/noturns && cp -r intercept /tmp/noturns &&
+            sed -i 's/decide_turns(c, d, worked, now, until, shared, t.turns);/decide_turns(c, d, worked, now, until, shared, 0);/' \
+                /tmp/noturns/compute_limit.c && grep -q 'shared, 0);' /tmp/noturns/compute_limit.c &&
+            rm -rf /tmp/noturns/build && make -s -C /tmp/noturns ABI="$PWD/abi" || exit 1
+            run ab-noturns 570 python3 tests/gpu/check_limits_training.py --name ab-noturns_limits_training \
+            --loops resnet18:128,transformer:32 --sets c30/c70,c20/c30/c50 --seconds 5 \
+            --baseline-library /tmp/noturns/build/libalnair.so ;;
         gputime-ab) run gputime-ab 400 python3 tests/gpu/check_gpu_time.py --loops resnet18:128,resnet18:32,transformer:32 \
             --seconds 6 --baseline-library "${ALNAIR_BASELINE_LIBRARY:-$PWD/.device/libalnair-baseline.so}" ;;
         *) echo "unknown part $part" >&2; exit 2 ;;
