@@ -2,7 +2,7 @@
 # On the GPU machine (the `device` tool): the GPU sharing issue's checks (and issue 37's, resolved), each bounded by
 # its own timeout so one slow part cannot use up the call; logs and JSON under $OUT.
 #   bash tests/gpu/run_pending.sh [caps] [caps-mixed] [lending] [steps] [trace] [trace3] [gputime] [kernel-time] [nvml-stamps]
-#                                 [stack] [gpm] [kernels] [profile] [ab] [ab-noturns] [gputime-ab]
+#                                 [stack] [gpm] [kernels] [profile] [ab] [ab-no-turns] [ab-cap-bank] [gputime-ab]
 # Default: caps (issue 34 (a): 30/70 five times per loop, the solo rate measured beside every set; about 8 minutes,
 # a call of its own); then `caps-mixed lending` (30 beside an unlimited process, 20/30/50, and (b)) and
 # `gputime stack` ((c), and (d) the whole stack's ABBA cost with the limits and the share) take a call each;
@@ -29,6 +29,15 @@ run() {
     echo "== $name (at most $budget s)"
     timeout "$budget" "$@" 2>&1 | tee "$OUT/$name.log"
     echo "== $name: exit ${PIPESTATUS[0]}"
+}
+
+# The tree's intercept with tests/gpu/patches/$1.patch applied, built under /tmp/variant-$1 (patch, or git apply)
+variant() {
+    local dir=/tmp/variant-$1 diff=$PWD/tests/gpu/patches/$1.patch
+    rm -rf "$dir" && mkdir -p "$dir" && cp -r intercept "$dir/" && rm -rf "$dir/intercept/build" || return 1
+    if command -v patch >/dev/null; then patch -s -p1 -d "$dir" <"$diff"; else (cd "$dir" && git apply -p1 "$diff"); fi ||
+        { echo "$1.patch does not apply to the tree" >&2; return 1; }
+    make -s -C "$dir/intercept" ABI="$PWD/abi"
 }
 
 [ $# -gt 0 ] || set -- caps
@@ -66,16 +75,15 @@ for part; do
         ab) run ab 570 python3 tests/gpu/check_limits_training.py --name ab_limits_training \
             --loops resnet18:128,transformer:32 --sets c30/c70,c30/-,c20/c30/c50 --seconds 5 \
             --baseline-library "${ALNAIR_BASELINE_LIBRARY:-$PWD/.device/libalnair-baseline.so}" ;;
-        # every caps set under the tree and right after under the tree built here with no turns (decide_turns given 0):
-        # whether turns still pay on real loops, where the traces of 2026-12-07 and -08 saw the GPU run 9-17 points less
-        # of the time while a turn was due or taken than while none was
-        ab-noturns) rm -rf /tmp/noturns && cp -r intercept /tmp/noturns &&
-            sed -i 's/decide_turns(c, d, worked, now, until, shared, t.turns);/decide_turns(c, d, worked, now, until, shared, 0);/' \
-                /tmp/noturns/compute_limit.c && grep -q 'shared, 0);' /tmp/noturns/compute_limit.c &&
-            rm -rf /tmp/noturns/build && make -s -C /tmp/noturns ABI="$PWD/abi" || exit 1
-            run ab-noturns 570 python3 tests/gpu/check_limits_training.py --name ab-noturns_limits_training \
+        # every caps set under the tree and right after under the tree with tests/gpu/patches/NAME.patch, built here:
+        # no-turns (decide_turns given 0; the traces of 2026-12-07 and -08 saw the GPU run 9-17 points less of the time
+        # while a turn was due or taken), cap-bank (a cap's wait, turns on, pays back its cap's part of 50 ms more, so
+        # a turn runs that long rather than until the accounting catches up: the H100's turns were 7-9 ms, shorter
+        # than a step, the simulator's 17-20 ms)
+        ab-no-turns | ab-cap-bank) variant "${part#ab-}" || exit 1
+            run "$part" 570 python3 tests/gpu/check_limits_training.py --name "${part}_limits_training" \
             --loops resnet18:128,transformer:32 --sets c30/c70,c20/c30/c50 --seconds 5 \
-            --baseline-library /tmp/noturns/build/libalnair.so ;;
+            --baseline-library "/tmp/variant-${part#ab-}/intercept/build/libalnair.so" ;;
         gputime-ab) run gputime-ab 400 python3 tests/gpu/check_gpu_time.py --loops resnet18:128,resnet18:32,transformer:32 \
             --seconds 6 --baseline-library "${ALNAIR_BASELINE_LIBRARY:-$PWD/.device/libalnair-baseline.so}" ;;
         *) echo "unknown part $part" >&2; exit 2 ;;

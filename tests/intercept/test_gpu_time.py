@@ -395,13 +395,15 @@ def test_turns_spare_a_30_70_pair_the_switching(simulate, step, switch_us, limit
     share of its loop alone, the 30% side's GPU time at its limit either way (a cap's with what the GPU idled of its
     turns while the peer held: 0.6 points at the ResNet-like step)."""
     [solo], _ = simulate(10, STEPS_AND_RESNET18[step])
-    rates = {}
+    rates, taken = {}, {}
     for turns in (False, True):
         procs = (f"{limit}=30,{STEPS_AND_RESNET18[step]}", f"{limit}=70,{STEPS_AND_RESNET18[step]}")
         found, _ = simulate(10, *procs, switch_us=switch_us, turns=turns)
         assert abs(charged(found[0]) / 1e10 - 0.30) <= 0.01, (turns, found)
         rates[turns] = [p["steps"] / solo["steps"] for p in found]
+        taken[turns] = (found[0]["turns"], found[0]["turn_median_us"])
     assert sum(rates[False]) < 0.98, rates
+    assert taken[False] == (0, 0) and taken[True][0] > 0 and taken[True][1] > 0, taken  # the sim counts its turns
     assert all(abs(rate - cap) <= 0.03 for rate, cap in zip(rates[True], (0.30, 0.70))), rates
 
 

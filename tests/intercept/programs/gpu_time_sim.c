@@ -19,7 +19,8 @@
  * at a time, in turns of 2 ms (--slice-us) among those with work queued, as the H200 was measured to
  * (docs/intercept.md). Prints, per process, its steps, the GPU time it really got (also while the
  * first process steps and while it idles), what gpu_time.c measured and how long its launches
- * waited for its limit and held for others' turns, and what its cap charged of its turns' idle time; then the time
+ * waited for its limit and held for others' turns, what its cap charged of its turns' idle time, and how many turns
+ * it ran and their median length (from its launches' going to its next wait, as a trace reads the words); then the time
  * the GPU was busy and how long the first process stepped. --no-turns: the library before turns. The GPU's busy
  * samples come as NVML's do: whole percents of 1/6 s periods, each seen 50 ms after its
  * end, and first the driver's latest sample, of the idle GPU before, seen at once as the NVML thread's
@@ -45,6 +46,7 @@
 #define DT_NS 10000ull       /* the simulation's resolution: 10 us */
 #define TICK_NS 10000000ull  /* the monitor's period */
 #define MAX_PROCS 8
+#define MAX_TURNS 4096
 #define SAMPLE_NS 166670000ull /* NVML's utilization period */
 #define MAX_SAMPLES 4096
 
@@ -68,6 +70,8 @@ struct proc {
     uint64_t poll_at;             /* when it reads the table again */
     uint64_t launches_ticked;        /* the launch count at the last tick */
     double turn_idle_ns;             /* what its cap charged of its turns' idle time */
+    int in_turn;                     /* its turn runs (note_turn's `running`) since turn_from_ns */
+    uint64_t turn_from_ns, turns, turn_us[MAX_TURNS]; /* its turns, and each one's length (the first MAX_TURNS) */
 };
 
 static struct proc procs[MAX_PROCS];
@@ -93,6 +97,24 @@ static void note_turn(struct proc *p, uint64_t t)
 {
     int running = atomic_load(&p->turn.state) == ALNAIR_TURN_TAKEN && !atomic_load(&p->g.gate_waiting);
     alnair_gpu_time_turn(&p->g, running, t);
+    if (running && !p->in_turn) p->turn_from_ns = t;
+    if (!running && p->in_turn && p->turns < MAX_TURNS) p->turn_us[p->turns] = (t - p->turn_from_ns) / 1000;
+    if (!running && p->in_turn) p->turns++;
+    p->in_turn = running;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median length of a process's turns (us; 0: none). */
+static uint64_t median_turn_us(struct proc *p)
+{
+    size_t n = p->turns < MAX_TURNS ? p->turns : MAX_TURNS;
+    qsort(p->turn_us, n, sizeof p->turn_us[0], by_value);
+    return n ? p->turn_us[n / 2] : 0;
 }
 
 /* A launch the limit lets go, at the turns' gate (compute_limit.c's loop): 1 while it waits there. */
@@ -289,11 +311,12 @@ int main(int argc, char **argv)
         struct proc *p = &procs[i];
         alnair_gpu_time_account(&p->g, end, &table, peers_of(i), samples, samples_seen(end));
         printf("process %d steps %llu true_ns %llu true_first_on_ns %llu gpu_time_ns %llu busy_ns %llu waited_ns %llu held_ns %llu "
-               "turn_idle_ns %llu\n",
+               "turn_idle_ns %llu turns %llu turn_median_us %llu\n",
                i, (unsigned long long)p->steps, (unsigned long long)p->served_ns,
                (unsigned long long)p->served_first_on_ns, (unsigned long long)atomic_load(&p->g.gpu_time_ns),
                (unsigned long long)atomic_load(&p->g.busy_ns), (unsigned long long)p->waited_ns, (unsigned long long)p->held_ns,
-               (unsigned long long)(p->turn_idle_ns + 0.5));
+               (unsigned long long)(p->turn_idle_ns + 0.5), (unsigned long long)p->turns,
+               (unsigned long long)median_turn_us(p));
     }
     printf("device busy_ns %llu first_on_ns %llu\n", (unsigned long long)device_busy, (unsigned long long)first_on_ns);
     return 0;
