@@ -146,8 +146,8 @@ def by_turns(run: dict, records: list) -> list[str]:
     words = run.get("turn_words") or []
     stamps = [w[0] for w in words]
     phases: dict[str, list[float]] = {"turns in play": [], "no turns": []}
-    for a, b in zip(records, records[1:]):
-        if not all(a[2:]) or not all(b[2:]) or not words:
+    for a, b in zip(records, records[1:]) if words else ():
+        if not all(a[2:]) or not all(b[2:]):
             continue
         first = max(bisect.bisect_right(stamps, a[1]) - 1, 0)
         last = bisect.bisect_right(stamps, b[1])

@@ -79,7 +79,7 @@ for part; do
         # no-turns (decide_turns given 0; the traces of 2026-12-07 and -08 saw the GPU run 9-17 points less of the time
         # while a turn was due or taken), cap-bank (a cap's wait, turns on, pays back its cap's part of 50 ms more, so
         # a turn runs that long rather than until the accounting catches up: the H100's turns were 7-9 ms, shorter
-        # than a step, the simulator's 17-20 ms)
+        # than a step; the simulator's last a step)
         ab-no-turns | ab-cap-bank) variant "${part#ab-}" || exit 1
             run "$part" 570 python3 tests/gpu/check_limits_training.py --name "${part}_limits_training" \
             --loops resnet18:128,transformer:32 --sets c30/c70,c20/c30/c50 --seconds 5 \
