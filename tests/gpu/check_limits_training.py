@@ -122,6 +122,20 @@ def run_together(
     return results
 
 
+def summary(report: list[dict]) -> list[str]:
+    """Per build, the limited sides within 3 points of their limit (as a share of the loop alone) and their distance
+    from it summed: how an A/B is read."""
+    lines = []
+    for lib in dict.fromkeys(entry["library"] for entry in report):
+        sides = [r for e in report if e["library"] == lib for r in e["shared"] if r["limit"] != "-"]
+        off = [abs(100 * r["share_of_solo"] - int(r["limit"][1:])) for r in sides]
+        lines.append(
+            f"{'baseline' if lib else 'tree':8s} {sum(d <= 3 for d in off)} of {len(off)} limited sides within 3"
+            f" points, {sum(off):.1f} points from the limits summed"
+        )
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--loops", default="resnet18:32,resnet18:128,resnet18:384")
@@ -160,6 +174,8 @@ def main() -> int:
                     flush=True,
                 )
             before = after
+    for line in summary(report):
+        print(line)
     save(report, f"{args.name}.json")
     if trace is not None:
         save(trace, f"{args.name}_trace.json")
