@@ -31,15 +31,6 @@ run() {
     echo "== $name: exit ${PIPESTATUS[0]}"
 }
 
-# The tree's intercept with tests/gpu/patches/$1.patch applied, built under /tmp/variant-$1 (patch, or git apply)
-variant() {
-    local dir=/tmp/variant-$1 diff=$PWD/tests/gpu/patches/$1.patch
-    rm -rf "$dir" && mkdir -p "$dir" && cp -r intercept "$dir/" && rm -rf "$dir/intercept/build" || return 1
-    if command -v patch >/dev/null; then patch -s -p1 -d "$dir" <"$diff"; else (cd "$dir" && git apply -p1 "$diff"); fi ||
-        { echo "$1.patch does not apply to the tree" >&2; return 1; }
-    make -s -C "$dir/intercept" ABI="$PWD/abi"
-}
-
 [ $# -gt 0 ] || set -- caps
 for part; do
     case $part in
@@ -75,15 +66,14 @@ for part; do
         ab) run ab 570 python3 tests/gpu/check_limits_training.py --name ab_limits_training \
             --loops resnet18:128,transformer:32 --sets c30/c70,c30/-,c20/c30/c50 --seconds 5 \
             --baseline-library "${ALNAIR_BASELINE_LIBRARY:-$PWD/.device/libalnair-baseline.so}" ;;
-        # every caps set under the tree and right after under the tree with tests/gpu/patches/NAME.patch, built here:
+        # every caps set under the tree and right after under the tree with tests/gpu/patches/NAME.patch (build_variant.sh):
         # no-turns (decide_turns given 0; the traces of 2026-12-07 and -08 saw the GPU run 9-17 points less of the time
         # while a turn was due or taken), cap-bank (a cap's wait, turns on, pays back its cap's part of 50 ms more, so
         # a turn runs that long rather than until the accounting catches up: the H100's turns were 7-9 ms, shorter
         # than a step; the simulator's last a step)
-        ab-no-turns | ab-cap-bank) variant "${part#ab-}" || exit 1
+        ab-no-turns | ab-cap-bank) variant=$(bash tests/gpu/build_variant.sh "${part#ab-}") || exit 1
             run "$part" 570 python3 tests/gpu/check_limits_training.py --name "${part}_limits_training" \
-            --loops resnet18:128,transformer:32 --sets c30/c70,c20/c30/c50 --seconds 5 \
-            --baseline-library "/tmp/variant-${part#ab-}/intercept/build/libalnair.so" ;;
+            --loops resnet18:128,transformer:32 --sets c30/c70,c20/c30/c50 --seconds 5 --baseline-library "$variant" ;;
         gputime-ab) run gputime-ab 400 python3 tests/gpu/check_gpu_time.py --loops resnet18:128,resnet18:32,transformer:32 \
             --seconds 6 --baseline-library "${ALNAIR_BASELINE_LIBRARY:-$PWD/.device/libalnair-baseline.so}" ;;
         *) echo "unknown part $part" >&2; exit 2 ;;

@@ -1,9 +1,9 @@
-"""The intercept's variants that the GPU machine builds for an A/B against the tree (tests/gpu/patches, applied by
-tests/gpu/run_pending.sh): each still applies to the tree and builds, so a GPU call does not find out first."""
+"""The intercept's variants that the GPU machine builds for an A/B against the tree (tests/gpu/patches, built by
+tests/gpu/build_variant.sh for run_pending.sh): each still applies to the tree and builds, so a GPU call does not
+find out first."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,11 +19,9 @@ def test_there_are_variants_to_check():
 
 @pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.stem)
 def test_a_variant_applies_to_the_tree_and_builds(patch: Path, tmp_path: Path):
-    shutil.copytree(ROOT / "intercept", tmp_path / "intercept", ignore=shutil.ignore_patterns("build"))
-    before = {f.name: f.read_text() for f in (tmp_path / "intercept").glob("*.[ch]")}
-    subprocess.run(["git", "apply", "-p1", str(patch)], cwd=tmp_path, check=True)
-    changed = [f.name for f in (tmp_path / "intercept").glob("*.[ch]") if f.read_text() != before[f.name]]
+    build = ["bash", str(ROOT / "tests" / "gpu" / "build_variant.sh"), patch.stem, str(tmp_path)]
+    library = Path(subprocess.run(build, check=True, capture_output=True, text=True).stdout.strip())
+    tree = {f.name: f.read_text() for f in (ROOT / "intercept").glob("*.[ch]")}
+    changed = [f.name for f in (tmp_path / "intercept").glob("*.[ch]") if f.read_text() != tree[f.name]]
     assert changed, f"{patch.name} changed nothing"
-    make = ["make", "-s", "-C", str(tmp_path / "intercept"), "LIBCC=gcc", f"ABI={ROOT / 'abi'}", "build/libalnair.so"]
-    subprocess.run(make, check=True)
-    assert (tmp_path / "intercept" / "build" / "libalnair.so").stat().st_size > 0
+    assert library == tmp_path / "intercept" / "build" / "libalnair.so" and library.stat().st_size > 0
